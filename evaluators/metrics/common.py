@@ -1,0 +1,51 @@
+"""Small helpers shared by the metric modules (pure numpy/pandas)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+
+def f1_of_accuracies(acc: float, j_acc: float) -> float:
+    """VL-LCM paper §4 ("Metrics"): F1 = 2·Acc·J-Acc / (Acc + J-Acc), 0 when both are 0.
+
+    The paper gives no equation number; it is the harmonic mean of MC accuracy
+    and joint yes/no accuracy, which reproduces Table 1's F1 column.
+    """
+    total = acc + j_acc
+    return 0.0 if total == 0 else 2.0 * acc * j_acc / total
+
+
+def mean_or_none(values) -> float | None:
+    """Mean of a non-empty array as a float; None (JSON null) when there is nothing to average."""
+    array = np.asarray(values, dtype=np.float64)
+    return float(array.mean()) if array.size else None
+
+
+def ratio_or_none(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, or None where the denominator is 0 (a score over no eligible items)."""
+    return None if denominator == 0 else float(numerator) / float(denominator)
+
+
+def by_group(
+    samples: pd.DataFrame,
+    keys: pd.Series,
+    aggregate: Callable[[pd.DataFrame], dict],
+) -> dict[str, dict]:
+    """Apply a set-level ``aggregate`` to each group of ``samples`` sharing a key (sorted by key)."""
+    result: dict[str, dict] = {}
+    keys = keys.fillna("<none>").astype(str)
+    for key, index in sorted(samples.groupby(keys.to_numpy(), sort=False).indices.items()):
+        result[key] = aggregate(samples.iloc[index])
+    return result
+
+
+def json_number(value: float | None) -> float | None:
+    """A metric value that JSON can hold: NaN and infinities become None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,83 @@
+"""GenCeption GC@T and GC_FID@T (SPEC §2.4; GenCeption paper §2.2, Eq. 3–4).
+
+``similarities`` is (N, T): s_t = cos(Enc(X^(t)), Enc(X^(0))), always against
+the seed image. Features for FID are one (N, D) array per iteration t = 0..T.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import linalg
+
+from vlgate.evaluators.metrics.common import json_number
+
+
+def iteration_weights(n_iterations: int) -> np.ndarray:
+    """The weights of Eq. 3 and Eq. 4: t / Σ t for t = 1..T (later iterations count more)."""
+    t = np.arange(1, n_iterations + 1, dtype=np.float64)
+    return t / t.sum()
+
+
+def cosine_similarity(seed_features: np.ndarray, generated_features: np.ndarray) -> np.ndarray:
+    """§2.2: s^(t) = CosineSimilarity(z^(0), z^(t)), row by row."""
+    dot = np.einsum("nd,nd->n", seed_features, generated_features)
+    norms = np.linalg.norm(seed_features, axis=1) * np.linalg.norm(generated_features, axis=1)
+    return dot / norms
+
+
+def gc_at_t(similarities: np.ndarray) -> np.ndarray:
+    """Eq. 3: GC@T = Σ_t (t · s^(t)) / Σ_t t, per image."""
+    return similarities @ iteration_weights(similarities.shape[1])
+
+
+def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float | None:
+    """§2.2 (FID, Heusel et al. 2017): ‖μa − μb‖² + Tr(Σa + Σb − 2(Σa·Σb)^½).
+
+    None with fewer than two samples (no covariance). The matrix square root is
+    scipy.linalg.sqrtm; a tiny imaginary part from numerical error is dropped,
+    and a singular product gets the usual ε·I offset.
+    """
+    if len(features_a) < 2 or len(features_b) < 2:
+        return None
+    mu_a, mu_b = features_a.mean(axis=0), features_b.mean(axis=0)
+    sigma_a = np.atleast_2d(np.cov(features_a, rowvar=False))
+    sigma_b = np.atleast_2d(np.cov(features_b, rowvar=False))
+    covmean = linalg.sqrtm(sigma_a @ sigma_b)
+    if not np.isfinite(covmean).all():
+        offset = np.eye(sigma_a.shape[0]) * 1e-6
+        covmean = linalg.sqrtm((sigma_a + offset) @ (sigma_b + offset))
+    covmean = np.real(covmean)
+    diff = mu_a - mu_b
+    distance = diff @ diff + np.trace(sigma_a) + np.trace(sigma_b) - 2.0 * np.trace(covmean)
+    return float(max(distance, 0.0))  # rounding can leave a tiny negative for identical sets
+
+
+def gc_fid_at_t(fids: list[float]) -> float:
+    """Eq. 4: GC_FID@T = Σ_t (t · fid^(t)) / Σ_t t (lower is better)."""
+    return float(np.dot(fids, iteration_weights(len(fids))))
+
+
+def per_sample(similarities: np.ndarray) -> pd.DataFrame:
+    """Per-image ``gc`` (Eq. 3) and the similarities ``s@1`` … ``s@T``."""
+    similarities = np.asarray(similarities, dtype=np.float64)
+    frame = pd.DataFrame(similarities, columns=[f"s@{t}" for t in range(1, similarities.shape[1] + 1)])
+    frame.insert(0, "gc", gc_at_t(similarities))
+    return frame
+
+
+def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
+    """``gc@T`` (mean of per-image GC@T) and the ``s@t`` means."""
+    n_iterations = samples.shape[1] - 1
+    metrics: dict[str, float | int | None] = {"n": int(len(samples)), f"gc@{n_iterations}": json_number(samples["gc"].mean())}
+    for t in range(1, n_iterations + 1):
+        metrics[f"s@{t}"] = json_number(samples[f"s@{t}"].mean())
+    return metrics
+
+
+def fid_metrics(features: list[np.ndarray]) -> dict[str, float | None]:
+    """``fid@t`` for t = 1..T against the seeds (features[0]) and ``gc_fid@T`` (Eq. 4)."""
+    fids = [frechet_distance(features[0], generated) for generated in features[1:]]
+    metrics: dict[str, float | None] = {f"fid@{t}": fid for t, fid in enumerate(fids, start=1)}
+    metrics[f"gc_fid@{len(fids)}"] = None if any(f is None for f in fids) else gc_fid_at_t(fids)
+    return metrics

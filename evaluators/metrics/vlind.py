@@ -1,0 +1,109 @@
+"""VLind-Bench pipeline scores (SPEC §2.3; VLind-Bench paper §3–4, Eq. 1–5).
+
+Answers are coded as int8: 1 = "True", 0 = "False", −1 = unparseable (null).
+Every test is a pair (answer to the statement that should be True, answer to
+the one that should be False). ``ck``, ``vp``, ``cb`` are (N, 2); the LP test
+has one pair per accepted counterfactual image, given flat as ``lp`` (M, 2)
+with ``lp_instance`` (M,) naming the instance each pair belongs to.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from vlgate.evaluators.metrics.common import ratio_or_none
+
+TRUE, FALSE, UNPARSED = 1, 0, -1
+
+_DROPPED_PUNCTUATION = re.compile(r"[,.]")
+
+
+def parse_true_false(generated: str) -> bool | None:
+    """The benchmark's answer parser (SPEC §2.3): lower-case, newlines to spaces,
+    drop "," and ".", split on spaces; the first word that is exactly "true" or
+    "false" decides; otherwise None."""
+    words = _DROPPED_PUNCTUATION.sub("", generated.lower().replace("\n", " ")).split(" ")
+    for word in words:
+        if word == "true":
+            return True
+        if word == "false":
+            return False
+    return None
+
+
+def test_passed(pairs: np.ndarray) -> np.ndarray:
+    """Eq. 1–4, the indicator common to all four tests: the first statement
+    judged "True" and the second "False" (an unparseable answer fails)."""
+    return (pairs[:, 0] == TRUE) & (pairs[:, 1] == FALSE)
+
+
+def commonsense_knowledge(ck: np.ndarray) -> np.ndarray:
+    """Eq. 1: P_CK = 1(LVLM(I_fact, s_fact) = True ∧ LVLM(I_fact, s_cf) = False)."""
+    return test_passed(ck)
+
+
+def visual_perception(vp: np.ndarray) -> np.ndarray:
+    """Eq. 2: P_VP = 1(LVLM(I_cf, s_exist) = True ∧ LVLM(I_cf, s_nil) = False)."""
+    return test_passed(vp)
+
+
+def commonsense_bias(cb: np.ndarray, p_ck: np.ndarray) -> np.ndarray:
+    """Eq. 3: P_CB = 1(LVLM(I_cf, T_cf, s_cf) = True ∧ LVLM(I_cf, T_cf, s_fact) = False) ∧ P_CK."""
+    return test_passed(cb) & p_ck
+
+
+def language_prior(lp: np.ndarray, lp_instance: np.ndarray, n_instances: int, gate: np.ndarray) -> np.ndarray:
+    """Eq. 4, averaged over an instance's images: mean_i [LP_i passed] ∧ ``gate``.
+
+    With ``gate`` = P_CK ∧ P_VP ∧ P_CB this is the pipeline indicator of Eq. 4
+    (fractional where only some images pass); with an all-True gate it is the
+    raw LP accuracy of the benchmark's table.
+    """
+    passed_per_image = test_passed(lp).astype(np.float64)
+    passed = np.bincount(lp_instance, weights=passed_per_image, minlength=n_instances)
+    images = np.bincount(lp_instance, minlength=n_instances)
+    return np.divide(passed, images, out=np.zeros(n_instances), where=images > 0) * gate
+
+
+def pipeline_score(indicators: np.ndarray, eligible: np.ndarray | int) -> float | None:
+    """Eq. 5: S_T = (1 / M_T) Σ_i P_T^i, with M_T the number of instances that
+    reached test T (None where no instance did)."""
+    denominator = eligible if np.isscalar(eligible) else np.sum(eligible)
+    return ratio_or_none(np.sum(indicators), denominator)
+
+
+def per_sample(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, lp_instance: np.ndarray) -> pd.DataFrame:
+    """Per-instance indicators: ``ck``, ``vp``, ``cb_raw`` (CB test alone),
+    ``cb`` (Eq. 3), ``lp_raw`` and ``lp`` (mean over images, raw and Eq. 4)."""
+    n = len(ck)
+    p_ck = commonsense_knowledge(ck)
+    p_vp = visual_perception(vp)
+    cb_raw = test_passed(cb)
+    p_cb = commonsense_bias(cb, p_ck)
+    return pd.DataFrame(
+        {
+            "ck": p_ck,
+            "vp": p_vp,
+            "cb_raw": cb_raw,
+            "cb": p_cb,
+            "lp_raw": language_prior(lp, lp_instance, n, np.ones(n, dtype=bool)),
+            "lp": language_prior(lp, lp_instance, n, p_cb & p_vp),
+        }
+    )
+
+
+def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
+    """Pipeline scores and raw accuracies as the benchmark's scoring computes them (SPEC §2.3)."""
+    n = len(samples)
+    return {
+        "n": int(n),
+        "s_ck": pipeline_score(samples["ck"], n),
+        "s_vp": pipeline_score(samples["vp"], n),
+        "s_cb": pipeline_score(samples["cb"], samples["ck"]),
+        "s_lp": pipeline_score(samples["lp"], samples["cb"] & samples["vp"]),
+        "acc_cb": pipeline_score(samples["cb_raw"], n),
+        "acc_lp": pipeline_score(samples["lp_raw"], n),
+    }

@@ -1,0 +1,341 @@
+"""One record schema per evaluator (SPEC §2.1–2.5), and validation against it.
+
+Validation runs in two passes so that a million records stay cheap: a per-record
+pass over structure (fields present, list lengths, labels), then the numbers are
+stacked into arrays and range-checked in one vectorised step. Only the rows that
+fail the vectorised check are inspected one by one, to name the exact entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from vlgate.evaluators.metrics.decc import normalise_answer
+from vlgate.evaluators.records import (
+    InvalidRecordsError,
+    ParsedLines,
+    RecordError,
+    is_number,
+    probability_list_problem,
+    probability_matrix_problem,
+    record_id_problem,
+)
+
+Problem = tuple[str, str]  # (field, message)
+
+
+def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stack nested number lists into a float array; ragged 1-D rows are zero-padded to ``width``.
+
+    Returns the array and a mask of rows holding something other than numbers.
+    """
+    try:
+        array = np.array(rows)
+        if array.dtype.kind in "fiu" and (width is None or array.shape[1] == width):
+            return array.astype(np.float64, copy=False), np.zeros(len(rows), dtype=bool)
+    except ValueError:  # ragged
+        pass
+    first = np.array(rows[0]) if rows else np.zeros(0)
+    shape = (width,) if width is not None else first.shape
+    array = np.zeros((len(rows), *shape))
+    non_numeric = np.zeros(len(rows), dtype=bool)
+    for index, row in enumerate(rows):
+        try:
+            values = np.array(row)
+        except ValueError:
+            values = np.array([], dtype=object)
+        if values.dtype.kind not in "fiu":
+            non_numeric[index] = True
+        elif width is not None:
+            array[index, : values.shape[0]] = values
+        elif values.shape == shape:
+            array[index] = values
+        else:
+            non_numeric[index] = True
+    return array, non_numeric
+
+
+def _outside(array: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Rows with any entry outside [low, high] or NaN (NaN fails both comparisons)."""
+    inside = (array >= low) & (array <= high)
+    return ~inside.reshape(len(array), -1).all(axis=1)
+
+
+class Schema:
+    """A record contract: structure per record, then numbers as arrays."""
+
+    evaluator: str = ""
+    #: The field metrics are broken down by when the records carry it.
+    default_group_field: str | None = None
+
+    def structure_problems(self, record: dict[str, Any]) -> Iterator[Problem]:
+        raise NotImplementedError
+
+    def arrays(self, records: list[dict[str, Any]]) -> tuple[dict[str, np.ndarray], dict[int, Problem]]:
+        """Arrays for structurally valid records, and the numeric problems by row."""
+        raise NotImplementedError
+
+    def set_problems(self, records: list[dict[str, Any]]) -> dict[int, Problem]:
+        """Problems that only show across records (e.g. a differing T); none by default."""
+        return {}
+
+    @staticmethod
+    def _numeric_problems(records, fields_and_checks, masks) -> dict[int, Problem]:
+        """Turn flagged rows into precise messages with the per-record checkers."""
+        problems: dict[int, Problem] = {}
+        for (name, check), mask in zip(fields_and_checks, masks):
+            for row in np.flatnonzero(mask):
+                if row not in problems:
+                    problems[int(row)] = (name, check(records[row][name]) or "invalid")
+        return problems
+
+
+class LcmMcSchema(Schema):
+    """SPEC §2.1: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``."""
+
+    evaluator = "lcm-mc"
+    default_group_field = "category"
+
+    def structure_problems(self, record):
+        p_mc, p_yes = record.get("p_mc"), record.get("p_yes")
+        if not isinstance(p_mc, list) or len(p_mc) < 2:
+            yield ("p_mc", "missing" if p_mc is None else "must be a list of K >= 2 option probabilities")
+            return
+        if not isinstance(p_yes, list):
+            yield ("p_yes", "missing" if p_yes is None else "must be a list of K probabilities")
+            return
+        if len(p_yes) != len(p_mc):
+            yield ("p_yes", f"has {len(p_yes)} entries but p_mc has {len(p_mc)} (K mismatch)")
+            return
+        answer = record.get("answer")
+        if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(p_mc)):
+            yield ("answer", f"unknown label {answer!r}: expected an option index 0..{len(p_mc) - 1} or null")
+
+    def arrays(self, records):
+        width = max((len(r["p_mc"]) for r in records), default=2)
+        p_mc, p_mc_bad = _stack([r["p_mc"] for r in records], width)
+        p_yes, p_yes_bad = _stack([r["p_yes"] for r in records], width)
+        answer = np.array([r.get("answer") if r.get("answer") is not None else -1 for r in records], dtype=np.int64)
+        checks = [("p_mc", probability_list_problem), ("p_yes", probability_list_problem)]
+        masks = [p_mc_bad | _outside(p_mc, 0, 1), p_yes_bad | _outside(p_yes, 0, 1)]
+        return {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}, self._numeric_problems(records, checks, masks)
+
+
+NB_LABELS = {"c1": 0, "c2": 1}
+
+
+class LcmNbSchema(Schema):
+    """SPEC §2.2: ``{"id", "p_yes": 2×2, "p_text": 2×2, "p_image": 2×2, "answer": "c1"|"c2"|null}``."""
+
+    evaluator = "lcm-nb"
+    default_group_field = "category"
+    matrices = ("p_yes", "p_text", "p_image")
+
+    def structure_problems(self, record):
+        for name in self.matrices:
+            value = record.get(name)
+            if value is None:
+                yield (name, "missing")
+            elif not (isinstance(value, list) and len(value) == 2 and all(isinstance(row, list) and len(row) == 2 for row in value)):
+                yield (name, "must be a 2x2 nested list [[.., ..], [.., ..]]")
+        answer = record.get("answer")
+        if answer is not None and answer not in NB_LABELS:
+            yield ("answer", f"unknown label {answer!r}: expected 'c1', 'c2' or null")
+
+    def arrays(self, records):
+        arrays, checks, masks = {}, [], []
+        for name in self.matrices:
+            array, non_numeric = _stack([r[name] for r in records])
+            arrays[name] = array.reshape(len(records), 2, 2)
+            checks.append((name, lambda value: probability_matrix_problem(value, 2, 2)))
+            masks.append(non_numeric | _outside(arrays[name], 0, 1))
+        arrays["answer"] = np.array([NB_LABELS.get(r.get("answer"), -1) for r in records], dtype=np.int64)
+        return arrays, self._numeric_problems(records, checks, masks)
+
+
+ANSWER_CODES = {True: 1, False: 0, None: -1}
+
+
+def _answer_pair_problem(value: Any) -> str | None:
+    if not isinstance(value, list) or len(value) != 2:
+        return "must be a pair [answer to the true statement, answer to the false one]"
+    if any(v not in (True, False, None) or is_number(v) for v in value):
+        return f"{value!r}: each answer must be true, false or null"
+    return None
+
+
+class VlindSchema(Schema):
+    """SPEC §2.3: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
+
+    evaluator = "vlind"
+    default_group_field = "concept"
+
+    def structure_problems(self, record):
+        concept = record.get("concept")
+        if not isinstance(concept, str) or not concept:
+            yield ("concept", "missing" if concept is None else "must be a non-empty string")
+        for name in ("ck", "vp", "cb"):
+            if name not in record:
+                yield (name, "missing")
+            else:
+                problem = _answer_pair_problem(record[name])
+                if problem:
+                    yield (name, problem)
+        lp = record.get("lp")
+        if not isinstance(lp, list) or not lp:
+            yield ("lp", "missing" if lp is None else "must be a non-empty list of pairs, one per counterfactual image")
+        else:
+            for index, pair in enumerate(lp):
+                problem = _answer_pair_problem(pair)
+                if problem:
+                    yield ("lp", f"image {index}: {problem}")
+                    break
+
+    def arrays(self, records):
+        code = lambda pair: [ANSWER_CODES[v] for v in pair]  # noqa: E731
+        arrays = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
+        arrays["lp"] = np.array([code(pair) for r in records for pair in r["lp"]], dtype=np.int8).reshape(-1, 2)
+        arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(r["lp"]) for r in records])
+        return arrays, {}
+
+
+class GenceptionSchema(Schema):
+    """SPEC §2.4: ``{"id", "category", "s": [s1, ..., sT]}`` with cosine similarities in [−1, 1]."""
+
+    evaluator = "genception"
+    default_group_field = "category"
+
+    def structure_problems(self, record):
+        category = record.get("category")
+        if not isinstance(category, str) or not category:
+            yield ("category", "missing" if category is None else "must be a non-empty string")
+        s = record.get("s")
+        if not isinstance(s, list) or not s:
+            yield ("s", "missing" if s is None else "must be a non-empty list of similarities s_1..s_T")
+
+    def set_problems(self, records):
+        lengths = [len(r["s"]) for r in records]
+        if not lengths:
+            return {}
+        expected = max(set(lengths), key=lengths.count)  # the most common T is taken as the set's T
+        return {
+            row: ("s", f"has T={length} iterations but the other records have T={expected}")
+            for row, length in enumerate(lengths)
+            if length != expected
+        }
+
+    def arrays(self, records):
+        s, non_numeric = _stack([r["s"] for r in records])
+        checks = [("s", lambda value: probability_list_problem(value, low=-1.0, high=1.0))]
+        problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, -1.0, 1.0)])
+        return {"s": s}, problems
+
+
+def _answer_text_problem(value: Any) -> str | None:
+    if isinstance(value, str) or is_number(value):
+        return None
+    return f"must be a string answer, got {type(value).__name__}"
+
+
+class DeccSchema(Schema):
+    """SPEC §2.5: ``{"id", "direct", "v1", "l1", "v2"?, "l2"?, "answer"?}``."""
+
+    evaluator = "decc"
+    default_group_field = "category"
+
+    def structure_problems(self, record):
+        for name in ("direct", "v1", "l1"):
+            if record.get(name) is None:
+                yield (name, "missing")
+            else:
+                problem = _answer_text_problem(record[name])
+                if problem:
+                    yield (name, problem)
+        for name in ("v2", "l2", "answer"):
+            if record.get(name) is not None:
+                problem = _answer_text_problem(record[name])
+                if problem:
+                    yield (name, problem)
+        has_v2, has_l2 = record.get("v2") is not None, record.get("l2") is not None
+        if has_v2 != has_l2:
+            yield ("l2" if has_v2 else "v2", "the second round has both agents' answers or neither")
+
+    def set_problems(self, records):
+        problems = {}
+        for row, r in enumerate(records):
+            direct = normalise_answer(str(r["direct"]))
+            first_round_disagrees = (normalise_answer(str(r["v1"])) == direct) != (normalise_answer(str(r["l1"])) == direct)
+            if first_round_disagrees and r.get("v2") is None:
+                problems[row] = ("v2", "required: the first round's agents disagree about the direct answer, so the second round must have run")
+        return problems
+
+    def arrays(self, records):
+        column = lambda name: pd.Series([None if r.get(name) is None else str(r[name]) for r in records], dtype=object)  # noqa: E731
+        return {name: column(name) for name in ("direct", "v1", "l1", "v2", "l2", "answer")}, {}
+
+
+SCHEMAS: dict[str, Schema] = {s.evaluator: s for s in (LcmMcSchema(), LcmNbSchema(), VlindSchema(), GenceptionSchema(), DeccSchema())}
+
+
+@dataclass
+class ValidRecords:
+    """Records that passed their schema, their arrays, and what was rejected."""
+
+    evaluator: str
+    records: list[dict[str, Any]]
+    lines: list[int]
+    arrays: dict[str, Any]
+    errors: list[RecordError] = field(default_factory=list)
+
+    def column(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.records]
+
+
+def validate(evaluator: str, parsed: ParsedLines, skip_invalid: bool = False, source: str = "records") -> ValidRecords:
+    """Check parsed records against the evaluator's schema.
+
+    Without ``skip_invalid`` any problem raises :class:`InvalidRecordsError` listing
+    every bad record; with it, the bad records are dropped and listed in ``errors``.
+    """
+    if evaluator not in SCHEMAS:
+        raise ValueError(f"unknown evaluator {evaluator!r}; expected one of {', '.join(sorted(SCHEMAS))}")
+    schema = SCHEMAS[evaluator]
+    errors = list(parsed.errors)
+    seen_ids: dict[Any, int] = {}
+    rows: list[int] = []  # indices into parsed.records still valid
+    for row, record in enumerate(parsed.records):
+        line, record_id = parsed.lines[row], record.get("id")
+        problem = record_id_problem(record)
+        if problem:
+            errors.append(RecordError(line, None if problem == "missing" else record_id, "id", problem))
+            continue
+        if record_id in seen_ids:
+            errors.append(RecordError(line, record_id, "id", f"duplicate id (first on line {seen_ids[record_id]})"))
+            continue
+        seen_ids[record_id] = line
+        problems = list(schema.structure_problems(record))
+        errors.extend(RecordError(line, record_id, name, message) for name, message in problems)
+        if not problems:
+            rows.append(row)
+
+    def drop(found: dict[int, Problem]) -> None:
+        errors.extend(
+            RecordError(parsed.lines[rows[i]], parsed.records[rows[i]]["id"], name, message) for i, (name, message) in found.items()
+        )
+        rows[:] = [row for i, row in enumerate(rows) if i not in found]
+
+    drop(schema.set_problems([parsed.records[row] for row in rows]))
+    records = [parsed.records[row] for row in rows]
+    arrays, numeric_problems = schema.arrays(records) if records else ({}, {})
+    if numeric_problems:
+        drop(numeric_problems)
+        records = [parsed.records[row] for row in rows]
+        arrays = schema.arrays(records)[0] if records else {}
+    errors.sort(key=lambda e: e.line)
+    if errors and not skip_invalid:
+        raise InvalidRecordsError(errors, source)
+    return ValidRecords(evaluator, records, [parsed.lines[row] for row in rows], arrays, errors)

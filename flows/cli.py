@@ -1,0 +1,127 @@
+"""The ``vlgate`` command line (SPEC §4).
+
+Errors a user can fix (bad records, a missing column, a missing file) print one
+line each on stderr and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """A problem with what the user gave us; printed as one line, exit status 2."""
+
+
+def _print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, allow_nan=False) + "\n")
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.records import InvalidRecordsError
+    from vlgate.evaluators.scoring import score_file
+
+    if not Path(args.file).is_file():
+        raise UserError(f"{args.file}: no such file")
+    try:
+        metrics, valid = score_file(args.evaluator, args.file, by=args.by, features_path=args.features, skip_invalid=args.skip_invalid)
+    except InvalidRecordsError as exc:
+        for error in exc.errors:
+            print(f"{args.file}: {error}", file=sys.stderr)
+        print(f"{args.file}: {len({e.line for e in exc.errors})} invalid record(s); nothing scored (use --skip-invalid to score the rest)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ValueError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    if valid.errors:
+        for error in valid.errors:
+            print(f"{args.file}: skipped {error}", file=sys.stderr)
+        metrics["skipped"] = [error.as_dict() for error in valid.errors]
+    _print_json(metrics)
+    return 0
+
+
+def cmd_correlate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from vlgate.evaluators.metrics.correlation import correlate_table
+
+    if not Path(args.table).is_file():
+        raise UserError(f"{args.table}: no such file")
+    frame = pd.read_csv(args.table, dtype=str, keep_default_na=False, skipinitialspace=True)
+    ys = [y.strip() for y in args.y.split(",") if y.strip()]
+    if not ys:
+        raise UserError("--y names no column")
+    try:
+        result = correlate_table(frame, args.x, ys, ranks=args.ranks)
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"{args.table}: {exc.args[0]}") from None
+    _print_json(result)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from vlgate.flows.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vlgate import __version__
+    from vlgate.evaluators.scoring import EVALUATORS
+
+    parser = argparse.ArgumentParser(
+        prog="vlgate",
+        description="Continuous validation of vision-language models: score records, correlate metrics, run the gate.",
+    )
+    parser.add_argument("--version", action="version", version=f"vlgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    score = commands.add_parser(
+        "score",
+        help="metrics from per-sample records (SPEC §2), one JSON object on stdout",
+        description="Validate a JSONL file of per-sample records against the evaluator's schema and print its metrics as JSON.",
+    )
+    score.add_argument("evaluator", choices=EVALUATORS, help="which record contract and metrics")
+    score.add_argument("file", help="JSON Lines file, one record per line")
+    score.add_argument("--features", metavar="F.npz", help="genception only: features t0..tT (N x D each) for fid@t and gc_fid@T")
+    score.add_argument("--by", metavar="FIELD", help="break the metrics down by this record field (default: category/concept when present)")
+    score.add_argument("--skip-invalid", action="store_true", help="score the valid records and report the invalid ones instead of failing")
+    score.set_defaults(handler=cmd_score)
+
+    correlate = commands.add_parser(
+        "correlate",
+        help="Pearson/Spearman/Kendall between table columns across models (SPEC §2.6)",
+        description="Correlate column X with each column of Y in a CSV with one row per model; prints {y: {pearson, spearman, kendall, n}}.",
+    )
+    correlate.add_argument("table", metavar="TABLE.csv")
+    correlate.add_argument("--x", required=True, metavar="COL", help="the label-free metric, e.g. lcm")
+    correlate.add_argument("--y", required=True, metavar="COL[,COL...]", help="the metrics to correlate with, e.g. acc,j_acc,f1")
+    correlate.add_argument("--ranks", action="store_true", help="cells are value/rank: values order the models, printed ranks break ties")
+    correlate.set_defaults(handler=cmd_correlate)
+
+    demo = commands.add_parser(
+        "demo",
+        help="the README's main job on the embedded default",
+        description="Score the shipped example records of every evaluator and reproduce the VL-LCM paper's Table 1 correlations.",
+    )
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"vlgate {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

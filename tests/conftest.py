@@ -1,0 +1,24 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def write_records(tmp_path):
+    """Write records (dicts, or raw strings for malformed lines) as a JSONL file and return its path."""
+
+    def write(records, name="records.jsonl"):
+        path = tmp_path / name
+        with open(path, "w") as handle:
+            for record in records:
+                handle.write((record if isinstance(record, str) else json.dumps(record)) + "\n")
+        return path
+
+    return write

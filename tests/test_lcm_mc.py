@@ -1,0 +1,129 @@
+"""VL-LCM on MC-VQA (SPEC §2.1, paper Eq. 2–6) against hand-computed values."""
+
+from math import sqrt
+
+import numpy as np
+import pytest
+
+from vlgate.evaluators.metrics import lcm_mc
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import score
+
+# Sample 1: p_mc=[.7,.2,.1], p_yes=[.8,.3,.1], answer 0.
+#   1−p_yes = [.2,.7,.9] → P_nec = [min(.7,.9), min(.2,.9), min(.2,.7)] = [.7,.2,.2]
+#   P_JYN = sqrt([.8·.7, .3·.2, .1·.2]) = sqrt([.56,.06,.02])
+#   option LC = sqrt(p_mc·P_JYN); P_LC = sqrt(.7·sqrt(.56))
+P_JYN_1 = [sqrt(0.56), sqrt(0.06), sqrt(0.02)]
+P_LC_1 = sqrt(0.7 * sqrt(0.56))
+# Sample 2: p_mc=[.4,.6], p_yes=[.9,.6], answer 0.
+#   P_nec = [1−.6, 1−.9] = [.4,.1]; P_JYN = [sqrt(.36)=.6, sqrt(.06)]
+#   option LC = [sqrt(.4·.6), sqrt(.6·sqrt(.06))] → P_LC = sqrt(.24) at k̂=0
+P_LC_2 = sqrt(0.24)
+
+
+def test_necessary_probability_is_min_over_other_options():
+    nec = lcm_mc.necessary_probability(np.array([[0.8, 0.3, 0.1], [0.9, 0.6, 0.0]]))
+    np.testing.assert_allclose(nec, [[0.7, 0.2, 0.2], [0.4, 0.1, 0.1]])
+
+
+def test_necessary_probability_with_tied_minimum():
+    # two options share the smallest 1−p_yes: each one's minimum over the others is that same value
+    nec = lcm_mc.necessary_probability(np.array([[0.9, 0.9, 0.2]]))
+    np.testing.assert_allclose(nec, [[0.1, 0.1, 0.1]])
+
+
+def test_joint_and_option_consistency_hand_values():
+    p_yes = np.array([[0.8, 0.3, 0.1]])
+    p_jyn = lcm_mc.joint_yes_no_probability(lcm_mc.sufficient_probability(p_yes), lcm_mc.necessary_probability(p_yes))
+    np.testing.assert_allclose(p_jyn, [P_JYN_1])
+    option_lc = lcm_mc.option_consistency(np.array([[0.7, 0.2, 0.1]]), p_jyn)
+    np.testing.assert_allclose(option_lc, [[sqrt(0.7 * P_JYN_1[0]), sqrt(0.2 * P_JYN_1[1]), sqrt(0.1 * P_JYN_1[2])]])
+    np.testing.assert_allclose(lcm_mc.logical_consistency(option_lc), [P_LC_1])
+
+
+def _score(records, **kwargs):
+    return score(validate("lcm-mc", parse_jsonl(__import__("json").dumps(r) for r in records)), **kwargs)
+
+
+TWO_SAMPLES = [
+    {"id": "s1", "p_mc": [0.7, 0.2, 0.1], "p_yes": [0.8, 0.3, 0.1], "answer": 0},
+    {"id": "s2", "p_mc": [0.4, 0.6], "p_yes": [0.9, 0.6], "answer": 0},
+]
+
+
+def test_set_metrics_hand_computed():
+    metrics = _score(TWO_SAMPLES)
+    assert metrics["n"] == 2
+    assert metrics["lcm"] == pytest.approx((P_LC_1 + P_LC_2) / 2)
+    assert metrics["acc"] == pytest.approx(0.5)  # s2 picks option 1 on the MC test
+    assert metrics["j_acc"] == pytest.approx(1.0)  # P_JYN(answer) = .748 and .6
+    assert metrics["f1"] == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert metrics["lcm_gt"] == pytest.approx((P_LC_1 + P_LC_2) / 2)  # both k̂ equal the answer
+    # s1 has one yes (confidence), s2 two (overconfidence)
+    assert (metrics["abstention"], metrics["confidence"], metrics["overconfidence"]) == (0.0, 0.5, 0.5)
+    # s1: p_mc[k̂]=.7 and P_JYN(k̂)=.748 → reliable; s2: p_mc[k̂]=.4 → not
+    assert metrics["n_reliable"] == 1 and metrics["n_reliable_correct"] == 1
+
+
+def test_labelled_metrics_omitted_without_labels():
+    unlabelled = [{**r, "answer": None} for r in TWO_SAMPLES]
+    metrics = _score(unlabelled)
+    assert metrics["lcm"] == pytest.approx((P_LC_1 + P_LC_2) / 2)
+    for key in ("acc", "j_acc", "f1", "lcm_gt", "n_reliable_correct", "n_labelled"):
+        assert key not in metrics
+    assert metrics["n_reliable"] == 1
+
+
+def test_certain_and_right_everywhere_scores_one():
+    records = [
+        {"id": i, "p_mc": [1.0 if k == i % 4 else 0.0 for k in range(4)], "p_yes": [1.0 if k == i % 4 else 0.0 for k in range(4)], "answer": i % 4}
+        for i in range(8)
+    ]
+    metrics = _score(records)
+    for key in ("lcm", "acc", "j_acc", "f1", "lcm_gt", "confidence"):
+        assert metrics[key] == pytest.approx(1.0), key
+    assert metrics["n_reliable"] == metrics["n_reliable_correct"] == 8
+
+
+def test_all_yes_model_is_inconsistent():
+    # says yes to every option: each option's necessity is 0, so P_LC = 0 whatever the MC test says
+    records = [{"id": i, "p_mc": [0.97, 0.01, 0.01, 0.01], "p_yes": [1.0] * 4, "answer": 0} for i in range(3)]
+    metrics = _score(records)
+    assert metrics["lcm"] == 0.0 and metrics["acc"] == 1.0 and metrics["j_acc"] == 0.0 and metrics["f1"] == 0.0
+    assert metrics["overconfidence"] == 1.0
+
+
+def test_invariants_on_random_records():
+    rng = np.random.default_rng(0)
+    p_mc = rng.dirichlet(np.ones(5), size=2000)
+    p_yes = rng.uniform(size=(2000, 5))
+    answer = rng.integers(0, 5, size=2000)
+    samples = lcm_mc.per_sample(p_mc, p_yes, answer)
+    assert ((samples["p_lc"] >= 0) & (samples["p_lc"] <= 1)).all()
+    assert (samples["lc_gt"] <= samples["p_lc"] + 1e-12).all()  # LCM* ≤ LCM per sample
+    # per-sample P_LC ≤ sqrt(max p_mc): the MC factor bounds it
+    assert (samples["p_lc"] <= np.sqrt(p_mc.max(axis=1)) + 1e-12).all()
+
+
+def test_padding_mixed_k_matches_separate_scoring():
+    mixed = _score(TWO_SAMPLES)
+    separate = [_score([record]) for record in TWO_SAMPLES]
+    assert mixed["lcm"] == pytest.approx(np.mean([m["lcm"] for m in separate]))
+    assert mixed["acc"] == pytest.approx(np.mean([m["acc"] for m in separate]))
+
+
+def test_ties_take_lowest_index():
+    # both options have equal P_LC; k̂ must be option 0, which is the answer → reliable and correct
+    records = [{"id": "t", "p_mc": [0.6, 0.6], "p_yes": [0.9, 0.9], "answer": 0}]
+    samples = lcm_mc.per_sample(np.array([[0.6, 0.6]]), np.array([[0.9, 0.9]]), np.array([0]))
+    assert samples["chosen"].tolist() == [0]
+    assert _score(records)["acc"] == 1.0  # argmax p_mc tie → 0
+
+
+def test_per_category_breakdown():
+    records = [{**r, "category": c} for r, c in zip(TWO_SAMPLES, ["a", "b"])]
+    metrics = _score(records)
+    assert metrics["by_category"]["a"]["lcm"] == pytest.approx(P_LC_1)
+    assert metrics["by_category"]["b"]["lcm"] == pytest.approx(P_LC_2)
+    assert metrics["by_category"]["b"]["acc"] == 0.0
