@@ -75,6 +75,10 @@ class Schema:
     def structure_problems(self, record: dict[str, Any]) -> Iterator[Problem]:
         raise NotImplementedError
 
+    def plainly_valid(self, record: dict[str, Any]) -> bool:
+        """A cheap test that the record's structure is fine; False only means "ask structure_problems"."""
+        return False
+
     def arrays(self, records: list[dict[str, Any]]) -> tuple[dict[str, np.ndarray], dict[int, Problem]]:
         """Arrays for structurally valid records, and the numeric problems by row."""
         raise NotImplementedError
@@ -99,6 +103,15 @@ class LcmMcSchema(Schema):
 
     evaluator = "lcm-mc"
     default_group_field = "category"
+
+    def plainly_valid(self, record):
+        p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")
+        return (
+            type(p_mc) is list
+            and type(p_yes) is list
+            and len(p_mc) == len(p_yes) >= 2
+            and (answer is None or (type(answer) is int and 0 <= answer < len(p_mc)))
+        )
 
     def structure_problems(self, record):
         p_mc, p_yes = record.get("p_mc"), record.get("p_yes")
@@ -307,8 +320,14 @@ def validate(evaluator: str, parsed: ParsedLines, skip_invalid: bool = False, so
     errors = list(parsed.errors)
     seen_ids: dict[Any, int] = {}
     rows: list[int] = []  # indices into parsed.records still valid
+    plainly_valid = schema.plainly_valid
     for row, record in enumerate(parsed.records):
-        line, record_id = parsed.lines[row], record.get("id")
+        record_id = record.get("id")
+        if type(record_id) in (str, int) and record_id not in seen_ids and plainly_valid(record):
+            seen_ids[record_id] = parsed.lines[row]
+            rows.append(row)
+            continue
+        line = parsed.lines[row]
         problem = record_id_problem(record)
         if problem:
             errors.append(RecordError(line, None if problem == "missing" else record_id, "id", problem))

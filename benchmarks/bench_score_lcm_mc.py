@@ -1,0 +1,72 @@
+"""Scoring speed of `lcm-mc` on 1,000,000 records (K=4), issue 2's benchmark.
+
+Prints records/second for three stages and each stage's time as a ratio of the
+3 s target:
+  metrics     per-sample quantities + set metrics + per-category breakdown, from arrays
+  validate    schema validation and stacking into arrays, from parsed records
+  end-to-end  `score_file`: read and parse the JSONL, validate, score
+
+    python benchmarks/bench_score_lcm_mc.py [--n 1000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vlgate.evaluators.records import read_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import score, score_file
+
+TARGET_SECONDS = 3.0
+
+
+def make_records(n: int, k: int = 4, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    p_mc = np.round(rng.dirichlet(np.ones(k), size=n), 6).tolist()
+    p_yes = np.round(rng.uniform(size=(n, k)), 6).tolist()
+    answer = rng.integers(0, k, size=n).tolist()
+    categories = ("color", "count", "shape", "position")
+    return [{"id": i, "p_mc": p_mc[i], "p_yes": p_yes[i], "answer": answer[i], "category": categories[i % 4]} for i in range(n)]
+
+
+def best_of(repeat: int, fn) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    records = make_records(args.n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "records.jsonl"
+        with open(path, "w") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+        parsed = read_jsonl(path)
+        valid = validate("lcm-mc", parsed)
+        stages = {
+            "metrics": lambda: score(valid),
+            "validate": lambda: validate("lcm-mc", parsed),
+            "end-to-end": lambda: score_file("lcm-mc", path),
+        }
+        print(f"lcm-mc, N={args.n:,} records, K=4, best of {args.repeat}")
+        for name, fn in stages.items():
+            seconds = best_of(args.repeat, fn)
+            print(f"  {name:<11} {seconds:7.3f} s  {args.n / seconds:12,.0f} records/s  time/target = {seconds / TARGET_SECONDS:.2f}")
+
+
+if __name__ == "__main__":
+    main()

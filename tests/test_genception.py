@@ -1,0 +1,80 @@
+"""GenCeption GC@T and GC_FID@T (SPEC §2.4, paper Eq. 3–4) against hand-computed values."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vlgate.evaluators.metrics import genception
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import score, score_file
+
+
+def test_gc_at_t_weights_later_iterations():
+    # (1·.9 + 2·.6 + 3·.3) / (1+2+3) = 3.0 / 6
+    np.testing.assert_allclose(genception.gc_at_t(np.array([[0.9, 0.6, 0.3]])), [0.5])
+    # GC@1 is s^(1)
+    np.testing.assert_allclose(genception.gc_at_t(np.array([[0.42]])), [0.42])
+
+
+def test_frechet_distance_one_dimension_by_hand():
+    # t0 = {0, 2}: μ 1, σ² 2;  t1 = {1, 5}: μ 3, σ² 8  →  (1−3)² + 2 + 8 − 2·sqrt(16) = 6
+    assert genception.frechet_distance(np.array([[0.0], [2.0]]), np.array([[1.0], [5.0]])) == pytest.approx(6.0)
+
+
+def test_frechet_distance_invariants():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(200, 6))
+    assert genception.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-8)
+    shifted = a + np.array([1.0, 0, 0, 0, 0, 0])
+    assert genception.frechet_distance(a, shifted) == pytest.approx(1.0, abs=1e-6)  # same covariance: ‖Δμ‖²
+    assert genception.frechet_distance(a[:1], a[:1]) is None
+
+
+def test_gc_fid_weights():
+    assert genception.gc_fid_at_t([6.0, 6.0, 12.0]) == pytest.approx((6 + 12 + 36) / 6)
+
+
+def test_cosine_similarity():
+    np.testing.assert_allclose(genception.cosine_similarity(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([[0.0, 2.0], [2.0, 2.0]])), [0.0, 1.0])
+
+
+RECORDS = [
+    {"id": "a", "category": "art", "s": [0.9, 0.6, 0.3]},
+    {"id": "b", "category": "art", "s": [0.5, 0.5, 0.5]},
+    {"id": "c", "category": "scene", "s": [1.0, 1.0, 1.0]},
+]
+
+
+def test_set_metrics_and_categories():
+    metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in RECORDS)))
+    assert metrics["gc@3"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
+    assert metrics["s@1"] == pytest.approx((0.9 + 0.5 + 1.0) / 3)
+    assert metrics["s@3"] == pytest.approx((0.3 + 0.5 + 1.0) / 3)
+    assert metrics["by_category"]["art"]["gc@3"] == pytest.approx(0.5)
+    assert metrics["by_category"]["scene"]["gc@3"] == pytest.approx(1.0)
+
+
+def test_features_add_fid_aligned_by_id(tmp_path, write_records):
+    path = write_records(RECORDS)
+    t0 = np.array([[0.0], [2.0], [4.0]])
+    t1 = np.array([[1.0], [5.0], [4.0]])
+    # file rows in a different order than the records, aligned through ids
+    order = [2, 0, 1]
+    np.savez(tmp_path / "f.npz", ids=np.array(["c", "a", "b"]), t0=t0[order], t1=t1[order], t2=t0[order], t3=t1[order])
+    metrics, _ = score_file("genception", path, features_path=tmp_path / "f.npz")
+    expected_fid1 = genception.frechet_distance(t0, t1)
+    assert metrics["fid@1"] == pytest.approx(expected_fid1)
+    assert metrics["fid@2"] == pytest.approx(0.0, abs=1e-9)
+    assert metrics["gc_fid@3"] == pytest.approx((1 * expected_fid1 + 0 + 3 * expected_fid1) / 6)
+    # category "art" is records a, b: t0 {0, 2} vs t1 {1, 5} → 6 by hand
+    assert metrics["by_category"]["art"]["fid@1"] == pytest.approx(6.0)
+    assert metrics["by_category"]["scene"]["fid@1"] is None  # one image: no covariance
+
+
+def test_features_with_wrong_iterations_rejected(tmp_path, write_records):
+    path = write_records(RECORDS)
+    np.savez(tmp_path / "f.npz", t0=np.zeros((3, 2)), t1=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="iterations"):
+        score_file("genception", path, features_path=tmp_path / "f.npz")

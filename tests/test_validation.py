@@ -1,0 +1,130 @@
+"""Bad input: every rule of the record contract gives an error naming line, id and field (issue 2, item 4)."""
+
+import json
+import math
+
+import pytest
+
+from vlgate.evaluators.records import InvalidRecordsError, parse_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.flows.cli import main
+
+GOOD_MC = {"id": "ok", "p_mc": [0.6, 0.4], "p_yes": [0.7, 0.2], "answer": 0}
+
+
+def errors_for(evaluator, lines):
+    with pytest.raises(InvalidRecordsError) as raised:
+        validate(evaluator, parse_jsonl(line if isinstance(line, str) else json.dumps(line) for line in lines))
+    return raised.value.errors
+
+
+@pytest.mark.parametrize(
+    "record, field, message",
+    [
+        ({"id": "r", "p_yes": [0.1, 0.2]}, "p_mc", "missing"),
+        ({"id": "r", "p_mc": [0.5, 0.5]}, "p_yes", "missing"),
+        ({"id": "r", "p_mc": [0.5, 0.3, 0.2], "p_yes": [0.1, 0.2]}, "p_yes", "K mismatch"),
+        ({"id": "r", "p_mc": [0.5, 1.5], "p_yes": [0.1, 0.2]}, "p_mc", "entry 1 1.5 is outside [0, 1]"),
+        ({"id": "r", "p_mc": [0.5, 0.5], "p_yes": [-0.1, 0.2]}, "p_yes", "entry 0 -0.1 is outside [0, 1]"),
+        ({"id": "r", "p_mc": [0.5, 0.5], "p_yes": ["0.1", 0.2]}, "p_yes", "is not a number"),
+        ({"id": "r", "p_mc": [0.5, 0.5], "p_yes": [0.1, 0.2], "answer": 2}, "answer", "unknown label 2"),
+        ({"id": "r", "p_mc": [0.5, 0.5], "p_yes": [0.1, 0.2], "answer": "A"}, "answer", "unknown label 'A'"),
+        ({"p_mc": [0.5, 0.5], "p_yes": [0.1, 0.2]}, "id", "missing"),
+    ],
+)
+def test_lcm_mc_rules(record, field, message):
+    errors = errors_for("lcm-mc", [GOOD_MC, record])
+    assert len(errors) == 1
+    error = errors[0]
+    assert (error.line, error.field) == (2, field)
+    assert message in error.message
+    if "id" in record:
+        assert error.record_id == "r" and "line 2 (id 'r'), field" in str(error)
+
+
+def test_nan_probability_is_a_field_error():
+    line = '{"id": "n", "p_mc": [NaN, 0.5], "p_yes": [0.1, 0.2]}'
+    (error,) = errors_for("lcm-mc", [GOOD_MC, line])
+    assert (error.line, error.record_id, error.field) == (2, "n", "p_mc") and "NaN" in error.message
+
+
+def test_non_json_and_non_object_lines():
+    errors = errors_for("lcm-mc", [GOOD_MC, "{not json", "[1, 2]", ""])
+    assert [(e.line, e.field) for e in errors] == [(2, None), (3, None)]
+    assert "not valid JSON" in errors[0].message and "expected a JSON object" in errors[1].message
+
+
+def test_duplicate_ids():
+    (error,) = errors_for("lcm-mc", [GOOD_MC, GOOD_MC])
+    assert error.line == 2 and error.field == "id" and "first on line 1" in error.message
+
+
+@pytest.mark.parametrize(
+    "evaluator, record, field, message",
+    [
+        ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]]}, "p_yes", "2x2"),
+        ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 2.0]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]]}, "p_yes", "row 1: entry 1 2.0 is outside"),
+        ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 0.4]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]], "answer": "c3"}, "answer", "unknown label 'c3'"),
+        ("vlind", {"id": 1, "concept": "c", "ck": [True], "vp": [True, False], "cb": [True, False], "lp": [[True, False]]}, "ck", "must be a pair"),
+        ("vlind", {"id": 1, "concept": "c", "ck": [True, "yes"], "vp": [True, False], "cb": [True, False], "lp": [[True, False]]}, "ck", "true, false or null"),
+        ("vlind", {"id": 1, "concept": "c", "ck": [True, False], "vp": [True, False], "cb": [True, False], "lp": []}, "lp", "non-empty"),
+        ("vlind", {"id": 1, "ck": [True, False], "vp": [True, False], "cb": [True, False], "lp": [[True, False]]}, "concept", "missing"),
+        ("genception", {"id": 1, "category": "a", "s": [0.5, 1.2, 0.1]}, "s", "entry 1 1.2 is outside [-1, 1]"),
+        ("genception", {"id": 1, "category": "a"}, "s", "missing"),
+        ("decc", {"id": 1, "direct": "A", "l1": "A"}, "v1", "missing"),
+        ("decc", {"id": 1, "direct": "A", "v1": "A", "l1": "B"}, "v2", "second round must have run"),
+        ("decc", {"id": 1, "direct": "A", "v1": "A", "l1": "B", "v2": "A"}, "l2", "both agents' answers"),
+        ("decc", {"id": 1, "direct": "A", "v1": "A", "l1": "A", "answer": ["A"]}, "answer", "must be a string answer"),
+    ],
+)
+def test_other_evaluator_rules(evaluator, record, field, message):
+    (error,) = errors_for(evaluator, [record])
+    assert error.field == field and message in error.message and error.line == 1 and error.record_id == 1
+
+
+def test_genception_differing_t_is_flagged_on_the_odd_record():
+    records = [{"id": i, "category": "a", "s": [0.5, 0.5, 0.5]} for i in range(3)] + [{"id": "odd", "category": "a", "s": [0.5, 0.5]}]
+    (error,) = errors_for("genception", records)
+    assert error.record_id == "odd" and "T=2" in error.message and "T=3" in error.message
+
+
+def test_all_bad_records_reported_not_just_the_first():
+    errors = errors_for("lcm-mc", [GOOD_MC, {"id": "a"}, "oops", {"id": "b", "p_mc": [2, 0], "p_yes": [0, 0]}])
+    assert [e.line for e in errors] == [2, 3, 4]
+
+
+def test_skip_invalid_keeps_the_rest():
+    valid = validate("lcm-mc", parse_jsonl(json.dumps(r) for r in [GOOD_MC, {"id": "bad", "p_mc": [2, 0], "p_yes": [0, 0]}, {**GOOD_MC, "id": "ok2"}]), skip_invalid=True)
+    assert [r["id"] for r in valid.records] == ["ok", "ok2"] and valid.lines == [1, 3]
+    assert len(valid.errors) == 1 and valid.arrays["p_mc"].shape == (2, 2)
+
+
+# ---- the CLI: exit status, one line per bad record, no traceback, --skip-invalid ----
+
+
+def test_cli_reports_each_bad_record_and_exits_nonzero(write_records, capsys):
+    path = write_records([GOOD_MC, {"id": "k", "p_mc": [0.5, 0.5], "p_yes": [0.1]}, "{oops", {"id": "z", "p_mc": [0.5, 0.5], "p_yes": [0.1, math.inf]}])
+    assert main(["score", "lcm-mc", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 4  # three bad records + the summary
+    assert "line 2 (id 'k'), field 'p_yes'" in lines[0]
+    assert "line 3" in lines[1] and "not valid JSON" in lines[1]
+    assert "line 4 (id 'z'), field 'p_yes'" in lines[2]
+    assert "3 invalid record(s)" in lines[3] and "Traceback" not in err
+
+
+def test_cli_skip_invalid_scores_the_rest(write_records, capsys):
+    path = write_records([GOOD_MC, {"id": "k", "p_mc": [0.5, 0.5], "p_yes": [0.1]}])
+    assert main(["score", "lcm-mc", str(path), "--skip-invalid"]) == 0
+    out, err = capsys.readouterr()
+    metrics = json.loads(out)
+    assert metrics["n"] == 1 and metrics["n_skipped"] == 1
+    assert metrics["skipped"] == [{"line": 2, "id": "k", "field": "p_yes", "error": "has 1 entries but p_mc has 2 (K mismatch)"}]
+    assert "skipped line 2 (id 'k')" in err
+
+
+def test_cli_missing_file_is_one_line(capsys, tmp_path):
+    assert main(["score", "decc", str(tmp_path / "nope.jsonl")]) == 2
+    assert capsys.readouterr().err.strip().endswith("no such file")
