@@ -35,7 +35,7 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
     """
     try:
         array = np.array(rows)
-        if array.dtype.kind in "fiu" and (width is None or array.shape[1] == width):
+        if array.dtype.kind in "fiu" and (width is None or (array.ndim == 2 and array.shape[1] == width)):
             return array.astype(np.float64, copy=False), np.zeros(len(rows), dtype=bool)
     except ValueError:  # ragged
         pass
@@ -50,9 +50,9 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
             values = np.array([], dtype=object)
         if values.dtype.kind not in "fiu":
             non_numeric[index] = True
-        elif width is not None:
+        elif width is not None and values.ndim == 1:
             array[index, : values.shape[0]] = values
-        elif values.shape == shape:
+        elif width is None and values.shape == shape:
             array[index] = values
         else:
             non_numeric[index] = True

@@ -128,3 +128,13 @@ def test_cli_skip_invalid_scores_the_rest(write_records, capsys):
 def test_cli_missing_file_is_one_line(capsys, tmp_path):
     assert main(["score", "decc", str(tmp_path / "nope.jsonl")]) == 2
     assert capsys.readouterr().err.strip().endswith("no such file")
+
+
+def test_nested_lists_where_numbers_belong():
+    (error,) = errors_for("lcm-mc", [GOOD_MC, {"id": "nest", "p_mc": [[0.5], [0.5]], "p_yes": [0.1, 0.2]}])
+    assert error.field == "p_mc" and "is not a number" in error.message
+
+
+def test_ragged_k_across_records_is_fine():
+    valid = validate("lcm-mc", parse_jsonl(json.dumps(r) for r in [GOOD_MC, {"id": 2, "p_mc": [0.2, 0.3, 0.5], "p_yes": [0.1, 0.2, 0.9], "answer": 2}]))
+    assert valid.arrays["p_mc"].shape == (2, 3) and valid.arrays["p_mc"][0, 2] == 0.0
