@@ -5,6 +5,8 @@ fewer than K options are padded with zeros on the right, which leaves every
 quantity below unchanged: a padded option has P_MC = 0 so its P_LC is 0, its
 P_YN = 0 adds 1 − 0 = 1 to the necessity minimum (a no-op) and it never counts
 as a "yes". ``answer`` is an int array with −1 where the label is unknown.
+Eq. 2 (P_MC) and Eq. 3 (P_YN) are the record's ``p_mc`` and ``p_yes`` themselves:
+the runners compute them from the model's next-token distribution.
 """
 
 from __future__ import annotations
