@@ -65,6 +65,16 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_make_world(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.world.build import build_world
+    from vlgate.home import vlgate_home
+
+    out = Path(args.out) if args.out else vlgate_home() / "world"
+    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force)
+    _print_json({"world": str(out)} | manifest)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlgate.flows.demo import run_demo
 
@@ -104,6 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     correlate.add_argument("--y", required=True, metavar="COL[,COL...]", help="the metrics to correlate with, e.g. acc,j_acc,f1")
     correlate.add_argument("--ranks", action="store_true", help="cells are value/rank: values order the models, printed ranks break ties")
     correlate.set_defaults(handler=cmd_correlate)
+
+    make_world = commands.add_parser(
+        "make-world",
+        help="build the synthetic world: data sets for every evaluator and tiny trained checkpoints",
+        description="Build (or reuse, when already built with the same size and seed) the offline synthetic world under --out.",
+    )
+    make_world.add_argument("--size", choices=("small", "medium"), default="small", help="data set sizes (small is CI-sized)")
+    make_world.add_argument("--out", help="target folder (default: $VLGATE_HOME/world)")
+    make_world.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
+    make_world.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
+    make_world.set_defaults(handler=cmd_make_world)
 
     demo = commands.add_parser(
         "demo",

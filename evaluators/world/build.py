@@ -1,0 +1,64 @@
+"""``vlgate make-world``: build (or reuse) the synthetic world under one folder (issue 3).
+
+Layout under ``out``::
+
+    data/          evaluation data sets of every evaluator (datasets.build_datasets)
+    train/         a separate, larger training split (MC and yes/no items are used)
+    checkpoints/   vlm-steps{N}/ (the version family), vit-encoder/
+    manifest.json  what was built, from which seed and size, and how long it took
+
+A second call with the same size and seed finds the manifest and returns at once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from vlgate import __version__
+from vlgate.evaluators.world.checkpoints import build_vit_encoder, build_vlm_versions
+from vlgate.evaluators.world.datasets import build_datasets
+
+#: Bump when what the builder produces changes, so cached worlds are rebuilt.
+WORLD_FORMAT = 1
+VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
+TRAIN_SIZE = "medium"
+
+
+def build_world(out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``
+    overrides the version family's training steps (tests use a tiny family)."""
+    out = Path(out)
+    manifest_path = out / "manifest.json"
+    steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
+    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps)}
+    if manifest_path.is_file() and not force:
+        manifest = json.loads(manifest_path.read_text())
+        if {k: manifest.get(k) for k in wanted} == wanted:
+            return manifest | {"cached": True}
+    if out.exists():
+        shutil.rmtree(out)
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def timed(name, fn, *args, **kwargs):
+        t = time.perf_counter()
+        result = fn(*args, **kwargs)
+        timings[name] = round(time.perf_counter() - t, 2)
+        return result
+
+    data = timed("data", build_datasets, out / "data", size, seed)
+    timed("train_split", build_datasets, out / "train", TRAIN_SIZE, seed + 1)
+    vlms = timed("vlm", build_vlm_versions, out / "train", out / "data", out / "checkpoints", steps, seed)
+    vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
+    manifest = wanted | {
+        "vlgate_version": __version__,
+        "data": {name: str(path.relative_to(out)) for name, path in data.items()},
+        "checkpoints": {"vlm": {str(steps): str(path.relative_to(out)) for steps, path in vlms.items()}, "vit_encoder": str(vit.relative_to(out))},
+        "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    return manifest | {"cached": False}

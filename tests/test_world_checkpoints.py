@@ -1,0 +1,87 @@
+"""Synthetic world checkpoints (issue 3): offline round trips, safetensors only, the make-world cache."""
+
+import json
+import os
+
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor
+
+from vlgate.evaluators.world import checkpoints as ck
+from vlgate.evaluators.world.build import build_world
+from vlgate.flows.cli import main
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3))
+
+
+def test_tokenizer_is_word_level_and_lowercases():
+    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["What color is the circle?"]))
+    ids = tokenizer("What COLOR is the circle?", add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == ["what", "color", "is", "the", "circle", "?"]
+    assert tokenizer.convert_tokens_to_ids("<unk>") not in ids
+
+
+def test_vlm_round_trips_offline_with_identical_logits(world, monkeypatch):
+    out, manifest = world
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = out / manifest["checkpoints"]["vlm"]["3"]
+    assert (path / "model.safetensors").is_file() and not list(path.glob("*.bin"))
+    model = AutoModelForImageTextToText.from_pretrained(path, use_safetensors=True).eval()
+    processor = AutoProcessor.from_pretrained(path)
+    row = json.loads((out / "data" / "mc" / "items.jsonl").read_text().splitlines()[0])
+    prompt = ck.chat_prompt(processor, ck.mc_prompt_text(row["question"], row["options"]))
+    assert prompt.startswith("USER: <image>\n") and prompt.endswith("ASSISTANT:")
+    image = Image.open(out / "data" / "mc" / row["image"]).convert("RGB")
+    inputs = processor(images=[image], text=[prompt], return_tensors="pt")
+    with torch.no_grad():
+        loaded = model(**inputs, logits_to_keep=1).logits
+    # rebuild the same model in memory from the same seed and steps: same weights, same logits
+    tokenizer = processor.tokenizer
+    fresh, fresh_processor = ck.build_vlm(tokenizer, seed=0)
+    ck.train_answer_token(fresh, fresh_processor, ck.training_examples(out / "train"), 3, seed=0)
+    with torch.no_grad():
+        rebuilt = fresh(**inputs, logits_to_keep=1).logits
+    torch.testing.assert_close(loaded, rebuilt)
+    card = json.loads((path / "vlgate_checkpoint.json").read_text())
+    assert card["train_steps"] == 3 and card["architecture"] == "LlavaForConditionalGeneration"
+
+
+def test_versions_share_initial_weights_and_differ_after_training(world):
+    out, manifest = world
+    untrained = AutoModelForImageTextToText.from_pretrained(out / manifest["checkpoints"]["vlm"]["0"])
+    trained = AutoModelForImageTextToText.from_pretrained(out / manifest["checkpoints"]["vlm"]["3"])
+    a, b = untrained.state_dict(), trained.state_dict()
+    assert a.keys() == b.keys()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_vit_encoder_round_trips_offline(world, monkeypatch):
+    out, manifest = world
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = out / manifest["checkpoints"]["vit_encoder"]
+    model = AutoModel.from_pretrained(path, use_safetensors=True).eval()
+    processor = AutoProcessor.from_pretrained(path)
+    image = Image.open(next((out / "data" / "genception" / "single").glob("*.png"))).convert("RGB")
+    with torch.no_grad():
+        cls = model(**processor(images=image, return_tensors="pt")).last_hidden_state[:, 0]
+    assert cls.shape == (1, 32) and torch.isfinite(cls).all()
+
+
+def test_make_world_reuses_a_matching_world(world, capsys):
+    out, manifest = world
+    assert manifest["cached"] is False and set(manifest["data"]) == {"mc", "yesno", "nb", "vlind", "decc", "genception"}
+    again = build_world(out, "small", seed=0, vlm_steps=(0, 3))
+    assert again["cached"] is True and again["seconds"] == manifest["seconds"]
+
+
+def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", {"small": (0,), "medium": (0,)})
+    assert main(["make-world"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["world"] == str(tmp_path / "home" / "world") and (tmp_path / "home" / "world" / "manifest.json").is_file()
