@@ -40,12 +40,11 @@ def test_vlm_round_trips_offline_with_identical_logits(world, monkeypatch):
     inputs = processor(images=[image], text=[prompt], return_tensors="pt")
     with torch.no_grad():
         loaded = model(**inputs, logits_to_keep=1).logits
-    # rebuild the same model in memory from the same seed and steps: same weights, same logits
-    tokenizer = processor.tokenizer
-    fresh, fresh_processor = ck.build_vlm(tokenizer, seed=0)
-    ck.train_answer_token(fresh, fresh_processor, ck.training_examples(out / "train"), 3, seed=0)
+    # the same seed rebuilds the same weights, hence the same logits
+    again = ck.build_vlm_versions(out / "data", out / "again", steps=(3,), seed=0)[3]
+    rebuilt_model = AutoModelForImageTextToText.from_pretrained(again).eval()
     with torch.no_grad():
-        rebuilt = fresh(**inputs, logits_to_keep=1).logits
+        rebuilt = rebuilt_model(**inputs, logits_to_keep=1).logits
     torch.testing.assert_close(loaded, rebuilt)
     card = json.loads((path / "vlgate_checkpoint.json").read_text())
     assert card["train_steps"] == 3 and card["architecture"] == "LlavaForConditionalGeneration"

@@ -3,7 +3,6 @@
 Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
-    train/         a separate, larger training split (MC and yes/no items are used)
     checkpoints/   vlm-steps{N}/ (the version family), vit-encoder/
     manifest.json  what was built, from which seed and size, and how long it took
 
@@ -23,9 +22,8 @@ from vlgate.evaluators.world.checkpoints import build_vit_encoder, build_vlm_ver
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
-WORLD_FORMAT = 1
+WORLD_FORMAT = 2
 VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
-TRAIN_SIZE = "medium"
 
 
 def build_world(out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None) -> dict[str, Any]:
@@ -51,8 +49,7 @@ def build_world(out: str | Path, size: str = "small", seed: int = 0, force: bool
         return result
 
     data = timed("data", build_datasets, out / "data", size, seed)
-    timed("train_split", build_datasets, out / "train", TRAIN_SIZE, seed + 1)
-    vlms = timed("vlm", build_vlm_versions, out / "train", out / "data", out / "checkpoints", steps, seed)
+    vlms = timed("vlm", build_vlm_versions, out / "data", out / "checkpoints", steps, seed)
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     manifest = wanted | {
         "vlgate_version": __version__,

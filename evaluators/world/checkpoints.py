@@ -5,11 +5,12 @@ no network, exactly as a real model would be loaded:
 
 - a word-level tokenizer over the world's vocabulary, with a LLaVA-1.5-style chat template;
 - a LLaVA VLM (CLIP vision tower + Llama), loadable by ``AutoModelForImageTextToText`` /
-  ``AutoProcessor``, trained for a chosen number of steps on the MC and yes/no items
-  (loss on the answer token only: the option letter, or Yes/No).
+  ``AutoProcessor``, trained on freshly drawn MC and yes/no items (loss on the
+  answer token only: the option letter, or Yes/No);
+- a ViT image encoder (random weights) for GenCeption.
 
-The version family the gate decides between comes from the number of steps
-(0 = untrained, N, 10·N).
+The version family the gate decides between is one training run saved at
+0 (untrained), N and 10·N steps.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from transformers import (
     LlavaProcessor,
     PreTrainedTokenizerFast,
 )
+
+from vlgate.evaluators.world.datasets import mc_item, yesno_item
+from vlgate.evaluators.world.scenes import render
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
 CHAT_TEMPLATE = (
@@ -156,8 +160,8 @@ def chat_prompt(processor: LlavaProcessor, text: str) -> str:
     return processor.apply_chat_template(messages, add_generation_prompt=True)
 
 
-def training_examples(data_root: Path) -> list[tuple[Path, str, str]]:
-    """(image, prompt text, answer token) from the MC and yes/no items of a built world."""
+def eval_examples(data_root: Path) -> list[tuple[Path, str, str]]:
+    """(image path, prompt text, answer token) for the MC and yes/no items of a built world."""
     examples = []
     for row in map(json.loads, (data_root / "mc" / "items.jsonl").read_text().splitlines()):
         examples.append((data_root / "mc" / row["image"], mc_prompt_text(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]))
@@ -166,31 +170,48 @@ def training_examples(data_root: Path) -> list[tuple[Path, str, str]]:
     return examples
 
 
+class TrainingStream:
+    """Fresh MC and yes/no items drawn from the world's generators: every batch is new,
+    so the model has to read the image rather than memorise a fixed split."""
+
+    def __init__(self, seed: int, image_size: int = 64, mc_fraction: float = 0.6):
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7919]))
+        self.image_size, self.mc_fraction = image_size, mc_fraction
+        self.drawn = 0
+
+    def example(self) -> tuple[Image.Image, str, str]:
+        self.drawn += 1
+        if self.rng.random() < self.mc_fraction:
+            scene, row = mc_item(self.rng, self.drawn)
+            return render(scene, self.image_size), mc_prompt_text(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]
+        scene, row = yesno_item(self.rng, self.drawn)
+        return render(scene, self.image_size), f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
+
+    def batch(self, size: int) -> list[tuple[Image.Image, str, str]]:
+        return [self.example() for _ in range(size)]
+
+
 def train_answer_token(
     model: LlavaForConditionalGeneration,
     processor: LlavaProcessor,
-    examples: list[tuple[Path, str, str]],
+    stream: TrainingStream,
     steps: int,
-    batch_size: int = 16,
-    learning_rate: float = 3e-3,
+    batch_size: int = 32,
+    learning_rate: float = 1e-3,
     seed: int = 0,
 ) -> list[float]:
     """Train on the answer token only (cross-entropy at the last prompt position); returns the losses."""
     if steps == 0:
         return []
-    generator = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    images = {path: Image.open(path).convert("RGB") for path, _, _ in examples}
-    prompts = [chat_prompt(processor, text) for _, text, _ in examples]
-    targets = torch.tensor([processor.tokenizer.convert_tokens_to_ids(answer.lower()) for _, _, answer in examples])
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()
     losses = []
     for _ in range(steps):
-        batch = generator.choice(len(examples), size=min(batch_size, len(examples)), replace=False)
-        inputs = processor(images=[images[examples[i][0]] for i in batch], text=[prompts[i] for i in batch], return_tensors="pt", padding=True)
-        logits = model(**inputs, logits_to_keep=1).logits[:, -1, :]
-        loss = torch.nn.functional.cross_entropy(logits, targets[batch])
+        batch = stream.batch(batch_size)
+        inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
+        targets = torch.tensor([processor.tokenizer.convert_tokens_to_ids(answer.lower()) for _, _, answer in batch])
+        loss = torch.nn.functional.cross_entropy(model(**inputs, logits_to_keep=1).logits[:, -1, :], targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -208,31 +229,31 @@ def save_checkpoint(model: Any, processor: Any, out: Path, metadata: dict[str, A
     return out
 
 
-def build_vlm_versions(train_root: Path, eval_root: Path, out: Path, steps: tuple[int, ...] = (0, 60, 600), seed: int = 0) -> dict[int, Path]:
-    """The VLM family: one checkpoint per number of training steps, same initial weights.
+def build_vlm_versions(eval_root: Path, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
+    """The VLM family: one model trained once on a fresh-item stream, saved at each step count.
 
-    Trained on a separate training split (``train_root``); the vocabulary also
-    covers every text of the evaluation data sets (``eval_root``).
+    The vocabulary covers every text of the evaluation data sets and of a sample
+    of the training stream (same words: both come from the same generators).
     """
-    examples = training_examples(train_root)
-    texts = [text for _, text, _ in examples]
-    for path in sorted(eval_root.rglob("*.jsonl")):
-        texts.extend(path.read_text().split("\n"))
+    texts = [line for path in sorted(eval_root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
+    texts += [text for _, text, _ in TrainingStream(seed).batch(256)]
     tokenizer = build_tokenizer(world_vocabulary(texts))
-    paths = {}
-    for n_steps in steps:
-        model, processor = build_vlm(tokenizer, seed=seed)
-        started = time.perf_counter()
-        losses = train_answer_token(model, processor, examples, n_steps, seed=seed)
+    model, processor = build_vlm(tokenizer, seed=seed)
+    stream = TrainingStream(seed)
+    paths, done, losses, started = {}, 0, [], time.perf_counter()
+    for target in sorted(steps):
+        losses += train_answer_token(model, processor, stream, target - done, seed=seed + done)
+        done = target
         metadata = {
             "kind": "vlm",
             "architecture": "LlavaForConditionalGeneration",
-            "train_steps": n_steps,
+            "train_steps": done,
+            "train_examples": stream.drawn,
             "seed": seed,
-            "final_loss": float(np.mean(losses[-10:])) if losses else None,
+            "final_loss": float(np.mean(losses[-20:])) if losses else None,
             "train_seconds": round(time.perf_counter() - started, 2),
         }
-        paths[n_steps] = save_checkpoint(model, processor, out / f"vlm-steps{n_steps}", metadata)
+        paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", metadata)
     return paths
 
 

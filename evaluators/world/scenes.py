@@ -89,6 +89,12 @@ def render(scene: Scene, size: int = 64) -> Image.Image:
             draw.rectangle((0, size * 0.75, size, size), fill=COLORS[prop[1]])
         elif prop[0] == "sun":
             _draw_shape(draw, prop[2], (size * 0.62, size * 0.06, size * 0.92, size * 0.36), COLORS[prop[1]])
+    if len(scene.shapes) == 1 and not scene.props:
+        # a lone shape is drawn large: at tiny vision-tower resolutions a one-cell
+        # shape is ~5% of the pixels, too faint a signal to learn from quickly
+        shape = scene.shapes[0]
+        _draw_shape(draw, shape.kind, (size * 0.15, size * 0.15, size * 0.85, size * 0.85), COLORS[shape.color])
+        return image
     for shape in scene.shapes:
         _draw_shape(draw, shape.kind, _cell_box(shape.cell, size), COLORS[shape.color])
     return image
