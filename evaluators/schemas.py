@@ -39,8 +39,13 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
             return array.astype(np.float64, copy=False), np.zeros(len(rows), dtype=bool)
     except ValueError:  # ragged
         pass
-    first = np.array(rows[0]) if rows else np.zeros(0)
-    shape = (width,) if width is not None else first.shape
+    if width is not None:
+        shape = (width,)
+    else:  # every row should have the first row's shape; a ragged first row is judged by its length
+        try:
+            shape = np.array(rows[0]).shape
+        except ValueError:
+            shape = (len(rows[0]),)
     array = np.zeros((len(rows), *shape))
     non_numeric = np.zeros(len(rows), dtype=bool)
     for index, row in enumerate(rows):

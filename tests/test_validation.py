@@ -138,3 +138,9 @@ def test_nested_lists_where_numbers_belong():
 def test_ragged_k_across_records_is_fine():
     valid = validate("lcm-mc", parse_jsonl(json.dumps(r) for r in [GOOD_MC, {"id": 2, "p_mc": [0.2, 0.3, 0.5], "p_yes": [0.1, 0.2, 0.9], "answer": 2}]))
     assert valid.arrays["p_mc"].shape == (2, 3) and valid.arrays["p_mc"][0, 2] == 0.0
+
+
+def test_ragged_nested_similarities_are_a_field_error():
+    records = [{"id": 1, "category": "a", "s": [[0.1, 0.2], [0.3]]}, {"id": 2, "category": "a", "s": [0.5, 0.5]}]
+    (error,) = errors_for("genception", records)
+    assert error.record_id == 1 and error.field == "s" and "is not a number" in error.message

@@ -1,7 +1,6 @@
 """Synthetic world checkpoints (issue 3): offline round trips, safetensors only, the make-world cache."""
 
 import json
-import os
 
 import pytest
 import torch
