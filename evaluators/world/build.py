@@ -3,7 +3,7 @@
 Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
-    checkpoints/   vlm-steps{N}/ (the version family), vit-encoder/
+    checkpoints/   vlm-steps{N}/ (the version family), llm-agent/ (DeCC's LLM), vit-encoder/
     manifest.json  what was built, from which seed and size, and how long it took
 
 A second call with the same size and seed finds the manifest and returns at once.
@@ -18,21 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from vlgate import __version__
-from vlgate.evaluators.world.checkpoints import build_vit_encoder, build_vlm_versions
+from vlgate.evaluators.world.checkpoints import build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
-WORLD_FORMAT = 2
+WORLD_FORMAT = 3
 VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
+LLM_STEPS = 300
 
 
-def build_world(out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None) -> dict[str, Any]:
+def build_world(
+    out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None, llm_steps: int = LLM_STEPS
+) -> dict[str, Any]:
     """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``
-    overrides the version family's training steps (tests use a tiny family)."""
+    and ``llm_steps`` override the training lengths (tests use tiny ones)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
-    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps)}
+    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps), "llm_steps": llm_steps}
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
@@ -49,12 +52,18 @@ def build_world(out: str | Path, size: str = "small", seed: int = 0, force: bool
         return result
 
     data = timed("data", build_datasets, out / "data", size, seed)
-    vlms = timed("vlm", build_vlm_versions, out / "data", out / "checkpoints", steps, seed)
+    tokenizer = world_tokenizer(out / "data", seed)
+    vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed)
+    llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed)
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     manifest = wanted | {
         "vlgate_version": __version__,
         "data": {name: str(path.relative_to(out)) for name, path in data.items()},
-        "checkpoints": {"vlm": {str(steps): str(path.relative_to(out)) for steps, path in vlms.items()}, "vit_encoder": str(vit.relative_to(out))},
+        "checkpoints": {
+            "vlm": {str(n): str(path.relative_to(out)) for n, path in vlms.items()},
+            "llm_agent": str(llm.relative_to(out)),
+            "vit_encoder": str(vit.relative_to(out)),
+        },
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }
     manifest_path.write_text(json.dumps(manifest, indent=2))

@@ -36,7 +36,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from vlgate.evaluators.world.datasets import mc_item, yesno_item
+from vlgate.evaluators.world.datasets import decc_item, mc_item, yesno_item
 from vlgate.evaluators.world.scenes import render
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
@@ -229,15 +229,18 @@ def save_checkpoint(model: Any, processor: Any, out: Path, metadata: dict[str, A
     return out
 
 
-def build_vlm_versions(eval_root: Path, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
-    """The VLM family: one model trained once on a fresh-item stream, saved at each step count.
-
-    The vocabulary covers every text of the evaluation data sets and of a sample
-    of the training stream (same words: both come from the same generators).
-    """
+def world_tokenizer(eval_root: Path, seed: int = 0) -> PreTrainedTokenizerFast:
+    """The tokenizer shared by the world's VLM and LLM: every word of the evaluation data
+    sets and of samples of both training streams (all come from the same generators)."""
     texts = [line for path in sorted(eval_root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
     texts += [text for _, text, _ in TrainingStream(seed).batch(256)]
-    tokenizer = build_tokenizer(world_vocabulary(texts))
+    reasoning = ReasoningStream(seed)
+    texts += [reasoning.example()[0] for _ in range(64)]
+    return build_tokenizer(world_vocabulary(texts))
+
+
+def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
+    """The VLM family: one model trained once on a fresh-item stream, saved at each step count."""
     model, processor = build_vlm(tokenizer, seed=seed)
     stream = TrainingStream(seed)
     paths, done, losses, started = {}, 0, [], time.perf_counter()
@@ -266,3 +269,68 @@ def build_vit_encoder(out: Path, image_size: int = 32, seed: int = 0) -> Path:
     model = ViTModel(config, add_pooling_layer=False)
     processor = ViTImageProcessor(size={"height": image_size, "width": image_size})
     return save_checkpoint(model, processor, out, {"kind": "image-encoder", "architecture": "ViTModel", "train_steps": 0, "seed": seed})
+
+
+def reasoning_prompt_text(sub_questions: list[str], sub_answers: list[str], question: str) -> str:
+    """What DeCC's LLM agent reads: the sub-QA pairs, then the original question (text only)."""
+    pairs = " ".join(f"Q: {q} A: {a}." for q, a in zip(sub_questions, sub_answers))
+    return f"Sub-questions and answers: {pairs} Question: {question} {YES_NO_INSTRUCTION}"
+
+
+class ReasoningStream:
+    """Fresh DeCC-style reasoning items (two counts → compare) for the text-only LLM agent."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 104729]))
+        self.drawn = 0
+
+    def example(self) -> tuple[str, str]:
+        self.drawn += 1
+        _, row = decc_item(self.rng, self.drawn)
+        return reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"]), row["answer"].capitalize()
+
+
+def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, seed: int = 0, batch_size: int = 32, learning_rate: float = 1e-3) -> Path:
+    """A tiny Llama (text only, ``AutoModelForCausalLM``) sharing the VLM's tokenizer, trained
+    on the answer token of reasoning items; DeCC's LLM agent in the synthetic world."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    stream = ReasoningStream(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    template = lambda text: tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)  # noqa: E731
+    losses, started = [], time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        batch = [stream.example() for _ in range(batch_size)]
+        inputs = tokenizer([template(text) for text, _ in batch], return_tensors="pt", padding=True)
+        targets = torch.tensor([tokenizer.convert_tokens_to_ids(answer.lower()) for _, answer in batch])
+        loss = torch.nn.functional.cross_entropy(model(**inputs, logits_to_keep=1).logits[:, -1, :], targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    metadata = {
+        "kind": "llm",
+        "architecture": "LlamaForCausalLM",
+        "train_steps": steps,
+        "train_examples": stream.drawn,
+        "seed": seed,
+        "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "train_seconds": round(time.perf_counter() - started, 2),
+    }
+    return save_checkpoint(model, tokenizer, out, metadata)
