@@ -51,6 +51,8 @@ CHAT_TEMPLATE = (
 )
 MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 YES_NO_INSTRUCTION = "Please answer yes or no."
+BATCH_SIZE = 32
+LEARNING_RATE = 1e-3
 OPTION_LETTERS = "ABCDEFGH"
 #: Words the prompts of the evaluators use beyond the data sets' own text.
 PROMPT_WORDS = (
@@ -191,26 +193,14 @@ class TrainingStream:
         return [self.example() for _ in range(size)]
 
 
-def train_answer_token(
-    model: LlavaForConditionalGeneration,
-    processor: LlavaProcessor,
-    stream: TrainingStream,
-    steps: int,
-    batch_size: int = 32,
-    learning_rate: float = 1e-3,
-    seed: int = 0,
-) -> list[float]:
-    """Train on the answer token only (cross-entropy at the last prompt position); returns the losses."""
-    if steps == 0:
-        return []
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+def train_last_token(model: torch.nn.Module, next_batch, steps: int, optimizer: torch.optim.Optimizer) -> list[float]:
+    """Train on the answer token only: cross-entropy of the logits at the last prompt
+    position (``logits_to_keep=1``) against the answer's token id. ``next_batch()``
+    returns (model inputs, target ids); returns the losses."""
     model.train()
     losses = []
     for _ in range(steps):
-        batch = stream.batch(batch_size)
-        inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
-        targets = torch.tensor([processor.tokenizer.convert_tokens_to_ids(answer.lower()) for _, _, answer in batch])
+        inputs, targets = next_batch()
         loss = torch.nn.functional.cross_entropy(model(**inputs, logits_to_keep=1).logits[:, -1, :], targets)
         optimizer.zero_grad()
         loss.backward()
@@ -218,6 +208,10 @@ def train_answer_token(
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def answer_ids(tokenizer: PreTrainedTokenizerFast, answers: list[str]) -> torch.Tensor:
+    return torch.tensor([tokenizer.convert_tokens_to_ids(answer.lower()) for answer in answers])
 
 
 def save_checkpoint(model: Any, processor: Any, out: Path, metadata: dict[str, Any]) -> Path:
@@ -243,9 +237,16 @@ def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tup
     """The VLM family: one model trained once on a fresh-item stream, saved at each step count."""
     model, processor = build_vlm(tokenizer, seed=seed)
     stream = TrainingStream(seed)
+
+    def next_batch():
+        batch = stream.batch(BATCH_SIZE)
+        inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
+        return inputs, answer_ids(tokenizer, [answer for _, _, answer in batch])
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     paths, done, losses, started = {}, 0, [], time.perf_counter()
     for target in sorted(steps):
-        losses += train_answer_token(model, processor, stream, target - done, seed=seed + done)
+        losses += train_last_token(model, next_batch, target - done, optimizer)
         done = target
         metadata = {
             "kind": "vlm",
@@ -290,7 +291,7 @@ class ReasoningStream:
         return reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"]), row["answer"].capitalize()
 
 
-def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, seed: int = 0, batch_size: int = 32, learning_rate: float = 1e-3) -> Path:
+def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, seed: int = 0) -> Path:
     """A tiny Llama (text only, ``AutoModelForCausalLM``) sharing the VLM's tokenizer, trained
     on the answer token of reasoning items; DeCC's LLM agent in the synthetic world."""
     from transformers import LlamaForCausalLM
@@ -310,20 +311,14 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
     )
     model = LlamaForCausalLM(config)
     stream = ReasoningStream(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     template = lambda text: tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)  # noqa: E731
-    losses, started = [], time.perf_counter()
-    model.train()
-    for _ in range(steps):
-        batch = [stream.example() for _ in range(batch_size)]
-        inputs = tokenizer([template(text) for text, _ in batch], return_tensors="pt", padding=True)
-        targets = torch.tensor([tokenizer.convert_tokens_to_ids(answer.lower()) for _, answer in batch])
-        loss = torch.nn.functional.cross_entropy(model(**inputs, logits_to_keep=1).logits[:, -1, :], targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
+
+    def next_batch():
+        batch = [stream.example() for _ in range(BATCH_SIZE)]
+        return tokenizer([template(text) for text, _ in batch], return_tensors="pt", padding=True), answer_ids(tokenizer, [answer for _, answer in batch])
+
+    started = time.perf_counter()
+    losses = train_last_token(model, next_batch, steps, torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0))
     metadata = {
         "kind": "llm",
         "architecture": "LlamaForCausalLM",
