@@ -80,7 +80,7 @@ def test_make_world_reuses_a_matching_world(world, capsys):
 def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", {"small": (0,), "medium": (0,)})
-    monkeypatch.setattr("vlgate.evaluators.world.build.build_llm", lambda tokenizer, out, steps, seed: ck.build_llm(tokenizer, out, 0, seed))
+    monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
     assert main(["make-world"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["world"] == str(tmp_path / "home" / "world") and (tmp_path / "home" / "world" / "manifest.json").is_file()

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from vlgate import __version__
-from vlgate.evaluators.world.checkpoints import build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
@@ -28,18 +27,22 @@ LLM_STEPS = 300
 
 
 def build_world(
-    out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None, llm_steps: int = LLM_STEPS
+    out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None, llm_steps: int | None = None
 ) -> dict[str, Any]:
     """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``
     and ``llm_steps`` override the training lengths (tests use tiny ones)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
+    llm_steps = LLM_STEPS if llm_steps is None else llm_steps
     wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps), "llm_steps": llm_steps}
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
             return manifest | {"cached": True}
+    # torch and transformers load only when something has to be built: a cached call stays fast
+    from vlgate.evaluators.world.checkpoints import build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
+
     if out.exists():
         shutil.rmtree(out)
     started = time.perf_counter()
