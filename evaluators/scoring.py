@@ -79,29 +79,33 @@ def load_features(path: str | Path, n_records: int, ids: list[Any] | None = None
 
 def score(valid: ValidRecords, by: str | None = None, features: list[np.ndarray] | None = None) -> dict[str, Any]:
     """Set-level metrics of the records, with a per-group breakdown and, for GenCeption, FID."""
-    if not valid.records:
-        return {"n": 0}
-    samples = per_sample_frame(valid)
+    metrics: dict[str, Any] = _metrics(valid, by, features) if valid.records else {"n": 0}
+    if valid.errors:
+        metrics["n_skipped"] = len({error.line for error in valid.errors})
+    return metrics
+
+
+def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | None) -> dict[str, Any]:
+    samples = per_sample_frame(valid).drop(columns="id")
     aggregate = AGGREGATES[valid.evaluator]
-    metrics: dict[str, Any] = aggregate(samples.drop(columns="id"))
+    metrics: dict[str, Any] = aggregate(samples)
     if features is not None:
         if valid.evaluator != "genception":
             raise ValueError("--features applies to the genception evaluator only")
-        if len(features) != samples.shape[1] - 1:  # id, gc, s@1..s@T
-            raise ValueError(f"features hold {len(features) - 1} iterations but the records have T={samples.shape[1] - 2}")
+        n_iterations = samples.shape[1] - 1  # gc, s@1..s@T
+        if len(features) != n_iterations + 1:
+            raise ValueError(f"features hold {len(features) - 1} iterations but the records have T={n_iterations}")
         metrics.update(genception.fid_metrics(features))
     group_field = by or SCHEMAS[valid.evaluator].default_group_field
     keys = pd.Series(valid.column(group_field), dtype=object) if group_field else None
     if keys is not None and (by or keys.notna().any()):
-        frame = samples.drop(columns="id")
-        breakdown = by_group(frame, keys, aggregate)
+        breakdown = by_group(samples, keys, aggregate)
         if features is not None:
+            labels = keys.fillna("<none>").astype(str).to_numpy()
             for key, group in breakdown.items():
-                rows = np.flatnonzero(keys.fillna("<none>").astype(str).to_numpy() == key)
+                rows = np.flatnonzero(labels == key)
                 group.update(genception.fid_metrics([array[rows] for array in features]))
         metrics[f"by_{group_field}"] = breakdown
-    if valid.errors:
-        metrics["n_skipped"] = len({error.line for error in valid.errors})
     return metrics
 
 

@@ -144,3 +144,10 @@ def test_ragged_nested_similarities_are_a_field_error():
     records = [{"id": 1, "category": "a", "s": [[0.1, 0.2], [0.3]]}, {"id": 2, "category": "a", "s": [0.5, 0.5]}]
     (error,) = errors_for("genception", records)
     assert error.record_id == 1 and error.field == "s" and "is not a number" in error.message
+
+
+def test_cli_skip_invalid_with_nothing_left(write_records, capsys):
+    path = write_records([{"id": "k", "p_mc": [0.5, 0.5], "p_yes": [0.1]}])
+    assert main(["score", "lcm-mc", str(path), "--skip-invalid"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["n"] == 0 and metrics["n_skipped"] == 1 and "lcm" not in metrics
