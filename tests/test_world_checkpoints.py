@@ -97,7 +97,7 @@ def test_llm_agent_round_trips_and_shares_the_tokenizer(world, monkeypatch):
     vlm_tokenizer = AutoProcessor.from_pretrained(out / manifest["checkpoints"]["vlm"]["0"]).tokenizer
     assert tokenizer.get_vocab() == vlm_tokenizer.get_vocab()
     text = ck.reasoning_prompt_text(["How many red shapes are there?"], ["2"], "Are there more red shapes than blue shapes?")
-    inputs = tokenizer([tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)], return_tensors="pt")
+    inputs = tokenizer([ck.text_chat_prompt(tokenizer, text)], return_tensors="pt")
     assert tokenizer.unk_token_id not in inputs["input_ids"][0].tolist()
     with torch.no_grad():
         assert model(**inputs, logits_to_keep=1).logits.shape == (1, 1, len(tokenizer))
@@ -115,10 +115,7 @@ def test_trained_llm_agent_reasons_over_sub_answers(tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     rows = [json.loads(line) for line in data["decc"].read_text().splitlines()]
-    prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": ck.reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])}]}], add_generation_prompt=True, tokenize=False)
-        for r in rows
-    ]
+    prompts = [ck.text_chat_prompt(tokenizer, ck.reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])) for r in rows]
     with torch.no_grad():
         logits = model(**tokenizer(prompts, return_tensors="pt", padding=True), logits_to_keep=1).logits[:, -1, :]
     yes_no = [tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")]

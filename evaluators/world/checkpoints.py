@@ -162,6 +162,11 @@ def chat_prompt(processor: LlavaProcessor, text: str) -> str:
     return processor.apply_chat_template(messages, add_generation_prompt=True)
 
 
+def text_chat_prompt(tokenizer: PreTrainedTokenizerFast, text: str) -> str:
+    """The same chat template without an image, for the text-only LLM agent."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)
+
+
 def eval_examples(data_root: Path) -> list[tuple[Path, str, str]]:
     """(image path, prompt text, answer token) for the MC and yes/no items of a built world."""
     examples = []
@@ -214,6 +219,19 @@ def answer_ids(tokenizer: PreTrainedTokenizerFast, answers: list[str]) -> torch.
     return torch.tensor([tokenizer.convert_tokens_to_ids(answer.lower()) for answer in answers])
 
 
+def training_card(kind: str, architecture: str, steps: int, examples: int, seed: int, losses: list[float], started: float) -> dict[str, Any]:
+    """What ``vlgate_checkpoint.json`` records about how a checkpoint was trained."""
+    return {
+        "kind": kind,
+        "architecture": architecture,
+        "train_steps": steps,
+        "train_examples": examples,
+        "seed": seed,
+        "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "train_seconds": round(time.perf_counter() - started, 2),
+    }
+
+
 def save_checkpoint(model: Any, processor: Any, out: Path, metadata: dict[str, Any]) -> Path:
     """safetensors weights + processor files + a vlgate card describing how it was built."""
     out.mkdir(parents=True, exist_ok=True)
@@ -248,16 +266,8 @@ def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tup
     for target in sorted(steps):
         losses += train_last_token(model, next_batch, target - done, optimizer)
         done = target
-        metadata = {
-            "kind": "vlm",
-            "architecture": "LlavaForConditionalGeneration",
-            "train_steps": done,
-            "train_examples": stream.drawn,
-            "seed": seed,
-            "final_loss": float(np.mean(losses[-20:])) if losses else None,
-            "train_seconds": round(time.perf_counter() - started, 2),
-        }
-        paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", metadata)
+        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started)
+        paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", card)
     return paths
 
 
@@ -311,21 +321,10 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
     )
     model = LlamaForCausalLM(config)
     stream = ReasoningStream(seed)
-    template = lambda text: tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)  # noqa: E731
-
     def next_batch():
         batch = [stream.example() for _ in range(BATCH_SIZE)]
-        return tokenizer([template(text) for text, _ in batch], return_tensors="pt", padding=True), answer_ids(tokenizer, [answer for _, answer in batch])
+        return tokenizer([text_chat_prompt(tokenizer, text) for text, _ in batch], return_tensors="pt", padding=True), answer_ids(tokenizer, [answer for _, answer in batch])
 
     started = time.perf_counter()
     losses = train_last_token(model, next_batch, steps, torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0))
-    metadata = {
-        "kind": "llm",
-        "architecture": "LlamaForCausalLM",
-        "train_steps": steps,
-        "train_examples": stream.drawn,
-        "seed": seed,
-        "final_loss": float(np.mean(losses[-20:])) if losses else None,
-        "train_seconds": round(time.perf_counter() - started, 2),
-    }
-    return save_checkpoint(model, tokenizer, out, metadata)
+    return save_checkpoint(model, tokenizer, out, training_card("llm", "LlamaForCausalLM", steps, stream.drawn, seed, losses, started))
