@@ -94,13 +94,6 @@ def read_jsonl(path: str | Path) -> ParsedLines:
         return parse_jsonl(handle)
 
 
-def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write records as JSON Lines (standard json, so NaN stays visible as NaN rather than null)."""
-    with open(path, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-
 # ---- field checks shared by the schemas: each returns an error message or None ----
 
 
