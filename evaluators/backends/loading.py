@@ -1,0 +1,128 @@
+"""Where a model comes from and whether it may be loaded (issue 4).
+
+A model reference is one of:
+
+- a local folder (``/models/llava`` or ``./vlgate-data/world/checkpoints/vlm-steps1000``);
+- an MLflow artifact URI (``models:/NAME/VERSION``, ``models:/NAME@ALIAS``, ``runs:/RUN/PATH``,
+  ``mlflow-artifacts:/...``), downloaded once into the cache;
+- a Hugging Face Hub id (``org/name``), fetched with ``snapshot_download`` (which honours
+  ``HF_HUB_OFFLINE=1`` and the local HF cache).
+
+Untrusted checkpoints never run code: before anything is handed to ``from_pretrained``,
+:func:`check_checkpoint` refuses folders whose config asks for remote code (``auto_map``)
+and folders whose weights exist only as pickles (``.bin``/``.pt``/``.pth``/``.ckpt``),
+unless a :class:`LoadPolicy` says otherwise. The loaders then pass
+``trust_remote_code=policy.trust_remote_code`` and ``use_safetensors=not policy.allow_pickle``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from vlgate.evaluators.backends.base import BackendError
+
+MLFLOW_SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+#: Files whose bytes define the model's behaviour: weights, configs, tokenizer and processor files.
+DIGESTED_SUFFIXES = (".safetensors", ".json", ".model", ".txt", ".jinja") + PICKLE_SUFFIXES
+
+
+class LoadPolicy(BaseModel):
+    """What a checkpoint may do when loaded. The defaults are the safe ones; loosening them
+    is an explicit, recorded choice (it is part of the run's parameters)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+
+
+def resolve_model(reference: str | Path, cache_dir: Path | None = None, policy: LoadPolicy = LoadPolicy()) -> Path:
+    """A local folder holding the referenced model (downloaded into ``cache_dir`` if remote)."""
+    text = str(reference)
+    if text.startswith(MLFLOW_SCHEMES):
+        import mlflow
+
+        target = (cache_dir or Path.cwd() / ".vlgate-model-cache") / hashlib.sha256(text.encode()).hexdigest()[:16]
+        if not (target / ".complete").is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=str(target)))
+            except Exception as error:  # mlflow raises several types for a missing model/version
+                raise BackendError(f"model {text!r}: could not download its artifacts from MLflow: {error}") from error
+            (target / ".complete").write_text(str(local.relative_to(target)))
+        return _checkpoint_root(target / (target / ".complete").read_text())
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise BackendError(f"model {text!r}: is a file; expected a checkpoint folder")
+        return _checkpoint_root(path)
+    if text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise BackendError(f"model {text!r}: no such folder, and not a Hugging Face id (org/name) or an MLflow URI")
+    from huggingface_hub import snapshot_download
+
+    ignore = None if policy.allow_pickle else [f"*{suffix}" for suffix in PICKLE_SUFFIXES]
+    try:
+        return Path(snapshot_download(text, cache_dir=cache_dir, ignore_patterns=ignore))
+    except Exception as error:
+        raise BackendError(f"model {text!r}: not found locally and could not be fetched from the Hugging Face Hub: {error}") from error
+
+
+def _checkpoint_root(path: Path) -> Path:
+    """The folder with the config: an MLflow transformers flavour nests it (``model/`` or
+    ``components/``); a plain folder is its own root."""
+    if (path / "config.json").is_file() or (path / "model_index.json").is_file():
+        return path
+    candidates = sorted({p.parent for name in ("config.json", "model_index.json") for p in path.rglob(name)}, key=lambda p: len(p.parts))
+    return candidates[0] if candidates else path
+
+
+def check_checkpoint(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
+    """Refuse a checkpoint that would run code or unpickle weights under ``policy``."""
+    configs = [path / "config.json"] + sorted(path.glob("*/config.json"))
+    for config_path in configs:
+        if not config_path.is_file():
+            continue
+        try:
+            config = json.loads(config_path.read_text())
+        except ValueError as error:
+            raise BackendError(f"checkpoint {path}: {config_path.name} is not valid JSON ({error})") from error
+        if "auto_map" in config and not policy.trust_remote_code:
+            raise BackendError(
+                f"checkpoint {path}: {config_path.relative_to(path)} needs remote code (auto_map: {sorted(config['auto_map'])}); "
+                "vlgate does not run a checkpoint's code unless the load policy sets trust_remote_code: true"
+            )
+    files = [p for p in path.rglob("*") if p.is_file()]
+    has_safetensors = any(p.suffix == ".safetensors" for p in files)
+    pickles = [p for p in files if p.suffix in PICKLE_SUFFIXES and p.name != "training_args.bin"]
+    if pickles and not has_safetensors and not policy.allow_pickle:
+        names = ", ".join(str(p.relative_to(path)) for p in pickles[:3])
+        raise BackendError(
+            f"checkpoint {path}: weights are pickles only ({names}); loading a pickle can run arbitrary code. "
+            "Convert to safetensors, or set allow_pickle: true in the load policy for a checkpoint you trust"
+        )
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def model_digest(path: Path) -> str:
+    """sha256 over the (relative name, content) of every file that defines the model —
+    the same weights give the same digest wherever they are stored."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in DIGESTED_SUFFIXES and p.name != "vlgate_checkpoint.json")
+    stat = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    key = (str(path.resolve()), hash(tuple(stat)), len(stat))
+    if key not in _DIGESTS:
+        total = hashlib.sha256()
+        for file in files:
+            total.update(str(file.relative_to(path)).encode() + b"\0")
+            with open(file, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    total.update(chunk)
+        _DIGESTS[key] = "sha256:" + total.hexdigest()
+    return _DIGESTS[key]

@@ -1,0 +1,121 @@
+"""The items the runners consume, one dataclass per evaluator (issue 4).
+
+Loaders (one module per format, local files only) turn a data set on disk into a
+:class:`LoadedDataset`: the items that could be read, and one :class:`ItemError` per
+item that could not (missing or corrupt image, missing field) — a bad item never stops
+the others. Image fields hold paths; :func:`open_image` reads one and turns any failure
+into an :class:`ItemError` naming the item and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from PIL import Image, UnidentifiedImageError
+
+
+@dataclass(frozen=True)
+class McItem:
+    """VL-LCM on multiple-choice VQA (SPEC §2.1): one image, a question, K options."""
+
+    id: str
+    image: Path
+    question: str
+    options: tuple[str, ...]
+    answer: int | None = None
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class NbUnit:
+    """VL-LCM on NaturalBench format (SPEC §2.2): images (V1, V2), texts (T1, T2).
+    ``text_kind`` is "question" (NaturalBench's yes/no questions) or "statement"."""
+
+    id: str
+    images: tuple[Path, Path]
+    texts: tuple[str, str]
+    answer: str | None = None  # "c1" | "c2"
+    category: str | None = None
+    text_kind: str = "question"
+
+
+@dataclass(frozen=True)
+class VlindItem:
+    """VLind-Bench (SPEC §2.3): s_cf is ``true_statement``, s_fact is ``false_statement``."""
+
+    id: str
+    concept: str
+    context: str
+    true_statement: str
+    false_statement: str
+    existent_noun: str
+    non_existent_noun: str
+    factual_image: Path
+    counterfactual_images: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class GenceptionItem:
+    """GenCeption (SPEC §2.4): one seed image X⁽⁰⁾ of a category."""
+
+    id: str
+    category: str
+    image: Path
+
+
+@dataclass(frozen=True)
+class DeccItem:
+    """DeCC (SPEC §2.5): a question about an image, its options if multiple-choice,
+    and optionally a reference decomposition (sub-questions) to use instead of the decomposer's."""
+
+    id: str
+    image: Path
+    question: str
+    options: tuple[str, ...] | None = None
+    answer: str | None = None
+    sub_questions: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """One item that could not be loaded: where it came from and why."""
+
+    source: str  # file (and line) or folder the item came from
+    item_id: str | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source + (f" (id {self.item_id!r})" if self.item_id is not None else "")
+        return f"{where}, field {self.field!r}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class ItemLoadError(ValueError):
+    def __init__(self, error: ItemError):
+        super().__init__(str(error))
+        self.error = error
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class LoadedDataset(Generic[T]):
+    evaluator: str
+    items: list[T]
+    errors: list[ItemError] = field(default_factory=list)
+    source: str = ""
+
+
+def open_image(path: Path, item_id: str, field_name: str, source: str = "") -> Image.Image:
+    """Read an image as RGB; a missing, unreadable or corrupt file raises :class:`ItemLoadError`."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise ItemLoadError(ItemError(source or str(path), item_id, field_name, f"image file not found: {path}")) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise ItemLoadError(ItemError(source or str(path), item_id, field_name, f"image {path} cannot be read ({error})")) from None
