@@ -75,6 +75,29 @@ def cmd_make_world(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.backends.base import BackendError
+    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.home import vlgate_home
+
+    try:
+        suite = Suite.from_file(args.suite)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        summary = run_suite(args.model, suite, Path(args.out), progress=not args.quiet, cache_dir=vlgate_home() / "model-cache")
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
+    failed = {name: entry["error"] for name, entry in summary["evaluators"].items() if "error" in entry}
+    for name, entry in summary["evaluators"].items():
+        for error in entry.get("item_errors", []):
+            print(f"{name}: skipped {error}", file=sys.stderr)
+    for name, message in failed.items():
+        print(f"vlgate evaluate: {name} failed: {message} (records computed so far are kept; rerun to resume)", file=sys.stderr)
+    _print_json({name: entry.get("metrics", {"error": entry.get("error")}) for name, entry in summary["evaluators"].items()})
+    return 1 if failed else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlgate.flows.demo import run_demo
 
@@ -125,6 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     make_world.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
     make_world.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
     make_world.set_defaults(handler=cmd_make_world)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="run a suite's evaluators on a model; write per-sample records and metrics",
+        description=(
+            "Run every evaluator of SUITE.yaml on model M (a local folder, an HF id, or an MLflow URI such as models:/NAME/1) "
+            "and write DIR/EVALUATOR/{records.jsonl,metrics.json,errors.jsonl} and DIR/summary.json. Records are written as "
+            "they complete and keyed by fingerprint, so an interrupted run resumes where it stopped."
+        ),
+    )
+    evaluate.add_argument("--model", required=True, metavar="M")
+    evaluate.add_argument("--suite", required=True, metavar="SUITE.yaml")
+    evaluate.add_argument("--out", required=True, metavar="DIR")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
+    evaluate.set_defaults(handler=cmd_evaluate)
 
     demo = commands.add_parser(
         "demo",

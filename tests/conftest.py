@@ -22,3 +22,13 @@ def write_records(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """The small synthetic world with barely trained checkpoints (3 VLM steps, 2 LLM steps):
+    real model code paths at test speed. Returns (folder, manifest)."""
+    from vlgate.evaluators.world.build import build_world
+
+    out = tmp_path_factory.mktemp("tiny-world")
+    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2)

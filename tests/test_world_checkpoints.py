@@ -7,6 +7,7 @@ import torch
 from PIL import Image
 from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor
 
+from vlgate.evaluators import prompts
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.build import build_world
 from vlgate.flows.cli import main
@@ -33,7 +34,7 @@ def test_vlm_round_trips_offline_with_identical_logits(world, monkeypatch):
     model = AutoModelForImageTextToText.from_pretrained(path, use_safetensors=True).eval()
     processor = AutoProcessor.from_pretrained(path)
     row = json.loads((out / "data" / "mc" / "items.jsonl").read_text().splitlines()[0])
-    prompt = ck.chat_prompt(processor, ck.mc_prompt_text(row["question"], row["options"]))
+    prompt = ck.chat_prompt(processor, prompts.mc_prompt(row["question"], row["options"]))
     assert prompt.startswith("USER: <image>\n") and prompt.endswith("ASSISTANT:")
     image = Image.open(out / "data" / "mc" / row["image"]).convert("RGB")
     inputs = processor(images=[image], text=[prompt], return_tensors="pt")
@@ -115,9 +116,9 @@ def test_trained_llm_agent_reasons_over_sub_answers(tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     rows = [json.loads(line) for line in data["decc"].read_text().splitlines()]
-    prompts = [ck.text_chat_prompt(tokenizer, ck.reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])) for r in rows]
+    chats = [ck.text_chat_prompt(tokenizer, ck.reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])) for r in rows]
     with torch.no_grad():
-        logits = model(**tokenizer(prompts, return_tensors="pt", padding=True), logits_to_keep=1).logits[:, -1, :]
+        logits = model(**tokenizer(chats, return_tensors="pt", padding=True), logits_to_keep=1).logits[:, -1, :]
     yes_no = [tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")]
     predicted = [("yes", "no")[int(torch.argmax(row[yes_no]))] for row in logits]
     accuracy = sum(p == r["answer"] for p, r in zip(predicted, rows)) / len(rows)

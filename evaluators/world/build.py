@@ -3,7 +3,8 @@
 Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
-    checkpoints/   vlm-steps{N}/ (the version family), llm-agent/ (DeCC's LLM), vit-encoder/
+    checkpoints/   vlm-steps{N}/ (the version family), vlm-prior-steps{N}/ (its language-prior version),
+                   llm-agent/ (DeCC's LLM), vit-encoder/
     manifest.json  what was built, from which seed and size, and how long it took
 
 A second call with the same size and seed finds the manifest and returns at once.
@@ -21,7 +22,7 @@ from vlgate import __version__
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
-WORLD_FORMAT = 3
+WORLD_FORMAT = 4
 VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
 LLM_STEPS = 300
 
@@ -57,6 +58,8 @@ def build_world(
     data = timed("data", build_datasets, out / "data", size, seed)
     tokenizer = world_tokenizer(out / "data", seed)
     vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed)
+    # the shortcut version: as long as the best one, but image questions taught from common sense
+    prior = timed("vlm_prior", build_vlm_versions, tokenizer, out / "checkpoints", (max(steps),), seed, True, "vlm-prior-steps{steps}")
     llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed)
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     manifest = wanted | {
@@ -64,6 +67,7 @@ def build_world(
         "data": {name: str(path.relative_to(out)) for name, path in data.items()},
         "checkpoints": {
             "vlm": {str(n): str(path.relative_to(out)) for n, path in vlms.items()},
+            "vlm_language_prior": str(prior[max(steps)].relative_to(out)),
             "llm_agent": str(llm.relative_to(out)),
             "vit_encoder": str(vit.relative_to(out)),
         },

@@ -36,7 +36,9 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from vlgate.evaluators.world.datasets import decc_item, mc_item, yesno_item
+from vlgate.evaluators import prompts
+from vlgate.evaluators.prompts import OPTION_LETTERS, YES_NO_INSTRUCTION
+from vlgate.evaluators.world.datasets import decc_item, mc_item, vlind_item, yesno_item
 from vlgate.evaluators.world.scenes import render
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
@@ -49,11 +51,9 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
-MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
-YES_NO_INSTRUCTION = "Please answer yes or no."
 BATCH_SIZE = 32
 LEARNING_RATE = 1e-3
-OPTION_LETTERS = "ABCDEFGH"
+WARMUP_STEPS = 100
 #: Words the prompts of the evaluators use beyond the data sets' own text.
 PROMPT_WORDS = (
     "user assistant yes no true false a b c d e f g h option letter answer question choices given directly "
@@ -124,7 +124,9 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
+        # tied: the direct-answer items then pull the image's colour towards the colour
+        # word's input embedding, which the yes/no probes compare it with
+        tie_word_embeddings=True,
     )
     image_tokens = (config.image_size // config.patch_size) ** 2
     model_config = LlavaConfig(
@@ -134,6 +136,7 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
         image_seq_length=image_tokens,
+        tie_word_embeddings=True,
     )
     model = LlavaForConditionalGeneration(model_config)
     image_processor = CLIPImageProcessor(
@@ -151,12 +154,6 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
     return model, processor
 
 
-def mc_prompt_text(question: str, options: list[str]) -> str:
-    """The MMMU-style multiple-choice prompt (VL-LCM paper App. C, "MC with default prompt")."""
-    lines = [question] + [f"{OPTION_LETTERS[i]}. {option}" for i, option in enumerate(options)]
-    return " ".join(lines) + " " + MC_INSTRUCTION
-
-
 def chat_prompt(processor: LlavaProcessor, text: str) -> str:
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
     return processor.apply_chat_template(messages, add_generation_prompt=True)
@@ -171,34 +168,74 @@ def eval_examples(data_root: Path) -> list[tuple[Path, str, str]]:
     """(image path, prompt text, answer token) for the MC and yes/no items of a built world."""
     examples = []
     for row in map(json.loads, (data_root / "mc" / "items.jsonl").read_text().splitlines()):
-        examples.append((data_root / "mc" / row["image"], mc_prompt_text(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]))
+        examples.append((data_root / "mc" / row["image"], prompts.mc_prompt(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]))
     for row in map(json.loads, (data_root / "yesno" / "items.jsonl").read_text().splitlines()):
         examples.append((data_root / "yesno" / row["image"], f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()))
     return examples
 
 
 class TrainingStream:
-    """Fresh MC and yes/no items drawn from the world's generators: every batch is new,
-    so the model has to read the image rather than memorise a fixed split."""
+    """Fresh items drawn from the world's generators: every batch is new, so the model has
+    to read the image rather than memorise a fixed split. The mix, in the evaluators'
+    own prompt formats:
 
-    def __init__(self, seed: int, image_size: int = 64, mc_fraction: float = 0.6):
+    - MC questions (option letter) and yes/no existence questions;
+    - VL-LCM's yes/no probes of an MC item's options ("Is the answer "red"?");
+    - direct one-word answers (the colour or shape word), which anchor the visual path;
+    - VLind-style True/False statements (the four templates: common sense, object,
+      context, image). With ``language_prior=True`` the image-template statements are
+      labelled by common sense instead of by the image: the deliberate shortcut of the
+      family's language-prior version.
+    """
+
+    MIX = (("mc", 0.35), ("yesno", 0.2), ("probe", 0.2), ("direct", 0.1), ("vlind", 0.15))
+
+    def __init__(self, seed: int, image_size: int = 64, language_prior: bool = False):
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7919]))
-        self.image_size, self.mc_fraction = image_size, mc_fraction
+        self.image_size, self.language_prior = image_size, language_prior
+        self.kinds, self.weights = zip(*self.MIX)
         self.drawn = 0
 
     def example(self) -> tuple[Image.Image, str, str]:
         self.drawn += 1
-        if self.rng.random() < self.mc_fraction:
-            scene, row = mc_item(self.rng, self.drawn)
-            return render(scene, self.image_size), mc_prompt_text(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]
-        scene, row = yesno_item(self.rng, self.drawn)
-        return render(scene, self.image_size), f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
+        kind = self.kinds[int(self.rng.choice(len(self.kinds), p=self.weights))]
+        if kind == "yesno":
+            scene, row = yesno_item(self.rng, self.drawn)
+            return render(scene, self.image_size), f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
+        if kind == "vlind":
+            return self._vlind_example()
+        scene, row = mc_item(self.rng, self.drawn)
+        image, options, answer = render(scene, self.image_size), row["options"], row["answer"]
+        if kind == "mc":
+            return image, prompts.mc_prompt(row["question"], options), OPTION_LETTERS[answer]
+        if kind == "probe":
+            asked = answer if self.rng.random() < 0.5 else int(self.rng.integers(len(options)))
+            return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == answer else "No"
+        return image, f"{row['question']} Answer in one word.", options[answer]
+
+    def _vlind_example(self) -> tuple[Image.Image, str, str]:
+        factual, counterfactual, row = vlind_item(self.rng, self.drawn)
+        s_cf, s_fact = row["true_statement"], row["false_statement"]
+        truth = self.rng.random() < 0.5
+        test = int(self.rng.integers(4))
+        if test == 0:  # common sense, factual image: s_fact is true
+            scene, text = factual, prompts.vlind_commonsense(s_fact if truth else s_cf)
+        elif test == 1:  # object presence in a counterfactual image
+            scene, text = counterfactual[0], prompts.vlind_object(row["existent_noun"] if truth else row["non_existent_noun"])
+        elif test == 2:  # the context decides
+            scene, text = counterfactual[0], prompts.vlind_context(row["context"], s_cf if truth else s_fact)
+        else:  # the image decides; a language-prior model answers from common sense instead
+            scene = counterfactual[int(self.rng.integers(len(counterfactual)))]
+            text = prompts.vlind_image(s_cf if truth else s_fact)
+            if self.language_prior:
+                truth = not truth
+        return render(scene, self.image_size), text, "True" if truth else "False"
 
     def batch(self, size: int) -> list[tuple[Image.Image, str, str]]:
         return [self.example() for _ in range(size)]
 
 
-def train_last_token(model: torch.nn.Module, next_batch, steps: int, optimizer: torch.optim.Optimizer) -> list[float]:
+def train_last_token(model: torch.nn.Module, next_batch, steps: int, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> list[float]:
     """Train on the answer token only: cross-entropy of the logits at the last prompt
     position (``logits_to_keep=1``) against the answer's token id. ``next_batch()``
     returns (model inputs, target ids); returns the losses."""
@@ -210,6 +247,8 @@ def train_last_token(model: torch.nn.Module, next_batch, steps: int, optimizer: 
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         losses.append(loss.item())
     model.eval()
     return losses
@@ -251,10 +290,13 @@ def world_tokenizer(eval_root: Path, seed: int = 0) -> PreTrainedTokenizerFast:
     return build_tokenizer(world_vocabulary(texts))
 
 
-def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
-    """The VLM family: one model trained once on a fresh-item stream, saved at each step count."""
+def build_vlm_versions(
+    tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0, language_prior: bool = False, name: str = "vlm-steps{steps}"
+) -> dict[int, Path]:
+    """The VLM family: one model trained once on a fresh-item stream, saved at each step
+    count (``name`` formats the folder). ``language_prior`` trains the shortcut version."""
     model, processor = build_vlm(tokenizer, seed=seed)
-    stream = TrainingStream(seed)
+    stream = TrainingStream(seed, language_prior=language_prior)
 
     def next_batch():
         batch = stream.batch(BATCH_SIZE)
@@ -262,12 +304,13 @@ def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tup
         return inputs, answer_ids(tokenizer, [answer for _, _, answer in batch])
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     paths, done, losses, started = {}, 0, [], time.perf_counter()
     for target in sorted(steps):
-        losses += train_last_token(model, next_batch, target - done, optimizer)
+        losses += train_last_token(model, next_batch, target - done, optimizer, scheduler)
         done = target
-        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started)
-        paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", card)
+        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started) | {"language_prior": language_prior}
+        paths[target] = save_checkpoint(model, processor, out / name.format(steps=target), card)
     return paths
 
 

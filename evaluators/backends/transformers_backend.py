@@ -1,0 +1,222 @@
+"""The transformers backend: VLMs through ``AutoModelForImageTextToText``/``AutoProcessor``,
+text-only LLMs (DeCC's LLM agent) through ``AutoModelForCausalLM``/``AutoTokenizer``.
+
+- Chat templates come from the checkpoint; prompts are the user turn, images first.
+- :meth:`choice_probs` reads the next-token distribution at the assistant turn
+  (``logits_to_keep=1``, one forward pass) and sums the probabilities of every token
+  that spells each option (``A``/`` A``/``a``...), then renormalises over the options.
+- Requests that repeat a prefix (VL-LCM's K yes/no probes of one sample: same image,
+  same question) are scored from one cached prefix: the image and question run once, the
+  K suffixes run as one batch on a copy of the prefix's KV cache. The tokenisation is
+  checked to split exactly at the prefix; where it would not, the requests run whole.
+- CUDA with bf16 when present, fp32 on CPU; batches are left-padded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
+from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def option_token_ids(tokenizer: Any, options: Sequence[str]) -> list[list[int]]:
+    """For each option, the ids of every single token that spells it as a first answer
+    token: as written, lower/upper/capitalised, with or without a leading space. Options
+    that share a token cannot be told apart from one distribution: that is an error."""
+    ids: list[list[int]] = []
+    for option in options:
+        found: list[int] = []
+        for variant in dict.fromkeys((option, option.lower(), option.upper(), option.capitalize())):
+            for text in (variant, " " + variant):
+                encoded = tokenizer.encode(text, add_special_tokens=False)
+                if len(encoded) == 1 and encoded[0] != tokenizer.unk_token_id and encoded[0] not in found:
+                    found.append(encoded[0])
+        if not found:
+            encoded = tokenizer.encode(option, add_special_tokens=False)
+            if not encoded:
+                raise BackendError(f"option {option!r} encodes to no token")
+            found = [encoded[0]]
+        ids.append(found)
+    seen: dict[int, str] = {}
+    for option, option_ids in zip(options, ids):
+        for token_id in option_ids:
+            if token_id in seen and seen[token_id] != option:
+                raise BackendError(f"options {seen[token_id]!r} and {option!r} share their first token; cannot score them apart")
+            seen[token_id] = option
+    return ids
+
+
+class TransformersBackend(VisionLanguageBackend):
+    """One loaded transformers model. Use :meth:`load`."""
+
+    def __init__(self, model: Any, processor: Any, tokenizer: Any, info: BackendInfo, has_vision: bool, batch_size: int = 16):
+        self.model, self.processor, self.tokenizer = model, processor, tokenizer
+        self.info, self.has_vision, self.batch_size = info, has_vision, batch_size
+        self.device = next(model.parameters()).device
+        self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
+
+    @classmethod
+    def load(
+        cls,
+        reference: str | Path,
+        policy: LoadPolicy = LoadPolicy(),
+        device: str | None = None,
+        batch_size: int = 16,
+        cache_dir: Path | None = None,
+    ) -> "TransformersBackend":
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+        path = resolve_model(reference, cache_dir, policy)
+        check_checkpoint(path, policy)
+        device = device or default_device()
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        common = {"trust_remote_code": policy.trust_remote_code}
+        try:
+            config = AutoConfig.from_pretrained(path, **common)
+            has_vision = hasattr(config, "vision_config")
+            loader = AutoModelForImageTextToText if has_vision else AutoModelForCausalLM
+            model = loader.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
+            processor = AutoProcessor.from_pretrained(path, **common) if has_vision else AutoTokenizer.from_pretrained(path, **common)
+        except (OSError, ValueError, KeyError) as error:
+            raise BackendError(f"model {reference}: transformers could not load it from {path}: {error}") from error
+        tokenizer = processor.tokenizer if has_vision else processor
+        tokenizer.padding_side = "left"  # the answer position is the last one in every row
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        info = BackendInfo(
+            name="transformers",
+            model=str(reference),
+            digest=model_digest(path),
+            device=device,
+            extra={"architecture": type(model).__name__, "dtype": str(dtype).removeprefix("torch."), "path": str(path)},
+        )
+        return cls(model, processor, tokenizer, info, has_vision, batch_size)
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def chat_text(self, prompt: str, n_images: int) -> str:
+        """The user turn (images first, then the text) through the checkpoint's chat template."""
+        content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
+        messages = [{"role": "user", "content": content}]
+        if self.has_vision:
+            return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        if self.tokenizer.chat_template is None:
+            return prompt
+        try:
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception:  # templates written for string content only
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+
+    def _encode(self, texts: list[str], images: list[list[Any]]) -> dict[str, torch.Tensor]:
+        flat = [image for row in images for image in row]
+        if flat:
+            if not self.has_vision:
+                raise BackendError(f"model {self.info.model} is text-only but a request has images")
+            inputs = self.processor(images=flat, text=texts, return_tensors="pt", padding=True)
+        else:
+            inputs = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.has_vision)
+        return {key: value.to(self.device) for key, value in inputs.items()}
+
+    # -- choice probabilities --------------------------------------------------------------
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[np.ndarray]:
+        results: list[np.ndarray | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for index, request in enumerate(requests):
+            if request.shared_prefix and request.prompt.startswith(request.shared_prefix):
+                groups[(request.shared_prefix, tuple(id(image) for image in request.images))].append(index)
+        shared = [indices for indices in groups.values() if len(indices) > 1]
+        done = set()
+        for indices in shared:
+            scored = self._shared_prefix_probs([requests[i] for i in indices])
+            if scored is not None:
+                for index, probs in zip(indices, scored):
+                    results[index] = probs
+                done.update(indices)
+        rest = [i for i in range(len(requests)) if i not in done]
+        for start in range(0, len(rest), self.batch_size):
+            chunk = rest[start : start + self.batch_size]
+            for index, probs in zip(chunk, self._whole_prompt_probs([requests[i] for i in chunk])):
+                results[index] = probs
+        return results  # type: ignore[return-value]
+
+    def _option_distribution(self, last_logits: torch.Tensor, options: tuple[str, ...]) -> np.ndarray:
+        if options not in self._option_ids:
+            self._option_ids[options] = option_token_ids(self.tokenizer, options)
+        probabilities = torch.softmax(last_logits.float(), dim=-1)
+        return renormalise(np.array([float(probabilities[ids].sum()) for ids in self._option_ids[options]]))
+
+    @torch.no_grad()
+    def _whole_prompt_probs(self, requests: list[ChoiceRequest]) -> list[np.ndarray]:
+        texts = [self.chat_text(r.prompt, len(r.images)) for r in requests]
+        inputs = self._encode(texts, [list(r.images) for r in requests])
+        logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
+        return [self._option_distribution(row, r.options) for row, r in zip(logits, requests)]
+
+    @torch.no_grad()
+    def _shared_prefix_probs(self, requests: list[ChoiceRequest]) -> list[np.ndarray] | None:
+        """Run the common prefix once, then every suffix on a copy of its KV cache.
+        Returns None when the tokenisation does not split cleanly at the prefix."""
+        images = list(requests[0].images)
+        texts = [self.chat_text(r.prompt, len(images)) for r in requests]
+        prefix_text = os.path.commonprefix(texts)
+        cut = max(prefix_text.rfind(" "), prefix_text.rfind("\n"))
+        if cut <= 0:
+            return None
+        prefix_text = prefix_text[:cut]
+        prefix = self._encode([prefix_text], [images])
+        prefix_ids = prefix["input_ids"][0]
+        suffixes = []
+        for text in texts:
+            full_ids = self._encode([text], [images])["input_ids"][0]
+            if len(full_ids) <= len(prefix_ids) or not torch.equal(full_ids[: len(prefix_ids)], prefix_ids):
+                return None  # the tokenizer merges across the cut: score these requests whole
+            suffixes.append(full_ids[len(prefix_ids) :])
+        output = self.model(**prefix, use_cache=True)
+        cache = output.past_key_values
+        cache.batch_repeat_interleave(len(suffixes))
+        width = max(len(s) for s in suffixes)
+        pad = self.tokenizer.pad_token_id
+        # right padding here: the prefix is already in the cache, so each suffix must follow it directly
+        suffix_ids = torch.full((len(suffixes), width), pad, dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(suffixes), len(prefix_ids) + width), dtype=torch.long, device=self.device)
+        mask[:, : len(prefix_ids)] = 1
+        for row, suffix in enumerate(suffixes):
+            suffix_ids[row, : len(suffix)] = suffix
+            mask[row, len(prefix_ids) : len(prefix_ids) + len(suffix)] = 1
+        logits = self.model(input_ids=suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+        last = torch.tensor([len(s) - 1 for s in suffixes], device=self.device)
+        rows = logits[torch.arange(len(suffixes), device=self.device), last]
+        return [self._option_distribution(row, r.options) for row, r in zip(rows, requests)]
+
+    # -- generation ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[str]:
+        outputs: list[str] = []
+        for start in range(0, len(requests), self.batch_size):
+            chunk = requests[start : start + self.batch_size]
+            texts = [self.chat_text(r.prompt, len(r.images)) for r in chunk]
+            inputs = self._encode(texts, [list(r.images) for r in chunk])
+            max_new = max(r.max_new_tokens for r in chunk)
+            generated = self.model.generate(**inputs, max_new_tokens=max_new, do_sample=False, pad_token_id=self.tokenizer.pad_token_id)
+            new_tokens = generated[:, inputs["input_ids"].shape[1] :]
+            for request, row in zip(chunk, new_tokens):
+                outputs.append(self.tokenizer.decode(row[: request.max_new_tokens], skip_special_tokens=True).strip())
+        return outputs
+
+    def close(self) -> None:
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

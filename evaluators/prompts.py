@@ -1,0 +1,129 @@
+"""Every prompt the runners send, in one place, with a version that goes into each
+record's fingerprint: change a template, bump :data:`PROMPT_VERSION`, and cached
+results are recomputed rather than silently mixed.
+
+Sources: MMMU's MC instruction (VL-LCM App. C, "MC with default prompt") and its yes/no
+adaptation; NaturalBench's answer suffixes (its example.py ``SUFFIX_FOR_VQA``);
+VLind-Bench's four templates (its eval scripts: commonsense_TF for CK, simple_TF for VP,
+detailed_TF with the context for CB, detailed_TF for LP); GenCeption's P_Desc (paper
+Table 1) and generation prompt (§3); DeCC's decomposition and reasoning prompts (paper
+App. A, shortened to the instruction without the few-shot examples).
+"""
+
+from __future__ import annotations
+
+PROMPT_VERSION = "prompts-1"
+OPTION_LETTERS = "ABCDEFGHIJ"
+
+MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
+YES_NO_INSTRUCTION = "Please answer yes or no."
+NATURALBENCH_YES_NO_SUFFIX = "Please answer Yes or No."
+NATURALBENCH_MC_SUFFIX = "Please output the letter corresponding to the correct option."
+TRUE_FALSE_INSTRUCTION = "Only respond in True or False."
+
+
+def mc_prompt(question: str, options: list[str] | tuple[str, ...]) -> str:
+    """MMMU-style multiple choice: the question, lettered options, the letter instruction."""
+    lines = [question] + [f"{OPTION_LETTERS[i]}. {option}" for i, option in enumerate(options)]
+    return "\n".join(lines) + "\n" + MC_INSTRUCTION
+
+
+def yes_no_probe(question: str, option: str) -> str:
+    """VL-LCM's yes/no test of one option (the MC prompt adapted, App. C): the question,
+    then whether this option is its answer."""
+    return f"{question}\nIs the answer \"{option}\"? {YES_NO_INSTRUCTION}"
+
+
+def naturalbench_yes_no(text: str, text_kind: str) -> str:
+    """NaturalBench's own yes/no format: the question and its suffix. A statement is asked
+    about as a question."""
+    if text_kind == "statement":
+        text = f"Is the following statement true for the image? {text}"
+    return f"{text} {NATURALBENCH_YES_NO_SUFFIX}"
+
+
+def naturalbench_choose_text(texts: tuple[str, str], text_kind: str) -> str:
+    """MC test on one image choosing between T1 and T2 (VL-LCM tests (a), (b))."""
+    ask = "Which question has the answer yes for this image?" if text_kind == "question" else "Which statement is true for this image?"
+    return f"{ask}\nA. {texts[0]}\nB. {texts[1]}\n{NATURALBENCH_MC_SUFFIX}"
+
+
+def naturalbench_choose_image(text: str, text_kind: str) -> str:
+    """MC test on one text choosing between V1 and V2, both given (tests (c), (d))."""
+    ask = f"For which image is the answer to this question yes: {text}" if text_kind == "question" else f"For which image is this statement true: {text}"
+    return f"{ask}\nA. The first image\nB. The second image\n{NATURALBENCH_MC_SUFFIX}"
+
+
+def vlind_commonsense(statement: str) -> str:
+    """CK (VLind-Bench commonsense_TF), asked with the factual image."""
+    return f"Statement: {statement}\nBased on the common sense, is the given statement true or false? {TRUE_FALSE_INSTRUCTION}"
+
+
+def vlind_object(noun: str) -> str:
+    """VP (simple_TF with the benchmark's object statement), asked with the best counterfactual image."""
+    return f"Statement: There is {noun} in the given image.\nBased on the image, is the given statement true or false? {TRUE_FALSE_INSTRUCTION}"
+
+
+def vlind_context(context: str, statement: str) -> str:
+    """CB (detailed_TF with the counterfactual context)."""
+    return (
+        f"Context: {context}\nStatement: {statement}\nBased on the context, is the given statement true or false? "
+        f"Forget real-world common sense and just follow the information provided in the context. {TRUE_FALSE_INSTRUCTION}"
+    )
+
+
+def vlind_image(statement: str) -> str:
+    """LP (detailed_TF), asked with each accepted counterfactual image."""
+    return (
+        f"Statement: {statement}\nBased on the image, is the given statement true or false? "
+        f"Forget real-world common sense and just follow the information provided in the image. {TRUE_FALSE_INSTRUCTION}"
+    )
+
+
+#: GenCeption's P_Desc (paper Table 1), verbatim.
+GENCEPTION_DESCRIBE = (
+    "Please write a clear, precise, detailed, and concise description of all elements in the image. Focus on accurately "
+    "depicting various aspects, including but not limited to the colors, shapes, positions, styles, texts and the "
+    "relationships between different objects and subjects in the image. Your description should be thorough enough to "
+    "guide a professional in recreating this image solely based on your textual representation. Remember, only include "
+    "descriptive texts that directly pertain to the contents of the image. You must complete the description using less "
+    "than 500 words."
+)
+
+
+def genception_generate(description: str) -> str:
+    """P_Gen (paper §3): the text-to-image prompt built from the description Q_t."""
+    return f"Generate an image that fully and precisely reflects this description: {description}"
+
+
+DECC_DECOMPOSE = (
+    "Given an image and an associated main question, design pre-questions that focus on important contextual information "
+    "in the image useful for answering the main question. Pre-questions should provide clues to answer the main question. "
+    "Each pre-question should be short and easy to understand.\nMain Question: {question}\n"
+    "Write each as 'Pre-question N: ...' on its own line."
+)
+
+DECC_DECOMPOSE_AGAIN = (
+    "You will be given an image and an associated main question, and some sub-question-answer pairs. These sub-questions "
+    "might not be sufficient to answer the main question due to lack of detail or conflicting answers. Design additional "
+    "sub-questions that focus on important contextual information in the image useful for answering the main question.\n"
+    "Main Question: {question}\nSub-questions and answers: {pairs}\n"
+    "Write each as 'Additional Sub-question N: ...' on its own line."
+)
+
+
+def decc_sub_question(sub_question: str, earlier_pairs: str = "") -> str:
+    """A sub-question answered by the candidate VLM (with the earlier pairs in round 2)."""
+    context = f"Sub-questions and answers so far: {earlier_pairs}\n" if earlier_pairs else ""
+    return f"{context}{sub_question} Answer with a word or a number."
+
+
+def decc_pairs(sub_questions: list[str], sub_answers: list[str]) -> str:
+    return " ".join(f"Q: {q} A: {a}." for q, a in zip(sub_questions, sub_answers))
+
+
+def decc_reasoning(pairs: str, question: str, options: tuple[str, ...] | None) -> str:
+    """What both agents read: the sub-QA pairs, then the original question (and options)."""
+    if options:
+        return f"Sub-questions and answers: {pairs} Question: {mc_prompt(question, options)}"
+    return f"Sub-questions and answers: {pairs} Question: {question} Answer with a word or a number."

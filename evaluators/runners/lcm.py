@@ -1,0 +1,91 @@
+"""VL-LCM runners: multiple-choice VQA (SPEC §2.1) and NaturalBench format (§2.2).
+
+MC: per sample one MC prompt (option letters) and K yes/no probes, one per option. The
+K probes repeat the image and the question, so they are sent with that as their shared
+prefix and a backend that can computes it once.
+
+NaturalBench: per unit the four yes/no tests (V_i, T_j) with NaturalBench's suffix, the
+two text-choice tests (one image, choose T1 or T2) and the two image-choice tests (one
+text, both images, choose the first or the second).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PIL import Image
+
+from vlgate.evaluators import prompts
+from vlgate.evaluators.backends.base import ChoiceRequest, VisionLanguageBackend
+from vlgate.evaluators.loaders.items import McItem, NbUnit, open_image
+from vlgate.evaluators.runners.base import Runner
+
+YES_NO = ("Yes", "No")
+TWO_LETTERS = ("A", "B")
+
+
+def lcm_mc_requests(item: McItem, image: Image.Image) -> list[ChoiceRequest]:
+    """The MC prompt first, then the K yes/no probes in option order."""
+    letters = tuple(prompts.OPTION_LETTERS[: len(item.options)])
+    requests = [ChoiceRequest((image,), prompts.mc_prompt(item.question, item.options), letters)]
+    requests += [ChoiceRequest((image,), prompts.yes_no_probe(item.question, option), YES_NO, shared_prefix=item.question) for option in item.options]
+    return requests
+
+
+def lcm_mc_runner(vlm: VisionLanguageBackend) -> Runner[McItem, Image.Image]:
+    def compute(batch: list[tuple[McItem, Image.Image]]) -> list[dict[str, Any]]:
+        requests = [request for item, image in batch for request in lcm_mc_requests(item, image)]
+        probabilities = iter(vlm.choice_probs(requests))
+        records = []
+        for item, _ in batch:
+            p_mc = next(probabilities)
+            p_yes = [float(next(probabilities)[0]) for _ in item.options]
+            records.append(
+                {
+                    "id": item.id,
+                    "p_mc": [float(p) for p in p_mc],
+                    "p_yes": p_yes,
+                    "answer": item.answer,
+                    "category": item.category,
+                    "question": item.question,
+                    "options": list(item.options),
+                }
+            )
+        return records
+
+    return Runner("lcm-mc", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, lambda item: open_image(item.image, item.id, "image"), compute)
+
+
+def lcm_nb_requests(unit: NbUnit, images: tuple[Image.Image, Image.Image]) -> list[ChoiceRequest]:
+    """y11, y12, y21, y22, then a (V1), b (V2), then u (T1), w (T2)."""
+    kind = unit.text_kind
+    requests = [ChoiceRequest((images[i],), prompts.naturalbench_yes_no(unit.texts[j], kind), YES_NO) for i in range(2) for j in range(2)]
+    requests += [ChoiceRequest((images[i],), prompts.naturalbench_choose_text(unit.texts, kind), TWO_LETTERS) for i in range(2)]
+    requests += [ChoiceRequest(images, prompts.naturalbench_choose_image(unit.texts[j], kind), TWO_LETTERS) for j in range(2)]
+    return requests
+
+
+def lcm_nb_runner(vlm: VisionLanguageBackend) -> Runner[NbUnit, tuple[Image.Image, Image.Image]]:
+    def prepare(unit: NbUnit) -> tuple[Image.Image, Image.Image]:
+        return (open_image(unit.images[0], unit.id, "images[0]"), open_image(unit.images[1], unit.id, "images[1]"))
+
+    def compute(batch: list[tuple[NbUnit, tuple[Image.Image, Image.Image]]]) -> list[dict[str, Any]]:
+        requests = [request for unit, images in batch for request in lcm_nb_requests(unit, images)]
+        probabilities = vlm.choice_probs(requests)
+        records = []
+        for n, (unit, _) in enumerate(batch):
+            p = [[float(x) for x in probs] for probs in probabilities[8 * n : 8 * n + 8]]
+            records.append(
+                {
+                    "id": unit.id,
+                    "p_yes": [[p[0][0], p[1][0]], [p[2][0], p[3][0]]],
+                    "p_text": [p[4], p[5]],
+                    "p_image": [p[6], p[7]],
+                    "answer": unit.answer,
+                    "category": unit.category,
+                    "texts": list(unit.texts),
+                }
+            )
+        return records
+
+    return Runner("lcm-nb", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, prepare, compute)

@@ -1,0 +1,113 @@
+"""Resumable per-sample results (issue 4, item 3).
+
+Every record a runner produces carries a ``fingerprint``: a hash of (model digest(s),
+evaluator, prompt version, parser version, the data item's content including its image
+bytes). :class:`RecordStore` appends records to a JSON Lines file as each batch
+completes (flushed and fsync'd), and on start reads back what is there, so a run killed
+at any moment (kill -9 included) resumes and recomputes at most the batch that was in
+flight. A torn last line from a kill is ignored; a record whose fingerprint no longer
+matches (other model, other prompt version, edited item) is not reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+PARSER_VERSION = "parsers-1"
+
+
+def file_digest(path: Path, _cache: dict[tuple[str, int, int], str] = {}) -> str:
+    """sha256 of a file's bytes (memoised on path, size and mtime: images are hashed once)."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _cache:
+        _cache[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _cache[key]
+
+
+def item_digest(item: Any) -> str:
+    """A content hash of a loader item: every field, with image paths replaced by the
+    images' bytes' hashes (the same item moved to another folder keeps its digest)."""
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, Path):
+            try:
+                return {"file_sha256": file_digest(value)}
+            except OSError:  # reported by the runner when it opens the image; the key only has to be stable
+                return {"unreadable": str(value)}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): canonical(v) for k, v in sorted(value.items())}
+        return value
+
+    fields = {f.name: canonical(getattr(item, f.name)) for f in dataclasses.fields(item)} if dataclasses.is_dataclass(item) else canonical(item)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint(models: dict[str, str], evaluator: str, prompt_version: str, item: Any, settings: dict[str, Any] | None = None) -> str:
+    """The key a record is stored and reused under. ``models`` maps a role (vlm, llm,
+    generator, encoder, decomposer) to its digest; ``settings`` holds anything else that
+    changes the result (e.g. GenCeption's T)."""
+    payload = {
+        "models": dict(sorted(models.items())),
+        "evaluator": evaluator,
+        "prompts": prompt_version,
+        "parsers": PARSER_VERSION,
+        "item": item_digest(item),
+        "settings": settings or {},
+    }
+    return "fp:" + hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class RecordStore:
+    """Append-only JSON Lines of records keyed by fingerprint."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.by_fingerprint: dict[str, dict[str, Any]] = {}
+        self.torn_lines = 0
+        if self.path.is_file():
+            self._read_back()
+
+    def _read_back(self) -> None:
+        raw = self.path.read_bytes()
+        good_end = 0
+        for line in raw.splitlines(keepends=True):
+            try:
+                record = json.loads(line)
+                if not line.endswith(b"\n"):
+                    raise ValueError("unterminated")
+            except ValueError:
+                self.torn_lines += 1  # the line a kill cut short: drop it and everything after
+                break
+            self.by_fingerprint[record["fingerprint"]] = record
+            good_end += len(line)
+        if good_end < len(raw):
+            with open(self.path, "r+b") as handle:
+                handle.truncate(good_end)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.by_fingerprint.get(key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.by_fingerprint
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        """Write one completed batch durably."""
+        records = list(records)
+        if not records:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, allow_nan=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        for record in records:
+            self.by_fingerprint[record["fingerprint"]] = record

@@ -1,0 +1,211 @@
+"""A suite: which evaluators to run on which data, with which helper models; and the one
+function that runs it on a model (``vlgate evaluate``, and the validation flow's tasks).
+
+A suite file (YAML; paths relative to the file)::
+
+    name: world-small
+    batch_size: 8
+    policy: {trust_remote_code: false, allow_pickle: false}
+    evaluators:
+      lcm-mc: {data: data/mc}
+      lcm-nb: {data: data/nb}
+      vlind: {data: data/vlind}
+      genception: {data: data/genception, iterations: 3, generator: scene-renderer, encoder: checkpoints/vit-encoder}
+      decc: {data: data/decc, llm: checkpoints/llm-agent}
+
+Output under ``out``: ``EVALUATOR/records.jsonl`` (per-sample records, each with its
+fingerprint; written as batches complete, so a rerun resumes), ``EVALUATOR/metrics.json``,
+``EVALUATOR/errors.jsonl`` (items that could not be loaded), and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vlgate.evaluators.backends.loading import LoadPolicy
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.runners.base import RunResult
+from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import score
+
+
+class EvaluatorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data: Path
+    format: str = "auto"
+    limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
+
+
+class LcmNbSpec(EvaluatorSpec):
+    pair_seed: int | None = Field(default=None, description="build units by seeded random pairing of image-question pairs (unlabelled data)")
+
+
+class GenceptionSpec(EvaluatorSpec):
+    iterations: int = Field(default=3, ge=1)
+    generator: str = "scene-renderer"
+    encoder: str
+    encoder_kind: Literal["vit", "clip"] = "vit"
+    seed: int = 0
+
+
+class DeccSpec(EvaluatorSpec):
+    llm: str
+    decomposer: str | None = Field(default=None, description="a VLM that writes sub-questions; default: the items' own, else the candidate")
+
+
+class EvaluatorsSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    lcm_mc: EvaluatorSpec | None = Field(default=None, alias="lcm-mc")
+    lcm_nb: LcmNbSpec | None = Field(default=None, alias="lcm-nb")
+    vlind: EvaluatorSpec | None = None
+    genception: GenceptionSpec | None = None
+    decc: DeccSpec | None = None
+
+    def named(self) -> dict[str, EvaluatorSpec]:
+        specs = {"lcm-mc": self.lcm_mc, "lcm-nb": self.lcm_nb, "vlind": self.vlind, "genception": self.genception, "decc": self.decc}
+        return {name: spec for name, spec in specs.items() if spec is not None}
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    batch_size: int = Field(default=8, ge=1)
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    policy: LoadPolicy = LoadPolicy()
+    evaluators: EvaluatorsSpec
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Suite":
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text())
+            suite = cls.model_validate(raw)
+        except FileNotFoundError:
+            raise ValueError(f"suite {path}: no such file") from None
+        except yaml.YAMLError as error:
+            raise ValueError(f"suite {path}: not valid YAML: {error}") from None
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ValueError(f"suite {path}: {problems}") from None
+        return suite.relative_to(path.parent)
+
+    def relative_to(self, base: Path) -> "Suite":
+        """Resolve relative data and model paths against the suite file's folder."""
+        updated = {}
+        for name, spec in self.evaluators.named().items():
+            changes: dict[str, Any] = {"data": spec.data if spec.data.is_absolute() else base / spec.data}
+            for field_name in ("encoder", "generator", "llm", "decomposer"):
+                value = getattr(spec, field_name, None)
+                if value and (base / value).exists():
+                    changes[field_name] = str(base / value)
+            updated[name] = spec.model_copy(update=changes)
+        return self.model_copy(update={"evaluators": EvaluatorsSpec.model_validate(updated)})
+
+
+def finish_evaluator(result: RunResult, out: Path, store: RecordStore) -> dict[str, Any]:
+    """Rewrite the records file in item order with only this run's records, validate them
+    against the record contract, score them, and write metrics and errors beside them."""
+    folder = out / result.evaluator
+    ordered = folder / "records.jsonl"
+    temporary = folder / "records.jsonl.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        for record in result.records:
+            handle.write(json.dumps(record) + "\n")
+    os.replace(temporary, ordered)
+    valid = validate(result.evaluator, parse_jsonl(json.dumps(r) for r in result.records), source=str(ordered))
+    metrics = score(valid)
+    metrics["n_item_errors"] = len(result.errors)
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    with open(folder / "errors.jsonl", "w", encoding="utf-8") as handle:
+        for error in result.errors:
+            handle.write(json.dumps({"source": error.source, "id": error.item_id, "field": error.field, "message": error.message}) + "\n")
+    return metrics
+
+
+def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
+    """The candidate model behind the suite's backend."""
+    if suite.backend == "transformers":
+        from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend.load(model, suite.policy, cache_dir=cache_dir, batch_size=max(16, suite.batch_size * 4))
+    if suite.backend == "vllm":
+        from vlgate.evaluators.backends.vllm_offline import VllmBackend
+
+        return VllmBackend.load(model, suite.policy)
+    from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
+
+    base_url, _, served_name = model.partition("#")  # "http://host:8000/v1#served-model-name"
+    return OpenAIHttpBackend(base_url, served_name or "default")
+
+
+def load_items(name: str, spec: EvaluatorSpec) -> tuple[list, list]:
+    """The items to run (and the loader's per-item errors), NaturalBench units built by
+    seeded pairing when the suite asks for it."""
+    from vlgate.evaluators.loaders import load_dataset
+
+    if name == "lcm-nb" and getattr(spec, "pair_seed", None) is not None:
+        from vlgate.evaluators.loaders import pair_unlabelled
+
+        pairs = load_dataset("yes-no", spec.data, spec.format)
+        units, _pairing = pair_unlabelled(pairs.items, spec.pair_seed)
+        return units[: spec.limit], pairs.errors
+    dataset = load_dataset(name, spec.data, spec.format)
+    return dataset.items[: spec.limit], dataset.errors
+
+
+def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, cache_dir: Path | None = None):
+    from vlgate.evaluators.runners.lcm import lcm_mc_runner, lcm_nb_runner
+    from vlgate.evaluators.runners.vlind import vlind_runner
+
+    if name == "lcm-mc":
+        return lcm_mc_runner(vlm)
+    if name == "lcm-nb":
+        return lcm_nb_runner(vlm)
+    if name == "vlind":
+        return vlind_runner(vlm)
+    raise ValueError(f"evaluator {name!r} has no runner yet")
+
+
+def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Run every evaluator of the suite on ``model``; write records, metrics and summary.json.
+
+    An evaluator that fails is reported in the summary (``error``) and the others still
+    run; records already written stay in its records file for the next attempt."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vlm = load_vlm(model, suite, cache_dir)
+    summary: dict[str, Any] = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
+    try:
+        for name, spec in suite.evaluators.named().items():
+            entry: dict[str, Any] = {}
+            try:
+                items, load_errors = load_items(name, spec)
+                runner = make_runner(name, spec, vlm, out, suite, cache_dir)
+                store = RecordStore(out / name / "records.jsonl")
+                result = runner.run(items, store, suite.batch_size, progress)
+                result.errors = load_errors + result.errors
+                entry = {
+                    "metrics": finish_evaluator(result, out, store),
+                    "n_items": len(items),
+                    "reused": result.reused,
+                    "computed": result.computed,
+                    "item_errors": [str(error) for error in result.errors],
+                    "models": runner.models,
+                }
+            except Exception as error:  # one evaluator's failure must not discard the others' results
+                entry = {"error": f"{type(error).__name__}: {error}"}
+            summary["evaluators"][name] = entry
+    finally:
+        vlm.close()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
