@@ -34,7 +34,7 @@ def held_out_requests(data: Path) -> list[tuple[str, ChoiceRequest, int]]:
     for row in map(json.loads, (data / "yesno" / "items.jsonl").read_text().splitlines()):
         image = open_image(data / "yesno" / row["image"], row["id"], "image")
         request = ChoiceRequest((image,), f"{row['question']} {prompts.YES_NO_INSTRUCTION}", ("Yes", "No"))
-        rows.append(("yes/no", request, 0 if row["answer"] == "yes" else 1))
+        rows.append(("yesno", request, 0 if row["answer"] == "yes" else 1))
     return rows
 
 
@@ -42,7 +42,7 @@ def accuracy_by_group(backend: TransformersBackend, rows: list[tuple[str, Choice
     probabilities = backend.choice_probs([request for _, request, _ in rows])
     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for (group, _, right), probs in zip(rows, probabilities):
-        for key in (group, group.split("/")[0]):
+        for key in dict.fromkeys((group, group.split("/")[0])):
             hits[key][0] += int(np.argmax(probs) == right)
             hits[key][1] += 1
     return {key: (hit, total) for key, (hit, total) in sorted(hits.items())}

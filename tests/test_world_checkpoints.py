@@ -14,9 +14,8 @@ from vlgate.flows.cli import main
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    out = tmp_path_factory.mktemp("world")
-    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2)
+def world(tiny_world):
+    return tiny_world
 
 
 def test_tokenizer_is_word_level_and_lowercases():
@@ -74,7 +73,7 @@ def test_vit_encoder_round_trips_offline(world, monkeypatch):
 def test_make_world_reuses_a_matching_world(world, capsys):
     out, manifest = world
     assert manifest["cached"] is False and set(manifest["data"]) == {"mc", "yesno", "nb", "vlind", "decc", "genception"}
-    again = build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2)
+    again = build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, prior_steps=2)
     assert again["cached"] is True and again["seconds"] == manifest["seconds"]
 
 
@@ -82,6 +81,7 @@ def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", {"small": (0,), "medium": (0,)})
     monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
+    monkeypatch.setattr("vlgate.evaluators.world.build.PRIOR_STEPS", {"small": 0, "medium": 0})
     assert main(["make-world"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["world"] == str(tmp_path / "home" / "world") and (tmp_path / "home" / "world" / "manifest.json").is_file()

@@ -24,37 +24,11 @@ import torch
 
 from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+from vlgate.evaluators.backends.options import option_token_ids
 
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def option_token_ids(tokenizer: Any, options: Sequence[str]) -> list[list[int]]:
-    """For each option, the ids of every single token that spells it as a first answer
-    token: as written, lower/upper/capitalised, with or without a leading space. Options
-    that share a token cannot be told apart from one distribution: that is an error."""
-    ids: list[list[int]] = []
-    for option in options:
-        found: list[int] = []
-        for variant in dict.fromkeys((option, option.lower(), option.upper(), option.capitalize())):
-            for text in (variant, " " + variant):
-                encoded = tokenizer.encode(text, add_special_tokens=False)
-                if len(encoded) == 1 and encoded[0] != tokenizer.unk_token_id and encoded[0] not in found:
-                    found.append(encoded[0])
-        if not found:
-            encoded = tokenizer.encode(option, add_special_tokens=False)
-            if not encoded:
-                raise BackendError(f"option {option!r} encodes to no token")
-            found = [encoded[0]]
-        ids.append(found)
-    seen: dict[int, str] = {}
-    for option, option_ids in zip(options, ids):
-        for token_id in option_ids:
-            if token_id in seen and seen[token_id] != option:
-                raise BackendError(f"options {seen[token_id]!r} and {option!r} share their first token; cannot score them apart")
-            seen[token_id] = option
-    return ids
 
 
 class TransformersBackend(VisionLanguageBackend):

@@ -3,7 +3,7 @@
 Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
-    checkpoints/   vlm-steps{N}/ (the version family), vlm-prior-steps{N}/ (its language-prior version),
+    checkpoints/   vlm-steps{N}/ (the version family), vlm-language-prior/ (the best version fine-tuned with a language prior),
                    llm-agent/ (DeCC's LLM), vit-encoder/
     manifest.json  what was built, from which seed and size, and how long it took
 
@@ -25,24 +25,32 @@ from vlgate.evaluators.world.datasets import build_datasets
 WORLD_FORMAT = 4
 VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
 LLM_STEPS = 300
+PRIOR_STEPS = {"small": 300, "medium": 600}
 
 
 def build_world(
-    out: str | Path, size: str = "small", seed: int = 0, force: bool = False, vlm_steps: tuple[int, ...] | None = None, llm_steps: int | None = None
+    out: str | Path,
+    size: str = "small",
+    seed: int = 0,
+    force: bool = False,
+    vlm_steps: tuple[int, ...] | None = None,
+    llm_steps: int | None = None,
+    prior_steps: int | None = None,
 ) -> dict[str, Any]:
-    """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``
-    and ``llm_steps`` override the training lengths (tests use tiny ones)."""
+    """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``,
+    ``llm_steps`` and ``prior_steps`` override the training lengths (tests use tiny ones)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
     llm_steps = LLM_STEPS if llm_steps is None else llm_steps
-    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps), "llm_steps": llm_steps}
+    prior_steps = PRIOR_STEPS[size] if prior_steps is None else prior_steps
+    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps), "llm_steps": llm_steps, "prior_steps": prior_steps}
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
             return manifest | {"cached": True}
     # torch and transformers load only when something has to be built: a cached call stays fast
-    from vlgate.evaluators.world.checkpoints import build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
+    from vlgate.evaluators.world.checkpoints import build_language_prior_version, build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
 
     if out.exists():
         shutil.rmtree(out)
@@ -58,8 +66,7 @@ def build_world(
     data = timed("data", build_datasets, out / "data", size, seed)
     tokenizer = world_tokenizer(out / "data", seed)
     vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed)
-    # the shortcut version: as long as the best one, but image questions taught from common sense
-    prior = timed("vlm_prior", build_vlm_versions, tokenizer, out / "checkpoints", (max(steps),), seed, True, "vlm-prior-steps{steps}")
+    prior = timed("vlm_prior", build_language_prior_version, vlms[max(steps)], out / "checkpoints" / "vlm-language-prior", prior_steps, seed)
     llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed)
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     manifest = wanted | {
@@ -67,7 +74,7 @@ def build_world(
         "data": {name: str(path.relative_to(out)) for name, path in data.items()},
         "checkpoints": {
             "vlm": {str(n): str(path.relative_to(out)) for n, path in vlms.items()},
-            "vlm_language_prior": str(prior[max(steps)].relative_to(out)),
+            "vlm_language_prior": str(prior.relative_to(out)),
             "llm_agent": str(llm.relative_to(out)),
             "vit_encoder": str(vit.relative_to(out)),
         },

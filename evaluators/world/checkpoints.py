@@ -290,27 +290,45 @@ def world_tokenizer(eval_root: Path, seed: int = 0) -> PreTrainedTokenizerFast:
     return build_tokenizer(world_vocabulary(texts))
 
 
-def build_vlm_versions(
-    tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0, language_prior: bool = False, name: str = "vlm-steps{steps}"
-) -> dict[int, Path]:
-    """The VLM family: one model trained once on a fresh-item stream, saved at each step
-    count (``name`` formats the folder). ``language_prior`` trains the shortcut version."""
-    model, processor = build_vlm(tokenizer, seed=seed)
-    stream = TrainingStream(seed, language_prior=language_prior)
-
+def _image_text_batches(processor: LlavaProcessor, tokenizer: PreTrainedTokenizerFast, stream: TrainingStream):
     def next_batch():
         batch = stream.batch(BATCH_SIZE)
         inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
         return inputs, answer_ids(tokenizer, [answer for _, _, answer in batch])
 
+    return next_batch
+
+
+def build_language_prior_version(start: Path, out: Path, steps: int = 300, seed: int = 0) -> Path:
+    """The family's shortcut version: the best version fine-tuned for ``steps`` more on a
+    stream whose image-template True/False statements are labelled by common sense, not by
+    the image — what a fine-tune on data with a language prior does to a model."""
+    model = LlavaForConditionalGeneration.from_pretrained(start)
+    processor = LlavaProcessor.from_pretrained(start)
+    tokenizer = processor.tokenizer
+    stream = TrainingStream(seed + 1, language_prior=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE / 2, weight_decay=0.0)
+    started = time.perf_counter()
+    losses = train_last_token(model, _image_text_batches(processor, tokenizer, stream), steps, optimizer)
+    base = json.loads((start / "vlgate_checkpoint.json").read_text())
+    card = training_card("vlm", "LlavaForConditionalGeneration", base["train_steps"] + steps, base["train_examples"] + stream.drawn, seed, losses, started)
+    return save_checkpoint(model, processor, out, card | {"language_prior": True, "fine_tuned_from": start.name, "fine_tune_steps": steps})
+
+
+def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
+    """The VLM family: one model trained once on a fresh-item stream, saved at each step count."""
+    model, processor = build_vlm(tokenizer, seed=seed)
+    stream = TrainingStream(seed)
+
+    next_batch = _image_text_batches(processor, tokenizer, stream)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     paths, done, losses, started = {}, 0, [], time.perf_counter()
     for target in sorted(steps):
         losses += train_last_token(model, next_batch, target - done, optimizer, scheduler)
         done = target
-        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started) | {"language_prior": language_prior}
-        paths[target] = save_checkpoint(model, processor, out / name.format(steps=target), card)
+        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started) | {"language_prior": False}
+        paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", card)
     return paths
 
 

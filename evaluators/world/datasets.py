@@ -93,19 +93,17 @@ def mc_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]
 
 
 def yesno_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]]:
-    """"Is there a {color} {shape}?" with a balanced yes/no answer, about one or two shapes;
-    a "no" differs from a shape present in exactly one attribute (colour or kind)."""
+    """"Is there a {color} {shape}?" about a scene of one or two shapes, balanced yes/no;
+    a "no" asks for a colour-and-kind pair that is not in the scene."""
     scene = random_scene(rng, 1 if rng.random() < 0.7 else 2)
-    asked = scene.shapes[int(rng.integers(len(scene.shapes)))]
-    kind, color = asked.kind, asked.color
-    if index % 2 == 1:
-        while scene.has(kind, color):
-            if rng.random() < 0.5:
-                color = str(rng.choice([c for c in COLORS if c != asked.color]))
-                kind = asked.kind
-            else:
-                kind = str(rng.choice([k for k in SHAPES if k != asked.kind]))
-                color = asked.color
+    if index % 2 == 0:
+        asked = scene.shapes[int(rng.integers(len(scene.shapes)))]
+        kind, color = asked.kind, asked.color
+    else:
+        while True:
+            kind, color = str(rng.choice(SHAPES)), str(rng.choice(list(COLORS)))
+            if not scene.has(kind, color):
+                break
     answer = "yes" if scene.has(kind, color) else "no"
     return scene, {"question": f"Is there a {color} {kind} in the image?", "answer": answer, "category": "existence"}
 

@@ -1,0 +1,198 @@
+"""The vLLM backend, in process (``vllm.LLM``); an optional extra: ``pip install 'vlgate[vllm]'``.
+
+- Loading goes through the same gate as the transformers backend: :func:`resolve_model`,
+  :func:`check_checkpoint`, ``trust_remote_code`` from the :class:`LoadPolicy`, and
+  safetensors only (``load_format="safetensors"``) unless the policy allows pickles.
+- :meth:`VllmBackend.choice_probs` runs one greedy token per request through
+  ``LLM.chat`` (the checkpoint's chat template; images first, then the text) and reads the
+  logprobs of the first position. vLLM computes them from the raw logits, before
+  ``allowed_token_ids`` or structured-output masks, so they are the model's distribution;
+  the option probabilities are the summed probabilities of each option's token ids
+  (:func:`option_token_ids`), renormalised over the options. Where the installed
+  ``SamplingParams`` has ``logprob_token_ids`` (newer vLLM) exactly those ids are asked
+  for; otherwise the top ``k`` (``k`` ≤ the engine's ``max_logprobs``), an option outside
+  it counting 0 and a request with no option in it logged and scored uniform.
+- ``shared_prefix`` is not needed: vLLM's automatic prefix caching (on by default, and
+  set here) computes a repeated image-and-question prefix once.
+- :meth:`VllmBackend.generate` is greedy decoding with ``max_tokens``.
+
+Engine settings beyond these (``dtype``, ``max_model_len``, ``gpu_memory_utilization``,
+``limit_mm_per_prompt`` — NaturalBench's image-choice tests send two images, ...) pass
+through ``VllmBackend.load(**engine_kwargs)`` to ``vllm.LLM``.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import logging
+import sys
+from itertools import chain
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
+from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+from vlgate.evaluators.backends.options import option_masses_from_token_ids, option_token_ids
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'vlgate[vllm]'"
+#: vLLM's cap on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``); longer lists use top-k.
+MAX_LOGPROB_TOKEN_IDS = 128
+#: Load formats that never unpickle (``dummy`` loads random weights, for tests).
+SAFE_LOAD_FORMATS = ("safetensors", "fastsafetensors", "dummy")
+
+
+def accepts_field(params_class: Any, name: str) -> bool:
+    """Whether ``params_class`` (vLLM's ``SamplingParams``, a ``msgspec.Struct``) has a field ``name``."""
+    fields = getattr(params_class, "__struct_fields__", None)
+    if fields is not None:
+        return name in fields
+    try:
+        return name in inspect.signature(params_class).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def chat_conversation(images: Sequence[Image.Image], prompt: str) -> list[dict]:
+    """The user turn for ``LLM.chat``: PIL images first (``image_pil`` parts), then the text;
+    a plain string without images (text-only chat templates expect it)."""
+    if not images:
+        return [{"role": "user", "content": prompt}]
+    content: list[dict] = [{"type": "image_pil", "image_pil": image} for image in images]
+    return [{"role": "user", "content": content + [{"type": "text", "text": prompt}]}]
+
+
+class VllmBackend(VisionLanguageBackend):
+    """One model in a ``vllm.LLM`` engine. Use :meth:`load`; the constructor takes an engine
+    and vLLM's ``SamplingParams`` class (tests pass stand-ins)."""
+
+    def __init__(self, llm: Any, sampling_params_class: Any, info: BackendInfo, top_logprobs: int = 20):
+        self.llm, self.sampling_params_class, self.info = llm, sampling_params_class, info
+        self.top_logprobs = top_logprobs
+        self.exact_option_logprobs = accepts_field(sampling_params_class, "logprob_token_ids")
+        self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
+
+    @classmethod
+    def load(
+        cls,
+        reference: str | Path,
+        policy: LoadPolicy = LoadPolicy(),
+        cache_dir: Path | None = None,
+        top_logprobs: int = 20,
+        **engine_kwargs: Any,
+    ) -> "VllmBackend":
+        try:
+            import vllm
+        except ImportError as error:
+            raise BackendError(f"model {reference}: the vLLM backend needs vLLM, an optional extra ({INSTALL_HINT}); importing it failed: {error}") from error
+        for reserved in ("model", "trust_remote_code"):
+            if reserved in engine_kwargs:
+                raise BackendError(f"model {reference}: {reserved!r} is not an engine setting here; it comes from the reference and the load policy")
+        load_format = engine_kwargs.setdefault("load_format", "auto" if policy.allow_pickle else "safetensors")
+        if not policy.allow_pickle and load_format not in SAFE_LOAD_FORMATS:
+            raise BackendError(f"model {reference}: load_format={load_format!r} may unpickle weights; the load policy allows only {SAFE_LOAD_FORMATS}")
+        path = resolve_model(reference, cache_dir, policy)
+        check_checkpoint(path, policy)
+        engine_kwargs.setdefault("enable_prefix_caching", True)
+        engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
+        if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary
+            top_logprobs = min(top_logprobs, engine_kwargs["max_logprobs"])
+        try:
+            llm = vllm.LLM(model=str(path), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
+        except Exception as error:  # vLLM raises several types for configs and models it cannot run
+            raise BackendError(f"model {reference}: vLLM could not load it from {path}: {error}") from error
+        extra = {"path": str(path), "vllm": getattr(vllm, "__version__", "unknown"), "top_logprobs": str(top_logprobs)}
+        extra |= {key: str(value) for key, value in sorted(engine_kwargs.items()) if isinstance(value, (str, int, float, bool))}
+        info = BackendInfo(name="vllm", model=str(reference), digest=model_digest(path), device=_device_type(), extra=extra)
+        backend = cls(llm, vllm.SamplingParams, info, top_logprobs)
+        info.extra["option_logprobs"] = "exact (logprob_token_ids)" if backend.exact_option_logprobs else f"top-{top_logprobs}"
+        return backend
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _chat(self, conversations: list[list[dict]], params: list[Any], what: str) -> list[Any]:
+        try:
+            return list(self.llm.chat(conversations, sampling_params=params, use_tqdm=False))
+        except Exception as error:  # vLLM's validation errors are ValueErrors; engine failures vary
+            raise BackendError(f"vLLM ({self.info.model}): {what} of {len(conversations)} requests failed: {error}") from error
+
+    def _ids_of(self, options: tuple[str, ...]) -> list[list[int]]:
+        if options not in self._option_ids:
+            self._option_ids[options] = option_token_ids(self.llm.get_tokenizer(), options)
+        return self._option_ids[options]
+
+    def _choice_params(self, option_ids: list[list[int]]) -> Any:
+        wanted = sorted(set(chain.from_iterable(option_ids)))
+        if self.exact_option_logprobs and len(wanted) <= MAX_LOGPROB_TOKEN_IDS:
+            # logprobs stays unset: vLLM then returns exactly these ids (and the sampled token)
+            return self.sampling_params_class(max_tokens=1, temperature=0.0, logprob_token_ids=wanted)
+        return self.sampling_params_class(max_tokens=1, temperature=0.0, logprobs=self.top_logprobs)
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[np.ndarray]:
+        if not requests:
+            return []
+        option_ids = [self._ids_of(tuple(r.options)) for r in requests]
+        outputs = self._chat(
+            [chat_conversation(r.images, r.prompt) for r in requests], [self._choice_params(ids) for ids in option_ids], "choice scoring"
+        )
+        results = []
+        for index, (request, ids, output) in enumerate(zip(requests, option_ids, outputs)):
+            first = _first_position_logprobs(output, index)
+            masses = option_masses_from_token_ids(first, ids)
+            if not masses.sum() > 0:
+                logger.warning(
+                    "%s: request %d: no token of the options %s (ids %s) is among the returned logprobs (ids %s); scoring it uniform",
+                    self.info.model, index, list(request.options), ids, sorted(first),
+                )
+            results.append(renormalise(masses))
+        return results
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[str]:
+        if not requests:
+            return []
+        params = [self.sampling_params_class(max_tokens=r.max_new_tokens, temperature=0.0) for r in requests]
+        outputs = self._chat([chat_conversation(r.images, r.prompt) for r in requests], params, "generation")
+        return [output.outputs[0].text.strip() for output in outputs]
+
+    def close(self) -> None:
+        """Drop the engine and give its GPU memory back (best effort: vLLM holds it until collected)."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception as error:  # already stopped, or a version without it
+                logger.debug("vLLM engine shutdown: %s", error)
+        del llm, engine
+        gc.collect()
+        torch = sys.modules.get("torch")  # vLLM imported it; no need to import it here
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _first_position_logprobs(output: Any, index: int) -> dict[int, float]:
+    """token id → logprob at the first generated position of one ``RequestOutput``."""
+    try:
+        steps = output.outputs[0].logprobs
+    except (AttributeError, IndexError) as error:
+        raise BackendError(f"vLLM: request {index}: unexpected output {output!r}") from error
+    if not steps:
+        raise BackendError(f"vLLM: request {index}: the output carries no logprobs")
+    return {int(token_id): float(getattr(value, "logprob", value)) for token_id, value in steps[0].items()}
+
+
+def _device_type() -> str:
+    try:
+        from vllm.platforms import current_platform
+
+        return str(current_platform.device_type)
+    except Exception:  # an older vLLM without platforms: it ran on CUDA
+        return "cuda"
