@@ -148,16 +148,19 @@ def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
     return OpenAIHttpBackend(base_url, served_name or "default")
 
 
-def load_items(name: str, spec: EvaluatorSpec) -> tuple[list, list]:
-    """The items to run (and the loader's per-item errors), NaturalBench units built by
-    seeded pairing when the suite asks for it."""
+def load_items(name: str, spec: EvaluatorSpec, out: Path) -> tuple[list, list]:
+    """The items to run (and the loader's per-item errors). NaturalBench units built by
+    seeded pairing when the suite asks for it; the pairing is written beside the records
+    (``pairing.json``) so every version is scored on the same units (SPEC §2.2)."""
     from vlgate.evaluators.loaders import load_dataset
 
     if name == "lcm-nb" and getattr(spec, "pair_seed", None) is not None:
         from vlgate.evaluators.loaders import pair_unlabelled
 
         pairs = load_dataset("yes-no", spec.data, spec.format)
-        units, _pairing = pair_unlabelled(pairs.items, spec.pair_seed)
+        units, pairing = pair_unlabelled(pairs.items, spec.pair_seed)
+        (out / name).mkdir(parents=True, exist_ok=True)
+        (out / name / "pairing.json").write_text(json.dumps(pairing.as_dict(), indent=2))
         return units[: spec.limit], pairs.errors
     dataset = load_dataset(name, spec.data, spec.format)
     return dataset.items[: spec.limit], dataset.errors
@@ -189,7 +192,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
         for name, spec in suite.evaluators.named().items():
             entry: dict[str, Any] = {}
             try:
-                items, load_errors = load_items(name, spec)
+                items, load_errors = load_items(name, spec, out)
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
                 store = RecordStore(out / name / "records.jsonl")
                 result = runner.run(items, store, suite.batch_size, progress)

@@ -5,6 +5,7 @@ Layout under ``out``::
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
     checkpoints/   vlm-steps{N}/ (the version family), vlm-language-prior/ (the best version fine-tuned with a language prior),
                    llm-agent/ (DeCC's LLM), vit-encoder/
+    suite.yaml     a suite running every evaluator on data/ (vlgate evaluate --suite)
     manifest.json  what was built, from which seed and size, and how long it took
 
 A second call with the same size and seed finds the manifest and returns at once.
@@ -26,6 +27,20 @@ WORLD_FORMAT = 4
 VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
 LLM_STEPS = 300
 PRIOR_STEPS = {"small": 300, "medium": 600}
+
+
+#: The suite that runs every evaluator on the world's data (``vlgate evaluate --suite WORLD/suite.yaml``).
+WORLD_SUITE = """\
+# Every evaluator on the synthetic world's data; paths are relative to this file.
+name: synthetic-world
+batch_size: 8
+evaluators:
+  lcm-mc: {data: data/mc}
+  lcm-nb: {data: data/nb}
+  vlind: {data: data/vlind}
+  genception: {data: data/genception, iterations: 3, generator: scene-renderer, encoder: checkpoints/vit-encoder}
+  decc: {data: data/decc, llm: checkpoints/llm-agent}
+"""
 
 
 def build_world(
@@ -80,5 +95,6 @@ def build_world(
         },
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }
+    (out / "suite.yaml").write_text(WORLD_SUITE)
     manifest_path.write_text(json.dumps(manifest, indent=2))
     return manifest | {"cached": False}

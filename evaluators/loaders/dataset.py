@@ -1,0 +1,125 @@
+"""``load_dataset(evaluator, path, format)``: the one entry point from a data set on disk to the
+items a runner consumes.
+
+| evaluator | formats (module) | item |
+| --- | --- | --- |
+| ``lcm-mc`` | ``vlgate`` (:mod:`.local`), ``mmmu`` (:mod:`.mmmu`) | McItem |
+| ``lcm-nb`` | ``vlgate``, ``naturalbench`` (:mod:`.naturalbench`) | NbUnit |
+| ``vlind`` | ``vlgate``, ``vlind-bench`` (:mod:`.vlind_bench`) | VlindItem |
+| ``genception`` | ``vlgate``, ``mme`` (both :mod:`.mme`: category folders) | GenceptionItem |
+| ``decc`` | ``vlgate``, ``aokvqa`` (:mod:`.aokvqa`) | DeccItem |
+| ``yes-no`` | ``vlgate`` | YesNoItem (input of :func:`.pairing.pair_unlabelled`) |
+
+``path`` is the data file, or a folder holding it: the format's usual file name there
+(``items.jsonl``/``units.jsonl`` for vlgate, ``data.json`` for vlind-bench), else the only
+``.jsonl``/``.json`` file in the folder. A synthetic world's root folder works too (its
+``mc/``, ``nb/``, ... sub-folder is used). ``format="auto"`` looks at the first row's fields
+(e.g. ``Image_0`` → naturalbench, ``image_1`` or a letter answer → mmmu, ``choices`` →
+aokvqa, ``best_img_id`` → vlind-bench, otherwise the local format when its fields are there).
+
+An unknown evaluator or format, a format that does not apply to the evaluator, a path that
+does not exist, or a data file that cannot be read at all is a ValueError; a bad item is one
+ItemError in ``LoadedDataset.errors`` and the other items still load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from vlgate.evaluators.loaders import aokvqa, local, mmmu, naturalbench, vlind_bench
+from vlgate.evaluators.loaders.common import Rows, read_rows
+from vlgate.evaluators.loaders.items import LoadedDataset
+from vlgate.evaluators.loaders.mme import load_categories
+
+Loader = Callable[..., LoadedDataset]
+
+#: evaluator → {format: loader(rows, verify)}; genception's loaders take a folder instead.
+FORMATS: dict[str, dict[str, Loader]] = {
+    "lcm-mc": {"vlgate": local.load_mc, "mmmu": mmmu.load_mmmu},
+    "lcm-nb": {"vlgate": local.load_nb, "naturalbench": naturalbench.load_naturalbench},
+    "vlind": {"vlgate": local.load_vlind, "vlind-bench": vlind_bench.load_vlind_bench},
+    "genception": {"vlgate": load_categories, "mme": load_categories},
+    "decc": {"vlgate": local.load_decc, "aokvqa": aokvqa.load_aokvqa},
+    "yes-no": {"vlgate": local.load_yes_no},
+}
+EVALUATORS = tuple(FORMATS)
+ALIASES = {"yesno": "yes-no", "yes_no": "yes-no"}
+
+#: format="auto": (format, test on the first row), tried in order.
+DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
+    "lcm-mc": [("vlgate", lambda row: local.looks_local("lcm-mc", row)), ("mmmu", mmmu.looks_mmmu)],
+    "lcm-nb": [("naturalbench", naturalbench.looks_naturalbench), ("vlgate", lambda row: local.looks_local("lcm-nb", row))],
+    "vlind": [("vlgate", lambda row: local.looks_local("vlind", row)), ("vlind-bench", vlind_bench.looks_vlind_bench)],
+    "decc": [("aokvqa", aokvqa.looks_aokvqa), ("vlgate", lambda row: local.looks_local("decc", row))],
+    "yes-no": [("vlgate", lambda row: local.looks_local("yes-no", row))],
+}
+
+#: The file a folder of each format is expected to hold (otherwise: its only .jsonl/.json file).
+DEFAULT_FILES = {"vlgate": local.DATA_FILES, "vlind-bench": {"vlind": vlind_bench.DATA_FILE}}
+
+
+def _evaluator_name(evaluator: str) -> str:
+    name = ALIASES.get(evaluator, evaluator)
+    if name not in FORMATS:
+        raise ValueError(f"unknown evaluator {evaluator!r}; expected one of {', '.join(EVALUATORS)}")
+    return name
+
+
+def _check_format(evaluator: str, format: str) -> None:
+    if format == "auto" or format in FORMATS[evaluator]:
+        return
+    known = sorted({name for formats in FORMATS.values() for name in formats})
+    choices = ", ".join([*FORMATS[evaluator], "auto"])
+    if format in known:
+        raise ValueError(f"format {format!r} does not apply to evaluator {evaluator!r}; its formats are {choices}")
+    raise ValueError(f"unknown format {format!r}; evaluator {evaluator!r} reads {choices}")
+
+
+def data_file(evaluator: str, format: str, path: Path) -> Path:
+    """The data file to read for ``path`` (a file, or a folder holding one)."""
+    if path.is_file():
+        if path.suffix not in (".jsonl", ".json"):
+            raise ValueError(f"{path}: expected a .jsonl or .json data file")
+        return path
+    formats = [format] if format != "auto" else list(FORMATS[evaluator])
+    for name in formats:
+        default = DEFAULT_FILES.get(name, {}).get(evaluator)
+        if default and (path / default).is_file():
+            return path / default
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".json") and not p.name.startswith("."))
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise ValueError(f"{path}: no .jsonl or .json data file for {evaluator}")
+    raise ValueError(f"{path}: {len(candidates)} data files ({', '.join(p.name for p in candidates)}); pass the one to read")
+
+
+def detect_format(evaluator: str, rows: Rows) -> str:
+    """The format of a data file, from its first row (the local format for an empty file)."""
+    if not rows.rows:
+        return "vlgate"
+    first = rows.rows[0].data
+    for name, looks_like in DETECTORS[evaluator]:
+        if looks_like(first):
+            return name
+    choices = ", ".join(FORMATS[evaluator])
+    raise ValueError(f"{rows.rows[0].source}: cannot tell the format for {evaluator} from the fields {sorted(first)}; pass format= one of {choices}")
+
+
+def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True) -> LoadedDataset:
+    """The items of the data set at ``path`` for ``evaluator``, and one ItemError per bad item.
+
+    ``verify_images`` (default on) opens and verifies every image at load time (see
+    :mod:`.common` for what that costs and catches); off, only existence is checked."""
+    evaluator = _evaluator_name(evaluator)
+    _check_format(evaluator, format)
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{evaluator} data {path}: no such file or folder")
+    path = local.world_path(evaluator, path)
+    if evaluator == "genception":
+        return load_categories(path, verify_images)
+    rows = read_rows(data_file(evaluator, format, path))
+    chosen = detect_format(evaluator, rows) if format == "auto" else format
+    return FORMATS[evaluator][chosen](rows, verify_images)
