@@ -123,7 +123,15 @@ def finish_evaluator(result: RunResult, out: Path, store: RecordStore) -> dict[s
             handle.write(json.dumps(record) + "\n")
     os.replace(temporary, ordered)
     valid = validate(result.evaluator, parse_jsonl(json.dumps(r) for r in result.records), source=str(ordered))
-    metrics = score(valid)
+    features = None
+    if result.evaluator == "genception" and len(result.records) > 1:
+        # every X_t's features are kept, so GC_FID@T comes with the run (SPEC §2.4)
+        from vlgate.evaluators.runners.genception import write_features
+        from vlgate.evaluators.scoring import load_features
+
+        features_path = write_features(result.records, folder / "features.npz")
+        features = load_features(features_path, len(valid.records), valid.column("id"))
+    metrics = score(valid, features=features)
     metrics["n_item_errors"] = len(result.errors)
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
     with open(folder / "errors.jsonl", "w", encoding="utf-8") as handle:
@@ -176,7 +184,28 @@ def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, ca
         return lcm_nb_runner(vlm)
     if name == "vlind":
         return vlind_runner(vlm)
-    raise ValueError(f"evaluator {name!r} has no runner yet")
+    # helper models are loaded once per run; their caches live beside the model cache so
+    # every candidate evaluated on this machine reuses seed features and decompositions
+    shared_cache = (cache_dir or out / ".cache") / "evaluator-cache"
+    if name == "genception":
+        from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
+        from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator
+        from vlgate.evaluators.runners.genception import genception_runner
+
+        encoder_class = VitClsEncoder if spec.encoder_kind == "vit" else ClipImageEncoder
+        encoder = encoder_class.load(spec.encoder, suite.policy, cache_dir=cache_dir)
+        generator = SceneRendererGenerator() if spec.generator == "scene-renderer" else DiffusersGenerator.load(spec.generator, suite.policy, cache_dir=cache_dir)
+        return genception_runner(
+            vlm, generator, encoder, spec.iterations, artifacts_dir=out / name / "artifacts", seed=spec.seed, feature_cache_dir=shared_cache / "genception-seed-features"
+        )
+    if name == "decc":
+        from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+        from vlgate.evaluators.runners.decc import decc_runner
+
+        llm = TransformersBackend.load(spec.llm, suite.policy, cache_dir=cache_dir)
+        decomposer = TransformersBackend.load(spec.decomposer, suite.policy, cache_dir=cache_dir) if spec.decomposer else None
+        return decc_runner(vlm, llm, decomposer, cache_dir=shared_cache)
+    raise ValueError(f"evaluator {name!r} has no runner")
 
 
 def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None) -> dict[str, Any]:

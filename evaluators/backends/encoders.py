@@ -1,0 +1,120 @@
+"""Image encoders: GenCeption's Enc (issue 4, SPEC §2.4).
+
+- :class:`VitClsEncoder` — the reference implementation's encoder: a ViT's CLS token,
+  the last hidden state at position 0 (``AutoModel`` + ``AutoImageProcessor``).
+- :class:`ClipImageEncoder` — CLIP image embeddings (``get_image_features``: the pooled
+  vision output through the visual projection; ``CLIPModel.forward``'s ``image_embeds``
+  are the same vectors divided by their norm, which cosines ignore and FID does not).
+
+Both run batched under ``torch.no_grad`` in float32 (the features feed cosine
+similarities and Fréchet distances, where half precision costs digits) and return float64
+``(N, D)`` arrays. Loading goes through :func:`check_checkpoint` first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageEncoder
+from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+
+
+class _TransformersImageEncoder(ImageEncoder):
+    """Shared loading and batching; subclasses say which features to read."""
+
+    name = "image-encoder"
+    features = ""
+
+    def __init__(self, model: Any, processor: Any, info: BackendInfo, batch_size: int = 32):
+        self.model, self.processor, self.info, self.batch_size = model, processor, info, batch_size
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None):
+        import torch
+        from transformers import AutoImageProcessor, AutoModel
+
+        path = resolve_model(reference, cache_dir, policy)
+        check_checkpoint(path, policy)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        common = {"trust_remote_code": policy.trust_remote_code}
+        try:
+            model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
+            processor = AutoImageProcessor.from_pretrained(path, **common)
+        except (OSError, ValueError, KeyError) as error:
+            raise BackendError(f"model {reference}: transformers could not load it as an image encoder from {path}: {error}") from error
+        cls._check_model(model, reference)
+        info = BackendInfo(
+            name=cls.name,
+            model=str(reference),
+            digest=model_digest(path),
+            device=device,
+            extra={"architecture": type(model).__name__, "features": cls.features, "path": str(path)},
+        )
+        return cls(model, processor, info, batch_size)
+
+    @classmethod
+    def _check_model(cls, model: Any, reference: str | Path) -> None:
+        """Refuse a model this encoder cannot read features from."""
+
+    def _features(self, pixel_values: Any) -> Any:
+        raise NotImplementedError
+
+    def dimension(self) -> int:
+        """D, the length of one feature vector."""
+        raise NotImplementedError
+
+    def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
+        import torch
+
+        batches = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = [image.convert("RGB") for image in images[start : start + self.batch_size]]
+            pixel_values = self.processor(images=chunk, return_tensors="pt")["pixel_values"].to(self.device)
+            with torch.no_grad():
+                batches.append(self._features(pixel_values).float().cpu().numpy().astype(np.float64))
+        return np.concatenate(batches) if batches else np.zeros((0, self.dimension()), dtype=np.float64)
+
+    def close(self) -> None:
+        import torch
+
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+class VitClsEncoder(_TransformersImageEncoder):
+    """CLS token of the last hidden state (GenCeption's reference encoder)."""
+
+    name = "vit-cls"
+    features = "last_hidden_state[:, 0]"
+
+    def _features(self, pixel_values: Any) -> Any:
+        return self.model(pixel_values=pixel_values).last_hidden_state[:, 0]
+
+    def dimension(self) -> int:
+        return int(self.model.config.hidden_size)
+
+
+class ClipImageEncoder(_TransformersImageEncoder):
+    """CLIP image embeddings (the projected pooled vision output)."""
+
+    name = "clip-image"
+    features = "get_image_features"
+
+    @classmethod
+    def _check_model(cls, model: Any, reference: str | Path) -> None:
+        if not hasattr(model, "get_image_features"):
+            raise BackendError(f"model {reference}: {type(model).__name__} has no image embeddings (get_image_features); expected a CLIP-style model")
+
+    def _features(self, pixel_values: Any) -> Any:
+        output = self.model.get_image_features(pixel_values=pixel_values)
+        # transformers 5 returns the vision output with the projection as pooler_output; 4.x a tensor
+        return getattr(output, "pooler_output", output)
+
+    def dimension(self) -> int:
+        return int(self.model.config.projection_dim)

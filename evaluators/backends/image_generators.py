@@ -1,0 +1,172 @@
+"""Text-to-image backends: GenCeption's Gen (issue 4).
+
+- :class:`SceneRendererGenerator` — the synthetic world's generator: reads the scene a
+  description names (:func:`~vlgate.evaluators.world.generators.scene_from_description`)
+  and draws it. Deterministic, instant, and exact: a perfect description regenerates the
+  seed image, so GenCeption's score measures the describer alone.
+- :class:`DiffusersGenerator` — any diffusers text-to-image pipeline folder
+  (``DiffusionPipeline.from_pretrained``), seeded per prompt.
+
+Generators take the finished text-to-image prompt; the runner builds it (GenCeption's
+"Generate an image that fully and precisely reflects this description: <Q_t>").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from PIL import Image
+
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageGenerator
+from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+from vlgate.evaluators.world import generators, scenes
+from vlgate.evaluators.world.generators import scene_from_description
+from vlgate.evaluators.world.scenes import render
+
+#: Libraries whose classes a pipeline's model_index.json may name; anything else is code
+#: shipped with the checkpoint.
+PIPELINE_LIBRARIES = ("diffusers", "transformers", None)
+
+
+class SceneRendererGenerator(ImageGenerator):
+    """Description → scene → rendered image, ``image_size`` pixels square. ``seed`` is
+    accepted and ignored: the renderer has no randomness."""
+
+    def __init__(self, image_size: int = 64):
+        self.image_size = image_size
+        # the renderer's "weights" are its code: the parser's and the drawing module's source
+        source = inspect.getsource(scenes) + inspect.getsource(generators)
+        self.info = BackendInfo(
+            name="scene-renderer",
+            model="vlgate.evaluators.world.scenes.render",
+            digest="sha256:" + hashlib.sha256(source.encode()).hexdigest(),
+            extra={"image_size": str(image_size)},
+        )
+
+    def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
+        return [render(scene_from_description(prompt), self.image_size) for prompt in prompts]
+
+
+def check_pipeline_index(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
+    """Refuse a diffusers pipeline that would import code shipped with it: a component from
+    a library other than diffusers/transformers, or a custom pipeline class (a ``.py``
+    file in the folder). :func:`check_checkpoint` covers the components' own configs."""
+    index_path = path / "model_index.json"
+    if not index_path.is_file():
+        raise BackendError(f"checkpoint {path}: no model_index.json; not a diffusers pipeline folder")
+    if policy.trust_remote_code:
+        return
+    try:
+        index = json.loads(index_path.read_text())
+    except ValueError as error:
+        raise BackendError(f"checkpoint {path}: model_index.json is not valid JSON ({error})") from error
+    foreign = sorted(name for name, value in index.items() if isinstance(value, list) and value and value[0] not in PIPELINE_LIBRARIES)
+    code = sorted(str(p.relative_to(path)) for p in path.rglob("*.py"))
+    if foreign or code:
+        raise BackendError(
+            f"checkpoint {path}: the pipeline loads code shipped with it (components {foreign}, files {code}); "
+            "vlgate does not run a checkpoint's code unless the load policy sets trust_remote_code: true"
+        )
+
+
+def truncate_prompt(tokenizer: Any, prompt: str) -> str:
+    """The prompt cut to what the text encoder reads (``model_max_length`` tokens with the
+    special ones), so that the cut is ours and recorded rather than a pipeline warning."""
+    limit = tokenizer.model_max_length - tokenizer.num_special_tokens_to_add()
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if len(ids) <= limit:
+        return prompt
+    return tokenizer.decode(ids[:limit], skip_special_tokens=True)
+
+
+class DiffusersGenerator(ImageGenerator):
+    """A loaded diffusers pipeline. Use :meth:`load`."""
+
+    def __init__(
+        self, pipeline: Any, info: BackendInfo, num_inference_steps: int, guidance_scale: float, height: int | None, width: int | None, batch_size: int
+    ):
+        self.pipeline, self.info = pipeline, info
+        self.num_inference_steps, self.guidance_scale = num_inference_steps, guidance_scale
+        self.height, self.width, self.batch_size = height, width, batch_size
+
+    @classmethod
+    def load(
+        cls,
+        reference: str | Path,
+        policy: LoadPolicy = LoadPolicy(),
+        device: str | None = None,
+        num_inference_steps: int = 25,
+        guidance_scale: float = 1.0,
+        height: int | None = None,
+        width: int | None = None,
+        batch_size: int = 8,
+        cache_dir: Path | None = None,
+    ) -> "DiffusersGenerator":
+        """``guidance_scale`` ≤ 1 turns classifier-free guidance off, which halves the UNet
+        calls; ``height``/``width`` default to the pipeline's own size."""
+        import torch
+        from diffusers import DiffusionPipeline
+
+        path = resolve_model(reference, cache_dir, policy)
+        check_checkpoint(path, policy)
+        check_pipeline_index(path, policy)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device.startswith("cuda"):
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            dtype = torch.float32  # half precision on CPU is slow or unsupported
+        try:
+            pipeline = DiffusionPipeline.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, trust_remote_code=policy.trust_remote_code)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise BackendError(f"model {reference}: diffusers could not load it from {path}: {error}") from error
+        pipeline = pipeline.to(device)
+        pipeline.set_progress_bar_config(disable=True)
+        info = BackendInfo(
+            name="diffusers",
+            model=str(reference),
+            digest=model_digest(path),
+            device=device,
+            extra={
+                "pipeline": type(pipeline).__name__,
+                "dtype": str(dtype).removeprefix("torch."),
+                "num_inference_steps": str(num_inference_steps),
+                "guidance_scale": str(guidance_scale),
+                "path": str(path),
+            },
+        )
+        return cls(pipeline, info, num_inference_steps, guidance_scale, height, width, batch_size)
+
+    def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
+        """One image per prompt. Each prompt gets its own generator seeded with ``seed`` (on
+        the CPU, so the starting noise is the same on every device): an image depends on its
+        prompt and the seed, not on the batch it ran in."""
+        import torch
+
+        tokenizer = getattr(self.pipeline, "tokenizer", None)
+        prompts = [truncate_prompt(tokenizer, p) if tokenizer is not None else p for p in prompts]
+        images: list[Image.Image] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start : start + self.batch_size]
+            with torch.no_grad():
+                result = self.pipeline(
+                    prompt=chunk,
+                    num_inference_steps=self.num_inference_steps,
+                    guidance_scale=self.guidance_scale,
+                    height=self.height,
+                    width=self.width,
+                    generator=[torch.Generator("cpu").manual_seed(seed) for _ in chunk],
+                    output_type="pil",
+                )
+            images += [image.convert("RGB") for image in result.images]
+        return images
+
+    def close(self) -> None:
+        import torch
+
+        self.pipeline = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,208 @@
+"""GenCeption runner (SPEC §2.4; GenCeption paper §2.1–2.2, Algorithm 1).
+
+Per seed image X⁽⁰⁾, for t = 1..T:
+
+1. Q_t = F(P_Desc, X⁽ᵗ⁻¹⁾): the candidate VLM describes the previous image (Eq. 1,
+   :data:`prompts.GENCEPTION_DESCRIBE`, greedy, bounded tokens);
+2. X⁽ᵗ⁾ = Gen(P_Gen⁽ᵗ⁾): the image generator draws from "Generate an image that fully and
+   precisely reflects this description: Q_t" (Eq. 2, :func:`prompts.genception_generate`),
+   with a fixed seed (the paper sets temperature 0 to remove stochasticity);
+3. s_t = cos(Enc(X⁽ᵗ⁾), Enc(X⁽⁰⁾)): always against the seed image, never the previous one
+   (Algorithm 1, line 8).
+
+A batch of items advances together: at step t all descriptions are one ``generate`` call,
+then all generations one ``generate_images`` call, then one ``embed`` call.
+
+What is kept, beside ``s``:
+
+- every description (record field ``descriptions``: [Q_1..Q_T]) and every image
+  (``artifacts_dir/ITEM_ID/t{t}.png``, paths in ``images``; an id that is not a safe folder
+  name is sanitised and suffixed with its hash). ``artifacts_dir`` belongs to
+  one candidate model's run: another candidate given the same folder overwrites them;
+- every feature vector z⁽⁰⁾..z⁽ᵀ⁾, for GC_FID@T (Eq. 4), as a sidecar ``.npy`` ((T+1) × D,
+  float64 as the encoders return them) named by the record's fingerprint under
+  ``artifacts_dir/features/``, its path in the record field ``features``. A sidecar rather
+  than a JSON list: a ViT-B feature is 768 floats, 3k numbers a record at T = 3, and
+  records are logged and validated line by line; naming it by fingerprint means a rerun
+  with another T or model never overwrites the vectors an earlier record points at.
+  :func:`write_features` gathers them into the ``t0``…``tT`` + ``ids`` file that
+  ``vlgate score genception --features`` reads;
+- the seed features z⁽⁰⁾ depend only on the encoder and the image bytes, so they are cached
+  on disk (:class:`SeedFeatureCache`: one ``.npy`` per (encoder digest, image sha256))
+  and every candidate model evaluated with the same encoder reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from vlgate.evaluators import prompts
+from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
+from vlgate.evaluators.loaders.items import GenceptionItem, open_image
+from vlgate.evaluators.metrics.genception import cosine_similarity
+from vlgate.evaluators.runners.base import Runner
+from vlgate.evaluators.runners.store import file_digest
+
+#: Q_t's token budget. The paper's P_Desc allows up to 500 words; descriptions are bounded
+#: so a run's cost is predictable (and the world's tiny VLMs ramble otherwise).
+DESCRIPTION_MAX_NEW_TOKENS = 96
+_UNSAFE_PATH_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    """Write then rename, so a killed run or a concurrent reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.save(stream, array, allow_pickle=False)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def item_folder_name(item_id: str) -> str:
+    """An item id as a folder name. Ids come from data files and may hold slashes; an id
+    that had to be changed gets a hash of itself appended, so two ids never share a folder."""
+    name = _UNSAFE_PATH_CHARACTERS.sub("_", str(item_id)).strip("._")
+    if name != str(item_id):
+        name = f"{name or 'item'}-{hashlib.sha256(str(item_id).encode()).hexdigest()[:8]}"
+    return name
+
+
+class SeedFeatureCache:
+    """Enc(X⁽⁰⁾) on disk, one ``.npy`` per (encoder digest, seed-image sha256): computed once
+    per encoder and image, whichever candidate model asked first."""
+
+    def __init__(self, folder: Path, encoder: ImageEncoder):
+        self.encoder = encoder
+        self.folder = Path(folder) / encoder.info.digest.replace(":", "-")[:64]
+
+    def features(self, image_paths: Sequence[Path], images: Sequence[Image.Image]) -> np.ndarray:
+        """(N, D) seed features; the cache's misses are embedded in one call and stored."""
+        files = [self.folder / f"{file_digest(Path(path))}.npy" for path in image_paths]
+        found: dict[int, np.ndarray] = {}
+        for index, file in enumerate(files):
+            try:
+                found[index] = np.load(file, allow_pickle=False)
+            except (OSError, ValueError):  # missing, or torn by a kill: recompute
+                pass
+        missing = [i for i in range(len(files)) if i not in found]
+        if missing:
+            computed = np.asarray(self.encoder.embed([images[i] for i in missing]), dtype=np.float64)
+            for index, vector in zip(missing, computed):
+                _atomic_save_npy(files[index], vector)
+                found[index] = vector
+        return np.stack([found[i] for i in range(len(files))])
+
+
+def genception_runner(
+    vlm: VisionLanguageBackend,
+    generator: ImageGenerator,
+    encoder: ImageEncoder,
+    iterations: int = 3,
+    *,
+    artifacts_dir: Path,
+    seed: int = 0,
+    feature_cache_dir: Path | None = None,
+    max_new_tokens: int = DESCRIPTION_MAX_NEW_TOKENS,
+) -> Runner[GenceptionItem, Image.Image]:
+    """The GenCeption runner. ``feature_cache_dir`` (default ``artifacts_dir/../feature-cache``)
+    should be shared by every candidate evaluated with this encoder."""
+    if iterations < 1:
+        raise ValueError(f"GenCeption needs T >= 1 iterations, got {iterations}")
+    artifacts_dir = Path(artifacts_dir)
+    seed_cache = SeedFeatureCache(feature_cache_dir if feature_cache_dir is not None else artifacts_dir.parent / "feature-cache", encoder)
+
+    def embed(images: list[Image.Image]) -> np.ndarray:
+        features = np.asarray(encoder.embed(images), dtype=np.float64)
+        if features.ndim != 2 or len(features) != len(images):
+            raise ValueError(f"encoder {encoder.info.model} returned features of shape {features.shape} for {len(images)} images")
+        return features
+
+    def compute(batch: list[tuple[GenceptionItem, Image.Image]]) -> list[dict[str, Any]]:
+        items = [item for item, _ in batch]
+        seed_features = seed_cache.features([item.image for item in items], [image for _, image in batch])
+        features = [seed_features]
+        descriptions: list[list[str]] = [[] for _ in items]
+        image_paths: list[list[str]] = [[] for _ in items]
+        similarities = np.zeros((len(items), iterations))
+        previous = [image for _, image in batch]
+        for t in range(1, iterations + 1):
+            described = vlm.generate([GenerateRequest((image,), prompts.GENCEPTION_DESCRIBE, max_new_tokens) for image in previous])
+            generated = generator.generate_images([prompts.genception_generate(text) for text in described], seed=seed)
+            if len(generated) != len(items):
+                raise ValueError(f"image generator {generator.info.model} returned {len(generated)} images for {len(items)} prompts")
+            generated = [image.convert("RGB") for image in generated]
+            features.append(embed(generated))
+            # Algorithm 1 line 8: against z⁽⁰⁾; clipped because rounding can leave 1 + 1e-7
+            similarities[:, t - 1] = np.clip(cosine_similarity(seed_features, features[-1]), -1.0, 1.0)
+            for n, (item, text, image) in enumerate(zip(items, described, generated)):
+                path = artifacts_dir / item_folder_name(item.id) / f"t{t}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                image.save(path, format="PNG")
+                descriptions[n].append(text)
+                image_paths[n].append(str(path))
+            previous = generated
+        records = []
+        for n, item in enumerate(items):
+            sidecar = artifacts_dir / "features" / f"{runner.key(item).removeprefix('fp:')}.npy"
+            _atomic_save_npy(sidecar, np.stack([step[n] for step in features]))
+            s = [float(value) for value in similarities[n]]
+            if not all(np.isfinite(s)):  # a zero feature vector has no direction: fail loudly, not NaN in the record
+                raise ValueError(f"item {item.id}: cosine similarity undefined (zero feature vector)")
+            records.append(
+                {
+                    "id": item.id,
+                    "category": item.category,
+                    "s": s,
+                    "descriptions": descriptions[n],
+                    "images": image_paths[n],
+                    "features": str(sidecar),
+                }
+            )
+        return records
+
+    runner = Runner(
+        "genception",
+        {"vlm": vlm.info.digest, "generator": generator.info.digest, "encoder": encoder.info.digest},
+        prompts.PROMPT_VERSION,
+        lambda item: open_image(item.image, item.id, "image"),
+        compute,
+        settings={"iterations": iterations, "seed": seed, "max_new_tokens": max_new_tokens},
+    )
+    return runner
+
+
+def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | None = None) -> Path:
+    """The ``--features`` file of ``vlgate score genception``: arrays ``t0``…``tT`` (N×D, in
+    record order) and ``ids``, from each record's sidecar (relative sidecar paths are
+    resolved against ``root``)."""
+    if not records:
+        raise ValueError("no records to write features for")
+    stacks = []
+    for record in records:
+        sidecar = Path(record["features"])
+        if root is not None and not sidecar.is_absolute():
+            sidecar = Path(root) / sidecar
+        vectors = np.load(sidecar, allow_pickle=False)
+        if vectors.shape[0] != len(record["s"]) + 1:
+            raise ValueError(f"record {record['id']}: {sidecar} holds {vectors.shape[0]} feature vectors, expected T+1 = {len(record['s']) + 1}")
+        stacks.append(vectors)
+    if len({stack.shape for stack in stacks}) != 1:
+        raise ValueError(f"records differ in T or feature size: {sorted({stack.shape for stack in stacks})}")
+    arrays = {f"t{t}": np.stack([stack[t] for stack in stacks]) for t in range(stacks[0].shape[0])}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:  # a handle, so np.savez keeps the name as given (no added .npz)
+        np.savez(handle, ids=np.array([str(record["id"]) for record in records]), **arrays)
+    return path
