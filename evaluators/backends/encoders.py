@@ -14,7 +14,7 @@ similarities and Fréchet distances, where half precision costs digits) and retu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Self, Sequence
 
 import numpy as np
 from PIL import Image
@@ -34,7 +34,7 @@ class _TransformersImageEncoder(ImageEncoder):
         self.device = next(model.parameters()).device
 
     @classmethod
-    def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None):
+    def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None) -> Self:
         import torch
         from transformers import AutoImageProcessor, AutoModel
 

@@ -13,8 +13,6 @@ Generators take the finished text-to-image prompt; the runner builds it (GenCept
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,8 +21,7 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageGenerator
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
-from vlgate.evaluators.world import generators, scenes
-from vlgate.evaluators.world.generators import scene_from_description
+from vlgate.evaluators.world.generators import renderer_digest, scene_from_description
 from vlgate.evaluators.world.scenes import render
 
 #: Libraries whose classes a pipeline's model_index.json may name; anything else is code
@@ -38,14 +35,7 @@ class SceneRendererGenerator(ImageGenerator):
 
     def __init__(self, image_size: int = 64):
         self.image_size = image_size
-        # the renderer's "weights" are its code: the parser's and the drawing module's source
-        source = inspect.getsource(scenes) + inspect.getsource(generators)
-        self.info = BackendInfo(
-            name="scene-renderer",
-            model="vlgate.evaluators.world.scenes.render",
-            digest="sha256:" + hashlib.sha256(source.encode()).hexdigest(),
-            extra={"image_size": str(image_size)},
-        )
+        self.info = BackendInfo(name="scene-renderer", model="vlgate.evaluators.world.scenes.render", digest=renderer_digest(), extra={"image_size": str(image_size)})
 
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
         return [render(scene_from_description(prompt), self.image_size) for prompt in prompts]
@@ -105,7 +95,7 @@ class DiffusersGenerator(ImageGenerator):
         width: int | None = None,
         batch_size: int = 8,
         cache_dir: Path | None = None,
-    ) -> "DiffusersGenerator":
+    ) -> DiffusersGenerator:
         """``guidance_scale`` ≤ 1 turns classifier-free guidance off, which halves the UNet
         calls; ``height``/``width`` default to the pipeline's own size."""
         import torch

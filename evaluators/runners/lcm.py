@@ -1,8 +1,9 @@
 """VL-LCM runners: multiple-choice VQA (SPEC §2.1) and NaturalBench format (§2.2).
 
-MC: per sample one MC prompt (option letters) and K yes/no probes, one per option. The
-K probes repeat the image and the question, so they are sent with that as their shared
-prefix and a backend that can computes it once.
+MC: per sample one MC prompt (option letters) and K yes/no probes, one per option. All
+K+1 prompts repeat the image and the question, so they are sent with that as their
+shared prefix and a backend that can computes it once (the full VL-LCM then costs little
+more than the MC accuracy alone: benchmarks/bench_scoring.py).
 
 NaturalBench: per unit the four yes/no tests (V_i, T_j) with NaturalBench's suffix, the
 two text-choice tests (one image, choose T1 or T2) and the two image-choice tests (one
@@ -25,9 +26,10 @@ TWO_LETTERS = ("A", "B")
 
 
 def lcm_mc_requests(item: McItem, image: Image.Image) -> list[ChoiceRequest]:
-    """The MC prompt first, then the K yes/no probes in option order."""
+    """The MC prompt first, then the K yes/no probes in option order; all K+1 start with the
+    image and the question, which is their shared prefix."""
     letters = tuple(prompts.OPTION_LETTERS[: len(item.options)])
-    requests = [ChoiceRequest((image,), prompts.mc_prompt(item.question, item.options), letters)]
+    requests = [ChoiceRequest((image,), prompts.mc_prompt(item.question, item.options), letters, shared_prefix=item.question)]
     requests += [ChoiceRequest((image,), prompts.yes_no_probe(item.question, option), YES_NO, shared_prefix=item.question) for option in item.options]
     return requests
 

@@ -4,7 +4,9 @@ Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
     checkpoints/   vlm-steps{N}/ (the version family), vlm-language-prior/ (the best version fine-tuned with a language prior),
-                   llm-agent/ (DeCC's LLM), vit-encoder/
+                   llm-agent/ (DeCC's LLM), vit-encoder/, clip/ (briefly contrastive-trained CLIP),
+                   diffusion/ (a tiny random-weight StableDiffusionPipeline: the diffusers path of
+                   GenCeption's generator; the world's suite uses the scene renderer)
     suite.yaml     a suite running every evaluator on data/ (vlgate evaluate --suite)
     manifest.json  what was built, from which seed and size, and how long it took
 
@@ -23,8 +25,8 @@ from vlgate import __version__
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
-WORLD_FORMAT = 4
-VLM_STEPS = {"small": (0, 100, 1000), "medium": (0, 200, 2000)}
+WORLD_FORMAT = 5
+VLM_STEPS = {"small": (0, 200, 2000), "medium": (0, 300, 3000)}
 LLM_STEPS = 300
 PRIOR_STEPS = {"small": 300, "medium": 600}
 
@@ -66,6 +68,7 @@ def build_world(
             return manifest | {"cached": True}
     # torch and transformers load only when something has to be built: a cached call stays fast
     from vlgate.evaluators.world.checkpoints import build_language_prior_version, build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
+    from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
 
     if out.exists():
         shutil.rmtree(out)
@@ -84,6 +87,8 @@ def build_world(
     prior = timed("vlm_prior", build_language_prior_version, vlms[max(steps)], out / "checkpoints" / "vlm-language-prior", prior_steps, seed)
     llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed)
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
+    clip = timed("clip", build_clip, out / "checkpoints" / "clip", seed=seed)
+    diffusion = timed("diffusion", build_diffusion_pipeline, out / "checkpoints" / "diffusion", seed=seed)
     manifest = wanted | {
         "vlgate_version": __version__,
         "data": {name: str(path.relative_to(out)) for name, path in data.items()},
@@ -92,6 +97,8 @@ def build_world(
             "vlm_language_prior": str(prior.relative_to(out)),
             "llm_agent": str(llm.relative_to(out)),
             "vit_encoder": str(vit.relative_to(out)),
+            "clip": str(clip.relative_to(out)),
+            "diffusion": str(diffusion.relative_to(out)),
         },
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }

@@ -188,7 +188,9 @@ class TrainingStream:
       family's language-prior version.
     """
 
-    MIX = (("mc", 0.35), ("yesno", 0.2), ("probe", 0.2), ("direct", 0.1), ("vlind", 0.15))
+    # yes/no-heavy: existence questions are the slowest skill (chance until ~1,200 steps;
+    # measured 0.75 held-out at 1,750 with this mix against 0.62 with MC-heavy 0.35/0.2)
+    MIX = (("mc", 0.25), ("yesno", 0.35), ("probe", 0.2), ("direct", 0.1), ("vlind", 0.1))
 
     def __init__(self, seed: int, image_size: int = 64, language_prior: bool = False):
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7919]))

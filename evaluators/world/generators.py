@@ -19,6 +19,8 @@ renderer stay importable in a second.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import re
 import time
@@ -42,7 +44,7 @@ CLIP_IMAGE_SIZE = 32
 #: Size the world's images are rendered at (datasets.WorldSize.image_size); processors resize.
 RENDER_SIZE = 64
 
-_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+_NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
 
 
 # --- description → scene -------------------------------------------------------------
@@ -57,20 +59,20 @@ def _shape_kind(word: str | None) -> str | None:
 
 
 def _count(word: str | None) -> int:
-    """How many shapes a word before "<colour> <shape>" asks for ("two", "3"); 1 otherwise."""
+    """How many shapes a word before "<colour> <shape>" asks for ("two", "3", "no"); 1
+    otherwise. Never more than the grid holds."""
     if word is None:
         return 1
-    if word.isdigit():
-        return max(1, int(word))
-    return _NUMBER_WORDS.get(word, 1)
+    count = int(word) if word.isdigit() else _NUMBER_WORDS.get(word, 1)
+    return min(count, GRID * GRID)
 
 
 def scene_from_description(text: str) -> Scene:
     """The scene a description names, in the world's language.
 
     - Every "<colour> <shape>" mention, in order, becomes a shape in the next free grid
-      cell (row-major), repeated when a count comes first ("two red circles"); at most
-      GRID×GRID shapes, as a scene has cells.
+      cell (row-major), repeated when a count comes first ("two red circles", "no red
+      circles"); at most GRID×GRID shapes, as a scene has cells.
     - "<colour> <shape> sun" and "<colour> sun" are the sun prop (a circle unless a shape
       is named), "<colour> grass" the grass prop; a bare "sun" or "grass" gets its
       common-sense colour. The first mention of each counts. Props put the scene outdoors
@@ -111,6 +113,14 @@ def scene_from_description(text: str) -> Scene:
     return Scene(shapes, background=SKY if props else BACKGROUND, props=tuple(props.values()))
 
 
+def renderer_digest() -> str:
+    """What identifies the world's description → image generator: its "weights" are its
+    code, so sha256 over the drawing module and the parser (with the constants it reads)."""
+    parts = [inspect.getsource(inspect.getmodule(render))] + [inspect.getsource(function) for function in (scene_from_description, _shape_kind, _count)]
+    parts += [repr(SKY), repr(sorted(_NUMBER_WORDS.items()))]
+    return "sha256:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 # --- the world's texts -------------------------------------------------------------------
 
 
@@ -139,7 +149,7 @@ def world_texts(seed: int = 0, count: int = 512) -> list[str]:
 # --- tokenizer -------------------------------------------------------------------------
 
 
-def build_clip_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 2048) -> "CLIPTokenizer":
+def build_clip_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 2048) -> CLIPTokenizer:
     """Train a byte-level BPE in CLIP's format on ``texts``, write ``vocab.json`` and
     ``merges.txt`` to ``out_dir`` and load them as a ``CLIPTokenizer`` (77 tokens).
 
@@ -175,7 +185,7 @@ def build_clip_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 
 # --- CLIP -----------------------------------------------------------------------------
 
 
-def tiny_clip(tokenizer: "CLIPTokenizer", hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0) -> "CLIPModel":
+def tiny_clip(tokenizer: CLIPTokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0) -> CLIPModel:
     """A random-weight CLIP with both towers, 32-pixel images in 8-pixel patches."""
     import torch
     from transformers import CLIPConfig, CLIPModel
@@ -198,21 +208,21 @@ def tiny_clip(tokenizer: "CLIPTokenizer", hidden: int = 64, layers: int = 2, hea
     return CLIPModel(config)
 
 
-def clip_processor(tokenizer: "CLIPTokenizer") -> "CLIPProcessor":
+def clip_processor(tokenizer: CLIPTokenizer) -> CLIPProcessor:
     from transformers import CLIPImageProcessor, CLIPProcessor
 
     image_processor = CLIPImageProcessor(size={"shortest_edge": CLIP_IMAGE_SIZE}, crop_size={"height": CLIP_IMAGE_SIZE, "width": CLIP_IMAGE_SIZE})
     return CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
-def clip_batch(processor: "CLIPProcessor", scenes: Sequence[Scene]) -> dict[str, Any]:
+def clip_batch(processor: CLIPProcessor, scenes: Sequence[Scene]) -> dict[str, Any]:
     """Model inputs for rendered scenes paired with their descriptions."""
     return dict(processor(images=[render(s, RENDER_SIZE) for s in scenes], text=[s.describe() for s in scenes], return_tensors="pt", padding=True))
 
 
 def held_out_scenes(seed: int, count: int = 64) -> list[Scene]:
-    """Scenes from a stream the training never draws from, with distinct descriptions (so
-    retrieval has one right answer and chance is 1/count)."""
+    """Scenes with distinct descriptions (so retrieval has one right answer and chance is
+    1/count), from a stream of their own; :func:`build_clip` never trains on these descriptions."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1299709]))
     scenes: dict[str, Scene] = {}
     while len(scenes) < count:
@@ -221,7 +231,7 @@ def held_out_scenes(seed: int, count: int = 64) -> list[Scene]:
     return list(scenes.values())
 
 
-def clip_retrieval_accuracy(model: "CLIPModel", processor: "CLIPProcessor", scenes: Sequence[Scene]) -> float:
+def clip_retrieval_accuracy(model: CLIPModel, processor: CLIPProcessor, scenes: Sequence[Scene]) -> float:
     """Image → text retrieval: the fraction of images whose most similar description (among
     all the scenes' descriptions) is their own. Chance is 1/len(scenes)."""
     import torch
@@ -231,7 +241,7 @@ def clip_retrieval_accuracy(model: "CLIPModel", processor: "CLIPProcessor", scen
     return float((logits.argmax(dim=1) == torch.arange(len(scenes))).float().mean())
 
 
-def build_clip(out: Path, seed: int = 0, steps: int = 300, batch_size: int = 64, learning_rate: float = 2e-3) -> Path:
+def build_clip(out: Path, seed: int = 0, steps: int = 300, batch_size: int = 32, learning_rate: float = 2e-3) -> Path:
     """A tiny CLIP trained with the CLIP loss on freshly rendered scenes and their
     descriptions; saved with its processor (the world's BPE tokenizer) and a training card
     that records held-out image → text retrieval accuracy next to chance."""
@@ -240,24 +250,35 @@ def build_clip(out: Path, seed: int = 0, steps: int = 300, batch_size: int = 64,
     from vlgate.evaluators.world.checkpoints import save_checkpoint, training_card
 
     out = Path(out)
-    tokenizer = build_clip_tokenizer(world_texts(seed), out)  # the processor saves it there again
+    # vocab.json + merges.txt stay beside the tokenizer.json the processor saves
+    tokenizer = build_clip_tokenizer(world_texts(seed), out)
     processor = clip_processor(tokenizer)
     model = tiny_clip(tokenizer, seed=seed)
+    held_out = held_out_scenes(seed)
+    unseen = {scene.describe() for scene in held_out}
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7368787]))
+
+    def training_scenes() -> list[Scene]:
+        scenes: list[Scene] = []
+        while len(scenes) < batch_size:
+            scene = random_world_scene(rng)
+            if scene.describe() not in unseen:  # retrieval is then measured on descriptions never trained on
+                scenes.append(scene)
+        return scenes
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     warmup = max(1, steps // 10)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     losses, started = [], time.perf_counter()
     model.train()
     for _ in range(steps):
-        loss = model(**clip_batch(processor, [random_world_scene(rng) for _ in range(batch_size)]), return_loss=True).loss
+        loss = model(**clip_batch(processor, training_scenes()), return_loss=True).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         scheduler.step()
         losses.append(loss.item())
     model.eval()
-    held_out = held_out_scenes(seed)
     card = training_card("clip", "CLIPModel", steps, steps * batch_size, seed, losses, started) | {
         "retrieval_accuracy": round(clip_retrieval_accuracy(model, processor, held_out), 4),
         "retrieval_chance": round(1 / len(held_out), 4),
