@@ -9,8 +9,10 @@ The model is a random-weight LLaVA shaped like the real thing where it matters f
     prefix) vs MC-only accuracy (the MC prompt alone) — target ≤ 1.6×.
 (b) option scoring (one forward pass, next-token probabilities over the option letters)
     vs generate-and-parse (greedy generation, first option letter in the text) for the
-    same MC prompts — target ≥ 5× faster. The parsed answers are compared with the
-    scored argmax.
+    same MC prompts — target ≥ 5× faster. A random-weight model has no idea when to stop,
+    so generation runs to a fixed answer length (EOS off), as a chatty VLM writing "The
+    answer is (B) circle." would; the cost ratio is what this measures. Whether the parsed
+    letters equal the scored ones needs a trained model: benchmarks/world_vlm_accuracy.py.
 Also printed: the shared-prefix path vs the same K+1 prompts run whole.
 
     python benchmarks/bench_scoring.py [N_SAMPLES]
@@ -36,7 +38,7 @@ from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.datasets import mc_item
 from vlgate.evaluators.world.scenes import render
 
-GENERATE_TOKENS = 16  # enough for "The answer is B." style replies
+GENERATE_TOKENS = 8  # "The answer is (B) circle." is about 8 tokens
 
 
 def best_of(runs: int, fn) -> tuple[float, object]:
@@ -65,6 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         backend = TransformersBackend.load(ck.save_checkpoint(model, processor, Path(folder) / "bench-vlm", {"kind": "benchmark"}), batch_size=8)
     torch.set_grad_enabled(False)
+    backend.model.generation_config.eos_token_id = None  # see (b) above: a fixed answer length
 
     full = [request for item, image in zip(items, images) for request in lcm_mc_requests(item, image)]
     whole = [ChoiceRequest(r.images, r.prompt, r.options) for r in full]
@@ -77,15 +80,12 @@ def main() -> None:
     t_whole, whole_probs = best_of(3, lambda: backend.choice_probs(whole))
     t_generate, generated = best_of(1, lambda: backend.generate(generate))
     np.testing.assert_allclose(np.concatenate(full_probs), np.concatenate(whole_probs), atol=1e-4)
-    parsed = [first_letter(text, "ABCD") for text in generated]
-    scored = [int(np.argmax(p)) for p in mc_probs]
-    agree = sum(p == s for p, s in zip(parsed, scored))
 
     print(f"{n_samples} MC samples, K=4, ~{(224 // 14) ** 2} image tokens per prompt, device {backend.info.device}, torch threads {torch.get_num_threads()}")
     print(f"  MC only (accuracy)           : {t_mc:.3f} s")
     print(f"  full VL-LCM, shared prefix   : {t_full:.3f} s   (same {len(full)} prompts run whole: {t_whole:.3f} s)")
     print(f"  (a) full VL-LCM / MC only    = {t_full / t_mc:.2f}x   target <= 1.6x")
-    print(f"  generate-and-parse ({GENERATE_TOKENS} tok) : {t_generate:.3f} s   (parsed a letter in {sum(p is not None for p in parsed)}/{n_samples}, equal to the scored argmax in {agree}/{n_samples})")
+    print(f"  generate-and-parse ({GENERATE_TOKENS} tokens) : {t_generate:.3f} s   (parsed: {[first_letter(text, 'ABCD') for text in generated][:4]}...)")
     print(f"  (b) generate / option scoring = {t_generate / t_mc:.2f}x   target >= 5x")
     print(f"  shared prefix saves            {t_whole / t_full:.2f}x over whole prompts")
 

@@ -19,10 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.encoders import VitClsEncoder
 from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.loaders import load_dataset
+from vlgate.evaluators.loaders.items import open_image
 from vlgate.evaluators.runners.decc import decc_runner
 from vlgate.evaluators.runners.genception import genception_runner
 from vlgate.evaluators.runners.store import RecordStore
@@ -40,6 +42,13 @@ def main() -> None:
     generator = SceneRendererGenerator()
     seeds = load_dataset("genception", world / "data" / "genception").items
     decc_items = [dataclasses.replace(item, sub_questions=None) for item in load_dataset("decc", world / "data" / "decc").items]
+    # first calls pay one-time costs (kernels, allocator); pay them before timing anything
+    warm = open_image(seeds[0].image, seeds[0].id, "image")
+    for model in (*candidates, decomposer):
+        model.generate([GenerateRequest((warm,), "warm up", 2)])
+        model.choice_probs([ChoiceRequest((warm,), "warm up", ("Yes", "No"))])
+    llm.choice_probs([ChoiceRequest((), "warm up", ("Yes", "No"))])
+    encoder.embed([warm])
     print(f"{world}: {len(seeds)} GenCeption seed images (T=3), {len(decc_items)} DeCC items; candidates {', '.join('steps ' + s for s in steps[-2:])}")
     with tempfile.TemporaryDirectory() as folder:
         shared = Path(folder) / "shared-cache"

@@ -112,12 +112,13 @@ class TransformersBackend(VisionLanguageBackend):
                 groups[(request.shared_prefix, tuple(id(image) for image in request.images))].append(index)
         shared = [indices for indices in groups.values() if len(indices) > 1]
         done = set()
-        for indices in shared:
-            scored = self._shared_prefix_probs([requests[i] for i in indices])
-            if scored is not None:
-                for index, probs in zip(indices, scored):
-                    results[index] = probs
-                done.update(indices)
+        for start in range(0, len(shared), self.batch_size):
+            chunk = shared[start : start + self.batch_size]
+            for indices, scored in zip(chunk, self._shared_prefix_probs([[requests[i] for i in indices] for indices in chunk])):
+                if scored is not None:
+                    for index, probs in zip(indices, scored):
+                        results[index] = probs
+                    done.update(indices)
         rest = [i for i in range(len(requests)) if i not in done]
         for start in range(0, len(rest), self.batch_size):
             chunk = rest[start : start + self.batch_size]
@@ -138,10 +139,9 @@ class TransformersBackend(VisionLanguageBackend):
         logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
         return [self._option_distribution(row, r.options) for row, r in zip(logits, requests)]
 
-    @torch.no_grad()
-    def _shared_prefix_probs(self, requests: list[ChoiceRequest]) -> list[np.ndarray] | None:
-        """Run the common prefix once, then every suffix on a copy of its KV cache.
-        Returns None when the tokenisation does not split cleanly at the prefix."""
+    def _split_at_prefix(self, requests: list[ChoiceRequest]) -> tuple[str, list[torch.Tensor]] | None:
+        """The group's common chat-text prefix (cut at a word boundary) and each request's
+        token ids after it; None when the tokeniser merges across the cut."""
         images = list(requests[0].images)
         texts = [self.chat_text(r.prompt, len(images)) for r in requests]
         prefix_text = os.path.commonprefix(texts)
@@ -149,30 +149,49 @@ class TransformersBackend(VisionLanguageBackend):
         if cut <= 0:
             return None
         prefix_text = prefix_text[:cut]
-        prefix = self._encode([prefix_text], [images])
-        prefix_ids = prefix["input_ids"][0]
+        prefix_ids = self._encode([prefix_text], [images])["input_ids"][0]
         suffixes = []
         for text in texts:
             full_ids = self._encode([text], [images])["input_ids"][0]
             if len(full_ids) <= len(prefix_ids) or not torch.equal(full_ids[: len(prefix_ids)], prefix_ids):
-                return None  # the tokenizer merges across the cut: score these requests whole
+                return None
             suffixes.append(full_ids[len(prefix_ids) :])
-        output = self.model(**prefix, use_cache=True)
-        cache = output.past_key_values
-        cache.batch_repeat_interleave(len(suffixes))
-        width = max(len(s) for s in suffixes)
-        pad = self.tokenizer.pad_token_id
-        # right padding here: the prefix is already in the cache, so each suffix must follow it directly
-        suffix_ids = torch.full((len(suffixes), width), pad, dtype=torch.long, device=self.device)
-        mask = torch.zeros((len(suffixes), len(prefix_ids) + width), dtype=torch.long, device=self.device)
-        mask[:, : len(prefix_ids)] = 1
-        for row, suffix in enumerate(suffixes):
+        return prefix_text, suffixes
+
+    @torch.no_grad()
+    def _shared_prefix_probs(self, groups: list[list[ChoiceRequest]]) -> list[list[np.ndarray] | None]:
+        """Every group's prefix in one left-padded forward pass, then every suffix of every
+        group in a second one, each suffix row attending to its group's rows of the cache.
+        A group whose tokenisation does not split cleanly at the prefix gets None."""
+        splits = [self._split_at_prefix(group) for group in groups]
+        usable = [g for g, split in enumerate(splits) if split is not None]
+        results: list[list[np.ndarray] | None] = [None] * len(groups)
+        if not usable:
+            return results
+        prefix = self._encode([splits[g][0] for g in usable], [list(groups[g][0].images) for g in usable])
+        cache = self.model(**prefix, use_cache=True).past_key_values
+        prefix_mask, prefix_length = prefix["attention_mask"], prefix["attention_mask"].shape[1]
+        rows = [(position, suffix) for position, g in enumerate(usable) for suffix in splits[g][1]]
+        cache.reorder_cache(torch.tensor([position for position, _ in rows], device=self.device))
+        width = max(len(suffix) for _, suffix in rows)
+        # right padding here: each suffix must follow its prefix directly in the cache
+        suffix_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(rows), prefix_length + width), dtype=torch.long, device=self.device)
+        for row, (position, suffix) in enumerate(rows):
             suffix_ids[row, : len(suffix)] = suffix
-            mask[row, len(prefix_ids) : len(prefix_ids) + len(suffix)] = 1
+            mask[row, :prefix_length] = prefix_mask[position]
+            mask[row, prefix_length : prefix_length + len(suffix)] = 1
         logits = self.model(input_ids=suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-        last = torch.tensor([len(s) - 1 for s in suffixes], device=self.device)
-        rows = logits[torch.arange(len(suffixes), device=self.device), last]
-        return [self._option_distribution(row, r.options) for row, r in zip(rows, requests)]
+        last = torch.tensor([len(suffix) - 1 for _, suffix in rows], device=self.device)
+        final = logits[torch.arange(len(rows), device=self.device), last]
+        row = 0
+        for g in usable:
+            scored = []
+            for request in groups[g]:
+                scored.append(self._option_distribution(final[row], request.options))
+                row += 1
+            results[g] = scored
+        return results
 
     # -- generation ------------------------------------------------------------------------
 
