@@ -65,6 +65,7 @@ class EchoGenerator(ImageGenerator):
     """Returns the seed image of the n-th item for the n-th prompt: a perfect round trip."""
 
     info = BackendInfo("echo", "test", "sha256:echo")
+    deterministic = False  # the image depends on the prompt's position, not its text
 
     def __init__(self, seed_images: Sequence[Path]):
         self.seed_images = [Image.open(path).convert("RGB") for path in seed_images]
@@ -147,16 +148,19 @@ def test_genception_rerun_reuses_records_and_seed_features_are_embedded_once_acr
 
     n = len(seed_items)
     first = run(backends["vlm0"], 2, "vlm0")
-    assert counting.calls == [n, n, n]  # the seeds once, then one batched call per iteration
-    assert len(list(cache.rglob("*.npy"))) == n
+    distinct_descriptions = {text for r in first.records for text in r["descriptions"]}
+    # the seeds once, then each distinct description drawn and embedded once (a repeat is a cache hit)
+    assert counting.calls[0] == n and sum(counting.calls[1:]) == len(distinct_descriptions) and len(counting.calls) <= 3
+    assert len(list((cache).glob("sha256-*/*.npy"))) == n
     again = run(backends["vlm0"], 2, "vlm0")
     assert (again.computed, again.reused, counting.calls) == (0, n, [])
     assert again.records == first.records
     longer = run(backends["vlm0"], 3, "vlm0")  # another T is another fingerprint
     assert (longer.computed, longer.reused) == (n, 0) and all(len(r["s"]) == 3 for r in longer.records)
-    assert counting.calls == [n, n, n]  # the seeds came from the cache
+    # seeds and the first two steps' drawings come from the caches: at most the third step is new
+    assert len(counting.calls) <= 1 and [r["s"][:2] for r in longer.records] == [r["s"] for r in first.records]
     other = run(backends["vlm1"], 2, "vlm1")  # a second candidate model, same encoder
-    assert other.computed == n and counting.calls == [n, n]
+    assert other.computed == n and len(counting.calls) <= 2 and all(size <= n for size in counting.calls)
     assert {r["fingerprint"] for r in other.records}.isdisjoint(r["fingerprint"] for r in first.records)
     # both candidates' t0 rows are the same cached seed features
     np.testing.assert_array_equal(np.load(first.records[0]["features"])[0], np.load(other.records[0]["features"])[0])

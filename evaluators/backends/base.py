@@ -84,6 +84,9 @@ class ImageEncoder(ABC):
 
 class ImageGenerator(ABC):
     info: BackendInfo
+    #: The same prompt and seed always give the same image, so results may be cached by
+    #: prompt (GenCeption's GenerationCache). A sampling service that is not should say False.
+    deterministic: bool = True
 
     @abstractmethod
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:

@@ -29,7 +29,9 @@ What is kept, beside ``s``:
   ``vlgate score genception --features`` reads;
 - the seed features z⁽⁰⁾ depend only on the encoder and the image bytes, so they are cached
   on disk (:class:`SeedFeatureCache`: one ``.npy`` per (encoder digest, image sha256))
-  and every candidate model evaluated with the same encoder reuses them.
+  and every candidate model evaluated with the same encoder reuses them; likewise each
+  generated image and its features per (generator, encoder, prompt, seed)
+  (:class:`GenerationCache`): the same description is drawn once, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -105,6 +107,57 @@ class SeedFeatureCache:
         return np.stack([found[i] for i in range(len(files))])
 
 
+class GenerationCache:
+    """X⁽ᵗ⁾ and Enc(X⁽ᵗ⁾) on disk per (generator digest, P_Gen⁽ᵗ⁾, seed) and encoder digest.
+    Generators here are seeded per prompt, so the same prompt draws the same image: when
+    two candidates (or two items) write the same description, it is drawn and embedded
+    once. With a diffusion generator this is most of a candidate's GenCeption cost."""
+
+    def __init__(self, folder: Path, generator: ImageGenerator, encoder: ImageEncoder):
+        self.generator, self.encoder = generator, encoder
+        self.folder = Path(folder) / hashlib.sha256(f"{generator.info.digest}\0{encoder.info.digest}".encode()).hexdigest()[:32]
+
+    def _key(self, prompt: str, seed: int) -> str:
+        return hashlib.sha256(f"{prompt}\0{seed}".encode()).hexdigest()
+
+    def draw(self, texts: Sequence[str], seed: int) -> tuple[list[Image.Image], np.ndarray]:
+        """(images, (N, D) features) for the prompts; misses are generated and embedded in one
+        call each. A generator that is not deterministic is called for every prompt, uncached."""
+        if not self.generator.deterministic:
+            return self._generate_and_embed(list(texts), seed)
+        keys = [self._key(text, seed) for text in texts]
+        found: dict[str, tuple[Image.Image, np.ndarray]] = {}
+        for key in dict.fromkeys(keys):
+            try:
+                with Image.open(self.folder / f"{key}.png") as image:
+                    found[key] = (image.convert("RGB"), np.load(self.folder / f"{key}.npy", allow_pickle=False))
+            except (OSError, ValueError):  # missing, or torn by a kill: draw again
+                pass
+        missing = [key for key in dict.fromkeys(keys) if key not in found]
+        if missing:
+            first_prompt = {key: text for key, text in zip(keys, texts)}
+            drawn, features = self._generate_and_embed([first_prompt[key] for key in missing], seed)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for key, image, vector in zip(missing, drawn, features):
+                handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".png.tmp")
+                os.close(handle)
+                image.save(temporary, format="PNG")
+                os.replace(temporary, self.folder / f"{key}.png")
+                _atomic_save_npy(self.folder / f"{key}.npy", vector)
+                found[key] = (image, vector)
+        return [found[key][0] for key in keys], np.stack([found[key][1] for key in keys])
+
+    def _generate_and_embed(self, texts: list[str], seed: int) -> tuple[list[Image.Image], np.ndarray]:
+        drawn = self.generator.generate_images(texts, seed=seed)
+        if len(drawn) != len(texts):
+            raise ValueError(f"image generator {self.generator.info.model} returned {len(drawn)} images for {len(texts)} prompts")
+        drawn = [image.convert("RGB") for image in drawn]
+        features = np.asarray(self.encoder.embed(drawn), dtype=np.float64)
+        if features.ndim != 2 or len(features) != len(drawn):
+            raise ValueError(f"encoder {self.encoder.info.model} returned features of shape {features.shape} for {len(drawn)} images")
+        return drawn, features
+
+
 def genception_runner(
     vlm: VisionLanguageBackend,
     generator: ImageGenerator,
@@ -121,13 +174,9 @@ def genception_runner(
     if iterations < 1:
         raise ValueError(f"GenCeption needs T >= 1 iterations, got {iterations}")
     artifacts_dir = Path(artifacts_dir)
-    seed_cache = SeedFeatureCache(feature_cache_dir if feature_cache_dir is not None else artifacts_dir.parent / "feature-cache", encoder)
-
-    def embed(images: list[Image.Image]) -> np.ndarray:
-        features = np.asarray(encoder.embed(images), dtype=np.float64)
-        if features.ndim != 2 or len(features) != len(images):
-            raise ValueError(f"encoder {encoder.info.model} returned features of shape {features.shape} for {len(images)} images")
-        return features
+    cache_root = feature_cache_dir if feature_cache_dir is not None else artifacts_dir.parent / "feature-cache"
+    seed_cache = SeedFeatureCache(cache_root, encoder)
+    generations = GenerationCache(Path(cache_root) / "generations", generator, encoder)
 
     def compute(batch: list[tuple[GenceptionItem, Image.Image]]) -> list[dict[str, Any]]:
         items = [item for item, _ in batch]
@@ -139,11 +188,8 @@ def genception_runner(
         previous = [image for _, image in batch]
         for t in range(1, iterations + 1):
             described = vlm.generate([GenerateRequest((image,), prompts.GENCEPTION_DESCRIBE, max_new_tokens) for image in previous])
-            generated = generator.generate_images([prompts.genception_generate(text) for text in described], seed=seed)
-            if len(generated) != len(items):
-                raise ValueError(f"image generator {generator.info.model} returned {len(generated)} images for {len(items)} prompts")
-            generated = [image.convert("RGB") for image in generated]
-            features.append(embed(generated))
+            generated, step_features = generations.draw([prompts.genception_generate(text) for text in described], seed)
+            features.append(step_features)
             # Algorithm 1 line 8: against z⁽⁰⁾; clipped because rounding can leave 1 + 1e-7
             similarities[:, t - 1] = np.clip(cosine_similarity(seed_features, features[-1]), -1.0, 1.0)
             for n, (item, text, image) in enumerate(zip(items, described, generated)):
