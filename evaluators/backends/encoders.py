@@ -28,6 +28,8 @@ class _TransformersImageEncoder(ImageEncoder):
 
     name = "image-encoder"
     features = ""
+    #: extra from_pretrained arguments (the model class's own options)
+    model_kwargs: dict[str, Any] = {}
 
     def __init__(self, model: Any, processor: Any, info: BackendInfo, batch_size: int = 32):
         self.model, self.processor, self.info, self.batch_size = model, processor, info, batch_size
@@ -43,7 +45,7 @@ class _TransformersImageEncoder(ImageEncoder):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         common = {"trust_remote_code": policy.trust_remote_code}
         try:
-            model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
+            model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **cls.model_kwargs, **common).to(device).eval()
             processor = AutoImageProcessor.from_pretrained(path, **common)
         except (OSError, ValueError, KeyError) as error:
             raise BackendError(f"model {reference}: transformers could not load it as an image encoder from {path}: {error}") from error
@@ -92,6 +94,9 @@ class VitClsEncoder(_TransformersImageEncoder):
 
     name = "vit-cls"
     features = "last_hidden_state[:, 0]"
+    # the CLS feature never goes through the pooler; without this a checkpoint saved without
+    # one (GenCeption only needs the encoder) gets a randomly initialised pooler and a warning
+    model_kwargs = {"add_pooling_layer": False}
 
     def _features(self, pixel_values: Any) -> Any:
         return self.model(pixel_values=pixel_values).last_hidden_state[:, 0]
