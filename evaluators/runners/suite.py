@@ -185,7 +185,7 @@ def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, ca
     if name == "vlind":
         return vlind_runner(vlm)
     # helper models are loaded once per run; their caches live beside the model cache so
-    # every candidate evaluated on this machine reuses seed features and decompositions
+    # every candidate evaluated on this machine reuses seed features, drawings and decompositions
     shared_cache = (cache_dir or out / ".cache") / "evaluator-cache"
     if name == "genception":
         from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
@@ -196,7 +196,7 @@ def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, ca
         encoder = encoder_class.load(spec.encoder, suite.policy, cache_dir=cache_dir)
         generator = SceneRendererGenerator() if spec.generator == "scene-renderer" else DiffusersGenerator.load(spec.generator, suite.policy, cache_dir=cache_dir)
         return genception_runner(
-            vlm, generator, encoder, spec.iterations, artifacts_dir=out / name / "artifacts", seed=spec.seed, feature_cache_dir=shared_cache / "genception-seed-features"
+            vlm, generator, encoder, spec.iterations, artifacts_dir=out / name / "artifacts", seed=spec.seed, feature_cache_dir=shared_cache / "genception"
         )
     if name == "decc":
         from vlgate.evaluators.backends.transformers_backend import TransformersBackend
