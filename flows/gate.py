@@ -1,0 +1,184 @@
+"""The promotion gate (SPEC §3, issue 5): a YAML policy per registered model, judged on a
+candidate's evaluator results and, where there is one, the current champion's.
+
+A policy file::
+
+    required: [lcm-mc, lcm-nb, vlind, genception, decc]
+    floors:                       # higher is better: candidate value >= floor
+      lcm-mc/lcm: 0.3
+      lcm-mc/acc: 0.5
+      decc/reliable_rate/multi: 0.2
+    ceilings:                     # lower is better: candidate value <= ceiling
+      genception/gc_fid@3: 50
+    regressions:                  # against the champion, on the shared samples
+      lcm-mc/lcm: {max_drop: 0.02}
+      lcm-mc/acc: {max_drop: 0.02}
+    confidence: 0.95              # one-sided, paired bootstrap
+    resamples: 2000
+    seed: 0
+
+A regression rule passes when the paired bootstrap lower bound of (candidate − champion)
+— (champion − candidate) for lower-is-better metrics — is at least ``-max_drop``: the
+candidate is shown non-inferior within the margin, rather than compared by point
+estimates. The gate fails closed: a required evaluator that is missing or failed, a
+failed expectation, a metric that is absent or undefined, or a comparison that cannot be
+made means no promotion, and every reason is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import AGGREGATES, EVALUATORS, per_sample_frame
+
+
+class RegressionRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_drop: float = Field(ge=0, description="allowed drop against the champion, in the metric's own units")
+
+
+class GatePolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    required: list[str] = Field(default_factory=lambda: list(EVALUATORS))
+    floors: dict[str, float] = Field(default_factory=dict)
+    ceilings: dict[str, float] = Field(default_factory=dict)
+    regressions: dict[str, RegressionRule] = Field(default_factory=dict)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    resamples: int = Field(default=2000, ge=100)
+    seed: int = 0
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "GatePolicy":
+        try:
+            return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        except FileNotFoundError:
+            raise ValueError(f"gate policy {path}: no such file") from None
+        except yaml.YAMLError as error:
+            raise ValueError(f"gate policy {path}: not valid YAML: {error}") from None
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ValueError(f"gate policy {path}: {problems}") from None
+
+    def model_post_init(self, _context: Any) -> None:
+        for name in [*self.floors, *self.ceilings, *self.regressions]:
+            evaluator, _, metric = name.partition("/")
+            if evaluator not in EVALUATORS or not metric:
+                raise ValueError(f"gate policy: {name!r} is not EVALUATOR/METRIC with EVALUATOR one of {', '.join(EVALUATORS)}")
+
+
+@dataclass
+class EvaluatorResult:
+    """What one evaluator produced for one model version: its metrics and per-sample
+    records, or the error that stopped it; ``expectations_passed`` is the data-quality
+    verdict (Great Expectations) on them."""
+
+    metrics: dict[str, Any] | None = None
+    records: list[dict[str, Any]] | None = None
+    error: str | None = None
+    expectations_passed: bool = True
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Decision:
+    promote: bool
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def reasons(self) -> list[str]:
+        """The failed checks when not promoted, every check when promoted."""
+        failed = [c for c in self.checks if not c.passed]
+        return [f"{c.name}: {c.detail}" for c in (failed if failed else self.checks)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"promote": self.promote, "reasons": self.reasons, "checks": [vars(c) for c in self.checks]}
+
+
+def lower_is_better(metric: str) -> bool:
+    """FID-type distances and Brier scores go down when a model gets better."""
+    return metric.startswith(("fid@", "gc_fid@", "brier/"))
+
+
+def _split(name: str) -> tuple[str, str]:
+    evaluator, _, metric = name.partition("/")
+    return evaluator, metric
+
+
+def _metric(result: EvaluatorResult | None, metric: str) -> float | None:
+    value = None if result is None or result.metrics is None else result.metrics.get(metric)
+    return None if value is None else float(value)
+
+
+def _frame(evaluator: str, records: list[dict[str, Any]]) -> pd.DataFrame:
+    return per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records)))
+
+
+def decide(policy: GatePolicy, candidate: dict[str, EvaluatorResult], champion: dict[str, EvaluatorResult] | None) -> Decision:
+    """Judge a candidate; ``champion`` is None when the model has none yet."""
+    checks: list[Check] = []
+    for evaluator in policy.required:
+        result = candidate.get(evaluator)
+        if result is None:
+            checks.append(Check(f"{evaluator} ran", False, "no result (fail closed)"))
+        elif result.error:
+            checks.append(Check(f"{evaluator} ran", False, f"failed: {result.error}"))
+        else:
+            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records or [])} records"))
+            checks.append(Check(f"{evaluator} expectations", result.expectations_passed, "passed" if result.expectations_passed else "failed expectations (see the validation report)"))
+    for name, bound in [*((n, ("floor", v)) for n, v in policy.floors.items()), *((n, ("ceiling", v)) for n, v in policy.ceilings.items())]:
+        kind, limit = bound
+        evaluator, metric = _split(name)
+        value = _metric(candidate.get(evaluator), metric)
+        if value is None:
+            checks.append(Check(f"{name} {kind}", False, "metric missing or undefined (fail closed)"))
+            continue
+        passed = value >= limit if kind == "floor" else value <= limit
+        checks.append(Check(f"{name} {kind}", passed, f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"))
+    for name, rule in policy.regressions.items():
+        checks.append(_regression_check(policy, name, rule, candidate, champion))
+    return Decision(promote=all(check.passed for check in checks), checks=checks)
+
+
+def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candidate: dict[str, EvaluatorResult], champion: dict[str, EvaluatorResult] | None) -> Check:
+    label = f"{name} vs champion"
+    if champion is None:
+        return Check(label, True, "no champion yet: nothing to regress from")
+    evaluator, metric = _split(name)
+    mine, theirs = candidate.get(evaluator), champion.get(evaluator)
+    if mine is None or not mine.records or theirs is None or not theirs.records:
+        return Check(label, False, "per-sample records missing for the candidate or the champion (fail closed)")
+    aggregate = AGGREGATES[evaluator]
+
+    def statistic(frame: pd.DataFrame) -> float | None:
+        return aggregate(frame.drop(columns="id")).get(metric)
+
+    result = paired_bootstrap_difference(_frame(evaluator, mine.records), _frame(evaluator, theirs.records), statistic, policy.confidence, policy.resamples, policy.seed)
+    if result.lower is None or result.difference is None:
+        return Check(label, False, f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)")
+    sign = -1.0 if lower_is_better(metric) else 1.0
+    improvement, bound = sign * result.difference, (sign * result.lower if sign > 0 else sign * result.upper)
+    passed = bound >= -rule.max_drop
+    return Check(
+        label,
+        passed,
+        f"{result.candidate:.4f} vs {result.champion:.4f} on {result.n_shared} shared samples: change {improvement:+.4f}, "
+        f"{policy.confidence:.0%} lower bound {bound:+.4f} {'>=' if passed else '<'} -{rule.max_drop} allowed",
+    )
