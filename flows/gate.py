@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from vlgate.config import load_yaml_model
 from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.schemas import validate
@@ -61,15 +61,7 @@ class GatePolicy(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> "GatePolicy":
-        try:
-            return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
-        except FileNotFoundError:
-            raise ValueError(f"gate policy {path}: no such file") from None
-        except yaml.YAMLError as error:
-            raise ValueError(f"gate policy {path}: not valid YAML: {error}") from None
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise ValueError(f"gate policy {path}: {problems}") from None
+        return load_yaml_model(cls, path, "gate policy")
 
     def model_post_init(self, _context: Any) -> None:
         for name in [*self.floors, *self.ceilings, *self.regressions]:

@@ -93,6 +93,13 @@ class ImageGenerator(ABC):
         """One image per prompt; the same prompts and seed give the same images."""
 
 
+def default_device() -> str:
+    """CUDA when there is one, else the CPU (torch is imported here, not at module load)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class BackendError(RuntimeError):
     """A model could not be loaded or run; the message says which and why."""
 

@@ -19,7 +19,7 @@ from typing import Any, Self, Sequence
 import numpy as np
 from PIL import Image
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageEncoder
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageEncoder, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 
 
@@ -37,12 +37,11 @@ class _TransformersImageEncoder(ImageEncoder):
 
     @classmethod
     def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None) -> Self:
-        import torch
         from transformers import AutoImageProcessor, AutoModel
 
         path = resolve_model(reference, cache_dir, policy)
         check_checkpoint(path, policy)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = device or default_device()
         common = {"trust_remote_code": policy.trust_remote_code}
         try:
             model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **cls.model_kwargs, **common).to(device).eval()

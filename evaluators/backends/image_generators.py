@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageGenerator
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageGenerator, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.world.generators import renderer_digest, scene_from_description
 from vlgate.evaluators.world.scenes import render
@@ -104,7 +104,7 @@ class DiffusersGenerator(ImageGenerator):
         path = resolve_model(reference, cache_dir, policy)
         check_checkpoint(path, policy)
         check_pipeline_index(path, policy)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = device or default_device()
         if device.startswith("cuda"):
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         else:

@@ -22,13 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
+from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class TransformersBackend(VisionLanguageBackend):

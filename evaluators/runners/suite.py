@@ -1,17 +1,10 @@
 """A suite: which evaluators to run on which data, with which helper models; and the one
 function that runs it on a model (``vlgate evaluate``, and the validation flow's tasks).
 
-A suite file (YAML; paths relative to the file)::
-
-    name: world-small
-    batch_size: 8
-    policy: {trust_remote_code: false, allow_pickle: false}
-    evaluators:
-      lcm-mc: {data: data/mc}
-      lcm-nb: {data: data/nb}
-      vlind: {data: data/vlind}
-      genception: {data: data/genception, iterations: 3, generator: scene-renderer, encoder: checkpoints/vit-encoder}
-      decc: {data: data/decc, llm: checkpoints/llm-agent}
+A suite file is YAML with paths relative to the file: ``name``, ``batch_size``,
+``backend``, ``policy`` ({trust_remote_code, allow_pickle}) and ``evaluators`` (one entry
+per evaluator, fields below). ``vlgate make-world`` writes a complete one
+(``evaluators.world.build.WORLD_SUITE``).
 
 Output under ``out``: ``EVALUATOR/records.jsonl`` (per-sample records, each with its
 fingerprint; written as batches complete, so a rerun resumes), ``EVALUATOR/metrics.json``,
@@ -25,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from vlgate.config import load_yaml_model
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.base import RunResult
@@ -87,17 +80,7 @@ class Suite(BaseModel):
     @classmethod
     def from_file(cls, path: str | Path) -> "Suite":
         path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text())
-            suite = cls.model_validate(raw)
-        except FileNotFoundError:
-            raise ValueError(f"suite {path}: no such file") from None
-        except yaml.YAMLError as error:
-            raise ValueError(f"suite {path}: not valid YAML: {error}") from None
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise ValueError(f"suite {path}: {problems}") from None
-        return suite.relative_to(path.parent)
+        return load_yaml_model(cls, path, "suite").relative_to(path.parent)
 
     def relative_to(self, base: Path) -> "Suite":
         """Resolve relative data and model paths against the suite file's folder."""
