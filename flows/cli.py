@@ -104,6 +104,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_examples(args: argparse.Namespace) -> int:
+    from vlgate.flows.examples import run_examples
+
+    return run_examples()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from vlgate.flows.service import service_status, status_table
+    from vlgate.flows.settings import prepare_environment
+
+    status = service_status(prepare_environment(), args.model)
+    if args.model and not status["models"]:
+        raise UserError(f"no registered model {args.model!r}")
+    if args.json:
+        _print_json(status)
+    else:
+        from rich.console import Console
+
+        Console().print(status_table(status))
+    return 0
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    from vlgate.flows import tracking
+    from vlgate.flows.settings import prepare_environment
+
+    folder = Path(args.checkpoint)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a checkpoint folder")
+    version = tracking.register_checkpoint(tracking.connect(prepare_environment()), args.name, folder, description=args.description or "")
+    _print_json({"model": args.name, "version": str(version.version), "source": version.source})
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from vlgate.flows.settings import prepare_environment
+
+    prepare_environment()
+    from vlgate.flows.validation import validate_model_version
+
+    _print_json(validate_model_version(args.name, str(args.version)))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from vlgate.flows.service import serve
+
+    return serve(webhook=not args.no_webhook, once=args.once, drift=not args.no_drift)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vlgate import __version__
     from vlgate.evaluators.scoring import EVALUATORS
@@ -166,10 +216,64 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="the README's main job on the embedded default",
-        description="Score the shipped example records of every evaluator and reproduce the VL-LCM paper's Table 1 correlations.",
+        help="the README's main job: the whole register → validate → gate → drift loop on the embedded default",
+        description=(
+            "Build the synthetic world, register its VLM versions in the embedded MLflow registry ($VLGATE_HOME), let the "
+            "poller start one validation flow per version (evaluators, Great Expectations, correlations, gate), run the drift "
+            "check on a clean and a shifted unlabelled batch, and print every version's metrics and decision. A second run "
+            "reuses everything and only prints the result."
+        ),
     )
     demo.set_defaults(handler=cmd_demo)
+
+    examples = commands.add_parser(
+        "examples",
+        help="score the shipped example records and reproduce the VL-LCM paper's Table 1 correlations (no models, seconds)",
+        description="Score the shipped example records of every evaluator and reproduce the VL-LCM paper's Table 1 correlations.",
+    )
+    examples.set_defaults(handler=cmd_examples)
+
+    status = commands.add_parser(
+        "status",
+        help="registered models, each version's validation state, decision and reasons, and the champion",
+        description="Read the registry and vlgate's claims (all state under $VLGATE_HOME, or MLFLOW_TRACKING_URI / VLGATE_STATE_DB).",
+    )
+    status.add_argument("model", nargs="?", help="only this registered model")
+    status.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    status.set_defaults(handler=cmd_status)
+
+    register = commands.add_parser(
+        "register",
+        help="log a checkpoint folder to MLflow and register it as a new model version",
+        description="What a training job does at the end; the same weights registered twice give the existing version back.",
+    )
+    register.add_argument("name", help="registered model name")
+    register.add_argument("checkpoint", help="checkpoint folder (safetensors)")
+    register.add_argument("--description")
+    register.set_defaults(handler=cmd_register)
+
+    validate = commands.add_parser(
+        "validate",
+        help="run the validation flow on one registered version now (what the hooks do)",
+        description="Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision.",
+    )
+    validate.add_argument("name")
+    validate.add_argument("version")
+    validate.set_defaults(handler=cmd_validate)
+
+    serve = commands.add_parser(
+        "serve",
+        help="the long-running service: webhook receiver, poller, scheduled drift checks",
+        description=(
+            "Poll the registry, receive MLflow webhooks on $VLGATE_HOME/vlgate.yaml's webhook host:port (secret: "
+            "VLGATE_WEBHOOK_SECRET; registered with the tracking server when it is one), and serve the drift checks' "
+            "cron deployments (starting a local Prefect server when PREFECT_API_URL is unset)."
+        ),
+    )
+    serve.add_argument("--no-webhook", action="store_true", help="poller only")
+    serve.add_argument("--no-drift", action="store_true", help="no scheduled drift checks")
+    serve.add_argument("--once", action="store_true", help="poll once, wait for the flows it started, exit")
+    serve.set_defaults(handler=cmd_serve)
     return parser
 
 

@@ -1,54 +1,230 @@
-"""``vlgate demo``: the README's main job.
+"""``vlgate demo``: the README's main job, the whole loop on the embedded default.
 
-For now (foundation issue) it scores the shipped example records of all five
-evaluators and reproduces the VL-LCM paper's Table 1 correlations; the service
-issues turn it into the full register → validate → gate loop.
+1. Build (or reuse) the synthetic world under ``$VLGATE_HOME/world``: data for every
+   evaluator and a family of tiny VLMs of differing quality.
+2. Register four of them, as a training team would, as versions of ``world-vlm`` in the
+   embedded MLflow registry (SQLite + artifact folder under ``$VLGATE_HOME/mlflow``):
+   untrained, 200 steps, 2,000 steps, and the 2,000-step model fine-tuned on a
+   language-prior shortcut (better accuracy, worse logical consistency).
+3. The registry hook picks them up (the embedded store sends no webhooks, so it is the
+   poller) and runs one validation flow per version: evaluators, Great Expectations,
+   MLflow logging, correlations, the gate.
+4. Drift: the champion is scored on an unlabelled reference batch and on two new batches,
+   one from the same distribution and one whose images are washed out (a camera or
+   pipeline change); the scheduled flow's check runs on each and tags the shifted one.
+5. Print each version's metrics, correlations and decision, the drift checks, and how to
+   open MLflow's UI.
+
+A second run finds everything registered, validated and checked and only prints the result.
 """
 
 from __future__ import annotations
 
-from importlib import resources
+import json
+from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from vlgate.evaluators.metrics.correlation import correlate_table
-from vlgate.evaluators.scoring import EVALUATORS, score_file
+from vlgate.flows import tracking
+from vlgate.flows.settings import CONFIG_FILE, prepare_environment
 
-#: The metrics shown per evaluator (all of them are in the JSON that `vlgate score` prints).
-HEADLINE = {
-    "lcm-mc": ("lcm", "acc", "j_acc", "f1", "lcm_gt"),
-    "lcm-nb": ("lcm", "acc", "q_acc", "i_acc", "g_acc", "j_acc", "f1"),
-    "vlind": ("s_ck", "s_vp", "s_cb", "s_lp", "acc_cb", "acc_lp"),
-    "genception": ("gc@3", "gc_fid@3"),
-    "decc": ("reliable_rate/multi", "acc", "brier/multi", "er/multi"),
-}
+MODEL_NAME = "world-vlm"
+#: (checkpoint folder in the world, what the version is), registered in this order
+VERSIONS = (
+    ("vlm-steps0", "untrained (random weights)"),
+    ("vlm-steps200", "200 training steps"),
+    ("vlm-steps2000", "2,000 training steps"),
+    ("vlm-language-prior", "2,000 steps + fine-tuned on a language-prior shortcut"),
+)
+
+DEMO_POLICY = """\
+# The demo's gate for world-vlm (flows/gate.py documents every field).
+required: [lcm-mc, lcm-nb, vlind, genception, decc]
+floors:
+  lcm-mc/lcm: 0.5
+  lcm-mc/acc: 0.5
+  decc/reliable_rate/multi: 0.3
+  genception/gc@3: 0.5
+regressions:                 # non-inferiority against the champion, paired bootstrap
+  lcm-mc/lcm: {max_drop: 0.01}
+  lcm-nb/lcm: {max_drop: 0.02}
+  lcm-mc/acc: {max_drop: 0.02}
+  decc/reliable_rate/multi: {max_drop: 0.05}
+confidence: 0.95
+resamples: 2000
+seed: 0
+"""
+
+DEMO_CONFIG = f"""\
+# vlgate service configuration (flows/settings.py); written by `vlgate demo`.
+models:
+  {MODEL_NAME}:
+    suite: world/suite.yaml
+    policy: gate-{MODEL_NAME}.yaml
+    drift:
+      reference: batches/reference/suite.yaml
+      batch: batches/incoming-clean/suite.yaml
+      cron: "0 */6 * * *"
+poll_interval_s: 10
+workers: 1
+"""
+
+#: The unlabelled batches of the drift step: (folder under $VLGATE_HOME/batches, seed,
+#: how far the images are washed out towards grey with noise; 0 = the world's own).
+DRIFT_BATCHES = (("reference", 1, 0.0), ("incoming-clean", 2, 0.0), ("incoming-shifted", 3, 0.7))
+
+SHOWN = (
+    ("lcm-mc", "lcm"),
+    ("lcm-mc", "acc"),
+    ("lcm-mc", "f1"),
+    ("lcm-nb", "lcm"),
+    ("lcm-nb", "acc"),
+    ("vlind", "s_ck"),
+    ("genception", "gc_at_3"),
+    ("decc", "reliable_rate/multi"),
+)
+
+
+def write_demo_config(home: Path) -> None:
+    if not (home / CONFIG_FILE).is_file():
+        (home / CONFIG_FILE).write_text(DEMO_CONFIG)
+    policy = home / f"gate-{MODEL_NAME}.yaml"
+    if not policy.is_file():
+        policy.write_text(DEMO_POLICY)
 
 
 def run_demo(console: Console | None = None) -> int:
     console = console or Console()
-    examples = resources.files("vlgate.evaluators") / "examples"
-    table = Table(title="vlgate score on the shipped example records")
-    table.add_column("evaluator")
-    table.add_column("n", justify="right")
-    table.add_column("metrics")
-    for evaluator in EVALUATORS:
-        with resources.as_file(examples / f"{evaluator}.jsonl") as path, resources.as_file(examples / "genception-features.npz") as features:
-            metrics, _ = score_file(evaluator, path, features_path=features if evaluator == "genception" else None)
-        shown = ", ".join(f"{key}={metrics[key]:.4f}" for key in HEADLINE[evaluator] if metrics.get(key) is not None)
-        table.add_row(evaluator, str(metrics["n"]), shown)
-    console.print(table)
+    home = prepare_environment()
+    from vlgate.evaluators.world.build import build_world
+    from vlgate.registry_hooks.claims import ClaimStore
+    from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 
-    for data_set in ("coco", "voc2007"):
-        with resources.as_file(examples / f"vl-lcm-table1-{data_set}.csv") as csv_path:
-            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-        result = correlate_table(frame, "lcm", ["acc", "j_acc", "f1"], ranks=True)
-        corr = Table(title=f"VL-LCM paper Table 1 ({data_set}): LCM against the labelled metrics, 11 models")
-        for column in ("metric", "pearson", "spearman", "kendall"):
-            corr.add_column(column, justify="right" if column != "metric" else "left")
-        for metric, values in result.items():
-            corr.add_row(metric, *(f"{values[k]:.4f}" for k in ("pearson", "spearman", "kendall")))
-        console.print(corr)
-    console.print("Score your own records with: vlgate score EVALUATOR FILE  (see `vlgate score --help`)")
+    console.rule("1. the synthetic world")
+    manifest = build_world(home / "world", "small", seed=0)
+    console.print(f"world under {home / 'world'} ({'reused' if manifest.get('cached') else 'built'})")
+    write_demo_config(home)
+
+    console.rule(f"2. register versions of {MODEL_NAME} in MLflow ({tracking.tracking_uri(home)})")
+    client = tracking.connect(home)
+    for folder, description in VERSIONS:
+        version = tracking.register_checkpoint(client, MODEL_NAME, home / "world" / "checkpoints" / folder, description=description, home=home)
+        console.print(f"  v{version.version}: {folder} — {description}")
+
+    console.rule("3. the registry hook (poller) starts one validation flow per new version")
+    claims = ClaimStore.for_home(home)
+    dispatcher = Dispatcher(claims, workers=1)
+    claimed = poll_once(client, dispatcher, lambda name: name == MODEL_NAME)
+    dispatcher.resume_expired()
+    console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
+    with console.status("validating (evaluators → Great Expectations → MLflow → correlations → gate)…"):
+        dispatcher.wait()
+    dispatcher.close()
+
+    console.rule("4. drift: the champion on new unlabelled batches")
+    checks = run_drift_checks(home, console)
+
+    console.rule("5. result")
+    console.print(results_table(client, home))
+    console.print(correlation_table(client))
+    if checks:
+        console.print(drift_table(checks))
+    console.print(f"\nvlgate status --json          # every version's decision and the champion (VLGATE_HOME={home})")
+    console.print(f"mlflow ui --backend-store-uri {tracking.tracking_uri(home)} --port 5000   # then open http://127.0.0.1:5000")
     return 0
+
+
+def build_drift_batches(home: Path) -> dict[str, Path]:
+    """The unlabelled batches' suites (built once; a batch folder with its suite is reused)."""
+    from vlgate.evaluators.world.datasets import build_unlabelled_batch
+
+    suites = {}
+    for name, seed, corruption in DRIFT_BATCHES:
+        folder = home / "batches" / name
+        suite = folder / "suite.yaml"
+        if not suite.is_file():
+            build_unlabelled_batch(folder, home / "world" / "checkpoints", seed=seed, corruption=corruption)
+        suites[name] = suite
+    return suites
+
+
+def run_drift_checks(home: Path, console: Console) -> list[dict]:
+    """The scheduled drift flow, run now on the clean and on the shifted batch. The
+    champion's records on a batch are fingerprinted, so a second demo run reuses them."""
+    from vlgate.flows.drift import drift_check
+
+    client = tracking.connect(home)
+    if tracking.champion_version(client, MODEL_NAME) is None:
+        console.print("  no champion: nothing to check for drift")
+        return []
+    suites = build_drift_batches(home)
+    checks = []
+    with console.status("scoring the champion on the reference and the new batches…"):
+        for name in ("incoming-clean", "incoming-shifted"):
+            checks.append(drift_check(MODEL_NAME, batch=str(suites[name])) | {"batch_name": name})
+    return checks
+
+
+def drift_table(checks: list[dict]) -> Table:
+    table = Table(title="drift checks of the champion (MLflow runs tagged vlgate.drift)")
+    for column in ("batch", "metric", "reference mean", "batch mean", "KS p", "drift"):
+        table.add_column(column, justify="left" if column in ("batch", "metric") else "right")
+    for check in checks:
+        for result in check["checks"]:
+            table.add_row(
+                check["batch_name"],
+                result["metric"],
+                _fmt_plain(result["mean_reference"]),
+                _fmt_plain(result["mean_current"]),
+                _fmt_plain(result["p_value"]),
+                "[bold red]DRIFT[/]" if result["drifted"] else "ok",
+            )
+    return table
+
+
+def results_table(client, home: Path) -> Table:
+    from vlgate.flows.service import service_status
+
+    status = service_status(home, MODEL_NAME)
+    table = Table(title=f"{MODEL_NAME}: validation of every version (★ champion)")
+    table.add_column("version")
+    table.add_column("what")
+    for evaluator, metric in SHOWN:
+        table.add_column(f"{evaluator}\n{metric.replace('_at_', '@')}", justify="right")
+    table.add_column("decision")
+    table.add_column("failed checks")
+    for model in status["models"]:
+        for version in model["versions"]:
+            metrics = client.get_run(version["validation_run_id"]).data.metrics if version["validation_run_id"] else {}
+            cells = [f"{metrics[f'{e}/{m}']:.3f}" if f"{e}/{m}" in metrics else "—" for e, m in SHOWN]
+            star = " ★" if model["champion"] == version["version"] else ""
+            reasons = version["reasons"] if version["decision"] == "rejected" else []
+            table.add_row(f"v{version['version']}{star}", version["description"], *cells, version["decision"] or version["state"], "\n".join(reasons))
+    return table
+
+
+def correlation_table(client) -> Table:
+    from vlgate.flows.validation import correlate_across_versions, version_table
+
+    frame = version_table(client, MODEL_NAME)
+    table = Table(title=f"label-free vs labelled metrics across the {len(frame)} validated versions")
+    for column in ("pair", "n", "pearson", "spearman", "kendall"):
+        table.add_column(column, justify="left" if column == "pair" else "right")
+    for pair, values in correlate_across_versions(frame).items():
+        table.add_row(pair.replace("~", " vs "), str(values.get("n")), *(_fmt(values.get(k)) for k in ("pearson", "spearman", "kendall")))
+    return table
+
+
+def _fmt(value) -> str:
+    return "—" if value is None else f"{value:+.3f}"
+
+
+def _fmt_plain(value) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def demo_summary(home: Path) -> str:
+    from vlgate.flows.service import service_status
+
+    return json.dumps(service_status(home, MODEL_NAME), indent=2)

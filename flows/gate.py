@@ -119,7 +119,7 @@ def _metric(result: EvaluatorResult | None, metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _frame(evaluator: str, records: list[dict[str, Any]]) -> pd.DataFrame:
+def records_frame(evaluator: str, records: list[dict[str, Any]]) -> pd.DataFrame:
     return per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records)))
 
 
@@ -162,7 +162,7 @@ def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candi
     def statistic(frame: pd.DataFrame) -> float | None:
         return aggregate(frame.drop(columns="id")).get(metric)
 
-    result = paired_bootstrap_difference(_frame(evaluator, mine.records), _frame(evaluator, theirs.records), statistic, policy.confidence, policy.resamples, policy.seed)
+    result = paired_bootstrap_difference(records_frame(evaluator, mine.records), records_frame(evaluator, theirs.records), statistic, policy.confidence, policy.resamples, policy.seed)
     if result.lower is None or result.difference is None:
         return Check(label, False, f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)")
     sign = -1.0 if lower_is_better(metric) else 1.0

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Prefect reads its settings once per process: its local state (ephemeral server database,
+# task results) goes to one throwaway folder for the whole test session, never ~/.prefect.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="vlgate-test-prefect-"))
+os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", os.path.join(os.environ["PREFECT_HOME"], "results"))
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,7 +12,7 @@ from vlgate.flows.cli import main
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])
@@ -26,8 +26,8 @@ def test_unknown_evaluator_is_a_usage_error(capsys):
     assert exited.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
-def test_demo_prints_table1_coefficients(capsys):
-    assert main(["demo"]) == 0
+def test_examples_prints_table1_coefficients(capsys):
+    assert main(["examples"]) == 0
     out = capsys.readouterr().out
     for evaluator in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc"):
         assert evaluator in out

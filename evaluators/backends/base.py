@@ -16,12 +16,18 @@ Requests carry PIL images, never paths: loaders own file I/O and its errors.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 from PIL import Image
+
+#: transformers/diffusers build models under a process-global meta-device context, so two
+#: threads loading at once corrupt each other ("Cannot copy out of meta tensor"); the
+#: service validates versions in worker threads, so every load holds this lock.
+MODEL_LOAD_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)

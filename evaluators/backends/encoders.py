@@ -19,7 +19,7 @@ from typing import Any, Self, Sequence
 import numpy as np
 from PIL import Image
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageEncoder, default_device
+from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageEncoder, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 
 
@@ -39,15 +39,16 @@ class _TransformersImageEncoder(ImageEncoder):
     def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None) -> Self:
         from transformers import AutoImageProcessor, AutoModel
 
-        path = resolve_model(reference, cache_dir, policy)
-        check_checkpoint(path, policy)
-        device = device or default_device()
-        common = {"trust_remote_code": policy.trust_remote_code}
-        try:
-            model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **cls.model_kwargs, **common).to(device).eval()
-            processor = AutoImageProcessor.from_pretrained(path, **common)
-        except (OSError, ValueError, KeyError) as error:
-            raise BackendError(f"model {reference}: transformers could not load it as an image encoder from {path}: {error}") from error
+        with MODEL_LOAD_LOCK:
+            path = resolve_model(reference, cache_dir, policy)
+            check_checkpoint(path, policy)
+            device = device or default_device()
+            common = {"trust_remote_code": policy.trust_remote_code}
+            try:
+                model = AutoModel.from_pretrained(path, use_safetensors=not policy.allow_pickle, **cls.model_kwargs, **common).to(device).eval()
+                processor = AutoImageProcessor.from_pretrained(path, **common)
+            except (OSError, ValueError, KeyError) as error:
+                raise BackendError(f"model {reference}: transformers could not load it as an image encoder from {path}: {error}") from error
         cls._check_model(model, reference)
         info = BackendInfo(
             name=cls.name,

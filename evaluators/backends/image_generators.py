@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ImageGenerator, default_device
+from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageGenerator, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.world.generators import renderer_digest, scene_from_description
 from vlgate.evaluators.world.scenes import render
@@ -110,10 +110,10 @@ class DiffusersGenerator(ImageGenerator):
         else:
             dtype = torch.float32  # half precision on CPU is slow or unsupported
         try:
-            pipeline = DiffusionPipeline.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, trust_remote_code=policy.trust_remote_code)
+            with MODEL_LOAD_LOCK:
+                pipeline = DiffusionPipeline.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, trust_remote_code=policy.trust_remote_code).to(device)
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise BackendError(f"model {reference}: diffusers could not load it from {path}: {error}") from error
-        pipeline = pipeline.to(device)
         pipeline.set_progress_bar_config(disable=True)
         info = BackendInfo(
             name="diffusers",

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
+from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
 
@@ -47,19 +47,20 @@ class TransformersBackend(VisionLanguageBackend):
     ) -> "TransformersBackend":
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-        path = resolve_model(reference, cache_dir, policy)
-        check_checkpoint(path, policy)
-        device = device or default_device()
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        common = {"trust_remote_code": policy.trust_remote_code}
-        try:
-            config = AutoConfig.from_pretrained(path, **common)
-            has_vision = hasattr(config, "vision_config")
-            loader = AutoModelForImageTextToText if has_vision else AutoModelForCausalLM
-            model = loader.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
-            processor = AutoProcessor.from_pretrained(path, **common) if has_vision else AutoTokenizer.from_pretrained(path, **common)
-        except (OSError, ValueError, KeyError) as error:
-            raise BackendError(f"model {reference}: transformers could not load it from {path}: {error}") from error
+        with MODEL_LOAD_LOCK:
+            path = resolve_model(reference, cache_dir, policy)
+            check_checkpoint(path, policy)
+            device = device or default_device()
+            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+            common = {"trust_remote_code": policy.trust_remote_code}
+            try:
+                config = AutoConfig.from_pretrained(path, **common)
+                has_vision = hasattr(config, "vision_config")
+                loader = AutoModelForImageTextToText if has_vision else AutoModelForCausalLM
+                model = loader.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
+                processor = AutoProcessor.from_pretrained(path, **common) if has_vision else AutoTokenizer.from_pretrained(path, **common)
+            except (OSError, ValueError, KeyError) as error:
+                raise BackendError(f"model {reference}: transformers could not load it from {path}: {error}") from error
         tokenizer = processor.tokenizer if has_vision else processor
         tokenizer.padding_side = "left"  # the answer position is the last one in every row
         if tokenizer.pad_token is None:

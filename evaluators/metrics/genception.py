@@ -6,6 +6,8 @@ the seed image. Features for FID are one (N, D) array per iteration t = 0..T.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from scipy import linalg
@@ -43,7 +45,10 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float | 
     mu_a, mu_b = features_a.mean(axis=0), features_b.mean(axis=0)
     sigma_a = np.atleast_2d(np.cov(features_a, rowvar=False))
     sigma_b = np.atleast_2d(np.cov(features_b, rowvar=False))
-    covmean = linalg.sqrtm(sigma_a @ sigma_b)
+    with warnings.catch_warnings():
+        # fewer images than feature dimensions make Σa·Σb singular: expected, handled below
+        warnings.simplefilter("ignore", linalg.LinAlgWarning)
+        covmean = linalg.sqrtm(sigma_a @ sigma_b)
     if not np.isfinite(covmean).all():
         offset = np.eye(sigma_a.shape[0]) * 1e-6
         covmean = linalg.sqrtm((sigma_a + offset) @ (sigma_b + offset))

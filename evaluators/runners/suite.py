@@ -191,17 +191,22 @@ def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, ca
     raise ValueError(f"evaluator {name!r} has no runner")
 
 
-def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None) -> dict[str, Any]:
-    """Run every evaluator of the suite on ``model``; write records, metrics and summary.json.
+def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
+    """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
+    metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
+    evaluators run as separate tasks do not overwrite each other's summary).
 
     An evaluator that fails is reported in the summary (``error``) and the others still
     run; records already written stay in its records file for the next attempt."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    selected = {name: spec for name, spec in suite.evaluators.named().items() if only is None or name in only}
+    if only is not None and set(only) - set(selected):
+        raise ValueError(f"suite {suite.name!r} has no evaluator {sorted(set(only) - set(selected))}")
     vlm = load_vlm(model, suite, cache_dir)
     summary: dict[str, Any] = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
     try:
-        for name, spec in suite.evaluators.named().items():
+        for name, spec in selected.items():
             entry: dict[str, Any] = {}
             try:
                 items, load_errors = load_items(name, spec, out)
@@ -212,6 +217,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
                 entry = {
                     "metrics": finish_evaluator(result, out, store),
                     "n_items": len(items),
+                    "n_load_errors": len(load_errors),
                     "reused": result.reused,
                     "computed": result.computed,
                     "item_errors": [str(error) for error in result.errors],
@@ -222,5 +228,6 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
             summary["evaluators"][name] = entry
     finally:
         vlm.close()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    summary_name = f"summary-{only[0]}.json" if only is not None and len(only) == 1 else "summary.json"
+    (out / summary_name).write_text(json.dumps(summary, indent=2, default=str))
     return summary

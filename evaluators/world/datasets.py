@@ -229,3 +229,58 @@ def build_datasets(out: str | Path, size: str = "small", seed: int = 0) -> dict[
             render(make(rngs["genception"]), sizes.image_size).save(root / category / f"{category}-{index:04d}.png", format="PNG")
     paths["genception"] = root
     return paths
+
+
+def _corrupt(image, rng: np.random.Generator, strength: float):
+    """The shifted batch of the drift demo: images washed out towards grey with pixel noise,
+    as from a camera or pipeline change."""
+    from PIL import Image
+
+    array = np.asarray(image, dtype=np.float32)
+    grey = np.full_like(array, 128.0)
+    noisy = (1 - strength) * array + strength * grey + rng.normal(0, 60 * strength, array.shape)
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
+
+
+DRIFT_SUITE = """\
+# A new unlabelled batch for the scheduled drift check: label-free evaluators only.
+name: {name}
+batch_size: 8
+evaluators:
+  lcm-nb: {{data: yesno, pair_seed: {seed}}}
+  genception: {{data: genception, iterations: 2, generator: scene-renderer, encoder: {encoder}}}
+  decc: {{data: decc, llm: {llm}}}
+"""
+
+
+def build_unlabelled_batch(out: str | Path, checkpoints: Path, n: int = 32, seed: int = 1, corruption: float = 0.0) -> Path:
+    """An unlabelled batch (yes/no questions, GenCeption seeds, DeCC questions; no answers)
+    from the world's distribution, or shifted by ``corruption`` in [0, 1]; returns the
+    drift suite written beside it."""
+    out = Path(out)
+    rng, noise = np.random.default_rng(seed), np.random.default_rng(seed + 10_000)
+    size = SIZES["small"].image_size
+
+    def save(writer: _Writer, name: str, scene: Scene) -> str:
+        relative = f"images/{name}.png"
+        image = render(scene, size)
+        (_corrupt(image, noise, corruption) if corruption > 0 else image).save(writer.root / relative, format="PNG")
+        return relative
+
+    for name, make in (("yesno", yesno_item), ("decc", decc_item)):
+        writer = _Writer(out / name, size)
+        for index in range(n):
+            scene, row = make(rng, index)
+            row = {k: v for k, v in row.items() if k not in ("answer", "sub_answers")}
+            item_id = f"batch-{name}-{index:04d}"
+            writer.rows.append({"id": item_id, "image": save(writer, item_id, scene), **row})
+        writer.save("items.jsonl")
+    writer = _Writer(out / "genception" / "single", size)
+    for index in range(max(2, n // 4)):
+        save(writer, f"seed-{index:04d}", GENCEPTION_CATEGORIES["single"](rng))
+    for image in (out / "genception" / "single" / "images").iterdir():
+        image.rename(out / "genception" / "single" / image.name)
+    (out / "genception" / "single" / "images").rmdir()
+    suite = out / "suite.yaml"
+    suite.write_text(DRIFT_SUITE.format(name=out.name, seed=seed, encoder=checkpoints / "vit-encoder", llm=checkpoints / "llm-agent"))
+    return suite

@@ -1,0 +1,134 @@
+"""The scheduled drift check (SPEC §3, issue 5 item 4).
+
+    drift_check(model):
+        score the champion on its reference batch (once; records are cached) and on the new batch
+        compare each label-free per-sample score: two-sample KS test + mean-drop threshold
+        log a drift run to the model's experiment (tag vlgate.drift=true|false)
+        on drift, emit the Prefect event ``vlgate.drift.detected``
+
+The batches are drift suites (label-free evaluators on unlabelled data: VL-LCM on
+randomly paired NaturalBench-format units, GenCeption, DeCC). ``models.NAME.drift`` in
+``vlgate.yaml`` names the reference suite and the suite of the new batch; a data
+pipeline refreshes the new batch's folder and the cron deployment (``vlgate serve``, or
+``infra/prefect.yaml``) runs this flow on it. ``batch=`` scores another suite instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.tasks import exponential_backoff
+
+from vlgate.flows import tracking
+from vlgate.flows.settings import ServiceConfig, prepare_environment
+
+#: evaluator → (per-sample label-free column of its per-sample frame, metric it averages to)
+PER_SAMPLE_SCORES = {
+    "lcm-nb": ("p_lc", "lcm"),
+    "lcm-mc": ("p_lc", "lcm"),
+    "genception": ("gc", "gc"),
+    "decc": ("multi", "reliable_rate/multi"),
+}
+
+
+@task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
+def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str) -> dict[str, Any]:
+    """The champion's records on one batch (resumable: fingerprinted records are reused)."""
+    from vlgate.evaluators.runners.suite import Suite, run_suite
+
+    return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir))
+
+
+def per_sample_scores(folder: Path, evaluator: str):
+    """The label-free per-sample score of one evaluator's records folder."""
+    from vlgate.evaluators.records import read_jsonl
+    from vlgate.evaluators.schemas import validate
+    from vlgate.evaluators.scoring import per_sample_frame
+
+    column, _ = PER_SAMPLE_SCORES[evaluator]
+    frame = per_sample_frame(validate(evaluator, read_jsonl(folder / evaluator / "records.jsonl"), skip_invalid=True))
+    return frame[column].to_numpy(dtype=float)
+
+
+def _suite_key(path: Path) -> str:
+    from vlgate.evaluators.runners.suite import Suite
+
+    suite = Suite.from_file(path)
+    material = [path.read_bytes().hex()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.named().values()]
+    return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
+
+
+@flow(name="vlgate-drift", log_prints=True)
+def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
+    """Compare the champion's label-free scores on the new batch with its reference batch."""
+    from mlflow.entities import Metric
+
+    from vlgate.evaluators.metrics.drift import detect_drift
+
+    logger = get_run_logger()
+    home = prepare_environment()
+    config = ServiceConfig.load(home).for_model(model_name)
+    if config is None or config.drift is None:
+        raise ValueError(f"registered model {model_name!r} has no drift section in {home / 'vlgate.yaml'}")
+    drift = config.drift
+    client = tracking.connect(home)
+    champion = tracking.champion_version(client, model_name)
+    if champion is None:
+        raise ValueError(f"registered model {model_name!r} has no champion yet: nothing to check for drift")
+    model_uri = f"models:/{model_name}/{champion}"
+    batch_suite = Path(batch) if batch else drift.batch
+    folder = home / "drift" / model_name / f"v{champion}"
+    cache = str(home / "model-cache")
+    reference = score_batch(model_uri, str(drift.reference), str(folder / f"reference-{_suite_key(drift.reference)}"), cache)
+    current_out = folder / f"batch-{_suite_key(batch_suite)}"
+    current = score_batch(model_uri, str(batch_suite), str(current_out), cache)
+
+    results = []
+    for evaluator in PER_SAMPLE_SCORES:
+        if evaluator not in reference["evaluators"] or evaluator not in current["evaluators"]:
+            continue
+        if "error" in reference["evaluators"][evaluator] or "error" in current["evaluators"][evaluator]:
+            logger.warning("drift: %s failed on a batch; not compared", evaluator)
+            continue
+        ref_scores = per_sample_scores(folder / f"reference-{_suite_key(drift.reference)}", evaluator)
+        new_scores = per_sample_scores(current_out, evaluator)
+        results.append(detect_drift(f"{evaluator}/{PER_SAMPLE_SCORES[evaluator][1]}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
+    drifted = [r for r in results if r.drifted]
+
+    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
+    tags = {
+        "vlgate.kind": "drift",
+        "vlgate.model": model_name,
+        "vlgate.version": str(champion),
+        "vlgate.drift": str(bool(drifted)).lower(),
+        "vlgate.batch": str(batch_suite),
+    }
+    run = client.create_run(experiment, run_name=f"{model_name} v{champion} drift check", tags=tags)
+    now = int(time.time() * 1000)
+    metrics = []
+    for evaluator, entry in current["evaluators"].items():
+        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(entry.get("metrics", {}), evaluator)]
+    for result in results:
+        for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value"):
+            value = getattr(result, key)
+            if value is not None:
+                metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
+    if metrics:
+        client.log_batch(run.info.run_id, metrics=metrics)
+    client.log_dict(run.info.run_id, {"drifted": bool(drifted), "checks": [r.as_dict() for r in results]}, "drift.json")
+    client.set_terminated(run.info.run_id)
+    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "run_id": run.info.run_id, "checks": [r.as_dict() for r in results]}
+    if drifted:
+        from prefect.events import emit_event
+
+        emit_event(
+            event="vlgate.drift.detected",
+            resource={"prefect.resource.id": f"vlgate.model.{model_name}", "prefect.resource.name": model_name},
+            payload={"version": str(champion), "run_id": run.info.run_id, "metrics": [r.metric for r in drifted], "reasons": [r.reason for r in drifted]},
+        )
+        logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
+    return summary

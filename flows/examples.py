@@ -1,0 +1,54 @@
+"""``vlgate examples``: the model-free tour, in seconds.
+
+Scores the shipped example records of all five evaluators (SPEC §2) and reproduces the
+VL-LCM paper's Table 1 correlations from its printed values (SPEC §2.6). ``vlgate demo``
+is the whole service loop; this is what the metric layer alone does.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from vlgate.evaluators.metrics.correlation import correlate_table
+from vlgate.evaluators.scoring import EVALUATORS, score_file
+
+#: The metrics shown per evaluator (all of them are in the JSON that `vlgate score` prints).
+HEADLINE = {
+    "lcm-mc": ("lcm", "acc", "j_acc", "f1", "lcm_gt"),
+    "lcm-nb": ("lcm", "acc", "q_acc", "i_acc", "g_acc", "j_acc", "f1"),
+    "vlind": ("s_ck", "s_vp", "s_cb", "s_lp", "acc_cb", "acc_lp"),
+    "genception": ("gc@3", "gc_fid@3"),
+    "decc": ("reliable_rate/multi", "acc", "brier/multi", "er/multi"),
+}
+
+
+def run_examples(console: Console | None = None) -> int:
+    console = console or Console()
+    examples = resources.files("vlgate.evaluators") / "examples"
+    table = Table(title="vlgate score on the shipped example records")
+    table.add_column("evaluator")
+    table.add_column("n", justify="right")
+    table.add_column("metrics")
+    for evaluator in EVALUATORS:
+        with resources.as_file(examples / f"{evaluator}.jsonl") as path, resources.as_file(examples / "genception-features.npz") as features:
+            metrics, _ = score_file(evaluator, path, features_path=features if evaluator == "genception" else None)
+        shown = ", ".join(f"{key}={metrics[key]:.4f}" for key in HEADLINE[evaluator] if metrics.get(key) is not None)
+        table.add_row(evaluator, str(metrics["n"]), shown)
+    console.print(table)
+
+    for data_set in ("coco", "voc2007"):
+        with resources.as_file(examples / f"vl-lcm-table1-{data_set}.csv") as csv_path:
+            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        result = correlate_table(frame, "lcm", ["acc", "j_acc", "f1"], ranks=True)
+        corr = Table(title=f"VL-LCM paper Table 1 ({data_set}): LCM against the labelled metrics, 11 models")
+        for column in ("metric", "pearson", "spearman", "kendall"):
+            corr.add_column(column, justify="right" if column != "metric" else "left")
+        for metric, values in result.items():
+            corr.add_row(metric, *(f"{values[k]:.4f}" for k in ("pearson", "spearman", "kendall")))
+        console.print(corr)
+    console.print("Score your own records with: vlgate score EVALUATOR FILE  (see `vlgate score --help`)")
+    return 0

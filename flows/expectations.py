@@ -1,0 +1,467 @@
+"""Great Expectations suites for one evaluator's output on one model version (SPEC §1, §2).
+
+``validate_evaluator_output(evaluator, records, metrics, expected_rows)`` runs two GX
+suites and returns one :class:`ExpectationReport` holding every GX result:
+
+* **records**: the per-sample frame of ``vlgate.evaluators.scoring.per_sample_frame``
+  (one row per record, ``id`` first);
+* **metrics**: the dict ``vlgate.evaluators.scoring.score`` returns, turned into a
+  one-row frame with one column per checked metric, so that the metric checks are GX
+  results too and a failure names the metric as its column.
+
+Applied to every evaluator
+    records: the row count equals ``expected_rows`` (the data set's item count: a
+    run that dropped or duplicated items must not be gated on); ``id`` exists, is
+    not null and is unique (per-sample comparisons against the champion join on
+    it); every column of the evaluator's frame exists.
+    metrics: the evaluator's label-free metrics exist, are not null and are in
+    range. They are the ones the gate and the unlabelled drift runs rely on, and
+    an undefined one means the run cannot be judged (fail closed, as the gate
+    does). ``n`` (when present) equals ``expected_rows``, since metrics over a
+    partial set would not be comparable across versions; ``n_skipped`` (present
+    only when ``score`` dropped invalid records) must be 0. Every other known
+    metric, when present, is range-checked but may be null: labelled metrics are
+    omitted or undefined on unlabelled data (SPEC §2) and that is not an error.
+
+lcm-mc (SPEC §2.1)
+    records: ``p_lc`` in [0, 1], never null (defined for every record);
+    ``lc_gt`` in [0, 1] and ``correct``, ``j_correct``, ``reliable_correct`` in
+    {0, 1}, null allowed (labelled records only); ``chosen`` and ``n_yes`` >= 0 and
+    ``reliable`` boolean, never null.
+    metrics: required ``lcm`` in [0, 1]; when present ``abstention``,
+    ``confidence``, ``overconfidence``, ``acc``, ``j_acc``, ``f1``, ``lcm_gt`` in
+    [0, 1] and the counts ``n_reliable``, ``n_labelled``, ``n_reliable_correct`` in
+    [0, expected_rows].
+lcm-nb (SPEC §2.2)
+    records: ``p_lc`` in [0, 1], never null; labelled-only, null allowed:
+    ``lc_gt`` in [0, 1], ``yn_correct`` and ``j_correct`` in [0, 4] (of four tests),
+    ``q_correct`` and ``i_correct`` in [0, 2], ``g_correct`` in {0, 1}.
+    metrics: required ``lcm`` in [0, 1]; when present ``acc``, ``q_acc``,
+    ``i_acc``, ``g_acc``, ``j_acc``, ``f1``, ``lcm_gt`` in [0, 1], ``n_labelled``
+    a count.
+vlind (SPEC §2.3)
+    records: ``ck``, ``vp``, ``cb_raw``, ``cb`` boolean and ``lp_raw``, ``lp`` in
+    [0, 1] (fraction of an instance's images), never null; the pipeline order
+    holds row by row: ``ck >= cb``, ``cb_raw >= cb`` and ``lp_raw >= lp`` (a
+    later stage only counts where the earlier ones passed).
+    metrics: required ``s_ck``, ``s_vp`` in [0, 1] (defined whenever there are
+    records); ``s_cb``, ``s_lp``, ``acc_cb``, ``acc_lp`` in [0, 1] when defined.
+    ``s_cb``/``s_lp`` are undefined when no instance passed the earlier stages
+    (SPEC §2.3): that is a finding about the model, not broken data, so it is not
+    an expectation failure; a policy that gates on ``vlind/s_lp`` fails closed on
+    it anyway (flows/gate.py: an undefined metric fails its floor).
+genception (SPEC §2.4)
+    records: ``gc`` and ``s@1`` … ``s@T`` are cosine similarities in [-1, 1], never
+    null (T read from the frame's ``s@t`` columns).
+    metrics: required ``gc@T`` in [-1, 1] for that T; when present ``s@t`` in
+    [-1, 1] and the Fréchet distances ``fid@t``, ``gc_fid@T`` >= 0 (null allowed:
+    FID is undefined with fewer than two images).
+decc (SPEC §2.5)
+    records: ``vlm``, ``llm``, ``multi`` in {0, 1}, never null (the first round
+    always runs and the schema requires the second where it decides ``multi``);
+    ``vlm2``, ``llm2`` (second round only) and ``correct`` (labelled only) in
+    {0, 1}, null allowed.
+    metrics: required ``reliable_rate/vlm``, ``reliable_rate/llm``,
+    ``reliable_rate/multi`` in [0, 1]; when present ``reliable_rate/vlm2``,
+    ``reliable_rate/llm2``, ``acc`` and ``brier/*`` in [0, 1], ``er/*`` in [-1, 1]
+    (effective reliability with cost 1), ``n_round2`` and ``n_labelled`` counts.
+
+Great Expectations is imported on the first call, not with this module: the import
+alone takes seconds and the CLI imports flows for unrelated commands. One ephemeral
+Data Context (in memory, progress bars off) is built then and reused; each frame is
+passed as a batch parameter, and a lock makes concurrent calls (Prefect's thread
+pool) take turns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ExpectationReport", "validate_evaluator_output"]
+
+# Nothing here may phone home (GX reads this when a context is created).
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+RECORDS, METRICS = "records", "metrics"
+_SHOWN_EXAMPLES = 5  # unexpected values kept per failed expectation
+
+
+# ---------------------------------------------------------------------------
+# What is expected, per evaluator (plain data; turned into GX expectations below)
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A per-sample column: a range or a value set, and whether null is legitimate."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+    values: tuple | None = None
+    nullable: bool = False
+
+
+def _probability(name: str, nullable: bool = False) -> _Column:
+    return _Column(name, 0.0, 1.0, nullable=nullable)
+
+
+def _indicator(name: str, nullable: bool = False) -> _Column:
+    return _Column(name, values=(0, 1), nullable=nullable)
+
+
+def _boolean(name: str) -> _Column:
+    return _Column(name, values=(True, False))
+
+
+_RECORD_COLUMNS: dict[str, list[_Column]] = {
+    "lcm-mc": [
+        _probability("p_lc"),
+        _Column("chosen", 0, None),
+        _Column("n_yes", 0, None),
+        _boolean("reliable"),
+        _indicator("correct", nullable=True),
+        _indicator("j_correct", nullable=True),
+        _probability("lc_gt", nullable=True),
+        _indicator("reliable_correct", nullable=True),
+    ],
+    "lcm-nb": [
+        _probability("p_lc"),
+        _Column("yn_correct", 0, 4, nullable=True),
+        _Column("q_correct", 0, 2, nullable=True),
+        _Column("i_correct", 0, 2, nullable=True),
+        _indicator("g_correct", nullable=True),
+        _Column("j_correct", 0, 4, nullable=True),
+        _probability("lc_gt", nullable=True),
+    ],
+    "vlind": [
+        _boolean("ck"),
+        _boolean("vp"),
+        _boolean("cb_raw"),
+        _boolean("cb"),
+        _probability("lp_raw"),
+        _probability("lp"),
+    ],
+    "genception": [_Column("gc", -1.0, 1.0)],  # s@1..s@T are added from the frame
+    "decc": [
+        _indicator("vlm"),
+        _indicator("llm"),
+        _indicator("multi"),
+        _indicator("vlm2", nullable=True),
+        _indicator("llm2", nullable=True),
+        _indicator("correct", nullable=True),
+    ],
+}
+
+# (A, B): A >= B on every row, where B is a later pipeline stage gated on A.
+_RECORD_ORDER: dict[str, list[tuple[str, str]]] = {
+    "vlind": [("ck", "cb"), ("cb_raw", "cb"), ("lp_raw", "lp")],
+}
+
+_SIMILARITY = re.compile(r"s@(\d+)")
+_GC_AT = re.compile(r"gc@(\d+)")
+
+# Label-free metrics that must be present and defined, with their range.
+_REQUIRED_METRICS: dict[str, dict[str, tuple[float, float]]] = {
+    "lcm-mc": {"lcm": (0.0, 1.0)},
+    "lcm-nb": {"lcm": (0.0, 1.0)},
+    "vlind": {"s_ck": (0.0, 1.0), "s_vp": (0.0, 1.0)},
+    "genception": {},  # gc@T, with T from the records (see _required_metrics)
+    "decc": {"reliable_rate/vlm": (0.0, 1.0), "reliable_rate/llm": (0.0, 1.0), "reliable_rate/multi": (0.0, 1.0)},
+}
+
+_COUNT = "count"  # a count bounded by expected_rows
+# Other metrics, checked only when present; null allowed. Patterns are full matches.
+_OPTIONAL_METRICS: dict[str, list[tuple[str, Any]]] = {
+    "lcm-mc": [
+        (r"abstention|confidence|overconfidence|acc|j_acc|f1|lcm_gt", (0.0, 1.0)),
+        (r"n_reliable|n_labelled|n_reliable_correct", _COUNT),
+    ],
+    "lcm-nb": [(r"acc|q_acc|i_acc|g_acc|j_acc|f1|lcm_gt", (0.0, 1.0)), (r"n_labelled", _COUNT)],
+    "vlind": [(r"s_cb|s_lp|acc_cb|acc_lp", (0.0, 1.0))],
+    "genception": [(r"s@\d+", (-1.0, 1.0)), (r"fid@\d+|gc_fid@\d+", (0.0, None))],
+    "decc": [
+        (r"reliable_rate/.+|acc|brier/.+", (0.0, 1.0)),
+        (r"er/.+", (-1.0, 1.0)),
+        (r"n_round2|n_labelled", _COUNT),
+    ],
+}
+
+
+def _record_columns(evaluator: str, records: pd.DataFrame) -> list[_Column]:
+    columns = list(_RECORD_COLUMNS[evaluator])
+    if evaluator == "genception":
+        iterations = _iterations(records) or 1  # at least s@1 must be there
+        columns += [_Column(f"s@{t}", -1.0, 1.0) for t in range(1, iterations + 1)]
+    return columns
+
+
+def _iterations(records: pd.DataFrame) -> int:
+    """GenCeption's T: the number of s@t columns of the per-sample frame."""
+    return sum(1 for name in records.columns if _SIMILARITY.fullmatch(str(name)))
+
+
+def _required_metrics(evaluator: str, records: pd.DataFrame, metrics: dict) -> dict[str, tuple[float, float]]:
+    required = dict(_REQUIRED_METRICS[evaluator])
+    if evaluator == "genception":
+        # The records fix T; without s@t columns fall back to the metrics' own gc@T, then SPEC's default 3.
+        iterations = _iterations(records)
+        if not iterations:
+            found = sorted(int(m.group(1)) for m in (_GC_AT.fullmatch(k) for k in metrics if isinstance(k, str)) if m)
+            iterations = found[-1] if found else 3
+        required[f"gc@{iterations}"] = (-1.0, 1.0)
+    return required
+
+
+# ---------------------------------------------------------------------------
+# The report
+
+
+@dataclass
+class ExpectationReport:
+    """Every GX result for one evaluator's output: records suite first, then metrics suite.
+
+    Each entry of ``results``: ``expectation`` (GX class name), ``table``
+    ("records" or "metrics"), ``column`` (None for table-level and column-pair
+    expectations), ``kwargs`` (the expectation's arguments), ``success`` and
+    ``observed`` (a short JSON-able summary of what GX saw).
+    """
+
+    evaluator: str
+    success: bool
+    results: list[dict] = field(default_factory=list)
+
+    def failures(self) -> list[str]:
+        """One readable line per failed expectation, naming the column and what was observed."""
+        return [f"{self.evaluator} {_describe_failure(result)}" for result in self.results if not result["success"]]
+
+    def as_dict(self) -> dict:
+        return {"evaluator": self.evaluator, "success": self.success, "results": self.results, "failures": self.failures()}
+
+
+def _examples(observed: dict) -> str:
+    shown = observed.get("unexpected_examples") or []
+    return f" (e.g. {', '.join(map(repr, shown))})" if shown else ""
+
+
+def _describe_failure(result: dict) -> str:
+    kind, table, column, kwargs, observed = result["expectation"], result["table"], result["column"], result["kwargs"], result["observed"]
+    where = f"metric '{column}'" if table == METRICS else f"{table} column '{column}'"
+    if "exception" in observed:
+        return f"{where}: {kind} could not be evaluated: {observed['exception']}"
+    count, total = observed.get("unexpected_count"), observed.get("element_count")
+    if kind == "ExpectTableRowCountToEqual":
+        return f"{table}: row count is {observed.get('observed_value')}, expected {kwargs['value']}"
+    if kind == "ExpectColumnToExist":
+        return f"{where} is missing"
+    if table == METRICS and kind == "ExpectColumnValuesToNotBeNull":
+        return f"{where} is null (undefined)"
+    if table == METRICS and kind == "ExpectColumnValuesToBeBetween":
+        shown = (observed.get("unexpected_examples") or ["?"])[0]
+        return f"{where} = {shown!r} is outside [{kwargs.get('min_value')}, {kwargs.get('max_value')}]"
+    if kind == "ExpectColumnValuesToNotBeNull":
+        return f"{where}: {count} of {total} values are null"
+    if kind == "ExpectColumnValuesToBeUnique":
+        return f"{where}: {count} of {total} values are duplicated{_examples(observed)}"
+    if kind == "ExpectColumnValuesToBeBetween":
+        return f"{where}: {count} of {total} values outside [{kwargs.get('min_value')}, {kwargs.get('max_value')}]{_examples(observed)}"
+    if kind == "ExpectColumnValuesToBeInSet":
+        return f"{where}: {count} of {total} values not in {kwargs.get('value_set')}{_examples(observed)}"
+    if kind == "ExpectColumnPairValuesAToBeGreaterThanB":
+        pair = f"{table} columns '{kwargs.get('column_A')}' >= '{kwargs.get('column_B')}'"
+        return f"{pair}: {count} of {total} rows violate it{_examples(observed)}"
+    return f"{where}: {kind} failed, observed {observed}"
+
+
+# ---------------------------------------------------------------------------
+# Running GX
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: numpy scalars unwrapped, NaN/inf to None, containers walked."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _observed(result: Any) -> dict:
+    """The short summary of one GX ExpectationValidationResult."""
+    info = result.exception_info or {}
+    if info.get("raised_exception"):
+        return {"exception": info.get("exception_message")}
+    for nested in info.values():  # a metric that failed to resolve is keyed by its metric id
+        if isinstance(nested, dict) and nested.get("raised_exception"):
+            return {"exception": nested.get("exception_message")}
+    raw = result.result or {}
+    observed: dict[str, Any] = {}
+    if "observed_value" in raw:
+        observed["observed_value"] = raw["observed_value"]
+    for key in ("element_count", "unexpected_count", "missing_count"):
+        if key in raw:
+            observed[key] = raw[key]
+    if raw.get("partial_unexpected_list"):
+        observed["unexpected_examples"] = list(raw["partial_unexpected_list"])[:_SHOWN_EXAMPLES]
+    return _jsonable(observed)
+
+
+_gx_modules: tuple[Any, Any] | None = None
+_batch_definitions: dict[str, Any] = {}
+# One context for the process, built on first use. GX objects are not documented as
+# thread-safe, so validations take turns (GX is pure Python, so little is lost).
+_gx_lock = threading.Lock()
+
+
+def _gx() -> tuple[Any, Any]:
+    """Import GX on first use (seconds) and quiet its logging."""
+    global _gx_modules
+    if _gx_modules is None:
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
+
+        logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        _gx_modules = (gx, gxe)
+    return _gx_modules
+
+
+def _batch_definition(table: str) -> Any:
+    """The cached whole-frame batch definition of ``table``; call with ``_gx_lock`` held.
+
+    A fresh ephemeral context and data source per call cost ~50 ms (each change of
+    its config is serialised); the frame itself travels as a batch parameter, so
+    nothing of one call's data stays behind in the shared objects.
+    """
+    if not _batch_definitions:
+        gx, _ = _gx()
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        source = context.data_sources.add_pandas("vlgate")
+        for name in (RECORDS, METRICS):
+            _batch_definitions[name] = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole")
+    return _batch_definitions[table]
+
+
+def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list[dict]:
+    """Validate ``frame`` against ``expectations`` in one GX pass; results in the given order."""
+    gx, _ = _gx()
+    for index, expectation in enumerate(expectations):
+        # GX returns results in its own order (errored ones first): tag each to restore ours.
+        expectation.meta = {"vlgate_index": index}
+    suite = gx.ExpectationSuite(name=f"vlgate-{table}", expectations=expectations)
+    with _gx_lock:
+        batch = _batch_definition(table).get_batch(batch_parameters={"dataframe": frame})
+        validation = batch.validate(suite, result_format={"result_format": "BASIC", "partial_unexpected_count": _SHOWN_EXAMPLES})
+    ordered = sorted(validation.results, key=lambda r: r.expectation_config.meta["vlgate_index"])
+    results = []
+    for expectation, result in zip(expectations, ordered):
+        kwargs = {k: v for k, v in result.expectation_config.kwargs.items() if k != "batch_id"}
+        results.append(
+            {
+                "expectation": type(expectation).__name__,
+                "table": table,
+                "column": kwargs.get("column"),
+                "kwargs": _jsonable(kwargs),
+                "success": bool(result.success),
+                "observed": _observed(result),
+            }
+        )
+    return results
+
+
+def _records_expectations(evaluator: str, records: pd.DataFrame, expected_rows: int) -> list[Any]:
+    _, gxe = _gx()
+    present = set(records.columns)
+    expectations: list[Any] = [
+        gxe.ExpectTableRowCountToEqual(value=expected_rows),
+        gxe.ExpectColumnToExist(column="id"),
+    ]
+    if "id" in present:  # checks on an absent column would only repeat "missing" as a GX error
+        expectations += [gxe.ExpectColumnValuesToNotBeNull(column="id"), gxe.ExpectColumnValuesToBeUnique(column="id")]
+    for column in _record_columns(evaluator, records):
+        expectations.append(gxe.ExpectColumnToExist(column=column.name))
+        if column.name not in present:
+            continue
+        if not column.nullable:
+            expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column.name))
+        if column.values is not None:
+            expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column.name, value_set=list(column.values)))
+        else:  # nulls are skipped by GX's map expectations, so nullable columns are range-checked where defined
+            expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column.name, min_value=column.low, max_value=column.high))
+    for earlier, later in _RECORD_ORDER.get(evaluator, []):
+        if earlier in present and later in present:
+            expectations.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=earlier, column_B=later, or_equal=True))
+    return expectations
+
+
+def _as_number(value: Any) -> float:
+    """A metric value as a float; None and anything that is not a number become NaN (null to GX)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return math.nan
+    return float(value)
+
+
+def _metrics_frame_and_expectations(evaluator: str, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
+    _, gxe = _gx()
+    columns: dict[str, float] = {}
+    expectations: list[Any] = []
+
+    def between(name: str, low: float | None, high: float | None) -> None:
+        columns[name] = _as_number(metrics[name])
+        expectations.append(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=low, max_value=high))
+
+    for name, (low, high) in _required_metrics(evaluator, records, metrics).items():
+        expectations.append(gxe.ExpectColumnToExist(column=name))
+        if name in metrics:
+            columns[name] = _as_number(metrics[name])
+            expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=name))
+            between(name, low, high)
+    if "n" in metrics:  # metrics over a partial set would not compare with other versions
+        between("n", expected_rows, expected_rows)
+    if "n_skipped" in metrics:  # score() skipped invalid records
+        between("n_skipped", 0, 0)
+    checked = set(columns)
+    for name in metrics:
+        if name in checked or not isinstance(name, str):
+            continue
+        for pattern, bounds in _OPTIONAL_METRICS[evaluator]:
+            if re.fullmatch(pattern, name):
+                low, high = (0, expected_rows) if bounds == _COUNT else bounds
+                between(name, low, high)
+                break
+    return pd.DataFrame({name: [value] for name, value in columns.items()}, dtype="float64"), expectations
+
+
+def validate_evaluator_output(evaluator: str, records: pd.DataFrame, metrics: dict, expected_rows: int) -> ExpectationReport:
+    """Validate one evaluator's per-sample frame and metrics for one model version with GX.
+
+    ``records`` is ``per_sample_frame(...)`` of the evaluator's records, ``metrics``
+    what ``score(...)`` returned for them and ``expected_rows`` the number of items
+    in the data set. The report succeeds only when every expectation does.
+    """
+    if evaluator not in _RECORD_COLUMNS:
+        raise ValueError(f"unknown evaluator {evaluator!r}; expected one of {', '.join(sorted(_RECORD_COLUMNS))}")
+    if isinstance(expected_rows, bool) or not isinstance(expected_rows, (int, np.integer)) or expected_rows < 0:
+        raise ValueError(f"expected_rows must be a non-negative integer, got {expected_rows!r}")
+    expected_rows = int(expected_rows)
+    metrics = metrics or {}
+    results = _run_suite(RECORDS, records, _records_expectations(evaluator, records, expected_rows))
+    metrics_frame, metric_expectations = _metrics_frame_and_expectations(evaluator, records, metrics, expected_rows)
+    results += _run_suite(METRICS, metrics_frame, metric_expectations)
+    return ExpectationReport(evaluator, all(r["success"] for r in results), results)

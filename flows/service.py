@@ -1,0 +1,175 @@
+"""``vlgate status`` and ``vlgate serve``: the registry, the claims and the running service."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vlgate.flows import tracking
+from vlgate.flows.settings import ServiceConfig, prepare_environment
+from vlgate.registry_hooks.claims import ClaimStore
+
+log = logging.getLogger("vlgate.serve")
+
+
+def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
+    """Every registered model: its champion and each version's validation state, decision
+    and reasons (SPEC §4)."""
+    client = tracking.connect(home)
+    claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
+    models = []
+    for registered in sorted(client.search_registered_models(max_results=1000), key=lambda m: m.name):
+        if model is not None and registered.name != model:
+            continue
+        versions = []
+        for version in sorted(client.search_model_versions(f"name='{registered.name}'"), key=lambda v: int(v.version)):
+            claim = claims.get((registered.name, str(version.version)))
+            reasons = version.tags.get(tracking.TAG_REASONS)
+            versions.append(
+                {
+                    "version": str(version.version),
+                    "state": claim.state if claim else "pending",
+                    "claimed_via": claim.claimed_via if claim else None,
+                    "attempts": claim.attempts if claim else 0,
+                    "decision": version.tags.get(tracking.TAG_DECISION),
+                    "reasons": reasons.split("\n") if reasons else [],
+                    "validation_run_id": version.tags.get(tracking.TAG_RUN),
+                    "source": version.source,
+                    "description": version.description or "",
+                }
+            )
+        models.append({"name": registered.name, "champion": tracking.champion_version(client, registered.name), "versions": versions})
+    return {"tracking_uri": client.tracking_uri, "models": models}
+
+
+def status_table(status: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(title=f"vlgate status ({status['tracking_uri']})")
+    for column in ("model", "version", "state", "decision", "champion", "reasons"):
+        table.add_column(column)
+    for model in status["models"]:
+        for version in model["versions"]:
+            failed = [r for r in version["reasons"]] if version["decision"] == "rejected" else []
+            table.add_row(
+                model["name"],
+                version["version"],
+                version["state"],
+                version["decision"] or "-",
+                "★" if model["champion"] == version["version"] else "",
+                "\n".join(failed[:4]) + (f"\n… {len(failed) - 4} more" if len(failed) > 4 else ""),
+            )
+    return table
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_prefect_server(home: Path) -> subprocess.Popen | None:
+    """Prefect's cron scheduler runs only in a Prefect server; with no PREFECT_API_URL,
+    vlgate starts one on loopback (its database under $VLGATE_HOME/prefect) and stops it
+    on exit."""
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    port = _free_port()
+    prefect = shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
+    log_file = open(home / "prefect" / "server.log", "a")
+    process = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/api"
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the Prefect server exited with {process.returncode}; see {home / 'prefect' / 'server.log'}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(1)
+    else:
+        process.terminate()
+        raise RuntimeError(f"the Prefect server did not answer on {url} within 120 s")
+    os.environ["PREFECT_API_URL"] = url
+    return process
+
+
+def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
+    """Poller + webhook receiver + drift schedules, until interrupted."""
+    from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    home = prepare_environment()
+    config = ServiceConfig.load(home)
+    claims = ClaimStore.for_home(home)
+    dispatcher = Dispatcher(claims, workers=config.workers or max(1, len(config.models)), deployment=os.environ.get("VLGATE_VALIDATE_DEPLOYMENT"))
+    client = tracking.connect(home)
+
+    def configured(name: str) -> bool:
+        return config.for_model(name) is not None
+
+    if once:
+        claimed = poll_once(client, dispatcher, configured)
+        dispatcher.resume_expired()
+        dispatcher.wait()
+        log.info("validated %d version(s): %s", len(claimed), claimed)
+        return 0
+    poller = Poller(home, dispatcher, config.poll_interval_s, configured).start()
+    if webhook:
+        _start_webhook(client, dispatcher, config)
+    prefect_server = None
+    try:
+        drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift else {}
+        if drift_configs:
+            from prefect import serve as prefect_serve
+
+            from vlgate.flows.drift import drift_check
+
+            prefect_server = start_prefect_server(home)
+            deployments = [
+                drift_check.to_deployment(name=f"drift-{name}", cron=drift_config.cron, parameters={"model_name": name}) for name, drift_config in drift_configs.items()
+            ]
+            log.info("drift checks scheduled: %s", {name: c.cron for name, c in drift_configs.items()})
+            prefect_serve(*deployments)  # blocks until interrupted
+        else:
+            threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        poller.stop()
+        dispatcher.close()
+        if prefect_server is not None:
+            prefect_server.terminate()
+    return 0
+
+
+def _start_webhook(client, dispatcher, config: ServiceConfig) -> threading.Thread | None:
+    import uvicorn
+
+    from vlgate.registry_hooks.webhook import PATH, create_app, ensure_webhook
+
+    secret = os.environ.get("VLGATE_WEBHOOK_SECRET", "")
+    if not secret:
+        log.warning("VLGATE_WEBHOOK_SECRET is not set: no webhook receiver (the poller still finds every version)")
+        return None
+    app = create_app(dispatcher, secret, config.webhook.max_age_s)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.webhook.host, port=config.webhook.port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="vlgate-webhook", daemon=True)
+    thread.start()
+    if not tracking.embedded(client.tracking_uri):
+        url = os.environ.get("VLGATE_WEBHOOK_URL", f"http://{config.webhook.host}:{config.webhook.port}{PATH}")
+        log.info("webhook %s registered with %s", ensure_webhook(client, url, secret), client.tracking_uri)
+    else:
+        log.info("embedded MLflow store: it sends no webhooks; the poller finds new versions")
+    return thread

@@ -1,0 +1,118 @@
+"""The service's configuration: ``$VLGATE_HOME/vlgate.yaml`` (paths relative to the file).
+
+::
+
+    models:
+      demo-vlm:
+        suite: world/suite.yaml          # evaluators and data every version is validated on
+        policy: gate.yaml                # the promotion gate (flows/gate.py)
+        drift:                           # unlabelled batches: label-free evaluators only
+          reference: drift/reference/suite.yaml
+          batch: drift/incoming/suite.yaml
+          cron: "0 */6 * * *"
+    default:                             # for registered models not listed above (optional)
+      suite: ...
+      policy: ...
+    poll_interval_s: 30
+    webhook: {host: 127.0.0.1, port: 8765}
+    workers: 1                           # evaluator tasks run at once (threads); 0 = one per evaluator
+
+A registered model with no entry and no default is not validated: the poller says so
+once and leaves it alone (vlgate cannot guess which data a model should be judged on).
+
+Where state lives: MLflow at ``MLFLOW_TRACKING_URI`` (default: SQLite and an artifact
+folder under ``$VLGATE_HOME/mlflow``), vlgate's claims at ``VLGATE_STATE_DB`` (default
+``$VLGATE_HOME/state.db``), Prefect at ``PREFECT_API_URL`` (default: no server; its
+database under ``$VLGATE_HOME/prefect``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vlgate.config import load_yaml_model
+from vlgate.home import vlgate_home
+
+CONFIG_FILE = "vlgate.yaml"
+
+
+class DriftConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference: Path = Field(description="drift suite of the reference batch (the distribution the champion was accepted on)")
+    batch: Path = Field(description="drift suite of the new batch; its data folder is refreshed by a pipeline")
+    cron: str = "0 */6 * * *"
+    alpha: float = Field(default=0.01, gt=0, lt=1, description="two-sample test level")
+    max_mean_drop: float = Field(default=0.05, ge=0, description="largest tolerated drop of a per-sample mean")
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    suite: Path
+    policy: Path
+    drift: DriftConfig | None = None
+
+
+class WebhookConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_age_s: float = Field(default=300, gt=0, description="older X-MLflow-Timestamp values are refused")
+
+
+class ServiceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    default: ModelConfig | None = None
+    poll_interval_s: float = Field(default=30, gt=0)
+    webhook: WebhookConfig = WebhookConfig()
+    workers: int = Field(default=1, ge=0)
+
+    @classmethod
+    def load(cls, home: Path | None = None) -> "ServiceConfig":
+        path = (home or vlgate_home()) / CONFIG_FILE
+        if not path.is_file():
+            return cls()
+        return load_yaml_model(cls, path, "service config").relative_to(path.parent)
+
+    def relative_to(self, base: Path) -> "ServiceConfig":
+        def fix(config: ModelConfig | None) -> ModelConfig | None:
+            if config is None:
+                return None
+            update: dict[str, Any] = {"suite": base / config.suite, "policy": base / config.policy}
+            if config.drift is not None:
+                update["drift"] = config.drift.model_copy(update={"reference": base / config.drift.reference, "batch": base / config.drift.batch})
+            return config.model_copy(update=update)
+
+        return self.model_copy(update={"models": {name: fix(c) for name, c in self.models.items()}, "default": fix(self.default)})
+
+    def for_model(self, model_name: str) -> ModelConfig | None:
+        return self.models.get(model_name, self.default)
+
+
+def prepare_environment(home: Path | None = None) -> Path:
+    """Point Prefect's local state into ``VLGATE_HOME`` (unless the user configured Prefect)
+    before Prefect is imported; returns the resolved home."""
+    home = (home or vlgate_home()).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # results of evaluator tasks are kept so a restarted flow does not redo finished evaluators
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "results"))
+    # a service's log is for decisions and errors: no telemetry, no download/loading bars
+    for name, value in {
+        "GX_ANALYTICS_ENABLED": "False",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TQDM_DISABLE": "1",
+    }.items():
+        os.environ.setdefault(name, value)
+    return home

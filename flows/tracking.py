@@ -1,0 +1,133 @@
+"""MLflow: where vlgate reads registered versions and writes validation runs, tags and the
+``champion`` alias.
+
+Layout (what MLflow's compare view shows): one experiment per registered model,
+``vlgate/MODEL``, one validation run per version (``MODEL v3``), metrics
+``EVALUATOR/METRIC``, tags ``vlgate.model`` / ``vlgate.version`` / ``vlgate.decision``.
+MLflow refuses ``@`` in metric names, so ``gc@3`` is logged as ``gc_at_3``
+(``mlflow_metric_name``); nothing else is renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from vlgate.home import vlgate_home
+
+CHAMPION = "champion"
+EXPERIMENT_PREFIX = "vlgate/"
+TAG_DECISION = "vlgate.decision"
+TAG_REASONS = "vlgate.reasons"
+TAG_RUN = "vlgate.validation_run_id"
+TAG_DIGEST = "vlgate.checkpoint_digest"
+#: MLflow keeps at most 5000 characters in a model-version tag value; the full list of
+#: reasons is in the run's decision.json.
+MAX_TAG_CHARS = 5000
+
+
+def tracking_uri(home: Path | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` or the embedded default: SQLite under ``$VLGATE_HOME/mlflow``."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    folder = (home or vlgate_home()).resolve() / "mlflow"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder}/mlflow.db"
+
+
+def embedded(uri: str) -> bool:
+    return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
+
+
+def connect(home: Path | None = None):
+    """An ``MlflowClient`` on the configured tracking/registry store (also made the
+    process default, so ``mlflow.artifacts`` and ``models:/`` URIs resolve against it)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = tracking_uri(home)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def experiment_id(client, name: str, home: Path | None = None) -> str:
+    """The experiment's id, created on first use; on the embedded store its artifacts go
+    under ``$VLGATE_HOME/mlflow/artifacts`` (not the working directory)."""
+    from mlflow.exceptions import MlflowException
+
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = None
+    if embedded(client.tracking_uri):
+        location = ((home or vlgate_home()).resolve() / "mlflow" / "artifacts" / hashlib.sha1(name.encode()).hexdigest()[:12]).as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # created meanwhile by another process
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def validation_experiment(model_name: str) -> str:
+    return f"{EXPERIMENT_PREFIX}{model_name}"
+
+
+_INVALID = re.compile(r"[^/\w.\- :]")
+
+
+def mlflow_metric_name(name: str) -> str:
+    """``genception/gc@3`` → ``genception/gc_at_3``; MLflow accepts only ``[/\\w.\\- :]``."""
+    return _INVALID.sub("_", name.replace("@", "_at_"))
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
+    """Every finite number in a metrics dict, nested keys joined by ``/``."""
+    for key, value in metrics.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict):
+            yield from flatten_metrics(value, name)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+            yield mlflow_metric_name(name), float(value)
+
+
+def register_checkpoint(client, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None):
+    """Log a checkpoint folder to a run and register it as a new version of ``model_name``
+    (a tracking server refuses a version whose source is a bare local path, so the
+    checkpoint goes into the run's artifacts first). Idempotent per checkpoint content:
+    the same weights registered twice give the existing version back."""
+    from mlflow.exceptions import MlflowException
+
+    from vlgate.evaluators.backends.loading import model_digest
+
+    digest = model_digest(folder)
+    try:
+        client.create_registered_model(model_name)
+    except MlflowException:
+        pass  # exists
+    for version in client.search_model_versions(f"name='{model_name}'"):
+        if version.tags.get(TAG_DIGEST) == digest:
+            return version
+    experiment = experiment_id(client, f"{model_name} (registrations)", home)
+    run = client.create_run(experiment, run_name=Path(folder).name, tags={"vlgate.kind": "registration", TAG_DIGEST: digest})
+    client.log_artifacts(run.info.run_id, str(folder), artifact_path="checkpoint")
+    client.set_terminated(run.info.run_id)
+    source = f"{run.info.artifact_uri}/checkpoint"
+    return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={TAG_DIGEST: digest, **(tags or {})})
+
+
+def champion_version(client, model_name: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(model_name, CHAMPION).version)  # an int from some stores
+    except MlflowException:
+        return None
+
+
+def reasons_tag(reasons: list[str]) -> str:
+    """One reason per line (a reason may itself contain "; ")."""
+    text = "\n".join(reasons)
+    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 40] + " … (all reasons: decision.json)"

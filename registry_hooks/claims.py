@@ -1,0 +1,246 @@
+"""Exactly-once validation: one row per model version in vlgate's own state database.
+
+Why a unique row and not a registry tag: MLflow's registry has no compare-and-set on
+tags, so "read the tag, then set it" from the webhook receiver and the poller at the
+same moment lets both win. ``INSERT`` into a table whose primary key is
+``(model_name, version)`` is atomic in every SQL database: exactly one caller's insert
+succeeds, whichever path (webhook, poller, a repeated or late delivery) gets there
+first. The row also carries the validation's state, its MLflow run id (so a restarted
+flow logs into the same run) and a lease: a claim whose worker died is taken over by
+a conditional ``UPDATE ... WHERE lease_expires < now`` (again one winner), never by a
+second insert.
+
+The same database keeps the webhook delivery ids already seen (replay protection that
+survives a restart and is shared by every receiver replica) and short-lived named
+locks (one gate decision per registered model at a time, so two candidates judged
+concurrently cannot both compare against a stale champion).
+
+``VLGATE_STATE_DB`` picks the database (``postgresql://...`` in a real deployment);
+the embedded default is ``sqlite:///$VLGATE_HOME/state.db``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+#: A claim's life: claimed → running → done | failed. ``failed`` is final too: a version
+#: whose validation errored is not promoted and its reasons are recorded (fail closed);
+#: re-validating it is an explicit operator action (``release``).
+STATES = ("claimed", "running", "done", "failed")
+FINAL_STATES = ("done", "failed")
+
+metadata = sa.MetaData()
+
+claims_table = sa.Table(
+    "vlgate_claims",
+    metadata,
+    sa.Column("model_name", sa.String(256), primary_key=True),
+    sa.Column("version", sa.String(64), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("claimed_via", sa.String(32), nullable=False),
+    sa.Column("owner", sa.String(256), nullable=False),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("lease_expires", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=1),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("detail", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+deliveries_table = sa.Table(
+    "vlgate_webhook_deliveries",
+    metadata,
+    sa.Column("delivery_id", sa.String(128), primary_key=True),
+    sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+locks_table = sa.Table(
+    "vlgate_locks",
+    metadata,
+    sa.Column("name", sa.String(256), primary_key=True),
+    sa.Column("owner", sa.String(256), nullable=False),
+    sa.Column("expires", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; everything vlgate writes is UTC
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    model_name: str
+    version: str
+    state: str
+    claimed_via: str
+    owner: str
+    claimed_at: datetime
+    lease_expires: datetime
+    attempts: int
+    run_id: str | None
+    detail: str | None
+
+    def as_dict(self) -> dict:
+        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
+
+
+class ClaimStore:
+    """Claims, webhook deliveries and locks in one SQL database."""
+
+    def __init__(self, url: str, lease_seconds: float = 3 * 3600):
+        self.url = url
+        self.lease = timedelta(seconds=lease_seconds)
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            # concurrent writers (receiver threads, poller, flows) wait for the write lock instead of failing
+            self.engine = sa.create_engine(url, connect_args={"timeout": 60})
+            with self.engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+        else:
+            self.engine = sa.create_engine(url, pool_pre_ping=True)
+        metadata.create_all(self.engine)
+
+    @classmethod
+    def for_home(cls, home: Path, **kwargs) -> "ClaimStore":
+        return cls(os.environ.get("VLGATE_STATE_DB") or f"sqlite:///{Path(home).resolve()}/state.db", **kwargs)
+
+    # --- claims -------------------------------------------------------------------
+    def claim(self, model_name: str, version: str, via: str, owner: str | None = None) -> bool:
+        """True for exactly one caller per (model, version), ever."""
+        now = _now()
+        row = {
+            "model_name": model_name,
+            "version": str(version),
+            "state": "claimed",
+            "claimed_via": via,
+            "owner": owner or default_owner(),
+            "claimed_at": now,
+            "lease_expires": now + self.lease,
+            "attempts": 1,
+            "updated_at": now,
+        }
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(claims_table.insert().values(**row))
+        except IntegrityError:
+            return False
+        return True
+
+    def take_over_expired(self, model_name: str, version: str, owner: str | None = None) -> bool:
+        """Take over a claim whose lease ran out before it finished (its worker died);
+        True for exactly one caller."""
+        now = _now()
+        statement = (
+            claims_table.update()
+            .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+            .where(claims_table.c.state.in_(("claimed", "running")), claims_table.c.lease_expires < now)
+            .values(owner=owner or default_owner(), lease_expires=now + self.lease, attempts=claims_table.c.attempts + 1, updated_at=now)
+        )
+        with self.engine.begin() as connection:
+            return connection.execute(statement).rowcount == 1
+
+    def expired(self) -> list[Claim]:
+        now = _now()
+        query = claims_table.select().where(claims_table.c.state.in_(("claimed", "running")), claims_table.c.lease_expires < now)
+        with self.engine.connect() as connection:
+            return [self._claim(row) for row in connection.execute(query)]
+
+    def update(self, model_name: str, version: str, state: str | None = None, run_id: str | None = None, detail: str | None = None, renew: bool = False) -> None:
+        if state is not None and state not in STATES:
+            raise ValueError(f"claim state {state!r} is not one of {STATES}")
+        values: dict = {"updated_at": _now()}
+        if state is not None:
+            values["state"] = state
+        if run_id is not None:
+            values["run_id"] = run_id
+        if detail is not None:
+            values["detail"] = detail[:4000]
+        if renew:
+            values["lease_expires"] = _now() + self.lease
+        statement = claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).values(**values)
+        with self.engine.begin() as connection:
+            connection.execute(statement)
+
+    def release(self, model_name: str, version: str) -> None:
+        """Forget a claim so the version is validated again (an operator's decision)."""
+        with self.engine.begin() as connection:
+            connection.execute(claims_table.delete().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)))
+
+    def get(self, model_name: str, version: str) -> Claim | None:
+        query = claims_table.select().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        with self.engine.connect() as connection:
+            row = connection.execute(query).first()
+        return None if row is None else self._claim(row)
+
+    def all(self, model_name: str | None = None) -> list[Claim]:
+        query = claims_table.select().order_by(claims_table.c.model_name, claims_table.c.claimed_at)
+        if model_name is not None:
+            query = query.where(claims_table.c.model_name == model_name)
+        with self.engine.connect() as connection:
+            return [self._claim(row) for row in connection.execute(query)]
+
+    @staticmethod
+    def _claim(row) -> Claim:
+        values = dict(row._mapping)
+        values.pop("updated_at", None)
+        values["claimed_at"] = _aware(values["claimed_at"])
+        values["lease_expires"] = _aware(values["lease_expires"])
+        return Claim(**values)
+
+    # --- webhook deliveries -----------------------------------------------------------
+    def first_delivery(self, delivery_id: str) -> bool:
+        """True the first time a delivery id is seen; False for a replay."""
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(deliveries_table.insert().values(delivery_id=delivery_id, received_at=_now()))
+        except IntegrityError:
+            return False
+        return True
+
+    def forget_deliveries_before(self, cutoff: datetime) -> int:
+        """Delivery ids older than the receiver's timestamp tolerance can go: a replay that
+        old is refused on its timestamp anyway."""
+        with self.engine.begin() as connection:
+            return connection.execute(deliveries_table.delete().where(deliveries_table.c.received_at < cutoff)).rowcount
+
+    # --- named locks ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, name: str, ttl_seconds: float = 600, wait_seconds: float = 900, poll_seconds: float = 0.2) -> Iterator[None]:
+        """Hold the named lock; a holder that died is overtaken after ``ttl_seconds``."""
+        owner = f"{default_owner()}:{time.monotonic_ns()}"
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            now = _now()
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(locks_table.delete().where(locks_table.c.name == name, locks_table.c.expires < now))
+                    connection.execute(locks_table.insert().values(name=name, owner=owner, expires=now + timedelta(seconds=ttl_seconds)))
+                break
+            except IntegrityError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"lock {name!r} still held after {wait_seconds:.0f} s") from None
+                time.sleep(poll_seconds)
+        try:
+            yield
+        finally:
+            with self.engine.begin() as connection:
+                connection.execute(locks_table.delete().where(locks_table.c.name == name, locks_table.c.owner == owner))

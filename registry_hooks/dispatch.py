@@ -1,0 +1,129 @@
+"""From "a version exists" to "its validation flow runs", exactly once.
+
+Both the webhook receiver and the poller call ``Dispatcher.offer``; the claim row
+(``claims.py``) decides which call wins, and only the winner starts the flow. The flow
+runs in this process's worker threads (the embedded default) or as a run of the
+``vlgate-validate`` Prefect deployment on the work pool's GPU workers (``deployment=``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from vlgate.registry_hooks.claims import ClaimStore
+
+log = logging.getLogger("vlgate.hooks")
+
+
+def run_flow_inline(model_name: str, version: str) -> dict:
+    from vlgate.flows.validation import validate_model_version
+
+    return validate_model_version(model_name, version)
+
+
+class Dispatcher:
+    def __init__(self, claims: ClaimStore, workers: int = 1, deployment: str | None = None, start: Callable[[str, str], object] | None = None):
+        self.claims = claims
+        self.deployment = deployment
+        self._start = start or (self._run_deployment if deployment else run_flow_inline)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
+        self._lock = threading.Lock()
+        self.futures: dict[tuple[str, str], Future] = {}
+
+    def offer(self, model_name: str, version: str, via: str) -> bool:
+        """Start validating the version unless it is already claimed; True if this call claimed it."""
+        version = str(version)
+        if not self.claims.claim(model_name, version, via):
+            return False
+        log.info("claimed %s v%s via %s", model_name, version, via)
+        self._submit(model_name, version)
+        return True
+
+    def resume_expired(self) -> list[tuple[str, str]]:
+        """Take over claims whose worker died (lease ran out) and run them again; the flow
+        resumes in the run and records the claim names."""
+        resumed = []
+        for claim in self.claims.expired():
+            if self.claims.take_over_expired(claim.model_name, claim.version):
+                resumed.append((claim.model_name, claim.version))
+                self._submit(claim.model_name, claim.version)
+        return resumed
+
+    def _submit(self, model_name: str, version: str) -> None:
+        future = self._pool.submit(self._guarded, model_name, version)
+        with self._lock:
+            self.futures[(model_name, version)] = future
+
+    def _guarded(self, model_name: str, version: str):
+        try:
+            return self._start(model_name, version)
+        except Exception:  # the flow records the failure in the claim and the version's tags
+            log.exception("validation of %s v%s failed", model_name, version)
+            raise
+
+    def _run_deployment(self, model_name: str, version: str):
+        from prefect.deployments import run_deployment
+
+        return run_deployment(self.deployment, parameters={"model_name": model_name, "version": version}, timeout=0)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every flow started so far has finished (tests, ``serve --once``)."""
+        with self._lock:
+            futures = list(self.futures.values())
+        for future in futures:
+            try:
+                future.result(timeout=timeout)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def poll_once(client, dispatcher: Dispatcher, configured: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """Offer every registered version that has no claim yet (stores without webhooks, and
+    whatever a webhook missed); returns the versions this call claimed."""
+    claimed = []
+    known = {(c.model_name, c.version) for c in dispatcher.claims.all()}
+    for model in client.search_registered_models(max_results=1000):
+        if not configured(model.name):
+            continue
+        # oldest first: the champion evolves in registration order
+        for version in sorted(client.search_model_versions(f"name='{model.name}'"), key=lambda v: int(v.version)):
+            key = (model.name, str(version.version))
+            if key not in known and dispatcher.offer(*key, via="poller"):
+                claimed.append(key)
+    return claimed
+
+
+class Poller:
+    """``poll_once`` every ``interval`` seconds in a background thread."""
+
+    def __init__(self, home: Path, dispatcher: Dispatcher, interval: float, configured: Callable[[str], bool]):
+        self.home, self.dispatcher, self.interval, self.configured = home, dispatcher, interval, configured
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="vlgate-poller", daemon=True)
+
+    def start(self) -> "Poller":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        from vlgate.flows import tracking
+
+        client = tracking.connect(self.home)
+        while not self._stop.is_set():
+            try:
+                poll_once(client, self.dispatcher, self.configured)
+                self.dispatcher.resume_expired()
+            except Exception:  # a registry outage must not stop the poller; next round retries
+                log.exception("poll failed")
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)

@@ -1,0 +1,108 @@
+"""The receiver for MLflow's model-registry webhooks (MLflow ≥ 3.3, event
+``model_version.created``).
+
+Each delivery is checked before anything happens (mlflow/webhooks/delivery.py):
+``X-MLflow-Signature`` must be ``v1,`` + base64(HMAC-SHA256(secret,
+"{delivery_id}.{timestamp}.{body}")), compared in constant time; ``X-MLflow-Timestamp``
+must be within ``max_age_s`` of now (either way: a replay of an old delivery, or a
+sender with a broken clock); ``X-MLflow-Delivery-Id`` must not have been seen before
+(kept in the state database, so a replay is refused after a restart and by every
+replica). A verified ``model_version.created`` is offered to the dispatcher, which claims
+the version (exactly once, whatever else offers it) and starts its validation flow.
+
+Responses: 202 claimed and started; 200 already claimed, a duplicate delivery or an
+event vlgate does not act on (MLflow does not need to retry those); 401 bad or missing
+signature; 400 stale timestamp or malformed body.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from datetime import datetime, timedelta, timezone
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from vlgate.registry_hooks.dispatch import Dispatcher
+
+SIGNATURE_HEADER = "X-MLflow-Signature"
+TIMESTAMP_HEADER = "X-MLflow-Timestamp"
+DELIVERY_HEADER = "X-MLflow-Delivery-Id"
+PATH = "/webhooks/mlflow"
+
+
+def signature(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
+    """MLflow's v1 signature of a delivery."""
+    signed = f"{delivery_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(secret.encode(), signed, hashlib.sha256).digest()).decode()
+
+
+class DeliveryRejected(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def verify(secret: str, headers, body: bytes, max_age_s: float, now: float | None = None) -> str:
+    """The delivery id of an authentic, fresh delivery; DeliveryRejected otherwise."""
+    delivery_id, timestamp, given = headers.get(DELIVERY_HEADER), headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
+    if not (delivery_id and timestamp and given):
+        raise DeliveryRejected(401, f"missing {SIGNATURE_HEADER}, {TIMESTAMP_HEADER} or {DELIVERY_HEADER}")
+    if not hmac.compare_digest(signature(secret, delivery_id, timestamp, body), given):
+        raise DeliveryRejected(401, "signature does not match the shared secret")
+    try:
+        age = (time.time() if now is None else now) - int(timestamp)
+    except ValueError:
+        raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} {timestamp!r} is not a Unix time") from None
+    if abs(age) > max_age_s:
+        raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} is {age:.0f} s from now (allowed: ±{max_age_s:.0f} s)")
+    return delivery_id
+
+
+def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300) -> Starlette:
+    if not secret:
+        raise ValueError("the webhook receiver needs a shared secret (VLGATE_WEBHOOK_SECRET): unsigned deliveries are never accepted")
+
+    async def receive(request: Request) -> JSONResponse:
+        body = await request.body()
+        try:
+            delivery_id = verify(secret, request.headers, body, max_age_s)
+            payload = json.loads(body)
+        except DeliveryRejected as rejected:
+            return JSONResponse({"error": str(rejected)}, status_code=rejected.status)
+        except ValueError:
+            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        claims = dispatcher.claims
+        if not claims.first_delivery(delivery_id):
+            return JSONResponse({"duplicate_delivery": delivery_id}, status_code=200)
+        claims.forget_deliveries_before(datetime.now(timezone.utc) - timedelta(seconds=2 * max_age_s))
+        if (payload.get("entity"), payload.get("action")) != ("model_version", "created"):
+            return JSONResponse({"ignored": f"{payload.get('entity')}.{payload.get('action')}"}, status_code=200)
+        data = payload.get("data") or {}
+        name, version = data.get("name"), data.get("version")
+        if not name or version is None:
+            return JSONResponse({"error": "model_version.created without data.name and data.version"}, status_code=400)
+        claimed = dispatcher.offer(name, str(version), via="webhook")
+        return JSONResponse({"model": name, "version": str(version), "claimed": claimed}, status_code=202 if claimed else 200)
+
+    async def health(_request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    return Starlette(routes=[Route(PATH, receive, methods=["POST"]), Route("/healthz", health)])
+
+
+def ensure_webhook(client, url: str, secret: str, name: str = "vlgate") -> str:
+    """Register (or point at ``url``) the tracking server's webhook for new versions;
+    returns its id. Needs a tracking server with a SQL store."""
+    page = client.list_webhooks(max_results=1000)
+    for hook in page:
+        if hook.name == name:
+            client.update_webhook(hook.webhook_id, url=url, secret=secret, events=["model_version.created"], status="ACTIVE")
+            return hook.webhook_id
+    return client.create_webhook(name=name, url=url, events=["model_version.created"], secret=secret).webhook_id

@@ -1,0 +1,249 @@
+"""Great Expectations suites on evaluator output (flows/expectations.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from vlgate.evaluators.records import read_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import load_features, per_sample_frame, score
+from vlgate.flows.expectations import ExpectationReport, validate_evaluator_output
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "evaluators" / "examples"
+
+# Record count of each shipped example, so a changed example cannot pass silently.
+EXAMPLE_ROWS = {"lcm-mc": 24, "lcm-nb": 16, "vlind": 18, "genception": 12, "decc": 20}
+
+# The label-free metrics each evaluator must report, present and defined.
+LABEL_FREE = {
+    "lcm-mc": ["lcm"],
+    "lcm-nb": ["lcm"],
+    "vlind": ["s_ck", "s_vp"],
+    "genception": ["gc@3"],
+    "decc": ["reliable_rate/vlm", "reliable_rate/llm", "reliable_rate/multi"],
+}
+
+
+def _load(evaluator: str):
+    valid = validate(evaluator, read_jsonl(EXAMPLES / f"{evaluator}.jsonl"))
+    features = None
+    if evaluator == "genception":
+        features = load_features(EXAMPLES / "genception-features.npz", len(valid.records), valid.column("id"))
+    return per_sample_frame(valid), score(valid, features=features)
+
+
+@pytest.fixture(scope="module")
+def examples():
+    """(per-sample frame, metrics) of every shipped example; tests copy before changing them."""
+    return {evaluator: _load(evaluator) for evaluator in EXAMPLE_ROWS}
+
+
+def _run(examples, evaluator, frame=None, metrics=None, expected_rows=None) -> ExpectationReport:
+    base_frame, base_metrics = examples[evaluator]
+    frame = base_frame if frame is None else frame
+    metrics = base_metrics if metrics is None else metrics
+    return validate_evaluator_output(evaluator, frame, metrics, EXAMPLE_ROWS[evaluator] if expected_rows is None else expected_rows)
+
+
+@pytest.mark.parametrize("evaluator", list(EXAMPLE_ROWS))
+def test_shipped_examples_pass(examples, evaluator):
+    frame, _ = examples[evaluator]
+    assert len(frame) == EXAMPLE_ROWS[evaluator]
+    report = _run(examples, evaluator)
+    assert report.failures() == []
+    assert report.success is True
+    assert report.evaluator == evaluator
+    assert all(result["success"] for result in report.results)
+    first = report.results[0]
+    assert (first["expectation"], first["table"], first["column"]) == ("ExpectTableRowCountToEqual", "records", None)
+    assert first["kwargs"] == {"value": EXAMPLE_ROWS[evaluator]}
+    assert first["observed"]["observed_value"] == EXAMPLE_ROWS[evaluator]
+    # id is checked, and every label-free metric is required to exist, be defined and in range
+    checked = {(r["table"], r["expectation"], r["column"]) for r in report.results}
+    assert ("records", "ExpectColumnValuesToBeUnique", "id") in checked
+    assert ("records", "ExpectColumnValuesToNotBeNull", "id") in checked
+    for metric in LABEL_FREE[evaluator]:
+        for expectation in ("ExpectColumnToExist", "ExpectColumnValuesToNotBeNull", "ExpectColumnValuesToBeBetween"):
+            assert ("metrics", expectation, metric) in checked
+    # every column of the per-sample frame is checked for range or value set
+    ranged = {column for table, expectation, column in checked if table == "records" and expectation in ("ExpectColumnValuesToBeBetween", "ExpectColumnValuesToBeInSet")}
+    assert ranged == set(frame.columns) - {"id"}
+    as_dict = report.as_dict()
+    assert json.loads(json.dumps(as_dict, allow_nan=False)) == as_dict
+    assert as_dict["success"] is True and as_dict["failures"] == []
+
+
+def test_report_ranges_follow_spec(examples):
+    """GC@T is a similarity in [-1, 1] (SPEC §2.4); rates and probabilities are in [0, 1]."""
+    by_column = {(r["table"], r["column"], r["expectation"]): r for r in _run(examples, "genception").results}
+    assert by_column[("metrics", "gc@3", "ExpectColumnValuesToBeBetween")]["kwargs"] == {"column": "gc@3", "min_value": -1.0, "max_value": 1.0}
+    assert by_column[("records", "s@2", "ExpectColumnValuesToBeBetween")]["kwargs"]["min_value"] == -1.0
+    assert by_column[("metrics", "gc_fid@3", "ExpectColumnValuesToBeBetween")]["kwargs"]["min_value"] == 0.0
+    by_column = {(r["table"], r["column"], r["expectation"]): r for r in _run(examples, "lcm-mc").results}
+    assert by_column[("metrics", "lcm", "ExpectColumnValuesToBeBetween")]["kwargs"] == {"column": "lcm", "min_value": 0.0, "max_value": 1.0}
+    assert by_column[("records", "p_lc", "ExpectColumnValuesToBeBetween")]["observed"]["unexpected_count"] == 0
+
+
+def test_negative_similarity_is_in_range(examples):
+    frame, metrics = examples["genception"]
+    frame = frame.copy()
+    frame["s@1"] = -frame["s@1"]
+    report = _run(examples, "genception", frame=frame, metrics={**metrics, "gc@3": -0.4, "s@1": -0.5})
+    assert report.success, report.failures()
+
+
+@pytest.mark.parametrize("evaluator", list(EXAMPLE_ROWS))
+def test_wrong_expected_rows_fails_naming_the_row_count(examples, evaluator):
+    rows = EXAMPLE_ROWS[evaluator]
+    report = _run(examples, evaluator, expected_rows=rows + 1)
+    assert report.success is False
+    failures = report.failures()
+    assert f"{evaluator} records: row count is {rows}, expected {rows + 1}" in failures
+    # the metrics were computed on the short set too
+    assert f"{evaluator} metric 'n' = {float(rows)} is outside [{float(rows + 1)}, {float(rows + 1)}]" in failures
+    assert len(failures) == 2
+
+
+@pytest.mark.parametrize(
+    "evaluator, column, value, phrase",
+    [
+        ("lcm-mc", "p_lc", 1.5, "values outside [0.0, 1.0]"),
+        ("lcm-mc", "lc_gt", -0.25, "values outside [0.0, 1.0]"),
+        ("lcm-nb", "p_lc", -0.1, "values outside [0.0, 1.0]"),
+        ("lcm-nb", "lc_gt", 1.01, "values outside [0.0, 1.0]"),
+        ("vlind", "lp_raw", 1.5, "values outside [0.0, 1.0]"),
+        ("genception", "s@2", 1.2, "values outside [-1.0, 1.0]"),
+        ("genception", "gc", -1.5, "values outside [-1.0, 1.0]"),
+        ("decc", "multi", 2.0, "values not in [0, 1]"),
+        ("decc", "vlm2", 0.5, "values not in [0, 1]"),
+    ],
+)
+def test_out_of_range_column_fails_naming_it(examples, evaluator, column, value, phrase):
+    frame = examples[evaluator][0].copy()
+    frame.loc[3, column] = value
+    report = _run(examples, evaluator, frame=frame)
+    assert report.success is False
+    assert report.failures() == [f"{evaluator} records column '{column}': 1 of {len(frame)} {phrase} (e.g. {value!r})"]
+
+
+def test_null_in_an_always_defined_column_fails(examples):
+    frame = examples["lcm-mc"][0].copy()
+    frame.loc[[2, 5], "p_lc"] = np.nan
+    report = _run(examples, "lcm-mc", frame=frame)
+    assert report.failures() == ["lcm-mc records column 'p_lc': 2 of 24 values are null"]
+
+
+def test_unlabelled_records_pass_with_null_labelled_columns(write_records):
+    """Labelled-only columns are NaN on unlabelled data and labelled metrics are omitted: not an error."""
+    records = [json.loads(line) for line in (EXAMPLES / "lcm-mc.jsonl").read_text().splitlines() if line.strip()]
+    path = write_records([{**record, "answer": None} for record in records])
+    valid = validate("lcm-mc", read_jsonl(path))
+    frame, metrics = per_sample_frame(valid), score(valid)
+    assert frame["correct"].isna().all() and frame["lc_gt"].isna().all()
+    assert "acc" not in metrics and metrics["lcm"] is not None
+    report = validate_evaluator_output("lcm-mc", frame, metrics, len(records))
+    assert report.success, report.failures()
+
+
+def test_decc_second_round_columns_may_be_null(examples):
+    frame, _ = examples["decc"]
+    assert frame["vlm2"].isna().sum() == 17  # the shipped example: second round on 3 of 20
+    assert _run(examples, "decc").success
+
+
+@pytest.mark.parametrize("evaluator", list(EXAMPLE_ROWS))
+def test_duplicated_id_fails(examples, evaluator):
+    frame = examples[evaluator][0].copy()
+    frame.loc[1, "id"] = frame.loc[0, "id"]
+    report = _run(examples, evaluator, frame=frame)
+    assert report.success is False
+    duplicated = frame.loc[0, "id"]
+    assert report.failures() == [f"{evaluator} records column 'id': 2 of {len(frame)} values are duplicated (e.g. {duplicated!r}, {duplicated!r})"]
+
+
+def test_null_id_fails(examples):
+    frame = examples["vlind"][0].copy()
+    frame["id"] = frame["id"].astype(object)
+    frame.loc[4, "id"] = None
+    assert "vlind records column 'id': 1 of 18 values are null" in _run(examples, "vlind", frame=frame).failures()
+
+
+@pytest.mark.parametrize("evaluator, metric", [(e, m) for e, names in LABEL_FREE.items() for m in names])
+def test_missing_label_free_metric_fails_naming_it(examples, evaluator, metric):
+    metrics = {k: v for k, v in examples[evaluator][1].items() if k != metric}
+    report = _run(examples, evaluator, metrics=metrics)
+    assert report.success is False
+    assert report.failures() == [f"{evaluator} metric '{metric}' is missing"]
+
+
+@pytest.mark.parametrize("evaluator, metric", [(e, m) for e, names in LABEL_FREE.items() for m in names])
+def test_none_label_free_metric_fails(examples, evaluator, metric):
+    metrics = {**examples[evaluator][1], metric: None}
+    report = _run(examples, evaluator, metrics=metrics)
+    assert report.success is False
+    assert report.failures() == [f"{evaluator} metric '{metric}' is null (undefined)"]
+
+
+@pytest.mark.parametrize(
+    "evaluator, metric, value",
+    [("lcm-mc", "lcm", 1.2), ("vlind", "s_lp", -0.1), ("genception", "gc@3", 1.5), ("decc", "reliable_rate/multi", 1.01), ("decc", "er/multi", -1.5), ("lcm-mc", "acc", 2.0)],
+)
+def test_out_of_range_metric_fails_naming_it(examples, evaluator, metric, value):
+    metrics = {**examples[evaluator][1], metric: value}
+    report = _run(examples, evaluator, metrics=metrics)
+    (failure,) = report.failures()
+    assert failure.startswith(f"{evaluator} metric '{metric}' = {value!r} is outside")
+
+
+def test_nan_metric_counts_as_undefined(examples):
+    metrics = {**examples["lcm-nb"][1], "lcm": float("nan")}
+    assert _run(examples, "lcm-nb", metrics=metrics).failures() == ["lcm-nb metric 'lcm' is null (undefined)"]
+
+
+def test_labelled_metric_may_be_absent_or_null(examples):
+    metrics = {k: v for k, v in examples["lcm-mc"][1].items() if k not in ("acc", "j_acc")}
+    metrics["f1"] = None
+    assert _run(examples, "lcm-mc", metrics=metrics).success
+
+
+def test_genception_requires_gc_at_the_records_t(examples):
+    metrics = {k: v for k, v in examples["genception"][1].items() if k != "gc@3"}
+    metrics["gc@2"] = 0.7
+    assert _run(examples, "genception", metrics=metrics).failures() == ["genception metric 'gc@3' is missing"]
+
+
+def test_skipped_records_fail(examples):
+    metrics = {**examples["lcm-mc"][1], "n_skipped": 2}
+    assert _run(examples, "lcm-mc", metrics=metrics).failures() == ["lcm-mc metric 'n_skipped' = 2.0 is outside [0.0, 0.0]"]
+
+
+def test_vlind_pipeline_order(examples):
+    frame = examples["vlind"][0].copy()
+    row = int(np.flatnonzero(~frame["ck"].to_numpy())[0])  # an instance that failed CK
+    frame.loc[row, ["cb_raw", "cb"]] = True  # CB cannot pass where CK failed
+    failures = _run(examples, "vlind", frame=frame).failures()
+    assert len(failures) == 1 and failures[0].startswith("vlind records columns 'ck' >= 'cb': 1 of 18 rows violate it")
+
+
+def test_missing_records_column_fails_naming_it(examples):
+    frame = examples["lcm-nb"][0].drop(columns="p_lc")
+    assert _run(examples, "lcm-nb", frame=frame).failures() == ["lcm-nb records column 'p_lc' is missing"]
+
+
+def test_bad_arguments_raise(examples):
+    frame, metrics = examples["decc"]
+    with pytest.raises(ValueError, match="unknown evaluator"):
+        validate_evaluator_output("nope", frame, metrics, 20)
+    with pytest.raises(ValueError, match="expected_rows"):
+        validate_evaluator_output("decc", frame, metrics, -1)
+
+
+def test_vlind_undefined_later_stage_scores_are_not_a_data_failure_but_out_of_range_ones_are():
+    """s_cb/s_lp are None when no instance passed the earlier stages (a model finding)."""
+    records, metrics = _load("vlind")
+    assert validate_evaluator_output("vlind", records, metrics | {"s_cb": None, "s_lp": None}, EXAMPLE_ROWS["vlind"]).success
+    report = validate_evaluator_output("vlind", records, metrics | {"s_lp": 1.5}, EXAMPLE_ROWS["vlind"])
+    assert not report.success and any("s_lp" in line for line in report.failures())

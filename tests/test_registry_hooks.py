@@ -1,0 +1,154 @@
+"""Exactly-once claims, the webhook receiver's checks, and the poller (no model runs here:
+the dispatcher's flow is replaced by a recorder; the real flow is in test_service_e2e)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from starlette.testclient import TestClient
+
+from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
+from vlgate.registry_hooks.webhook import DELIVERY_HEADER, PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signature
+
+SECRET = "s3cret"
+
+
+@pytest.fixture
+def claims(tmp_path):
+    return ClaimStore(f"sqlite:///{tmp_path}/state.db")
+
+
+class Recorder:
+    """Stands in for the validation flow: records which versions were started."""
+
+    def __init__(self):
+        self.started: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, model_name, version):
+        with self.lock:
+            self.started.append((model_name, version))
+
+
+def test_exactly_one_of_many_concurrent_claims_wins(claims):
+    barrier = threading.Barrier(8)
+    wins = []
+
+    def contend(i):
+        barrier.wait()
+        wins.append(claims.claim("m", "1", via=f"thread-{i}"))
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(wins) == [False] * 7 + [True]
+    assert claims.get("m", "1").state == "claimed"
+    assert claims.claim("m", "2", via="poller") is True  # another version is its own claim
+
+
+def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
+    claims.claim("m", "1", via="webhook")
+    assert claims.take_over_expired("m", "1") is False  # lease still running
+    claims.lease = timedelta(seconds=-1)  # every lease written from now on is already over
+    claims.update("m", "1", renew=True)
+    assert [c.version for c in claims.expired()] == ["1"]
+    assert claims.take_over_expired("m", "1") is True
+    assert claims.get("m", "1").attempts == 2
+    claims.update("m", "1", state="done")
+    assert claims.expired() == [] and claims.take_over_expired("m", "1") is False
+
+
+def test_delivery_ids_are_seen_once_and_locks_exclude(claims):
+    assert claims.first_delivery("d-1") is True
+    assert claims.first_delivery("d-1") is False
+    inside, overlaps = [], []
+
+    def hold():
+        with claims.lock("gate:m", poll_seconds=0.01):
+            inside.append(1)
+            if len(inside) > 1:
+                overlaps.append(1)
+            time.sleep(0.05)
+            inside.pop()
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+
+
+def test_our_signature_is_mlflows_own():
+    from mlflow.webhooks.delivery import _generate_hmac_signature
+
+    body = json.dumps({"entity": "model_version", "action": "created", "data": {"name": "m", "version": "1"}})
+    assert signature(SECRET, "abc", "1700000000", body.encode()) == _generate_hmac_signature(SECRET, "abc", "1700000000", body)
+
+
+def _delivery(name="m", version="1", delivery_id="d-1", timestamp=None, secret=SECRET, entity="model_version", action="created"):
+    body = json.dumps({"entity": entity, "action": action, "timestamp": "now", "data": {"name": name, "version": version, "source": "x", "run_id": None, "tags": {}, "description": None}}).encode()
+    timestamp = str(int(time.time())) if timestamp is None else str(timestamp)
+    headers = {DELIVERY_HEADER: delivery_id, TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(secret, delivery_id, timestamp, body), "Content-Type": "application/json"}
+    return body, headers
+
+
+def test_webhook_checks_signature_age_and_replays_then_claims_once(claims):
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    client = TestClient(create_app(dispatcher, SECRET, max_age_s=300))
+
+    body, headers = _delivery(secret="wrong")
+    assert client.post(PATH, content=body, headers=headers).status_code == 401
+    body, headers = _delivery()
+    tampered = body.replace(b'"version": "1"', b'"version": "9"')
+    assert client.post(PATH, content=tampered, headers=headers).status_code == 401
+    body, headers = _delivery(delivery_id="old", timestamp=int(time.time()) - 301)
+    response = client.post(PATH, content=body, headers=headers)
+    assert response.status_code == 400 and "s from now" in response.json()["error"]
+    body, headers = _delivery()
+    del headers[SIGNATURE_HEADER]
+    assert client.post(PATH, content=body, headers=headers).status_code == 401
+
+    body, headers = _delivery(delivery_id="d-1")
+    first = client.post(PATH, content=body, headers=headers)
+    assert first.status_code == 202 and first.json() == {"model": "m", "version": "1", "claimed": True}
+    assert client.post(PATH, content=body, headers=headers).json() == {"duplicate_delivery": "d-1"}  # replayed delivery
+    body, headers = _delivery(delivery_id="d-2")  # the same event delivered again (a retry): new id, same version
+    second = client.post(PATH, content=body, headers=headers)
+    assert second.status_code == 200 and second.json()["claimed"] is False
+    body, headers = _delivery(delivery_id="d-3", entity="registered_model", action="created")
+    assert client.post(PATH, content=body, headers=headers).json() == {"ignored": "registered_model.created"}
+    dispatcher.wait()
+    assert recorder.started == [("m", "1")]
+    assert claims.get("m", "1").claimed_via == "webhook"
+
+
+def test_receiver_refuses_to_run_without_a_secret(claims):
+    with pytest.raises(ValueError, match="shared secret"):
+        create_app(Dispatcher(claims, start=Recorder()), "")
+
+
+def test_poller_claims_unclaimed_versions_of_configured_models_oldest_first(tmp_path, claims):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for name in ("kept", "ignored"):
+        client.create_registered_model(name)
+        for _ in range(3):
+            client.create_model_version(name, source=str(tmp_path))
+    claims.claim("kept", "2", via="webhook")  # the webhook got there first
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    assert poll_once(client, dispatcher, lambda name: name == "kept") == [("kept", "1"), ("kept", "3")]
+    assert poll_once(client, dispatcher, lambda name: name == "kept") == []  # nothing new
+    dispatcher.wait()
+    assert recorder.started == [("kept", "1"), ("kept", "3")]

@@ -1,0 +1,163 @@
+"""The service on the embedded default: register → poller → validation flow (real
+evaluators on the tiny world's checkpoints) → Great Expectations → MLflow → gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vlgate.flows import tracking
+from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
+
+LENIENT = {"required": ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200}
+
+
+def configure(home: Path, models: dict[str, tuple[Path, dict]]) -> None:
+    """vlgate.yaml naming each model's suite and a policy written beside it."""
+    entries = {}
+    for name, (suite, policy) in models.items():
+        (home / f"gate-{name}.yaml").write_text(yaml.safe_dump(policy))
+        entries[name] = {"suite": str(suite), "policy": f"gate-{name}.yaml"}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump({"models": entries}))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def validate_pending(home: Path, model: str) -> list[tuple[str, str]]:
+    client = tracking.connect(home)
+    dispatcher = Dispatcher(ClaimStore.for_home(home))
+    claimed = poll_once(client, dispatcher, lambda name: name == model)
+    dispatcher.wait()
+    dispatcher.close()
+    return claimed
+
+
+def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
+    world, _ = tiny_world
+    suite = world / "suite.yaml"
+    configure(home, {"tiny": (suite, LENIENT)})
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps0", home=home)
+    second = tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
+    assert tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home).version == second.version  # idempotent
+
+    assert validate_pending(home, "tiny") == [("tiny", "1"), ("tiny", "2")]
+    assert validate_pending(home, "tiny") == []  # exactly once
+
+    claims = ClaimStore.for_home(home)
+    for version in ("1", "2"):
+        claim = claims.get("tiny", version)
+        assert (claim.state, claim.claimed_via, claim.attempts) == ("done", "poller", 1)
+        mv = client.get_model_version("tiny", version)
+        assert mv.tags[tracking.TAG_DECISION] == "promoted", mv.tags.get(tracking.TAG_REASONS)
+        run = client.get_run(mv.tags[tracking.TAG_RUN])
+        assert run.info.status == "FINISHED" and run.data.tags["vlgate.version"] == version
+        # metrics logged under EVALUATOR/METRIC equal what the evaluators wrote
+        for evaluator in ("lcm-mc", "lcm-nb", "decc"):
+            written = json.loads((home / "validations" / "tiny" / version / evaluator / "metrics.json").read_text())
+            key = {"lcm-mc": "lcm", "lcm-nb": "lcm", "decc": "reliable_rate/multi"}[evaluator]
+            assert run.data.metrics[f"{evaluator}/{key}"] == pytest.approx(written[key], abs=1e-12)
+            assert run.data.tags[f"vlgate.expectations.{evaluator}"] == "passed"
+        assert "genception/gc_at_3" in run.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"tables", "evaluators", "expectations", "decision.json", "correlations.json", "config"} <= artifacts
+        assert run.data.params["lcm-mc/fingerprints"]
+    assert tracking.champion_version(client, "tiny") == "2"
+    decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tracking.TAG_RUN], "decision.json", str(home / "dl"))).read_text())
+    assert decision["champion_before"] == "1" and decision["promote"] is True
+    per_sample = decision["per_sample_correlations"]["lcm-mc/p_lc~champion"]
+    assert per_sample["n"] == 48 and -1 <= per_sample["spearman"] <= 1
+
+    # a stricter policy: the third version passes floors on LCM but not on accuracy → rejected, champion kept
+    configure(home, {"tiny": (suite, LENIENT | {"floors": {"lcm-mc/lcm": 0.0, "lcm-mc/acc": 0.99}})})
+    tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-language-prior", home=home)
+    validate_pending(home, "tiny")
+    third = client.get_model_version("tiny", "3")
+    assert third.tags[tracking.TAG_DECISION] == "rejected"
+    assert third.tags[tracking.TAG_REASONS].startswith("lcm-mc/acc floor:") and "fails" in third.tags[tracking.TAG_REASONS]
+    assert tracking.champion_version(client, "tiny") == "2"
+
+    # three validated versions: correlations across versions are defined and logged
+    correlations = json.loads(Path(client.download_artifacts(third.tags[tracking.TAG_RUN], "correlations.json", str(home / "dl3"))).read_text())
+    assert correlations["lcm-mc/lcm~lcm-mc/acc"]["n"] == 3
+
+    # vlgate status --json reports every decision and the champion
+    result = subprocess.run([sys.executable, "-m", "vlgate.flows.cli", "status", "tiny", "--json"], capture_output=True, text=True, env=os.environ | {"VLGATE_HOME": str(home)}, check=True)
+    status = json.loads(result.stdout)["models"][0]
+    assert status["champion"] == "2"
+    assert [(v["version"], v["state"], v["decision"]) for v in status["versions"]] == [("1", "done", "promoted"), ("2", "done", "promoted"), ("3", "done", "rejected")]
+
+
+def test_failed_expectation_blocks_promotion(home, tiny_world):
+    """One MC image is unreadable: the evaluator skips the item, its records are one row
+    short of the data set, Great Expectations fails, and the gate refuses (fail closed)."""
+    world, _ = tiny_world
+    data = home / "data"
+    shutil.copytree(world / "data" / "mc", data / "mc")
+    (data / "mc" / "images" / "mc-0000.png").write_bytes(b"not a png")
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "broken-mc", "evaluators": {"lcm-mc": {"data": str(data / "mc")}}}))
+    configure(home, {"tiny": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
+    validate_pending(home, "tiny")
+    version = client.get_model_version("tiny", "1")
+    assert version.tags[tracking.TAG_DECISION] == "rejected"
+    assert version.tags[tracking.TAG_REASONS] == "lcm-mc expectations: failed expectations (see the validation report)"
+    run = client.get_run(version.tags[tracking.TAG_RUN])
+    assert run.data.tags["vlgate.expectations.lcm-mc"] == "failed"
+    assert run.data.metrics["lcm-mc/n"] == 47  # what was computed is kept and logged
+    assert tracking.champion_version(client, "tiny") is None
+
+
+def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, tiny_world):
+    world, _ = tiny_world
+    configure(home, {"tiny": (world / "suite.yaml", LENIENT)})
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
+    env = os.environ | {"VLGATE_HOME": str(home)}
+    command = [sys.executable, "-m", "vlgate.flows.cli", "validate", "tiny", "1"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    partial = home / "validations" / "tiny" / "1" / "lcm-nb" / "records.jsonl"
+    deadline = time.monotonic() + 300
+    while not (partial.is_file() and partial.stat().st_size > 0) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # mid-evaluation: lcm-mc done, lcm-nb in flight
+    process.wait()
+    claims = ClaimStore.for_home(home)
+    assert claims.get("tiny", "1").state == "running"
+    run_id = claims.get("tiny", "1").run_id
+    assert run_id is not None
+
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads(resumed.stdout)
+    assert summary["run_id"] == run_id and summary["decision"] == "promoted"
+    runs = client.search_runs([client.get_experiment_by_name("vlgate/tiny").experiment_id], "tags.`vlgate.kind` = 'validation'")
+    assert [r.info.run_id for r in runs] == [run_id]
+
+    # the same metrics as an uninterrupted evaluation of the same checkpoint
+    from vlgate.evaluators.runners.suite import Suite, run_suite
+
+    fresh = run_suite(str(world / "checkpoints" / "vlm-steps3"), Suite.from_file(world / "suite.yaml"), home / "fresh", progress=False)
+    logged = client.get_run(run_id).data.metrics
+    for evaluator in ("lcm-mc", "lcm-nb", "vlind", "decc"):
+        for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
+            if isinstance(value, (int, float)) and value is not None:
+                assert logged[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-9), (evaluator, metric)
