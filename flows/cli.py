@@ -154,6 +154,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(webhook=not args.no_webhook, once=args.once, drift=not args.no_drift)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from vlgate.flows import tracking
+    from vlgate.flows.settings import prepare_environment
+
+    home = prepare_environment()
+    client = tracking.connect(home)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(args.model)
+        if args.version is not None:
+            client.get_model_version(args.model, str(args.version))
+    except MlflowException as error:
+        raise UserError(f"{args.model}{' v' + str(args.version) if args.version else ''}: not in the registry ({error.error_code})") from None
+    from vlgate.dashboards.report import write_reports
+
+    out = Path(args.out) if args.out else home / "reports" / args.model
+    written = write_reports(client, args.model, [str(args.version)] if args.version is not None else None, out, log_to_mlflow=not args.no_log)
+    _print_json({"leaderboard": str(written.leaderboard), "reports": {v: str(p) for v, p in written.versions.items()}})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vlgate import __version__
     from vlgate.evaluators.scoring import EVALUATORS
@@ -260,6 +282,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("name")
     validate.add_argument("version")
     validate.set_defaults(handler=cmd_validate)
+
+    report = commands.add_parser(
+        "report",
+        help="regenerate a version's HTML report (or every version's) and the model's leaderboard from MLflow",
+        description=(
+            "Read the registry and the validation runs, write self-contained HTML pages (plots embedded) to --out "
+            "(default $VLGATE_HOME/reports/MODEL) and log each version's report and plots to its run under report/."
+        ),
+    )
+    report.add_argument("model", help="registered model name")
+    report.add_argument("version", nargs="?", help="one version (default: every validated version)")
+    report.add_argument("--out", help="folder for the pages")
+    report.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
+    report.set_defaults(handler=cmd_report)
 
     serve = commands.add_parser(
         "serve",

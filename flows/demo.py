@@ -21,8 +21,10 @@ A second run finds everything registered, validated and checked and only prints 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -74,15 +76,16 @@ workers: 1
 #: how far the images are washed out towards grey with noise; 0 = the world's own).
 DRIFT_BATCHES = (("reference", 1, 0.0), ("incoming-clean", 2, 0.0), ("incoming-shifted", 3, 0.7))
 
+#: (evaluator, logged metric, column header) of the result table
 SHOWN = (
-    ("lcm-mc", "lcm"),
-    ("lcm-mc", "acc"),
-    ("lcm-mc", "f1"),
-    ("lcm-nb", "lcm"),
-    ("lcm-nb", "acc"),
-    ("vlind", "s_ck"),
-    ("genception", "gc_at_3"),
-    ("decc", "reliable_rate/multi"),
+    ("lcm-mc", "lcm", "MC\nLCM"),
+    ("lcm-mc", "acc", "MC\nacc"),
+    ("lcm-mc", "f1", "MC\nF1"),
+    ("lcm-nb", "lcm", "NB\nLCM"),
+    ("lcm-nb", "acc", "NB\nacc"),
+    ("vlind", "s_ck", "VLind\nS_CK"),
+    ("genception", "gc_at_3", "Gen\nGC@3"),
+    ("decc", "reliable_rate/multi", "DeCC\nR multi"),
 )
 
 
@@ -95,7 +98,8 @@ def write_demo_config(home: Path) -> None:
 
 
 def run_demo(console: Console | None = None) -> int:
-    console = console or Console()
+    # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
     home = prepare_environment()
     from vlgate.evaluators.world.build import build_world
     from vlgate.registry_hooks.claims import ClaimStore
@@ -126,10 +130,23 @@ def run_demo(console: Console | None = None) -> int:
     checks = run_drift_checks(home, console)
 
     console.rule("5. result")
-    console.print(results_table(client, home))
+    from vlgate.dashboards.report import write_reports
+
+    # regenerated now so that every page has the drift checks and the final leaderboard
+    with console.status("reports (plots, HTML, leaderboard)…"):
+        reports = write_reports(client, MODEL_NAME, None, home / "reports" / MODEL_NAME)
+    table, rejections = results_table(client, home)
+    console.print(table)
+    for line in rejections:
+        console.print(f"  {line}", highlight=False)
     console.print(correlation_table(client))
     if checks:
         console.print(drift_table(checks))
+    champion = tracking.champion_version(client, MODEL_NAME)
+    if champion in reports.versions:
+        console.print(f"\nreport of the champion v{champion}: {reports.versions[champion]}", highlight=False)
+    console.print(f"leaderboard: {reports.leaderboard}", highlight=False)
+    console.print(f"vlgate report {MODEL_NAME} [VERSION]      # rebuilds the pages from MLflow")
     console.print(f"\nvlgate status --json          # every version's decision and the champion (VLGATE_HOME={home})")
     console.print(f"mlflow ui --backend-store-uri {tracking.tracking_uri(home)} --port 5000   # then open http://127.0.0.1:5000")
     return 0
@@ -167,7 +184,7 @@ def run_drift_checks(home: Path, console: Console) -> list[dict]:
 
 
 def drift_table(checks: list[dict]) -> Table:
-    table = Table(title="drift checks of the champion (MLflow runs tagged vlgate.drift)")
+    table = Table(title="drift checks of the champion (MLflow runs tagged vlgate.drift)", box=box.SIMPLE_HEAD)
     for column in ("batch", "metric", "reference mean", "batch mean", "KS p", "drift"):
         table.add_column(column, justify="left" if column in ("batch", "metric") else "right")
     for check in checks:
@@ -183,32 +200,33 @@ def drift_table(checks: list[dict]) -> Table:
     return table
 
 
-def results_table(client, home: Path) -> Table:
+def results_table(client, home: Path) -> tuple[Table, list[str]]:
+    """Each version's headline metrics and decision, and the reasons of every rejection."""
     from vlgate.flows.service import service_status
 
     status = service_status(home, MODEL_NAME)
-    table = Table(title=f"{MODEL_NAME}: validation of every version (★ champion)")
+    table = Table(title=f"{MODEL_NAME}: every version's validation (★ champion)", box=box.SIMPLE_HEAD)
     table.add_column("version")
-    table.add_column("what")
-    for evaluator, metric in SHOWN:
-        table.add_column(f"{evaluator}\n{metric.replace('_at_', '@')}", justify="right")
     table.add_column("decision")
-    table.add_column("failed checks")
+    for _, _, header in SHOWN:
+        table.add_column(header, justify="right")
+    rejections = []
     for model in status["models"]:
         for version in model["versions"]:
             metrics = client.get_run(version["validation_run_id"]).data.metrics if version["validation_run_id"] else {}
-            cells = [f"{metrics[f'{e}/{m}']:.3f}" if f"{e}/{m}" in metrics else "—" for e, m in SHOWN]
+            cells = [f"{metrics[f'{e}/{m}']:.3f}" if f"{e}/{m}" in metrics else "—" for e, m, _ in SHOWN]
             star = " ★" if model["champion"] == version["version"] else ""
-            reasons = version["reasons"] if version["decision"] == "rejected" else []
-            table.add_row(f"v{version['version']}{star}", version["description"], *cells, version["decision"] or version["state"], "\n".join(reasons))
-    return table
+            table.add_row(f"v{version['version']}{star}", version["decision"] or version["state"], *cells)
+            if version["decision"] == "rejected":
+                rejections.append(f"v{version['version']} ({version['description']}) rejected: " + "; ".join(version["reasons"]))
+    return table, rejections
 
 
 def correlation_table(client) -> Table:
     from vlgate.flows.validation import correlate_across_versions, version_table
 
     frame = version_table(client, MODEL_NAME)
-    table = Table(title=f"label-free vs labelled metrics across the {len(frame)} validated versions")
+    table = Table(title=f"label-free vs labelled metrics across the {len(frame)} validated versions", box=box.SIMPLE_HEAD)
     for column in ("pair", "n", "pearson", "spearman", "kendall"):
         table.add_column(column, justify="left" if column == "pair" else "right")
     for pair, values in correlate_across_versions(frame).items():
@@ -222,9 +240,3 @@ def _fmt(value) -> str:
 
 def _fmt_plain(value) -> str:
     return "—" if value is None else f"{value:.3g}"
-
-
-def demo_summary(home: Path) -> str:
-    from vlgate.flows.service import service_status
-
-    return json.dumps(service_status(home, MODEL_NAME), indent=2)

@@ -62,11 +62,50 @@ def _suite_key(path: Path) -> str:
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
+def log_drift_run(client, model_name: str, version: str, batch: str, evaluators: dict[str, Any], results: list, home: Path | None = None) -> str:
+    """One drift run in the model's experiment: tags ``vlgate.kind=drift``,
+    ``vlgate.drift=true|false``, the batch's metrics, each check's statistics
+    (``drift/METRIC/...``) and ``drift.json`` with every check."""
+    from mlflow.entities import Metric
+
+    drifted = any(r.drifted for r in results)
+    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
+    tags = {"vlgate.kind": "drift", "vlgate.model": model_name, "vlgate.version": version, "vlgate.drift": str(drifted).lower(), "vlgate.batch": batch}
+    run = client.create_run(experiment, run_name=f"{model_name} v{version} drift check", tags=tags)
+    now = int(time.time() * 1000)
+    metrics = []
+    for evaluator, entry in evaluators.items():
+        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(entry.get("metrics", {}), evaluator)]
+    for result in results:
+        for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value"):
+            value = getattr(result, key)
+            if value is not None:
+                metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
+    if metrics:
+        client.log_batch(run.info.run_id, metrics=metrics)
+    client.log_dict(run.info.run_id, {"drifted": drifted, "checks": [r.as_dict() for r in results]}, "drift.json")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+#: The Prefect event a drift emits; an automation (a notification, a retraining
+#: deployment) triggers on it.
+DRIFT_EVENT = "vlgate.drift.detected"
+
+
+def emit_drift_event(model_name: str, version: str, run_id: str, drifted: list) -> None:
+    from prefect.events import emit_event
+
+    emit_event(
+        event=DRIFT_EVENT,
+        resource={"prefect.resource.id": f"vlgate.model.{model_name}", "prefect.resource.name": model_name},
+        payload={"version": version, "run_id": run_id, "metrics": [r.metric for r in drifted], "reasons": [r.reason for r in drifted]},
+    )
+
+
 @flow(name="vlgate-drift", log_prints=True)
 def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     """Compare the champion's label-free scores on the new batch with its reference batch."""
-    from mlflow.entities import Metric
-
     from vlgate.evaluators.metrics.drift import detect_drift
 
     logger = get_run_logger()
@@ -99,36 +138,9 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
         results.append(detect_drift(f"{evaluator}/{PER_SAMPLE_SCORES[evaluator][1]}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
     drifted = [r for r in results if r.drifted]
 
-    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
-    tags = {
-        "vlgate.kind": "drift",
-        "vlgate.model": model_name,
-        "vlgate.version": str(champion),
-        "vlgate.drift": str(bool(drifted)).lower(),
-        "vlgate.batch": str(batch_suite),
-    }
-    run = client.create_run(experiment, run_name=f"{model_name} v{champion} drift check", tags=tags)
-    now = int(time.time() * 1000)
-    metrics = []
-    for evaluator, entry in current["evaluators"].items():
-        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(entry.get("metrics", {}), evaluator)]
-    for result in results:
-        for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value"):
-            value = getattr(result, key)
-            if value is not None:
-                metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
-    if metrics:
-        client.log_batch(run.info.run_id, metrics=metrics)
-    client.log_dict(run.info.run_id, {"drifted": bool(drifted), "checks": [r.as_dict() for r in results]}, "drift.json")
-    client.set_terminated(run.info.run_id)
-    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "run_id": run.info.run_id, "checks": [r.as_dict() for r in results]}
+    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)
+    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "run_id": run_id, "checks": [r.as_dict() for r in results]}
     if drifted:
-        from prefect.events import emit_event
-
-        emit_event(
-            event="vlgate.drift.detected",
-            resource={"prefect.resource.id": f"vlgate.model.{model_name}", "prefect.resource.name": model_name},
-            payload={"version": str(champion), "run_id": run.info.run_id, "metrics": [r.metric for r in drifted], "reasons": [r.reason for r in drifted]},
-        )
+        emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
     return summary

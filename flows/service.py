@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -82,7 +84,10 @@ def start_prefect_server(home: Path) -> subprocess.Popen | None:
     on exit."""
     if os.environ.get("PREFECT_API_URL"):
         return None
+    if "prefect" in sys.modules:  # its settings are read on import: the URL set below would be ignored
+        raise RuntimeError("start_prefect_server must run before prefect is imported")
     port = _free_port()
+    (home / "prefect").mkdir(parents=True, exist_ok=True)
     prefect = shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
     log_file = open(home / "prefect" / "server.log", "a")
     process = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT)
@@ -109,9 +114,25 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # vlgate's own decisions at INFO; the libraries (GX, MLflow, httpx) only when they warn
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("vlgate").setLevel(logging.INFO)
+    # `kill -USR1 PID` writes every thread's stack to the log: how a stuck service is diagnosed
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     home = prepare_environment()
     config = ServiceConfig.load(home)
+    drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift and not once else {}
+    # the Prefect server (for the cron scheduler) starts before any flow runs in this
+    # process: flows started earlier would bring up an ephemeral server on the same database
+    prefect_server = start_prefect_server(home) if drift_configs else None
+    # the poller, webhook and flow threads import Prefect, MLflow's stores and the flows
+    # lazily; importing them here first keeps those threads from importing the same
+    # packages at the same moment as this one (a first poll was seen to hang doing so)
+    import prefect  # noqa: F401
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
+
+    from vlgate.flows import drift as _drift, validation as _validation  # noqa: F401
+
     claims = ClaimStore.for_home(home)
     dispatcher = Dispatcher(claims, workers=config.workers or max(1, len(config.models)), deployment=os.environ.get("VLGATE_VALIDATE_DEPLOYMENT"))
     client = tracking.connect(home)
@@ -128,15 +149,12 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     poller = Poller(home, dispatcher, config.poll_interval_s, configured).start()
     if webhook:
         _start_webhook(client, dispatcher, config)
-    prefect_server = None
     try:
-        drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift else {}
         if drift_configs:
             from prefect import serve as prefect_serve
 
             from vlgate.flows.drift import drift_check
 
-            prefect_server = start_prefect_server(home)
             deployments = [
                 drift_check.to_deployment(name=f"drift-{name}", cron=drift_config.cron, parameters={"model_name": name}) for name, drift_config in drift_configs.items()
             ]

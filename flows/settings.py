@@ -15,7 +15,12 @@
       policy: ...
     poll_interval_s: 30
     webhook: {host: 127.0.0.1, port: 8765}
-    workers: 1                           # evaluator tasks run at once (threads); 0 = one per evaluator
+    workers: 1                           # validation flows at once; 0 = one per configured model
+    evaluation:                          # how one flow runs its evaluators (flows/validation.py)
+      runner: threads                    # or dask: a Dask cluster (prefect-dask)
+      workers: 1                         # threads at once, or the local Dask cluster's worker processes
+      address: null                      # dask: an existing scheduler, e.g. tcp://dask-scheduler:8786
+      shards: 1                          # each evaluator's items split into this many tasks
 
 A registered model with no entry and no default is not validated: the poller says so
 once and leaves it alone (vlgate cannot guess which data a model should be judged on).
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,6 +71,32 @@ class WebhookConfig(BaseModel):
     max_age_s: float = Field(default=300, gt=0, description="older X-MLflow-Timestamp values are refused")
 
 
+class EvaluationConfig(BaseModel):
+    """How a validation flow runs its evaluator tasks. One thread by default: on one GPU
+    (or a small CPU machine) evaluators only compete. On a cluster, ``runner: dask`` fans
+    the tasks out and ``shards`` splits each evaluator's items across them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runner: Literal["threads", "dask"] = "threads"
+    workers: int = Field(default=1, ge=1)
+    address: str | None = Field(default=None, description="dask: scheduler address; unset = a local cluster of `workers` processes")
+    shards: int = Field(default=1, ge=1)
+
+    def task_runner(self):
+        """The Prefect task runner this configuration names."""
+        if self.runner == "dask":
+            from prefect_dask import DaskTaskRunner
+
+            if self.address:
+                return DaskTaskRunner(address=self.address)
+            # one thread per worker process: each process holds its own copy of the models
+            return DaskTaskRunner(cluster_kwargs={"n_workers": self.workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None})
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=self.workers)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -73,7 +104,8 @@ class ServiceConfig(BaseModel):
     default: ModelConfig | None = None
     poll_interval_s: float = Field(default=30, gt=0)
     webhook: WebhookConfig = WebhookConfig()
-    workers: int = Field(default=1, ge=0)
+    workers: int = Field(default=1, ge=0, description="validation flows at once; 0 = one per configured model")
+    evaluation: EvaluationConfig = EvaluationConfig()
 
     @classmethod
     def load(cls, home: Path | None = None) -> "ServiceConfig":
@@ -104,6 +136,9 @@ def prepare_environment(home: Path | None = None) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # the ephemeral API server migrates its SQLite database on start: on a busy 2-core
+    # machine that takes longer than Prefect's default 20 s
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     # results of evaluator tasks are kept so a restarted flow does not redo finished evaluators
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "results"))
     # a service's log is for decisions and errors: no telemetry, no download/loading bars

@@ -29,10 +29,18 @@ TAG_DIGEST = "vlgate.checkpoint_digest"
 MAX_TAG_CHARS = 5000
 
 
+#: The URI :func:`connect` itself exported: ``mlflow.set_tracking_uri`` also sets
+#: ``MLFLOW_TRACKING_URI`` (for subprocesses, e.g. Dask workers, to inherit), and that
+#: value must not stand in for a user's setting when this process connects to another home.
+_exported_uri: str | None = None
+
+
 def tracking_uri(home: Path | None = None) -> str:
-    """``MLFLOW_TRACKING_URI`` or the embedded default: SQLite under ``$VLGATE_HOME/mlflow``."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+    """``MLFLOW_TRACKING_URI`` (as the user or a parent process set it) or the embedded
+    default: SQLite under ``$VLGATE_HOME/mlflow``."""
+    configured = os.environ.get("MLFLOW_TRACKING_URI")
+    if configured and configured != _exported_uri:
+        return configured
     folder = (home or vlgate_home()).resolve() / "mlflow"
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder}/mlflow.db"
@@ -48,9 +56,13 @@ def connect(home: Path | None = None):
     import mlflow
     from mlflow import MlflowClient
 
+    global _exported_uri
     uri = tracking_uri(home)
+    users = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    if not users or users == _exported_uri:
+        _exported_uri = uri
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
@@ -125,6 +137,25 @@ def champion_version(client, model_name: str) -> str | None:
         return str(client.get_model_version_by_alias(model_name, CHAMPION).version)  # an int from some stores
     except MlflowException:
         return None
+
+
+def logged_metric_name(name: str) -> str:
+    """Back from MLflow's name to the SPEC's: ``genception/gc_at_3`` → ``genception/gc@3``."""
+    return name.replace("_at_", "@")
+
+
+def validation_runs(client, model_name: str, include_run: str | None = None) -> dict[str, Any]:
+    """Version → its latest finished validation run (and ``include_run`` even while it is
+    still running: the flow correlates the version it is validating)."""
+    experiment = client.get_experiment_by_name(validation_experiment(model_name))
+    if experiment is None:
+        return {}
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`vlgate.kind` = 'validation'", max_results=5000)
+    latest = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        if run.info.status == "FINISHED" or run.info.run_id == include_run:
+            latest[run.data.tags.get("vlgate.version")] = run
+    return dict(sorted(latest.items(), key=lambda item: int(item[0]) if str(item[0]).isdigit() else 0))
 
 
 def reasons_tag(reasons: list[str]) -> str:

@@ -3,11 +3,12 @@ are validated, correlated with the model's earlier versions, logged to one MLflo
 and gated.
 
     validate_model_version(model, version):
-        run the suite's evaluators on the version        (one Prefect task each: retries, cached results)
+        run the suite's evaluators on the version        (subflow: shard tasks with retries and cached results, merged)
         check every evaluator's records and metrics      (Great Expectations)
         log everything to the version's validation run   (MLflow; retried while the server is away)
         correlate label-free with labelled metrics       (across all validated versions; P_LC vs champion)
         judge against the policy and the champion        (flows/gate.py), move `champion` if it passes
+        publish the report                               (dashboards/: plots, HTML page, leaderboard; logged to the run)
 
 A restarted flow resumes: the claim row keeps the MLflow run id (the same run is
 continued), finished evaluators come back from Prefect's result cache, and an
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
 from vlgate.flows import tracking
 from vlgate.flows.gate import EvaluatorResult, GatePolicy, decide, records_frame
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
+
+TAG_CLAIM = "vlgate.claim"
 
 #: Per-evaluator label-free metric → the labelled metrics it is correlated with across
 #: versions (as the papers' tables do across models).
@@ -60,20 +61,30 @@ def _tree_state(path: Path) -> list[tuple[str, int, int]]:
 
 
 def evaluator_cache_key(_context, parameters: dict[str, Any]) -> str:
-    """A registered version never changes, so (model, version, evaluator, suite file, the
-    data files' names/sizes/times, vlgate's version, the output folder — results are
-    files there) identifies an evaluator's result."""
+    """A registered version never changes, so (model, version, evaluator, shard, suite file,
+    the data files' names/sizes/times, vlgate's version, the output folder — results are
+    files there) identifies a shard's result."""
     from vlgate import __version__
     from vlgate.evaluators.runners.suite import Suite
 
     suite_path = Path(parameters["suite_path"])
     spec = Suite.from_file(suite_path).evaluators.named()[parameters["evaluator"]]
-    material = [parameters["model_name"], str(parameters["version"]), parameters["evaluator"], suite_path.read_bytes().hex(), _tree_state(spec.data), __version__, parameters["out"]]
+    material = [
+        parameters["model_name"],
+        str(parameters["version"]),
+        parameters["evaluator"],
+        parameters["shard"],
+        parameters["n_shards"],
+        suite_path.read_bytes().hex(),
+        _tree_state(spec.data),
+        __version__,
+        parameters["out"],
+    ]
     return "vlgate-evaluate-" + hashlib.sha256(json.dumps(material).encode()).hexdigest()
 
 
 @task(
-    name="evaluate",
+    name="evaluate-shard",
     retries=2,
     retry_delay_seconds=exponential_backoff(backoff_factor=5),
     retry_jitter_factor=0.5,
@@ -81,16 +92,41 @@ def evaluator_cache_key(_context, parameters: dict[str, Any]) -> str:
     persist_result=True,
     result_serializer="json",
 )
-def run_evaluator(model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, out: str, cache_dir: str) -> dict[str, Any]:
-    """One evaluator on one version; raises (so Prefect retries) when it fails. Records
-    are written as they complete, so a retry picks up where the failure stopped."""
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+def evaluate_shard(model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str) -> dict[str, Any]:
+    """One shard of one evaluator on one version; raises (so Prefect retries) when it
+    fails. Records are written as they complete, so a retry picks up where it stopped."""
+    from vlgate.evaluators.runners.suite import Suite, run_evaluator_shard
 
-    summary = run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir), only=[evaluator])
-    entry = summary["evaluators"][evaluator]
-    if "error" in entry:
-        raise RuntimeError(f"{evaluator}: {entry['error']}")
-    return entry
+    return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir))
+
+
+@task(name="merge-shards", retries=1)
+def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    from vlgate.evaluators.runners.suite import Suite, merge_shards
+
+    return merge_shards(Suite.from_file(suite_path), Path(out), evaluator, shards)
+
+
+@flow(name="vlgate-evaluate")
+def evaluate_version(model_name: str, version: str, suite_path: str, out: str, cache_dir: str, n_shards: int = 1) -> dict[str, dict[str, Any]]:
+    """Every evaluator of the suite on the version, each split into ``n_shards`` tasks on
+    this flow's task runner (threads, or a Dask cluster) and merged back into one result.
+    An evaluator that still fails after its retries is an ``error`` entry."""
+    from vlgate.evaluators.runners.suite import Suite
+
+    model_uri = f"models:/{model_name}/{version}"
+    merged = {}
+    for name in Suite.from_file(suite_path).evaluators.named():
+        shards = [evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
+        merged[name] = merge_evaluator.submit(suite_path, name, out, shards)
+    entries: dict[str, dict[str, Any]] = {}
+    for name, future in merged.items():
+        try:
+            entries[name] = future.result()
+        except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
+            get_run_logger().warning("evaluator %s failed: %s", name, error)
+            entries[name] = {"error": f"{type(error).__name__}: {error}"}
+    return entries
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
@@ -156,7 +192,11 @@ def log_evaluator(run_id: str, evaluator: str, outcome: EvaluatorOutcome, folder
         client.log_param(run_id, f"{evaluator}/fingerprints", fingerprint_digest(result.records))
         frame = per_sample_frame(validate(evaluator, read_jsonl(Path(folder) / "records.jsonl"), skip_invalid=True))
         client.log_table(run_id, data=frame, artifact_file=f"tables/{evaluator}.json")
-        client.log_artifacts(run_id, folder, artifact_path=f"evaluators/{evaluator}")
+        for path in sorted(Path(folder).iterdir()):  # shards/ is the merged records' source: not logged twice
+            if path.is_dir() and path.name != "shards":
+                client.log_artifacts(run_id, str(path), artifact_path=f"evaluators/{evaluator}/{path.name}")
+            elif path.is_file():
+                client.log_artifact(run_id, str(path), artifact_path=f"evaluators/{evaluator}")
     client.log_dict(run_id, {"entry": {k: v for k, v in outcome.entry.items() if k != "metrics"}, "error": result.error}, f"evaluators/{evaluator}/run.json")
     if outcome.expectations is not None:
         client.log_dict(run_id, outcome.expectations, f"expectations/{evaluator}.json")
@@ -165,16 +205,44 @@ def log_evaluator(run_id: str, evaluator: str, outcome: EvaluatorOutcome, folder
 
 def ensure_validation_run(client, claims: ClaimStore, model_name: str, version: str) -> str:
     """The version's one validation run: the one the claim already names (a resumed flow),
-    else a new one, recorded in the claim before anything is logged to it."""
+    else one made for this claim, recorded in the claim before anything is logged to it.
+
+    ``create_run`` is not idempotent: when the tracking server dies after committing a run
+    but before answering, MLflow's client retries the POST and a second run appears. Every
+    run made for a claim carries the claim's tag, so after creating one the earliest run
+    with that tag is the validation run and any later twin is deleted."""
     claim = claims.get(model_name, version)
     if claim is not None and claim.run_id:
         return claim.run_id
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name))
-    tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version), "mlflow.runName": f"{model_name} v{version}"}
-    run = client.create_run(experiment, run_name=f"{model_name} v{version}", tags=tags)
-    claims.update(model_name, version, run_id=run.info.run_id)
-    client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run.info.run_id)
-    return run.info.run_id
+    claim_tag = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
+    run_id = _earliest_run_for_claim(client, experiment, claim_tag) if claim_tag else None
+    if run_id is None:  # a flow that died between creating the run and recording it made one already
+        tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version), "mlflow.runName": f"{model_name} v{version}"}
+        if claim_tag:
+            tags[TAG_CLAIM] = claim_tag
+        run_id = client.create_run(experiment, run_name=f"{model_name} v{version}", tags=tags).info.run_id
+        if claim_tag:
+            run_id = _earliest_run_for_claim(client, experiment, claim_tag) or run_id
+    claims.update(model_name, version, run_id=run_id)
+    client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run_id)
+    return run_id
+
+
+def claim_token(model_name: str, version: str, claimed_at: str) -> str:
+    """A filter-safe tag value naming one claim (model names may hold quotes)."""
+    return hashlib.sha256(f"{model_name}\0{version}\0{claimed_at}".encode()).hexdigest()[:32]
+
+
+def _earliest_run_for_claim(client, experiment: str, claim_tag: str) -> str | None:
+    """The first active run made for the claim; later twins (a retried create) are deleted."""
+    runs = client.search_runs([experiment], f"tags.`{TAG_CLAIM}` = '{claim_tag}'", max_results=50)
+    if not runs:
+        return None
+    first, *twins = sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
+    for twin in twins:
+        client.delete_run(twin.info.run_id)
+    return first.info.run_id
 
 
 # --- correlations ---------------------------------------------------------------------
@@ -185,15 +253,7 @@ def version_table(client, model_name: str, include_run: str | None = None):
     the logged metrics with their SPEC names (``genception/gc@3``)."""
     import pandas as pd
 
-    experiment = client.get_experiment_by_name(tracking.validation_experiment(model_name))
-    if experiment is None:
-        return pd.DataFrame()
-    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`vlgate.kind` = 'validation'", max_results=5000)
-    rows = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time):
-        if run.info.status != "FINISHED" and run.info.run_id != include_run:
-            continue
-        rows[run.data.tags.get("vlgate.version")] = {key.replace("_at_", "@"): value for key, value in run.data.metrics.items()}
+    rows = {version: {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()} for version, run in tracking.validation_runs(client, model_name, include_run).items()}
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "version"
     return frame
@@ -295,16 +355,23 @@ def judge_and_promote(model_name: str, version: str, run_id: str, policy_path: s
     return payload | {"decision": label}
 
 
+# --- report ---------------------------------------------------------------------------
+
+
+@task(name="report", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=2))
+def publish_report(model_name: str, version: str) -> str:
+    """The version's HTML report and plots (logged to its run under ``report/``) and the
+    model's leaderboard, also kept under ``$VLGATE_HOME/reports/MODEL/``."""
+    from vlgate.dashboards.report import write_reports
+
+    written = write_reports(tracking.connect(), model_name, [version], prepare_environment() / "reports" / model_name)
+    return str(written.versions[version])
+
+
 # --- the flow -------------------------------------------------------------------------
 
 
-#: Evaluators run at once within one flow. One by default: on a single GPU (or a small CPU
-#: machine) they would only compete; a real deployment fans them out with
-#: ``validate_model_version.with_options(task_runner=DaskTaskRunner(...))`` (infra/README.md).
-EVALUATOR_WORKERS = int(os.environ.get("VLGATE_EVALUATOR_WORKERS", "1"))
-
-
-@flow(name="vlgate-validate", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=EVALUATOR_WORKERS))
+@flow(name="vlgate-validate", log_prints=True)
 def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     """Validate one registered version and gate it; the claim row must exist (the
     registry hooks create it) or is created here for a manual run."""
@@ -340,7 +407,8 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
 
 def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> dict[str, Any]:
     logger = get_run_logger()
-    config = ServiceConfig.load(home).for_model(model_name)
+    service_config = ServiceConfig.load(home)
+    config = service_config.for_model(model_name)
     if config is None:
         raise ValidationError(f"registered model {model_name!r} has no suite and policy in {home / 'vlgate.yaml'} (models: or default:)")
     client = tracking.connect(home)
@@ -357,18 +425,18 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
     out = home / "validations" / model_name / version
-    futures = {
-        name: run_evaluator.submit(model_name, version, f"models:/{model_name}/{version}", str(config.suite), name, str(out), str(home / "model-cache"))
-        for name in suite.evaluators.named()
-    }
+    # evaluation runs as a subflow so that its task runner comes from vlgate.yaml, for a
+    # run started here and for one a Prefect worker starts from the deployment alike
+    evaluation = service_config.evaluation
+    entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(
+        model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards
+    )
     outcomes: dict[str, EvaluatorOutcome] = {}
-    for name, future in futures.items():
-        try:
-            entry = future.result()
+    for name, entry in entries.items():
+        if "error" in entry:
+            outcome = EvaluatorOutcome(result=EvaluatorResult(error=entry["error"]), entry={})
+        else:
             outcome = check_evaluator(name, entry, out / name)
-        except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
-            logger.warning("evaluator %s failed: %s", name, error)
-            outcome = EvaluatorOutcome(result=EvaluatorResult(error=f"{type(error).__name__}: {error}"), entry={})
         outcomes[name] = outcome
         log_evaluator(run_id, name, outcome, str(out / name))
     table = version_table(client, model_name, include_run=run_id)
@@ -378,4 +446,10 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     decision = judge_and_promote(model_name, version, run_id, str(config.policy), outcomes)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision["decision"])
-    return {"model": model_name, "version": version, "run_id": run_id, "decision": decision["decision"], "reasons": decision["reasons"], "correlations": across}
+    try:  # the decision stands without its report: a failure is recorded, not raised
+        report = publish_report(model_name, version)
+    except Exception as error:
+        logger.warning("report of %s v%s failed: %s", model_name, version, error)
+        client.set_tag(run_id, "vlgate.report", f"failed: {type(error).__name__}: {error}"[:5000])
+        report = None
+    return {"model": model_name, "version": version, "run_id": run_id, "decision": decision["decision"], "reasons": decision["reasons"], "correlations": across, "report": report}

@@ -115,9 +115,10 @@ class Poller:
     def _loop(self) -> None:
         from vlgate.flows import tracking
 
-        client = tracking.connect(self.home)
+        client = None
         while not self._stop.is_set():
             try:
+                client = client or tracking.connect(self.home)
                 poll_once(client, self.dispatcher, self.configured)
                 self.dispatcher.resume_expired()
             except Exception:  # a registry outage must not stop the poller; next round retries

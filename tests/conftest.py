@@ -15,6 +15,7 @@ os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="vlgate-test-prefe
 os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", os.path.join(os.environ["PREFECT_HOME"], "results"))
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,3 +42,13 @@ def tiny_world(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tiny-world")
     return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, prior_steps=2)
+
+
+@pytest.fixture(scope="session")
+def default_world(tmp_path_factory):
+    """The small world exactly as `vlgate make-world` (and the demo) builds it: about four
+    minutes on two cores, once per test session. Returns (folder, manifest)."""
+    from vlgate.evaluators.world.build import build_world
+
+    out = tmp_path_factory.mktemp("default-world")
+    return out, build_world(out, "small", seed=0)

@@ -97,6 +97,20 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
     correlations = json.loads(Path(client.download_artifacts(third.tags[tracking.TAG_RUN], "correlations.json", str(home / "dl3"))).read_text())
     assert correlations["lcm-mc/lcm~lcm-mc/acc"]["n"] == 3
 
+    # the flow published the version's report: logged, kept under $VLGATE_HOME, and the
+    # GenCeption chains' images (seed from the data, X^t from the run's artifacts) resolve
+    from vlgate.dashboards.collect import load_validation
+    from vlgate.dashboards.report import genception_chains, valid_frame
+
+    run_id = third.tags[tracking.TAG_RUN]
+    assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
+    assert {"report/report.html", "report/leaderboard.html", "report/plots"} <= {a.path for a in client.list_artifacts(run_id, "report")}
+    page = (home / "reports" / "tiny" / "v3.html").read_text()
+    assert 'class="decision rejected">REJECTED<' in page and 'id="figure-genception-chains"' in page
+    data = load_validation(client, "tiny", "3", home / "dl-report")
+    chains = genception_chains(data.evaluators["genception"], valid_frame("genception", data.evaluators["genception"].records)[0])
+    assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
+
     # vlgate status --json reports every decision and the champion
     result = subprocess.run([sys.executable, "-m", "vlgate.flows.cli", "status", "tiny", "--json"], capture_output=True, text=True, env=os.environ | {"VLGATE_HOME": str(home)}, check=True)
     status = json.loads(result.stdout)["models"][0]
@@ -134,7 +148,7 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, tiny_
     env = os.environ | {"VLGATE_HOME": str(home)}
     command = [sys.executable, "-m", "vlgate.flows.cli", "validate", "tiny", "1"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    partial = home / "validations" / "tiny" / "1" / "lcm-nb" / "records.jsonl"
+    partial = home / "validations" / "tiny" / "1" / "lcm-nb" / "shards" / "0-of-1.jsonl"
     deadline = time.monotonic() + 300
     while not (partial.is_file() and partial.stat().st_size > 0) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
@@ -161,3 +175,39 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, tiny_
         for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
             if isinstance(value, (int, float)) and value is not None:
                 assert logged[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-9), (evaluator, metric)
+
+
+def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(home, tiny_world):
+    """evaluation: {runner: dask, shards: 2}: each evaluator's items split into two tasks
+    on a local two-process Dask cluster, merged back into the same records and metrics as
+    one in-process run."""
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(
+        yaml.safe_dump({"name": "sharded", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 12}, "lcm-nb": {"data": str(world / "data" / "nb"), "limit": 6}}})
+    )
+    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc", "lcm-nb"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    config = {"models": {"tiny": {"suite": str(suite), "policy": "gate.yaml"}}, "evaluation": {"runner": "dask", "workers": 2, "shards": 2}}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
+    assert validate_pending(home, "tiny") == [("tiny", "1")]
+
+    out = home / "validations" / "tiny" / "1"
+    summary = json.loads((out / "lcm-mc" / "metrics.json").read_text())
+    assert summary["n"] == 12
+    for shard in ("0-of-2", "1-of-2"):
+        assert len((out / "lcm-mc" / "shards" / f"{shard}.jsonl").read_text().splitlines()) == 6
+    run = client.get_run(client.get_model_version("tiny", "1").tags[tracking.TAG_RUN])
+    workers = json.loads(Path(client.download_artifacts(run.info.run_id, "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]["shard_workers"]
+    assert len(workers) == 2 and all(not worker.endswith(f":{os.getpid()}") for worker in workers)  # computed in the cluster's processes
+
+    from vlgate.evaluators.runners.suite import Suite, run_suite
+
+    fresh = run_suite(str(world / "checkpoints" / "vlm-steps3"), Suite.from_file(suite), home / "in-process", progress=False)
+    for evaluator in ("lcm-mc", "lcm-nb"):
+        ids = [json.loads(line)["id"] for line in (out / evaluator / "records.jsonl").read_text().splitlines()]
+        assert ids == [json.loads(line)["id"] for line in (home / "in-process" / evaluator / "records.jsonl").read_text().splitlines()]  # item order restored
+        for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
+            if isinstance(value, (int, float)):
+                assert run.data.metrics[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-6), (evaluator, metric)

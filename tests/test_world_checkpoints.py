@@ -126,13 +126,6 @@ def test_trained_llm_agent_reasons_over_sub_answers(tmp_path):
     assert accuracy >= 0.9 > majority
 
 
-@pytest.fixture(scope="module")
-def default_world(tmp_path_factory):
-    """The small world exactly as `vlgate make-world` builds it (about two minutes on two cores)."""
-    out = tmp_path_factory.mktemp("default-world")
-    return out, build_world(out, "small", seed=0)
-
-
 @pytest.mark.timeout(900)
 def test_trained_vlm_beats_chance_and_untrained_does_not(default_world, tmp_path):
     """On 400 MC and 400 yes/no items drawn with another seed than any training or world

@@ -210,6 +210,7 @@ def genception_runner(
                 {
                     "id": item.id,
                     "category": item.category,
+                    "seed": str(item.image),
                     "s": s,
                     "descriptions": descriptions[n],
                     "images": image_paths[n],

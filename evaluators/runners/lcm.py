@@ -51,6 +51,7 @@ def lcm_mc_runner(vlm: VisionLanguageBackend) -> Runner[McItem, Image.Image]:
                     "category": item.category,
                     "question": item.question,
                     "options": list(item.options),
+                    "image": str(item.image),  # for the report's review of low-LCM samples
                 }
             )
         return records
@@ -86,6 +87,7 @@ def lcm_nb_runner(vlm: VisionLanguageBackend) -> Runner[NbUnit, tuple[Image.Imag
                     "answer": unit.answer,
                     "category": unit.category,
                     "texts": list(unit.texts),
+                    "images": [str(path) for path in unit.images],
                 }
             )
         return records

@@ -9,12 +9,19 @@ per evaluator, fields below). ``vlgate make-world`` writes a complete one
 Output under ``out``: ``EVALUATOR/records.jsonl`` (per-sample records, each with its
 fingerprint; written as batches complete, so a rerun resumes), ``EVALUATOR/metrics.json``,
 ``EVALUATOR/errors.jsonl`` (items that could not be loaded), and ``summary.json``.
+
+A distributed run splits one evaluator's items into shards (``run_evaluator_shard``: items
+k, k+N, k+2N, ... into ``EVALUATOR/shards/K-of-N.jsonl``, resumable the same way) and
+``merge_shards`` puts the records back in item order and scores them as one run: the
+same files and metrics as ``run_suite``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vlgate.config import load_yaml_model
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.runners.base import RunResult
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.schemas import validate
@@ -95,7 +103,7 @@ class Suite(BaseModel):
         return self.model_copy(update={"evaluators": EvaluatorsSpec.model_validate(updated)})
 
 
-def finish_evaluator(result: RunResult, out: Path, store: RecordStore) -> dict[str, Any]:
+def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
     """Rewrite the records file in item order with only this run's records, validate them
     against the record contract, score them, and write metrics and errors beside them."""
     folder = out / result.evaluator
@@ -215,7 +223,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
                 result = runner.run(items, store, suite.batch_size, progress)
                 result.errors = load_errors + result.errors
                 entry = {
-                    "metrics": finish_evaluator(result, out, store),
+                    "metrics": finish_evaluator(result, out),
                     "n_items": len(items),
                     "n_load_errors": len(load_errors),
                     "reused": result.reused,
@@ -231,3 +239,72 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
     summary_name = f"summary-{only[0]}.json" if only is not None and len(only) == 1 else "summary.json"
     (out / summary_name).write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def shard_store_path(out: Path, evaluator: str, shard: int, n_shards: int) -> Path:
+    return Path(out) / evaluator / "shards" / f"{shard}-of-{n_shards}.jsonl"
+
+
+def _spec(suite: Suite, evaluator: str) -> EvaluatorSpec:
+    specs = suite.evaluators.named()
+    if evaluator not in specs:
+        raise ValueError(f"suite {suite.name!r} has no evaluator {evaluator!r} (it has {sorted(specs)})")
+    return specs[evaluator]
+
+
+def run_evaluator_shard(
+    model: str, suite: Suite, out: Path, evaluator: str, shard: int = 0, n_shards: int = 1, cache_dir: Path | None = None, progress: bool = False
+) -> dict[str, Any]:
+    """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model``. Raises when
+    the evaluator fails (the caller retries; records already written are kept). Returns
+    what ``merge_shards`` needs, all JSON: the records' fingerprints in item order, the
+    item errors and the counts."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
+    spec = _spec(suite, evaluator)
+    out = Path(out)
+    items, _ = load_items(evaluator, spec, out)
+    vlm = load_vlm(model, suite, cache_dir)
+    try:
+        runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
+        result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress)
+    finally:
+        vlm.close()
+    return {
+        "shard": shard,
+        "n_shards": n_shards,
+        "fingerprints": [record["fingerprint"] for record in result.records],
+        "item_errors": [dataclasses.asdict(error) for error in result.errors],
+        "reused": result.reused,
+        "computed": result.computed,
+        "models": runner.models,
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+    }
+
+
+def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every shard's records, back in item order, written and scored as one run; returns
+    the evaluator's summary entry (as ``run_suite`` has it)."""
+    out = Path(out)
+    n_shards = {shard["n_shards"] for shard in shards}
+    if len(n_shards) != 1 or sorted(shard["shard"] for shard in shards) != list(range(next(iter(n_shards), 0))):
+        raise ValueError(f"{evaluator}: shards {[(s['shard'], s['n_shards']) for s in shards]} are not one complete split")
+    items, load_errors = load_items(evaluator, _spec(suite, evaluator), out)
+    position = {item.id: index for index, item in enumerate(items)}
+    records = []
+    for shard in shards:
+        store = RecordStore(shard_store_path(out, evaluator, shard["shard"], shard["n_shards"]))
+        records += [store.get(key) for key in shard["fingerprints"]]
+    records.sort(key=lambda record: position[record["id"]])
+    item_errors = [ItemError(**error) for shard in shards for error in shard["item_errors"]]
+    result = RunResult(evaluator, records, errors=load_errors + item_errors)
+    return {
+        "metrics": finish_evaluator(result, out),
+        "n_items": len(items),
+        "n_load_errors": len(load_errors),
+        "reused": sum(shard["reused"] for shard in shards),
+        "computed": sum(shard["computed"] for shard in shards),
+        "item_errors": [str(error) for error in result.errors],
+        "models": shards[0]["models"],
+        "shard_workers": [shard["worker"] for shard in sorted(shards, key=lambda shard: shard["shard"])],
+    }

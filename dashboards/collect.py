@@ -1,0 +1,183 @@
+"""What a report shows, read back from MLflow alone (``MlflowClient``): the registry's
+versions with their decision tags and ``champion`` alias, each version's validation run
+(metrics, params, tags) and its artifacts (decision.json, correlations.json, the Great
+Expectations results, every evaluator's records and metrics), and the drift runs.
+
+So a report can be regenerated anywhere the tracking server is reachable, long after the
+flow that produced the run has gone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vlgate.flows import tracking
+
+
+@dataclass
+class EvaluatorArtifacts:
+    """One evaluator's outputs as logged: metrics.json, records.jsonl and its folder."""
+
+    name: str
+    metrics: dict[str, Any]
+    records: list[dict[str, Any]]
+    folder: Path
+    error: str | None = None
+
+
+@dataclass
+class ValidationReportData:
+    model: str
+    version: str
+    run_id: str | None
+    decision: str | None
+    reasons: list[str]
+    champion: str | None
+    source: str
+    description: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    run_status: str | None = None
+    started: datetime | None = None
+    gate: dict[str, Any] = field(default_factory=dict)
+    correlations: dict[str, Any] = field(default_factory=dict)
+    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluators: dict[str, EvaluatorArtifacts] = field(default_factory=dict)
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _download(client, run_id: str, path: str, into: Path) -> Path | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return Path(client.download_artifacts(run_id, path, str(into)))
+    except (MlflowException, OSError):  # not logged (an evaluator that failed, an older run)
+        return None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def load_validation(client, model_name: str, version: str, scratch: Path) -> ValidationReportData:
+    """Everything the report of one version needs; artifacts are downloaded into ``scratch``."""
+    model_version = client.get_model_version(model_name, str(version))
+    tags = model_version.tags
+    reasons = tags.get(tracking.TAG_REASONS)
+    data = ValidationReportData(
+        model=model_name,
+        version=str(version),
+        run_id=tags.get(tracking.TAG_RUN),
+        decision=tags.get(tracking.TAG_DECISION),
+        reasons=reasons.split("\n") if reasons else [],
+        champion=tracking.champion_version(client, model_name),
+        source=model_version.source,
+        description=model_version.description or "",
+    )
+    if not data.run_id:
+        return data
+    run = client.get_run(data.run_id)
+    data.metrics = {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()}
+    data.params = dict(run.data.params)
+    data.run_status = run.info.status
+    data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name, attribute in (("decision.json", "gate"), ("correlations.json", "correlations")):
+        local = _download(client, data.run_id, name, scratch)
+        setattr(data, attribute, (_read_json(local) if local else None) or {})
+    gate = data.gate
+    if gate.get("reasons") and len("\n".join(gate["reasons"])) > len("\n".join(data.reasons)):
+        data.reasons = list(gate["reasons"])  # the tag may be truncated; decision.json has them all
+    expectations = _download(client, data.run_id, "expectations", scratch)
+    if expectations is not None:
+        data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}
+    evaluators = _download(client, data.run_id, "evaluators", scratch)
+    if evaluators is not None:
+        from vlgate.evaluators.scoring import EVALUATORS
+
+        order = {name: n for n, name in enumerate(EVALUATORS)}
+        for folder in sorted((p for p in evaluators.iterdir() if p.is_dir()), key=lambda p: (order.get(p.name, len(order)), p.name)):
+            run_info = _read_json(folder / "run.json") or {}
+            data.evaluators[folder.name] = EvaluatorArtifacts(
+                name=folder.name,
+                metrics=_read_json(folder / "metrics.json") or {},
+                records=_read_records(folder / "records.jsonl"),
+                folder=folder,
+                error=run_info.get("error"),
+            )
+    return data
+
+
+def artifact_path(folder: Path, evaluator: str, recorded: str | None) -> Path | None:
+    """A file a record names by the path it had on the worker (``…/EVALUATOR/x/y.png``),
+    found in the downloaded evaluator folder; or the recorded path itself where it still
+    exists (data files such as seed images are not artifacts)."""
+    if not recorded:
+        return None
+    parts = Path(recorded).parts
+    if evaluator in parts:
+        inside = folder.joinpath(*parts[len(parts) - parts[::-1].index(evaluator) :])
+        if inside.is_file():
+            return inside
+    return Path(recorded) if Path(recorded).is_file() else None
+
+
+def leaderboard(client, model_name: str) -> pd.DataFrame:
+    """One row per registered version, from the registry and the runs alone: decision,
+    champion mark, the validation run, and every logged metric (SPEC names)."""
+    champion = tracking.champion_version(client, model_name)
+    rows = []
+    for version in sorted(client.search_model_versions(f"name='{model_name}'"), key=lambda v: int(v.version)):
+        run_id = version.tags.get(tracking.TAG_RUN)
+        row: dict[str, Any] = {
+            "version": str(version.version),
+            "decision": version.tags.get(tracking.TAG_DECISION, "pending"),
+            "reasons": version.tags.get(tracking.TAG_REASONS, ""),
+            "champion": str(version.version) == champion,
+            "run_id": run_id,
+            "registered": datetime.fromtimestamp(version.creation_timestamp / 1000, tz=timezone.utc),
+        }
+        if run_id:
+            row |= {tracking.logged_metric_name(k): v for k, v in client.get_run(run_id).data.metrics.items()}
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("version") if rows else pd.DataFrame(columns=["decision", "reasons", "champion", "run_id"])
+
+
+DRIFT_COLUMNS = ["time", "version", "metric", "value", "drifted", "run_id", "batch"]
+
+
+def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
+    """Every drift check of the model: time, version, metric, the new batch's mean and
+    whether that metric drifted (from the run's drift.json)."""
+    experiment = client.get_experiment_by_name(tracking.validation_experiment(model_name))
+    if experiment is None:
+        return pd.DataFrame(columns=DRIFT_COLUMNS)
+    rows = []
+    for run in client.search_runs([experiment.experiment_id], filter_string="tags.`vlgate.kind` = 'drift'", max_results=5000):
+        local = _download(client, run.info.run_id, "drift.json", scratch / run.info.run_id)
+        checks = (_read_json(local) or {}).get("checks", []) if local else []
+        for check in checks:
+            rows.append(
+                {
+                    "time": datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc),
+                    "version": run.data.tags.get("vlgate.version"),
+                    "metric": check["metric"],
+                    "value": check.get("mean_current"),
+                    "drifted": bool(check.get("drifted")),
+                    "run_id": run.info.run_id,
+                    "batch": run.data.tags.get("vlgate.batch"),
+                }
+            )
+    return pd.DataFrame(rows, columns=DRIFT_COLUMNS).sort_values("time", kind="stable")

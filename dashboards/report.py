@@ -1,0 +1,374 @@
+"""The HTML report of one validation run and the leaderboard across a model's versions.
+
+Both pages are self-contained (every plot and thumbnail is a ``data:`` URI, no scripts,
+no external CSS), so a reviewer reads them offline, from MLflow's artifact view or from
+disk. They are built from MLflow alone (``dashboards.collect``), which is what lets
+``vlgate report`` regenerate them long after the flow ran. The decision and its reasons
+come first; every metric value carries ``data-metric``/``data-value`` attributes holding
+the logged number, so tests (and scrapers) compare the page with MLflow exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+import pandas as pd
+
+from vlgate.dashboards import plots
+from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
+from vlgate.flows import tracking
+
+#: Label-free metric → the labelled metrics the correlation figure puts against it.
+CORRELATION_FIGURES = {
+    "lcm-mc/lcm": ["lcm-mc/acc", "lcm-mc/f1"],
+    "lcm-nb/lcm": ["lcm-nb/acc", "lcm-nb/f1"],
+    "decc/reliable_rate/multi": ["decc/acc"],
+}
+#: The leaderboard's columns, in this order, where logged.
+LEADERBOARD_METRICS = [
+    "lcm-mc/lcm", "lcm-mc/acc", "lcm-mc/j_acc", "lcm-mc/f1",
+    "lcm-nb/lcm", "lcm-nb/acc", "lcm-nb/g_acc", "lcm-nb/f1",
+    "vlind/s_ck", "vlind/s_vp", "vlind/s_cb", "vlind/s_lp",
+    "genception/gc@3", "genception/gc_fid@3",
+    "decc/reliable_rate/multi", "decc/acc",
+]  # fmt: skip
+LOW_LCM_EXAMPLES = 5
+CHAIN_EXAMPLES = 2  # lowest and highest GC each
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("vlgate.dashboards", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
+    environment.filters["num"] = format_number
+    environment.tests["count"] = is_count
+    return environment
+
+
+def format_number(value: Any, count: bool = False) -> str:
+    """Four decimals for rates and scores, integers for counts, "–" for undefined."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) or (count and isinstance(value, float) and value.is_integer()):
+        return str(int(value))
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def is_count(name: str) -> bool:
+    last = name.rsplit("/", 1)[-1]
+    return last == "n" or last.startswith("n_")
+
+
+def data_uri(png_bytes: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes).decode()
+
+
+def thumbnail(path: Path | None, size: int = 160) -> str | None:
+    from PIL import Image
+
+    if path is None or not Path(path).is_file():
+        return None
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+        image.thumbnail((size, size))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+    return data_uri(buffer.getvalue())
+
+
+@dataclass
+class Figure:
+    """One rendered plot: its name (also its PNG's file name), caption and bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+
+    @property
+    def uri(self) -> str:
+        return data_uri(self.png)
+
+
+def _figure(name: str, caption: str, build) -> Figure | None:
+    """A plot that cannot be drawn from what was logged is left out, not an error: the
+    report of a failed or partial run must still render."""
+    try:
+        figure = build()
+    except (KeyError, ValueError, IndexError):
+        return None
+    return Figure(name, caption, plots.png(figure))
+
+
+def valid_frame(evaluator: str, records: list[dict[str, Any]]):
+    """The per-sample frame of the records that satisfy the contract, and those records."""
+    from vlgate.evaluators.records import parse_jsonl
+    from vlgate.evaluators.schemas import validate
+    from vlgate.evaluators.scoring import per_sample_frame
+
+    if not records:
+        return None, None
+    valid = validate(evaluator, parse_jsonl(json.dumps(r) for r in records), skip_invalid=True)
+    return per_sample_frame(valid), valid
+
+
+def _low_lcm_examples(evaluator: str, artifacts, frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Paper App. H: the samples with the lowest P_LC, with what the model was asked and
+    the probabilities it gave, for a person to look at."""
+    by_id = {str(r["id"]): r for r in artifacts.records}
+    examples = []
+    for row in frame.nsmallest(LOW_LCM_EXAMPLES, "p_lc").itertuples():
+        record = by_id.get(str(row.id), {})
+        if evaluator == "lcm-mc":
+            options = record.get("options") or [f"option {k}" for k in range(len(record.get("p_mc", [])))]
+            lines = [
+                {"text": f"({chr(65 + k)}) {option}", "p_mc": record["p_mc"][k], "p_yes": record["p_yes"][k], "answer": record.get("answer") == k, "chosen": int(row.chosen) == k}
+                for k, option in enumerate(options)
+            ]
+            images = [thumbnail(artifact_path(artifacts.folder, evaluator, record.get("image")))]
+            prompt = record.get("question", "")
+        else:
+            labels = ["T1", "T2"]
+            lines = [
+                {"text": f"{labels[j]}: {text}", "p_yes": [record["p_yes"][i][j] for i in range(2)], "p_image": record["p_image"][j], "answer": False, "chosen": False}
+                for j, text in enumerate(record.get("texts") or ["", ""])
+            ]
+            images = [thumbnail(artifact_path(artifacts.folder, evaluator, path)) for path in record.get("images", [])]
+            # SPEC §2.2: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
+            label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(record.get("answer"), "unlabelled")
+            chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
+            prompt = f"{label} · {chosen_text}"
+        examples.append({"id": row.id, "p_lc": float(row.p_lc), "prompt": prompt, "lines": lines, "images": [i for i in images if i]})
+    return examples
+
+
+def genception_chains(artifacts, frame: pd.DataFrame) -> list[plots.ImageChain]:
+    by_id = {str(r["id"]): r for r in artifacts.records}
+    ordered = frame.sort_values("gc")
+    chosen = pd.concat([ordered.head(CHAIN_EXAMPLES), ordered.tail(CHAIN_EXAMPLES)]).drop_duplicates("id")
+    chains = []
+    for row in chosen.itertuples():
+        record = by_id[str(row.id)]
+        chains.append(
+            plots.ImageChain(
+                id=str(row.id),
+                gc=float(row.gc),
+                seed=artifact_path(artifacts.folder, "genception", record.get("seed")),
+                images=[artifact_path(artifacts.folder, "genception", path) for path in record.get("images", [])],
+                s=list(record["s"]),
+            )
+        )
+    return chains
+
+
+def evaluator_figures(name: str, artifacts, versions: pd.DataFrame) -> tuple[list[Figure], list[dict[str, Any]]]:
+    """The plots of one evaluator's section and, for VL-LCM, its low-LCM examples."""
+    frame, valid = valid_frame(name, artifacts.records)
+    figures: list[Figure | None] = []
+    examples: list[dict[str, Any]] = []
+    if name in ("lcm-mc", "lcm-nb"):
+        if name == "lcm-mc":
+            figures.append(_figure("lcm-mc-response-distribution", "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)", lambda: plots.response_distribution_figure(versions, "lcm-mc")))
+        if frame is not None:
+            examples = _low_lcm_examples(name, artifacts, frame)
+    elif name == "vlind" and frame is not None:
+        concepts = [concept or "all" for concept in valid.column("concept")]
+        figures.append(_figure("vlind-funnel", "VLind-Bench pipeline per concept: instances passing each stage", lambda: plots.vlind_funnel_figure(frame, concepts)))
+    elif name == "genception" and frame is not None:
+        figures.append(_figure("genception-curves", "s(t) per image and the mean (GenCeption)", lambda: plots.genception_curves_figure(frame)))
+        figures.append(_figure("genception-chains", "Image chains seed → X¹ … Xᵀ of the lowest and highest GC", lambda: plots.genception_chain_figure(genception_chains(artifacts, frame))))
+    elif name == "decc" and frame is not None and frame["correct"].notna().any():
+        figures.append(_figure("decc-matrix", "DeCC multi-agent reliability against correctness", lambda: plots.decc_matrix_figure(frame)))
+    return [f for f in figures if f is not None], examples
+
+
+def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
+    figures = []
+    for x, ys in CORRELATION_FIGURES.items():
+        present = [y for y in ys if y in versions.columns]
+        if x not in versions.columns or not present:
+            continue
+        both = versions[[x, *present]].dropna()
+        if len(both) < 3:  # coefficients need three versions
+            continue
+        name = f"correlation-{x.replace('/', '-')}"
+        figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", lambda both=both, x=x, present=present: plots.correlation_figure(both, x, present, labels=[f"v{v}" for v in both.index])))
+    return [f for f in figures if f is not None]
+
+
+def _numbers(metrics: dict[str, Any], prefix: str = ""):
+    """Every number in a metrics dict, nested keys joined by ``/``, undefined ones (None,
+    NaN: e.g. VLind's s_lp when no instance reached LP) included so the page says so."""
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _numbers(value, name + "/")
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            yield name, value
+
+
+def _metric_rows(metrics: dict[str, Any], prefix: str) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
+    """The set-level metrics as (name, value) rows, and the breakdowns (``by_category/red/acc``)
+    as one table per breakdown: rows the groups, columns the metrics."""
+    overall: list[tuple[str, Any]] = []
+    breakdowns: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, value in _numbers(metrics):
+        parts = name.split("/")
+        if parts[0].startswith("by_") and len(parts) >= 3:
+            breakdowns.setdefault(parts[0], {}).setdefault(parts[1], {})["/".join(parts[2:])] = (name, value)
+        else:
+            overall.append((name, value))
+    tables = []
+    for by, groups in breakdowns.items():
+        columns = list(dict.fromkeys(metric for group in groups.values() for metric in group))
+        tables.append({"by": by, "columns": columns, "rows": [{"group": group, "cells": [values.get(c) for c in columns]} for group, values in groups.items()]})
+    return overall, tables
+
+
+def _correlation_rows(correlations: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"pair": pair.replace("~", " vs "), **values} for pair, values in correlations.items()]
+
+
+@dataclass
+class RenderedReport:
+    html: str
+    figures: list[Figure]
+
+
+def render_version_report(data: ValidationReportData, versions: pd.DataFrame, drift: pd.DataFrame, tracking_uri: str) -> RenderedReport:
+    """The report page of one validated version."""
+    sections = []
+    all_figures: list[Figure] = []
+    for name, artifacts in data.evaluators.items():
+        figures, examples = evaluator_figures(name, artifacts, versions)
+        overall, breakdowns = _metric_rows(artifacts.metrics, name)
+        all_figures += figures
+        sections.append(
+            {
+                "name": name,
+                "metrics": overall,
+                "breakdowns": breakdowns,
+                "expectations": data.expectations.get(name),
+                "figures": figures,
+                "examples": examples,
+                "error": artifacts.error,
+            }
+        )
+    for name in sorted(set(data.expectations) - set(data.evaluators)):
+        sections.append({"name": name, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
+    across = correlation_figures(versions)
+    all_figures += across
+    drift_figure = _figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None
+    if drift_figure:
+        all_figures.append(drift_figure)
+    html = _environment().get_template("report.html.j2").render(
+        data=data,
+        sections=sections,
+        correlations=_correlation_rows(data.correlations),
+        per_sample=_correlation_rows(data.gate.get("per_sample_correlations", {})),
+        correlation_figures=across,
+        drift_figure=drift_figure,
+        drift=drift.tail(20).to_dict("records"),
+        checks=data.gate.get("checks", []),
+        champion_before=data.gate.get("champion_before"),
+        tracking_uri=tracking_uri,
+        mlflow_ui=mlflow_ui_command(tracking_uri),
+        generated=datetime.now(timezone.utc),
+    )
+    return RenderedReport(html, all_figures)
+
+
+def render_leaderboard(model: str, board: pd.DataFrame, drift: pd.DataFrame, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
+    """Every version of the model side by side: decision, champion, the key metrics."""
+    metric_columns = [m for m in LEADERBOARD_METRICS if m in board.columns]
+    metric_columns += sorted(c for c in board.columns if "/" in c and c not in metric_columns and not c.startswith(("correlation/", "drift/")))
+    metrics_shown = [m for m in metric_columns if m in LEADERBOARD_METRICS]
+    rows = [{"version": version, **row} for version, row in board.iterrows()]
+    figures = correlation_figures(board)
+    response = _figure("lcm-mc-response-distribution", "LCM and the response distribution per version (paper Fig. 2)", lambda: plots.response_distribution_figure(board, "lcm-mc"))
+    if response:
+        figures.append(response)
+    if len(drift):
+        drift_figure = _figure("drift-history", "Drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift))
+        figures += [drift_figure] if drift_figure else []
+    html = _environment().get_template("leaderboard.html.j2").render(
+        model=model,
+        rows=rows,
+        metrics=metrics_shown or metric_columns[:12],
+        figures=figures,
+        links=report_links or {},
+        tracking_uri=tracking_uri,
+        mlflow_ui=mlflow_ui_command(tracking_uri),
+        generated=datetime.now(timezone.utc),
+    )
+    return RenderedReport(html, figures)
+
+
+def mlflow_ui_command(tracking_uri: str) -> str:
+    if tracking.embedded(tracking_uri):
+        return f"mlflow ui --backend-store-uri {tracking_uri}"
+    return f"open {tracking_uri}"
+
+
+@dataclass
+class WrittenReports:
+    leaderboard: Path
+    versions: dict[str, Path]
+
+
+def report_file_name(version: str) -> str:
+    return f"v{version}.html"
+
+
+def write_reports(client, model: str, versions: Iterable[str] | None, out: Path, log_to_mlflow: bool = True) -> WrittenReports:
+    """The reports of ``versions`` (every validated version when ``None``) and the model's
+    leaderboard, written under ``out``; with ``log_to_mlflow`` each version's report and
+    plots go to its validation run (``report/``) and the leaderboard with it."""
+    out.mkdir(parents=True, exist_ok=True)
+    board = leaderboard(client, model)
+    wanted = [str(v) for v in versions] if versions is not None else [v for v in board.index if board.loc[v, "run_id"]]
+    written: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        drift = drift_history(client, model, Path(scratch) / "drift")
+        for version in wanted:
+            data = load_validation(client, model, version, Path(scratch) / f"v{version}")
+            rendered = render_version_report(data, board, drift, client.tracking_uri)
+            path = out / report_file_name(version)
+            path.write_text(rendered.html, encoding="utf-8")
+            written[version] = path
+            if log_to_mlflow and data.run_id:
+                log_report(client, data.run_id, path, rendered.figures)
+        links = {v: report_file_name(v) for v in board.index if (out / report_file_name(v)).is_file()}
+        board_page = render_leaderboard(model, board, drift, client.tracking_uri, links)
+        board_path = out / "leaderboard.html"
+        board_path.write_text(board_page.html, encoding="utf-8")
+        if log_to_mlflow:
+            for version in written:
+                run_id = board.loc[version, "run_id"]
+                if run_id:
+                    client.log_artifact(run_id, str(board_path), artifact_path="report")
+    return WrittenReports(board_path, written)
+
+
+def log_report(client, run_id: str, page: Path, figures: list[Figure]) -> None:
+    """The page as ``report/report.html`` and every plot as ``report/plots/NAME.png``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "plots"
+        folder.mkdir()
+        for figure in figures:
+            (folder / f"{figure.name}.png").write_bytes(figure.png)
+        target = Path(scratch) / "report.html"
+        target.write_bytes(page.read_bytes())
+        client.log_artifact(run_id, str(target), artifact_path="report")
+        if figures:
+            client.log_artifacts(run_id, str(folder), artifact_path="report/plots")
+    client.set_tag(run_id, "vlgate.report", "report/report.html")
+

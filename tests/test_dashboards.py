@@ -1,0 +1,349 @@
+"""Dashboards (issue 6): plots on known data, the report and leaderboard built from a real
+embedded MLflow store, and both pages opened in headless Chromium."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from vlgate.dashboards import plots
+from vlgate.evaluators.metrics.drift import detect_drift
+from vlgate.evaluators.records import parse_jsonl, read_jsonl
+from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import per_sample_frame, score
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
+ARTEFACTS = Path(__file__).resolve().parent / "artefacts"
+
+
+def legend_texts(figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+
+
+# --- plots on known data ----------------------------------------------------------------
+
+
+def test_correlation_figure_on_paper_table1_shows_the_papers_coefficients():
+    table = pd.read_csv(EXAMPLES / "vl-lcm-table1-coco.csv", dtype=str)
+    figure = plots.correlation_figure(table, "lcm", ["acc", "j_acc", "f1"], ranks=True)
+    # VL-LCM paper Table 1, COCO: Pearson / Spearman / Kendall of LCM with Acc, J-Acc, F1
+    assert legend_texts(figure) == [
+        "acc: r=.8265 ρ=.8909 τ=.7091 (n=11)",
+        "j_acc: r=.8079 ρ=.8727 τ=.7091 (n=11)",
+        "f1: r=.9615 ρ=.9545 τ=.8545 (n=11)",
+    ]
+    points = figure.axes[0].collections[2].get_offsets()  # the f1 scatter: (LCM, F1) per model
+    assert points[0].tolist() == pytest.approx([0.4579, 0.5310])
+    assert plots.png(figure)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_response_distribution_sorts_versions_by_lcm_and_draws_the_four_rates():
+    table = pd.DataFrame(
+        {"lcm-mc/lcm": [0.5, 0.2, 0.4], "lcm-mc/abstention": [0.1, 0.3, 0.2], "lcm-mc/confidence": [0.8, 0.2, 0.5], "lcm-mc/overconfidence": [0.1, 0.5, 0.3]},
+        index=["1", "2", "3"],
+    )
+    axes = plots.response_distribution_figure(table).axes[0]
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["v2", "v3", "v1"]
+    heights = {container.get_label(): [bar.get_height() for bar in container] for container in axes.containers}
+    assert heights == {"lcm": [0.2, 0.4, 0.5], "abstention": [0.3, 0.2, 0.1], "confidence": [0.2, 0.5, 0.8], "overconfidence": [0.5, 0.3, 0.1]}
+
+
+def test_vlind_funnel_counts_instances_passing_each_stage_per_concept():
+    valid = validate("vlind", read_jsonl(EXAMPLES / "vlind.jsonl"))
+    frame = per_sample_frame(valid)
+    concepts = valid.column("concept")
+    axes = plots.vlind_funnel_figure(frame, concepts).axes[0]
+    heights = {container.get_label(): [bar.get_height() for bar in container] for container in axes.containers}
+    names = [label.get_text() for label in axes.get_xticklabels()]
+    for n, concept in enumerate(names):
+        rows = frame[np.asarray(concepts) == concept]
+        assert heights["CK"][n] == rows["ck"].sum()
+        assert heights["CK∧VP"][n] == (rows["ck"] & rows["vp"]).sum()
+        assert heights["CK∧VP∧CB"][n] == (rows["ck"] & rows["vp"] & rows["cb"]).sum()
+        assert heights["LP (all)"][n] == pytest.approx(rows["lp"].sum())
+    assert sorted(names) == names and set(names) == set(concepts)
+
+
+def test_genception_curves_start_at_one_and_the_mean_line_is_the_mean_of_s_t():
+    frame = per_sample_frame(validate("genception", read_jsonl(EXAMPLES / "genception.jsonl")))
+    mean_line = plots.genception_curves_figure(frame).axes[0].lines[-1]
+    assert mean_line.get_xdata().tolist() == [0, 1, 2, 3]
+    assert mean_line.get_ydata().tolist() == pytest.approx([1.0, frame["s@1"].mean(), frame["s@2"].mean(), frame["s@3"].mean()])
+
+
+def test_genception_chain_grid_has_seed_and_each_iteration_titled_with_s(tmp_path):
+    from PIL import Image
+
+    seed = tmp_path / "seed.png"
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(seed)
+    chain = plots.ImageChain(id="gc-7", gc=0.5, seed=seed, images=[seed, None], s=[0.61, 0.42])
+    figure = plots.genception_chain_figure([chain])
+    titles = [axes.get_title() for axes in figure.axes]
+    assert titles == ["gc-7\nseed (GC=0.500)", "X1: s=0.610", "X2: s=0.420"]
+    assert len(figure.axes[0].images) == 1 and len(figure.axes[2].images) == 0  # a missing image says so
+
+
+def test_decc_matrix_counts_reliable_against_correct():
+    frame = per_sample_frame(validate("decc", read_jsonl(EXAMPLES / "decc.jsonl")))
+    matrix = plots.decc_matrix(frame)
+    reliable, correct = frame["multi"].astype(bool), frame["correct"].astype(bool)
+    assert matrix.loc["reliable", "correct"] == (reliable & correct).sum()
+    assert matrix.loc["unreliable", "wrong"] == (~reliable & ~correct).sum()
+    assert matrix.to_numpy().sum() == len(frame)
+    texts = [t.get_text() for t in plots.decc_matrix_figure(frame).axes[0].texts]
+    assert texts == [str(v) for v in matrix.to_numpy().ravel()]
+
+
+def test_drift_history_marks_only_the_drifted_checks():
+    times = pd.to_datetime(["2026-11-01", "2026-11-02", "2026-11-03"], utc=True)
+    history = pd.DataFrame({"time": times, "metric": "lcm-nb/lcm", "value": [0.6, 0.59, 0.4], "drifted": [False, False, True]})
+    axes = plots.drift_history_figure(history).axes[0]
+    assert axes.lines[0].get_ydata().tolist() == [0.6, 0.59, 0.4]
+    assert axes.collections[0].get_offsets()[:, 1].tolist() == [0.4]
+    assert "drift detected" in [t.get_text() for t in axes.get_legend().get_texts()]
+
+
+# --- the report and leaderboard from a real embedded MLflow store -----------------------
+
+
+def _sharpen(p: np.ndarray, power: float) -> np.ndarray:
+    p = np.asarray(p, dtype=float) ** power
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def _squash(p: np.ndarray, power: float) -> np.ndarray:
+    """Yes-probabilities moved away from (power > 1) or towards (power < 1) one half."""
+    logit = np.log(np.asarray(p) / (1 - np.asarray(p)))
+    return 1 / (1 + np.exp(-logit * power))
+
+
+def version_records(power: float) -> dict[str, list[dict]]:
+    """Example records, with VL-LCM's probabilities sharpened by ``power`` so versions differ."""
+    records = {name: [json.loads(line) for line in (EXAMPLES / f"{name}.jsonl").read_text().splitlines()] for name in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")}
+    for record in records["lcm-mc"]:
+        record["p_mc"] = _sharpen(record["p_mc"], power).tolist()
+        record["p_yes"] = _squash(record["p_yes"], power).tolist()
+        record["question"] = f"What is shown in {record['id']}?"
+        record["options"] = ["red", "green", "blue", "grey"][: len(record["p_mc"])]
+    return records
+
+
+def log_validation(client, home: Path, claims, model: str, records: dict[str, list[dict]], policy: Path) -> str:
+    """One version registered and validated through the validation flow's own steps
+    (expectations, logging, correlations, gate) on records given here instead of a model."""
+    from vlgate.flows import tracking, validation
+
+    run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
+    version = client.create_model_version(model, f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
+    claims.claim(model, str(version), via="manual")
+    run_id = validation.ensure_validation_run(client, claims, model, str(version))
+    outcomes = {}
+    for name, rows in records.items():
+        folder = home / "validations" / model / str(version) / name
+        folder.mkdir(parents=True)
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        metrics = score(validate(name, parse_jsonl(json.dumps(r) for r in rows)))
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        outcomes[name] = validation.check_evaluator(name, {"metrics": metrics, "n_items": len(rows)}, folder)
+        validation.log_evaluator.fn(run_id, name, outcomes[name], str(folder))
+    across = validation.correlate_across_versions(validation.version_table(client, model, include_run=run_id))
+    client.log_dict(run_id, across, "correlations.json")
+    validation.log_metric_dict(client, run_id, validation.correlation_metrics(across))
+    validation.judge_and_promote.fn(model, str(version), run_id, str(policy), outcomes)
+    client.set_terminated(run_id, "FINISHED")
+    return str(version)
+
+
+@pytest.fixture(scope="module")
+def validated_store(tmp_path_factory):
+    """Four versions of ``shapes`` in an embedded store: v1 and v2 promoted in turn, v3
+    rejected (worse LCM), v4 rejected on a floor; plus two drift checks of the champion."""
+    from vlgate.flows import drift, tracking
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    home = tmp_path_factory.mktemp("dash") / "home"
+    home.mkdir()
+    saved = {k: os.environ.get(k) for k in ("VLGATE_HOME", "MLFLOW_TRACKING_URI", "VLGATE_STATE_DB")}
+    os.environ["VLGATE_HOME"] = str(home)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.pop("VLGATE_STATE_DB", None)
+    try:
+        policy = home / "gate.yaml"
+        policy.write_text(yaml.safe_dump({"required": ["lcm-mc", "decc"], "floors": {"lcm-mc/lcm": 0.25}, "regressions": {"lcm-mc/lcm": {"max_drop": 0.02}}, "resamples": 300}))
+        client = tracking.connect(home)
+        client.create_registered_model("shapes")
+        claims = ClaimStore.for_home(home)
+        for power in (1.0, 2.0, 1.5, 0.2):
+            log_validation(client, home, claims, "shapes", version_records(power), policy)
+        reference = np.linspace(0.4, 0.8, 40)
+        for shift in (0.0, 0.3):
+            result = detect_drift("lcm-nb/lcm", reference, reference - shift, alpha=0.05, max_mean_drop=0.05)
+            drift.log_drift_run(client, "shapes", "2", "batch.yaml", {}, [result], home)
+        yield client, home
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def reports(validated_store, tmp_path_factory):
+    from vlgate.dashboards.report import write_reports
+
+    client, _ = validated_store
+    out = tmp_path_factory.mktemp("reports")
+    return client, write_reports(client, "shapes", None, out)
+
+
+def test_store_holds_the_expected_decisions(validated_store):
+    from vlgate.flows import tracking
+
+    client, _ = validated_store
+    decisions = {str(v.version): v.tags[tracking.TAG_DECISION] for v in client.search_model_versions("name='shapes'")}
+    assert decisions == {"1": "promoted", "2": "promoted", "3": "rejected", "4": "rejected"}
+    assert tracking.champion_version(client, "shapes") == "2"
+
+
+def data_values(page: str) -> dict[str, float]:
+    return {name: float(value) for name, value in re.findall(r'data-metric="([^"]+)" data-value="([^"]+)"', page) if value not in ("None", "nan")}
+
+
+def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(reports):
+    from vlgate.flows import tracking
+
+    client, written = reports
+    page = written.versions["3"].read_text()
+    version = client.get_model_version("shapes", "3")
+    assert page.index('id="decision"') < page.index('id="reasons"') < page.index('id="evaluator-')
+    assert re.search(r'id="decision" class="decision rejected">REJECTED<', page)
+    for reason in version.tags[tracking.TAG_REASONS].split("\n"):
+        assert f"<li>{html.escape(reason)}</li>" in page
+    assert "lcm-mc/lcm vs champion" in version.tags[tracking.TAG_REASONS]
+    logged = {tracking.logged_metric_name(k): v for k, v in client.get_run(version.tags[tracking.TAG_RUN]).data.metrics.items()}
+    shown = data_values(page)
+    evaluator_metrics = {k: v for k, v in logged.items() if not k.startswith("correlation/")}
+    assert shown.keys() == evaluator_metrics.keys() and len(shown) > 40
+    assert all(shown[k] == pytest.approx(v, rel=1e-12) for k, v in evaluator_metrics.items())
+    for section in ("evaluator-lcm-mc", "evaluator-lcm-nb", "evaluator-vlind", "evaluator-genception", "evaluator-decc", "correlations", "expectations", "drift"):
+        assert f'id="{section}"' in page
+    for figure in ("lcm-mc-response-distribution", "vlind-funnel", "genception-curves", "genception-chains", "decc-matrix", "correlation-lcm-mc-lcm", "drift-history"):
+        assert f'id="figure-{figure}"' in page
+    assert page.count('data-expectations="') == 5 and 'data-expectations="lcm-mc">passed<' in page
+
+
+def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports):
+    client, written = reports
+    page = written.versions["3"].read_text()
+    frame = per_sample_frame(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in version_records(1.5)["lcm-mc"])))
+    lowest = frame.nsmallest(5, "p_lc")
+    section = page[page.index('id="low-lcm-lcm-mc"') : page.index('id="evaluator-lcm-nb"')]
+    shown = re.findall(r'data-p-lc="([^"]+)">([^<]+)<', section)
+    assert [i for i, _ in shown] == lowest["id"].tolist()
+    assert [float(v) for _, v in shown] == pytest.approx(lowest["p_lc"].round(4).tolist(), abs=1e-9)
+    assert f"What is shown in {lowest['id'].iloc[0]}?" in section
+
+
+def test_correlations_in_the_report_are_the_logged_ones(reports):
+    client, written = reports
+    run_id = client.get_model_version("shapes", "4").tags["vlgate.validation_run_id"]
+    logged = client.get_run(run_id).data.metrics
+    page = written.versions["4"].read_text()
+    for pair in ("lcm-mc/lcm vs lcm-mc/f1", "lcm-mc/p_lc vs champion"):
+        x, y = pair.split(" vs ")
+        row = re.search(rf"<td>{pair}</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td>", page)
+        key = f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}"
+        assert row, pair
+        for shown, method in zip(row.groups(), ("pearson", "spearman", "kendall")):
+            assert float(shown) == pytest.approx(logged[f"{key}/{method}"], abs=5e-5)
+    # every version has the same accuracy: the coefficient is undefined, shown as such, not as 0
+    assert re.search(r"<td>lcm-mc/lcm vs lcm-mc/acc</td><td class=\"num\">–</td>", page)
+
+
+def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(reports):
+    from vlgate.dashboards.collect import leaderboard
+
+    client, written = reports
+    page = written.leaderboard.read_text()
+    board = leaderboard(client, "shapes")
+    assert board["decision"].to_dict() == {"1": "promoted", "2": "promoted", "3": "rejected", "4": "rejected"}
+    assert board["champion"].to_dict() == {"1": False, "2": True, "3": False, "4": False}
+    rows = re.findall(r'<tr data-version="(\d+)">(.*?)</tr>', page, flags=re.S)
+    assert [v for v, _ in rows] == ["1", "2", "3", "4"]
+    for version, row in rows:
+        assert f'href="v{version}.html"' in row
+        assert ('class="champion"' in row) == (version == "2")
+        for metric, value in data_values(row).items():
+            assert value == pytest.approx(board.loc[version, metric], rel=1e-12)
+    assert 'data-metric="lcm-mc/lcm"' in page and 'id="figure-drift-history"' in page
+
+
+def test_reports_are_logged_to_the_validation_runs(reports):
+    client, _ = reports
+    run_id = client.get_model_version("shapes", "2").tags["vlgate.validation_run_id"]
+    logged = {a.path for a in client.list_artifacts(run_id, "report")}
+    assert {"report/report.html", "report/leaderboard.html", "report/plots"} <= logged
+    plots_logged = {Path(a.path).name for a in client.list_artifacts(run_id, "report/plots")}
+    assert {"vlind-funnel.png", "genception-curves.png", "decc-matrix.png"} <= plots_logged
+    assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
+
+
+def test_vlgate_report_regenerates_from_mlflow(validated_store, tmp_path, capsys):
+    from vlgate.flows.cli import main
+
+    assert main(["report", "shapes", "3", "--out", str(tmp_path), "--no-log"]) == 0
+    printed = capsys.readouterr().out
+    assert (tmp_path / "v3.html").is_file() and (tmp_path / "leaderboard.html").is_file()
+    assert str(tmp_path / "v3.html") in printed and not (tmp_path / "v1.html").exists()
+
+
+# --- in a real browser ------------------------------------------------------------------
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(chromium() is None and not os.environ.get("VLGATE_REQUIRE_CHROMIUM"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+def test_report_and_leaderboard_render_in_headless_chromium(reports):
+    from playwright.sync_api import sync_playwright
+
+    _, written = reports
+    assert chromium(), "VLGATE_REQUIRE_CHROMIUM is set but Debian's chromium is not installed"
+    ARTEFACTS.mkdir(exist_ok=True)
+    # network off: the pages must be self-contained
+    arguments = ["--no-sandbox", "--headless", "--disable-gpu", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "--host-resolver-rules=MAP * ~NOTFOUND"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium(), args=arguments)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            for path, shot in ((written.versions["3"], "report-v3.png"), (written.leaderboard, "leaderboard.png")):
+                requests = []
+                page.on("request", lambda request: requests.append(request.url))
+                page.goto(path.as_uri())
+                page.wait_for_load_state("load")
+                images = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.alt])")
+                assert images and all(complete and width > 0 for complete, width, _ in images), [alt for c, w, alt in images if not (c and w > 0)]
+                assert all(url.startswith(("file:", "data:")) for url in requests)
+                page.screenshot(path=str(ARTEFACTS / shot), full_page=False)
+                if path.name == "leaderboard.html":
+                    assert page.locator('tr[data-version="2"] .champion').is_visible()
+                    assert page.locator('tr[data-version="3"] .decision').inner_text() == "rejected"
+                else:
+                    decision = page.locator("#decision")
+                    assert decision.is_visible() and decision.inner_text() == "REJECTED"
+                    box = decision.bounding_box()
+                    assert box["y"] + box["height"] <= 900  # above the fold
+                    assert page.locator("#reasons li").first.is_visible()
+        finally:
+            browser.close()

@@ -1,0 +1,45 @@
+"""The drift flow's outputs: the MLflow drift run and the Prefect event a drift emits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from prefect.testing.fixtures import asserting_events_worker, mock_should_emit_events, reset_worker_events  # noqa: F401 (fixtures)
+
+from vlgate.evaluators.metrics.drift import detect_drift
+from vlgate.flows import drift, tracking
+
+REFERENCE = np.linspace(0.4, 0.8, 40)
+
+
+def test_a_drift_is_a_prefect_event_naming_model_version_run_and_metric(asserting_events_worker, mock_should_emit_events, reset_worker_events):  # noqa: F811
+    drifted = detect_drift("lcm-nb/lcm", REFERENCE, REFERENCE - 0.3, alpha=0.05, max_mean_drop=0.05)
+    assert drifted.drifted
+    drift.emit_drift_event("world-vlm", "3", "run-abc", [drifted])
+    asserting_events_worker.drain()
+    [event] = asserting_events_worker._client.events
+    assert event.event == "vlgate.drift.detected"
+    assert event.resource.id == "vlgate.model.world-vlm" and event.resource.name == "world-vlm"
+    assert event.payload == {"version": "3", "run_id": "run-abc", "metrics": ["lcm-nb/lcm"], "reasons": [drifted.reason]}
+
+
+def test_every_drift_check_is_a_tagged_run_with_its_statistics(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    same = detect_drift("lcm-nb/lcm", REFERENCE, REFERENCE, alpha=0.05, max_mean_drop=0.05)
+    shifted = detect_drift("decc/reliable_rate/multi", REFERENCE, REFERENCE - 0.3, alpha=0.05, max_mean_drop=0.05)
+    evaluators = {"lcm-nb": {"metrics": {"lcm": 0.6, "n": 40}}}
+    run_id = drift.log_drift_run(client, "m", "2", "/data/batch/suite.yaml", evaluators, [same, shifted], tmp_path)
+    run = client.get_run(run_id)
+    assert run.data.tags["vlgate.kind"] == "drift" and run.data.tags["vlgate.drift"] == "true"
+    assert (run.data.tags["vlgate.version"], run.data.tags["vlgate.batch"]) == ("2", "/data/batch/suite.yaml")
+    assert run.data.metrics["lcm-nb/lcm"] == 0.6
+    assert run.data.metrics["drift/decc/reliable_rate/multi/mean_drop"] == pytest.approx(0.3)
+    assert run.data.metrics["drift/lcm-nb/lcm/p_value"] == pytest.approx(1.0)
+    with open(client.download_artifacts(run_id, "drift.json", str(tmp_path / "download"))) as handle:
+        checks = json.load(handle)["checks"]
+    assert [(c["metric"], c["drifted"]) for c in checks] == [("lcm-nb/lcm", False), ("decc/reliable_rate/multi", True)]
+    assert run.info.status == "FINISHED" and run.data.tags["vlgate.model"] == "m"

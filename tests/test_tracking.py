@@ -1,0 +1,80 @@
+"""Which MLflow store ``tracking.connect`` picks."""
+
+from __future__ import annotations
+
+from vlgate.flows import tracking
+
+
+def test_a_second_home_gets_its_own_store_though_mlflow_exported_the_first(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert tracking.connect(first).tracking_uri == f"sqlite:///{first.resolve()}/mlflow/mlflow.db"
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI for subprocesses ...
+    import os
+
+    assert os.environ["MLFLOW_TRACKING_URI"].startswith(f"sqlite:///{first.resolve()}")
+    # ... which must not send another home's client to the first home's store
+    assert tracking.connect(second).tracking_uri == f"sqlite:///{second.resolve()}/mlflow/mlflow.db"
+
+
+def test_the_users_tracking_uri_wins_over_the_home(tmp_path, monkeypatch):
+    tracking.connect(tmp_path / "a")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert tracking.tracking_uri(tmp_path / "b") == "http://127.0.0.1:5999"
+
+
+def _registered_version(tmp_path, monkeypatch):
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    client.create_registered_model("m")
+    run = client.create_run(tracking.experiment_id(client, "m (registrations)", tmp_path))
+    version = client.create_model_version("m", f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
+    claims = ClaimStore.for_home(tmp_path)
+    assert claims.claim("m", version, via="manual")
+    return client, claims, version
+
+
+class RetriedCreate:
+    """The MLflow client as seen when the tracking server commits a run, dies before
+    answering, and the client's retry of the POST makes a second run."""
+
+    def __init__(self, client):
+        self.client, self.creates = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def create_run(self, *args, **kwargs):
+        self.creates += 1
+        self.client.create_run(*args, **kwargs)  # committed, answer lost
+        return self.client.create_run(*args, **kwargs)
+
+
+def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
+    from vlgate.flows import validation
+
+    client, claims, version = _registered_version(tmp_path, monkeypatch)
+    run_id = validation.ensure_validation_run(RetriedCreate(client), claims, "m", version)
+    experiment = client.get_experiment_by_name(tracking.validation_experiment("m")).experiment_id
+    active = client.search_runs([experiment])
+    assert [r.info.run_id for r in active] == [run_id]
+    assert claims.get("m", version).run_id == run_id
+    assert client.get_model_version("m", version).tags[tracking.TAG_RUN] == run_id
+    from mlflow.entities import ViewType
+
+    deleted = client.search_runs([experiment], run_view_type=ViewType.DELETED_ONLY)
+    assert len(deleted) == 1 and deleted[0].info.start_time >= client.get_run(run_id).info.start_time
+
+
+def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
+    from vlgate.flows import validation
+
+    client, claims, version = _registered_version(tmp_path, monkeypatch)
+    first = validation.ensure_validation_run(client, claims, "m", version)
+    claims.update("m", version, run_id="")  # the flow died before recording the run in the claim
+    assert claims.get("m", version).run_id == ""
+    counting = RetriedCreate(client)
+    assert validation.ensure_validation_run(counting, claims, "m", version) == first
+    assert counting.creates == 0
