@@ -71,7 +71,7 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     drifted = any(r.drifted for r in results)
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
     tags = {"vlgate.kind": "drift", "vlgate.model": model_name, "vlgate.version": version, "vlgate.drift": str(drifted).lower(), "vlgate.batch": batch}
-    run = client.create_run(experiment, run_name=f"{model_name} v{version} drift check", tags=tags)
+    run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version} drift check", tags)
     now = int(time.time() * 1000)
     metrics = []
     for evaluator, entry in evaluators.items():
@@ -82,10 +82,10 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
             if value is not None:
                 metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
     if metrics:
-        client.log_batch(run.info.run_id, metrics=metrics)
-    client.log_dict(run.info.run_id, {"drifted": drifted, "checks": [r.as_dict() for r in results]}, "drift.json")
-    client.set_terminated(run.info.run_id)
-    return run.info.run_id
+        client.log_batch(run_id, metrics=metrics)
+    client.log_dict(run_id, {"drifted": drifted, "checks": [r.as_dict() for r in results]}, "drift.json")
+    client.set_terminated(run_id)
+    return run_id
 
 
 #: The Prefect event a drift emits; an automation (a notification, a retraining

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +25,8 @@ TAG_DECISION = "vlgate.decision"
 TAG_REASONS = "vlgate.reasons"
 TAG_RUN = "vlgate.validation_run_id"
 TAG_DIGEST = "vlgate.checkpoint_digest"
+#: Names the one logical run a ``create_run`` call meant to make (see :func:`create_run_once`).
+TAG_RUN_TOKEN = "vlgate.run_token"
 #: MLflow keeps at most 5000 characters in a model-version tag value; the full list of
 #: reasons is in the run's decision.json.
 MAX_TAG_CHARS = 5000
@@ -123,11 +126,32 @@ def register_checkpoint(client, model_name: str, folder: Path, description: str 
         if version.tags.get(TAG_DIGEST) == digest:
             return version
     experiment = experiment_id(client, f"{model_name} (registrations)", home)
-    run = client.create_run(experiment, run_name=Path(folder).name, tags={"vlgate.kind": "registration", TAG_DIGEST: digest})
+    run = client.get_run(create_run_once(client, experiment, Path(folder).name, {"vlgate.kind": "registration", TAG_DIGEST: digest}))
     client.log_artifacts(run.info.run_id, str(folder), artifact_path="checkpoint")
     client.set_terminated(run.info.run_id)
     source = f"{run.info.artifact_uri}/checkpoint"
     return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={TAG_DIGEST: digest, **(tags or {})})
+
+
+def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str], token: str | None = None) -> str:
+    """``client.create_run`` that leaves one run. ``create_run`` is not idempotent: when the
+    tracking server commits a run and dies before answering, MLflow's client retries the
+    POST and a second run appears. The run carries ``token`` (one per logical run; a fresh
+    one by default), and the earliest run with it is the one returned; later twins are deleted."""
+    token = token or uuid.uuid4().hex
+    created = client.create_run(experiment, run_name=run_name, tags={**tags, "mlflow.runName": run_name, TAG_RUN_TOKEN: token}).info.run_id
+    return first_run_with_token(client, experiment, token) or created
+
+
+def first_run_with_token(client, experiment: str, token: str) -> str | None:
+    """The earliest active run made under ``token``, deleting any later twin; None if none."""
+    runs = client.search_runs([experiment], f"tags.`{TAG_RUN_TOKEN}` = '{token}'", max_results=50)
+    if not runs:
+        return None
+    first, *twins = sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
+    for twin in twins:
+        client.delete_run(twin.info.run_id)
+    return first.info.run_id
 
 
 def champion_version(client, model_name: str) -> str | None:

@@ -33,8 +33,6 @@ from vlgate.flows.gate import EvaluatorResult, GatePolicy, decide, records_frame
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
-TAG_CLAIM = "vlgate.claim"
-
 #: Per-evaluator label-free metric → the labelled metrics it is correlated with across
 #: versions (as the papers' tables do across models).
 CORRELATED = {
@@ -206,43 +204,25 @@ def log_evaluator(run_id: str, evaluator: str, outcome: EvaluatorOutcome, folder
 def ensure_validation_run(client, claims: ClaimStore, model_name: str, version: str) -> str:
     """The version's one validation run: the one the claim already names (a resumed flow),
     else one made for this claim, recorded in the claim before anything is logged to it.
-
-    ``create_run`` is not idempotent: when the tracking server dies after committing a run
-    but before answering, MLflow's client retries the POST and a second run appears. Every
-    run made for a claim carries the claim's tag, so after creating one the earliest run
-    with that tag is the validation run and any later twin is deleted."""
+    The run's token names the claim, so a flow that died between creating the run and
+    recording it finds that run again instead of making a second."""
     claim = claims.get(model_name, version)
     if claim is not None and claim.run_id:
         return claim.run_id
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name))
-    claim_tag = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
-    run_id = _earliest_run_for_claim(client, experiment, claim_tag) if claim_tag else None
-    if run_id is None:  # a flow that died between creating the run and recording it made one already
-        tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version), "mlflow.runName": f"{model_name} v{version}"}
-        if claim_tag:
-            tags[TAG_CLAIM] = claim_tag
-        run_id = client.create_run(experiment, run_name=f"{model_name} v{version}", tags=tags).info.run_id
-        if claim_tag:
-            run_id = _earliest_run_for_claim(client, experiment, claim_tag) or run_id
+    token = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
+    run_id = tracking.first_run_with_token(client, experiment, token) if token else None
+    if run_id is None:
+        tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version)}
+        run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version}", tags, token)
     claims.update(model_name, version, run_id=run_id)
     client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run_id)
     return run_id
 
 
 def claim_token(model_name: str, version: str, claimed_at: str) -> str:
-    """A filter-safe tag value naming one claim (model names may hold quotes)."""
+    """The run token of one claim's validation run (hashed: model names may hold quotes)."""
     return hashlib.sha256(f"{model_name}\0{version}\0{claimed_at}".encode()).hexdigest()[:32]
-
-
-def _earliest_run_for_claim(client, experiment: str, claim_tag: str) -> str | None:
-    """The first active run made for the claim; later twins (a retried create) are deleted."""
-    runs = client.search_runs([experiment], f"tags.`{TAG_CLAIM}` = '{claim_tag}'", max_results=50)
-    if not runs:
-        return None
-    first, *twins = sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
-    for twin in twins:
-        client.delete_run(twin.info.run_id)
-    return first.info.run_id
 
 
 # --- correlations ---------------------------------------------------------------------

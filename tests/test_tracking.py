@@ -52,6 +52,21 @@ class RetriedCreate:
         return self.client.create_run(*args, **kwargs)
 
 
+def test_create_run_once_deletes_the_twin_a_retried_post_made(tmp_path, monkeypatch):
+    from mlflow.entities import ViewType
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    experiment = tracking.experiment_id(client, "drift checks", tmp_path)
+    retried = RetriedCreate(client)
+    first = tracking.create_run_once(retried, experiment, "check 1", {"vlgate.kind": "drift"})
+    second = tracking.create_run_once(retried, experiment, "check 2", {"vlgate.kind": "drift"})
+    assert retried.creates == 2
+    active = {r.info.run_id: r.info.run_name for r in client.search_runs([experiment])}
+    assert active == {first: "check 1", second: "check 2"}  # one per call; fresh tokens keep two checks apart
+    assert len(client.search_runs([experiment], run_view_type=ViewType.DELETED_ONLY)) == 2
+
+
 def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
     from vlgate.flows import validation
 
