@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,17 +40,19 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
         "3": ("done", "promoted"),
         "4": ("done", "rejected"),
     }
-    # untrained and barely trained: below the floors; the language-prior fine-tune: as accurate
-    # on MC, but less logically consistent than the champion on NaturalBench units
+    # untrained and barely trained: below the floors
     assert any(r.startswith("lcm-mc/acc floor:") and r.endswith("fails") for r in versions["1"]["reasons"])
-    assert any(r.startswith("lcm-nb/lcm vs champion:") for r in versions["4"]["reasons"])
 
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("vlgate/world-vlm").experiment_id
     v3, v4 = (client.get_run(versions[v]["validation_run_id"]).data.metrics for v in ("3", "4"))
-    assert v4["lcm-nb/acc"] > v3["lcm-nb/acc"] and v4["lcm-nb/lcm"] < v3["lcm-nb/lcm"]
+    # the language-prior fine-tune: at least as accurate as the champion on a VL-LCM format,
+    # but less logically consistent there, and rejected for that by the paired bootstrap
+    lcm_regressions = [r.split("/")[0] for r in versions["4"]["reasons"] if re.fullmatch(r"lcm-(mc|nb)/lcm vs champion: .* < -[0-9.]+ allowed", r)]
+    assert lcm_regressions and all(v4[f"{name}/lcm"] < v3[f"{name}/lcm"] for name in lcm_regressions)
+    assert any(v4[f"{name}/acc"] >= v3[f"{name}/acc"] for name in lcm_regressions)
     drift_runs = client.search_runs([experiment], "tags.`vlgate.kind` = 'drift'")
     by_batch = {Path(run.data.tags["vlgate.batch"]).parent.name: run.data.tags["vlgate.drift"] for run in drift_runs}
     assert by_batch == {"incoming-clean": "false", "incoming-shifted": "true"}

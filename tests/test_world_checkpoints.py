@@ -155,3 +155,22 @@ def test_default_world_build_is_cached(default_world):
     assert again["cached"] is True
     card = json.loads((out / manifest["checkpoints"]["vlm_language_prior"] / "vlgate_checkpoint.json").read_text())
     assert card["language_prior"] is True and card["fine_tuned_from"] == "vlm-steps2000" and card["train_steps"] == 2300
+
+
+def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller_set(tmp_path):
+    import hashlib
+
+    def weights(folder):
+        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.safetensors"))}
+
+    before = torch.get_num_threads()
+    built = {}
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 20), llm_steps=20, prior_steps=20)
+            assert torch.get_num_threads() == threads  # the caller's setting is given back
+            built[threads] = weights(tmp_path / f"t{threads}")
+    finally:
+        torch.set_num_threads(before)
+    assert len(built[1]) == 9 and built[1] == built[3]  # 2 VLMs, prior, LLM, ViT, CLIP, 3 diffusion parts

@@ -25,7 +25,12 @@ from vlgate import __version__
 from vlgate.evaluators.world.datasets import build_datasets
 
 #: Bump when what the builder produces changes, so cached worlds are rebuilt.
-WORLD_FORMAT = 5
+#: 6: trained with BUILD_THREADS torch threads (format 5 depended on the machine's count).
+WORLD_FORMAT = 6
+#: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
+#: through training, the weights: the same seed built with 1 and with 2 threads gave
+#: different checkpoints (and different gate decisions). The build pins it.
+BUILD_THREADS = 2
 VLM_STEPS = {"small": (0, 200, 2000), "medium": (0, 300, 3000)}
 LLM_STEPS = 300
 PRIOR_STEPS = {"small": 300, "medium": 600}
@@ -61,15 +66,35 @@ def build_world(
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
     llm_steps = LLM_STEPS if llm_steps is None else llm_steps
     prior_steps = PRIOR_STEPS[size] if prior_steps is None else prior_steps
-    wanted = {"format": WORLD_FORMAT, "size": size, "seed": seed, "vlm_steps": list(steps), "llm_steps": llm_steps, "prior_steps": prior_steps}
+    wanted = {
+        "format": WORLD_FORMAT,
+        "size": size,
+        "seed": seed,
+        "vlm_steps": list(steps),
+        "llm_steps": llm_steps,
+        "prior_steps": prior_steps,
+        "threads": BUILD_THREADS,
+    }
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
             return manifest | {"cached": True}
     # torch and transformers load only when something has to be built: a cached call stays fast
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        return _build(out, size, seed, steps, llm_steps, prior_steps, wanted)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, prior_steps: int, wanted: dict[str, Any]) -> dict[str, Any]:
     from vlgate.evaluators.world.checkpoints import build_language_prior_version, build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
     from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
 
+    manifest_path = out / "manifest.json"
     if out.exists():
         shutil.rmtree(out)
     started = time.perf_counter()
