@@ -67,7 +67,7 @@ def truncate_prompt(tokenizer: Any, prompt: str) -> str:
     """The prompt cut to what the text encoder reads (``model_max_length`` tokens with the
     special ones), so that the cut is ours and recorded rather than a pipeline warning."""
     limit = tokenizer.model_max_length - tokenizer.num_special_tokens_to_add()
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are expected here: they are cut below
     if len(ids) <= limit:
         return prompt
     return tokenizer.decode(ids[:limit], skip_special_tokens=True)
