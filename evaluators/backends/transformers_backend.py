@@ -136,9 +136,16 @@ class TransformersBackend(VisionLanguageBackend):
         logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
         return [self._option_distribution(row, r.options) for row, r in zip(logits, requests)]
 
+    def _text_ids(self, text: str) -> torch.Tensor:
+        # The tokenizer alone: the split only needs token ids, and the processor would also
+        # preprocess the images again for every request of the group (the image tokens it
+        # inserts all lie in the prefix, so the suffixes' ids are the same either way).
+        return self.tokenizer(text, return_tensors="pt", add_special_tokens=not self.has_vision)["input_ids"][0]
+
     def _split_at_prefix(self, requests: list[ChoiceRequest]) -> tuple[str, list[torch.Tensor]] | None:
-        """The group's common chat-text prefix (cut at a word boundary) and each request's
-        token ids after it; None when the tokeniser merges across the cut."""
+        """The group's common chat-text prefix (cut at a word boundary, after every image
+        placeholder) and each request's token ids after it; None when the tokeniser merges
+        across the cut."""
         images = list(requests[0].images)
         texts = [self.chat_text(r.prompt, len(images)) for r in requests]
         prefix_text = os.path.commonprefix(texts)
@@ -146,10 +153,13 @@ class TransformersBackend(VisionLanguageBackend):
         if cut <= 0:
             return None
         prefix_text = prefix_text[:cut]
-        prefix_ids = self._encode([prefix_text], [images])["input_ids"][0]
+        placeholder = getattr(self.processor, "image_token", None) if self.has_vision else None
+        if placeholder and any(placeholder in text[cut:] for text in texts):
+            return None  # an image placeholder after the cut: its expansion would land in a suffix
+        prefix_ids = self._text_ids(prefix_text)
         suffixes = []
         for text in texts:
-            full_ids = self._encode([text], [images])["input_ids"][0]
+            full_ids = self._text_ids(text)
             if len(full_ids) <= len(prefix_ids) or not torch.equal(full_ids[: len(prefix_ids)], prefix_ids):
                 return None
             suffixes.append(full_ids[len(prefix_ids) :])
