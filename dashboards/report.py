@@ -169,14 +169,14 @@ def genception_chains(artifacts, frame: pd.DataFrame) -> list[plots.ImageChain]:
     return chains
 
 
-def evaluator_figures(name: str, artifacts, versions: pd.DataFrame) -> tuple[list[Figure], list[dict[str, Any]]]:
+def evaluator_figures(name: str, artifacts, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, Any]]]:
     """The plots of one evaluator's section and, for VL-LCM, its low-LCM examples."""
     frame, valid = valid_frame(name, artifacts.records)
     figures: list[Figure | None] = []
     examples: list[dict[str, Any]] = []
     if name in ("lcm-mc", "lcm-nb"):
         if name == "lcm-mc":
-            figures.append(_figure("lcm-mc-response-distribution", "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)", lambda: plots.response_distribution_figure(versions, "lcm-mc")))
+            figures.append(shared.response)
         if frame is not None:
             examples = _low_lcm_examples(name, artifacts, frame)
     elif name == "vlind" and frame is not None:
@@ -202,6 +202,24 @@ def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
         name = f"correlation-{x.replace('/', '-')}"
         figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", lambda both=both, x=x, present=present: plots.correlation_figure(both, x, present, labels=[f"v{v}" for v in both.index])))
     return [f for f in figures if f is not None]
+
+
+@dataclass
+class ModelFigures:
+    """The plots across a model's versions: the same on every version's page and on the
+    leaderboard, so drawn once per ``write_reports``."""
+
+    correlations: list[Figure]
+    response: Figure | None
+    drift: Figure | None
+
+
+def model_figures(board: pd.DataFrame, drift: pd.DataFrame) -> ModelFigures:
+    return ModelFigures(
+        correlations=correlation_figures(board),
+        response=_figure("lcm-mc-response-distribution", "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)", lambda: plots.response_distribution_figure(board, "lcm-mc")),
+        drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
+    )
 
 
 def _numbers(metrics: dict[str, Any], prefix: str = ""):
@@ -243,12 +261,12 @@ class RenderedReport:
     figures: list[Figure]
 
 
-def render_version_report(data: ValidationReportData, versions: pd.DataFrame, drift: pd.DataFrame, tracking_uri: str) -> RenderedReport:
+def render_version_report(data: ValidationReportData, shared: ModelFigures, drift: pd.DataFrame, tracking_uri: str) -> RenderedReport:
     """The report page of one validated version."""
     sections = []
     all_figures: list[Figure] = []
     for name, artifacts in data.evaluators.items():
-        figures, examples = evaluator_figures(name, artifacts, versions)
+        figures, examples = evaluator_figures(name, artifacts, shared)
         overall, breakdowns = _metric_rows(artifacts.metrics, name)
         all_figures += figures
         sections.append(
@@ -264,18 +282,14 @@ def render_version_report(data: ValidationReportData, versions: pd.DataFrame, dr
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
         sections.append({"name": name, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
-    across = correlation_figures(versions)
-    all_figures += across
-    drift_figure = _figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None
-    if drift_figure:
-        all_figures.append(drift_figure)
+    all_figures += shared.correlations + ([shared.drift] if shared.drift else [])
     html = _environment().get_template("report.html.j2").render(
         data=data,
         sections=sections,
         correlations=_correlation_rows(data.correlations),
         per_sample=_correlation_rows(data.gate.get("per_sample_correlations", {})),
-        correlation_figures=across,
-        drift_figure=drift_figure,
+        correlation_figures=shared.correlations,
+        drift_figure=shared.drift,
         drift=drift.tail(20).to_dict("records"),
         checks=data.gate.get("checks", []),
         champion_before=data.gate.get("champion_before"),
@@ -286,19 +300,13 @@ def render_version_report(data: ValidationReportData, versions: pd.DataFrame, dr
     return RenderedReport(html, all_figures)
 
 
-def render_leaderboard(model: str, board: pd.DataFrame, drift: pd.DataFrame, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
+def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
     """Every version of the model side by side: decision, champion, the key metrics."""
     metric_columns = [m for m in LEADERBOARD_METRICS if m in board.columns]
     metric_columns += sorted(c for c in board.columns if "/" in c and c not in metric_columns and not c.startswith(("correlation/", "drift/")))
     metrics_shown = [m for m in metric_columns if m in LEADERBOARD_METRICS]
     rows = [{"version": version, **row} for version, row in board.iterrows()]
-    figures = correlation_figures(board)
-    response = _figure("lcm-mc-response-distribution", "LCM and the response distribution per version (paper Fig. 2)", lambda: plots.response_distribution_figure(board, "lcm-mc"))
-    if response:
-        figures.append(response)
-    if len(drift):
-        drift_figure = _figure("drift-history", "Drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift))
-        figures += [drift_figure] if drift_figure else []
+    figures = [f for f in (*shared.correlations, shared.response, shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
         rows=rows,
@@ -338,16 +346,17 @@ def write_reports(client, model: str, versions: Iterable[str] | None, out: Path,
     written: dict[str, Path] = {}
     with tempfile.TemporaryDirectory() as scratch:
         drift = drift_history(client, model, Path(scratch) / "drift")
+        shared = model_figures(board, drift)
         for version in wanted:
             data = load_validation(client, model, version, Path(scratch) / f"v{version}")
-            rendered = render_version_report(data, board, drift, client.tracking_uri)
+            rendered = render_version_report(data, shared, drift, client.tracking_uri)
             path = out / report_file_name(version)
             path.write_text(rendered.html, encoding="utf-8")
             written[version] = path
             if log_to_mlflow and data.run_id:
                 log_report(client, data.run_id, path, rendered.figures)
         links = {v: report_file_name(v) for v in board.index if (out / report_file_name(v)).is_file()}
-        board_page = render_leaderboard(model, board, drift, client.tracking_uri, links)
+        board_page = render_leaderboard(model, board, shared, client.tracking_uri, links)
         board_path = out / "leaderboard.html"
         board_path.write_text(board_page.html, encoding="utf-8")
         if log_to_mlflow:
