@@ -199,6 +199,19 @@ def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, ca
     raise ValueError(f"evaluator {name!r} has no runner")
 
 
+def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any]) -> dict[str, Any]:
+    """One evaluator's summary entry: its records finished and scored (``finish_evaluator``) and the counts."""
+    return {
+        "metrics": finish_evaluator(result, out),
+        "n_items": n_items,
+        "n_load_errors": n_load_errors,
+        "reused": result.reused,
+        "computed": result.computed,
+        "item_errors": [str(error) for error in result.errors],
+        "models": models,
+    }
+
+
 def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
     """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
     metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
@@ -222,15 +235,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
                 store = RecordStore(out / name / "records.jsonl")
                 result = runner.run(items, store, suite.batch_size, progress)
                 result.errors = load_errors + result.errors
-                entry = {
-                    "metrics": finish_evaluator(result, out),
-                    "n_items": len(items),
-                    "n_load_errors": len(load_errors),
-                    "reused": result.reused,
-                    "computed": result.computed,
-                    "item_errors": [str(error) for error in result.errors],
-                    "models": runner.models,
-                }
+                entry = finished_entry(result, out, len(items), len(load_errors), runner.models)
             except Exception as error:  # one evaluator's failure must not discard the others' results
                 entry = {"error": f"{type(error).__name__}: {error}"}
             summary["evaluators"][name] = entry
@@ -297,14 +302,7 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[dict[str,
         records += [store.get(key) for key in shard["fingerprints"]]
     records.sort(key=lambda record: position[record["id"]])
     item_errors = [ItemError(**error) for shard in shards for error in shard["item_errors"]]
-    result = RunResult(evaluator, records, errors=load_errors + item_errors)
-    return {
-        "metrics": finish_evaluator(result, out),
-        "n_items": len(items),
-        "n_load_errors": len(load_errors),
-        "reused": sum(shard["reused"] for shard in shards),
-        "computed": sum(shard["computed"] for shard in shards),
-        "item_errors": [str(error) for error in result.errors],
-        "models": shards[0]["models"],
-        "shard_workers": [shard["worker"] for shard in sorted(shards, key=lambda shard: shard["shard"])],
-    }
+    reused, computed = sum(shard["reused"] for shard in shards), sum(shard["computed"] for shard in shards)
+    result = RunResult(evaluator, records, errors=load_errors + item_errors, reused=reused, computed=computed)
+    entry = finished_entry(result, out, len(items), len(load_errors), shards[0]["models"])
+    return entry | {"shard_workers": [shard["worker"] for shard in sorted(shards, key=lambda shard: shard["shard"])]}
