@@ -16,6 +16,9 @@ os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", os.path.join(os.environ["PRE
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# Code that falls back to the default home (`vlgate evaluate`'s model and evaluator caches)
+# writes into a throwaway one, never ./vlgate-data or a developer's own VLGATE_HOME.
+os.environ["VLGATE_HOME"] = tempfile.mkdtemp(prefix="vlgate-test-home-")
 
 DATA = Path(__file__).parent / "data"
 
