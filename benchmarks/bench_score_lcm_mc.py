@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vlgate.evaluators.records import read_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score, score_file
+from vlgate.evaluators.scoring import score, score_file, validate
 
 TARGET_SECONDS = 3.0
 

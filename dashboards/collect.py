@@ -17,18 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from vlgate.flows import tracking
-
-
-@dataclass
-class EvaluatorArtifacts:
-    """One evaluator's outputs as logged: metrics.json, records.jsonl and its folder."""
-
-    name: str
-    metrics: dict[str, Any]
-    records: list[dict[str, Any]]
-    folder: Path
-    error: str | None = None
+from vlgate import tracking
+from vlgate.evaluators import registry
+from vlgate.evaluators.output import EvaluatorOutput
 
 
 @dataclass
@@ -48,7 +39,8 @@ class ValidationReportData:
     gate: dict[str, Any] = field(default_factory=dict)
     correlations: dict[str, Any] = field(default_factory=dict)
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    evaluators: dict[str, EvaluatorArtifacts] = field(default_factory=dict)
+    #: each evaluator's output as logged (records parsed once, in the downloaded folder)
+    evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
 
 
 def _read_json(path: Path) -> Any:
@@ -62,13 +54,6 @@ def _download(client, run_id: str, path: str, into: Path) -> Path | None:
         return Path(client.download_artifacts(run_id, path, str(into)))
     except (MlflowException, OSError):  # not logged (an evaluator that failed, an older run)
         return None
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def load_validation(client, model_name: str, version: str, scratch: Path) -> ValidationReportData:
@@ -105,18 +90,12 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
         data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}
     evaluators = _download(client, data.run_id, "evaluators", scratch)
     if evaluators is not None:
-        from vlgate.evaluators.scoring import EVALUATORS
-
-        order = {name: n for n, name in enumerate(EVALUATORS)}
+        order = {name: n for n, name in enumerate(registry.names())}
         for folder in sorted((p for p in evaluators.iterdir() if p.is_dir()), key=lambda p: (order.get(p.name, len(order)), p.name)):
             run_info = _read_json(folder / "run.json") or {}
-            data.evaluators[folder.name] = EvaluatorArtifacts(
-                name=folder.name,
-                metrics=_read_json(folder / "metrics.json") or {},
-                records=_read_records(folder / "records.jsonl"),
-                folder=folder,
-                error=run_info.get("error"),
-            )
+            output = EvaluatorOutput.from_folder(folder.name, folder, error=run_info.get("error"))
+            output.metrics = output.metrics or {}
+            data.evaluators[folder.name] = output
     return data
 
 

@@ -10,9 +10,9 @@ per-sample frame (``evaluators.scoring.per_sample_frame``), or its records.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -12,35 +12,23 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jinja2
 import pandas as pd
 
+from vlgate import tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
-from vlgate.flows import tracking
+from vlgate.evaluators import registry
+from vlgate.evaluators.output import EvaluatorOutput
 
-#: Label-free metric → the labelled metrics the correlation figure puts against it.
-CORRELATION_FIGURES = {
-    "lcm-mc/lcm": ["lcm-mc/acc", "lcm-mc/f1"],
-    "lcm-nb/lcm": ["lcm-nb/acc", "lcm-nb/f1"],
-    "decc/reliable_rate/multi": ["decc/acc"],
-}
-#: The leaderboard's columns, in this order, where logged.
-LEADERBOARD_METRICS = [
-    "lcm-mc/lcm", "lcm-mc/acc", "lcm-mc/j_acc", "lcm-mc/f1",
-    "lcm-nb/lcm", "lcm-nb/acc", "lcm-nb/g_acc", "lcm-nb/f1",
-    "vlind/s_ck", "vlind/s_vp", "vlind/s_cb", "vlind/s_lp",
-    "genception/gc@3", "genception/gc_fid@3",
-    "decc/reliable_rate/multi", "decc/acc",
-]  # fmt: skip
 LOW_LCM_EXAMPLES = 5
 CHAIN_EXAMPLES = 2  # lowest and highest GC each
 
@@ -108,32 +96,22 @@ def _figure(name: str, caption: str, build) -> Figure | None:
     return Figure(name, caption, plots.png(figure))
 
 
-def valid_frame(evaluator: str, records: list[dict[str, Any]]):
-    """The per-sample frame of the records that satisfy the contract, and those records."""
-    from vlgate.evaluators.records import parse_jsonl
-    from vlgate.evaluators.schemas import validate
-    from vlgate.evaluators.scoring import per_sample_frame
-
-    if not records:
-        return None, None
-    valid = validate(evaluator, parse_jsonl(json.dumps(r) for r in records), skip_invalid=True)
-    return per_sample_frame(valid), valid
-
-
-def _low_lcm_examples(evaluator: str, artifacts, frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Paper App. H: the samples with the lowest P_LC, with what the model was asked and
-    the probabilities it gave, for a person to look at."""
-    by_id = {str(r["id"]): r for r in artifacts.records}
+    the probabilities it gave, for a person to look at (MC-VQA records carry ``p_mc``,
+    NaturalBench units the 2×2 matrices)."""
+    evaluator = output.evaluator
+    by_id = {str(r["id"]): r for r in output.records}
     examples = []
     for row in frame.nsmallest(LOW_LCM_EXAMPLES, "p_lc").itertuples():
         record = by_id.get(str(row.id), {})
-        if evaluator == "lcm-mc":
+        if "p_mc" in record:
             options = record.get("options") or [f"option {k}" for k in range(len(record.get("p_mc", [])))]
             lines = [
                 {"text": f"({chr(65 + k)}) {option}", "p_mc": record["p_mc"][k], "p_yes": record["p_yes"][k], "answer": record.get("answer") == k, "chosen": int(row.chosen) == k}
                 for k, option in enumerate(options)
             ]
-            images = [thumbnail(artifact_path(artifacts.folder, evaluator, record.get("image")))]
+            images = [thumbnail(artifact_path(output.folder, evaluator, record.get("image")))]
             prompt = record.get("question", "")
         else:
             labels = ["T1", "T2"]
@@ -141,7 +119,7 @@ def _low_lcm_examples(evaluator: str, artifacts, frame: pd.DataFrame) -> list[di
                 {"text": f"{labels[j]}: {text}", "p_yes": [record["p_yes"][i][j] for i in range(2)], "p_image": record["p_image"][j], "answer": False, "chosen": False}
                 for j, text in enumerate(record.get("texts") or ["", ""])
             ]
-            images = [thumbnail(artifact_path(artifacts.folder, evaluator, path)) for path in record.get("images", [])]
+            images = [thumbnail(artifact_path(output.folder, evaluator, path)) for path in record.get("images", [])]
             # SPEC §2.2: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
             label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(record.get("answer"), "unlabelled")
             chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
@@ -150,8 +128,8 @@ def _low_lcm_examples(evaluator: str, artifacts, frame: pd.DataFrame) -> list[di
     return examples
 
 
-def genception_chains(artifacts, frame: pd.DataFrame) -> list[plots.ImageChain]:
-    by_id = {str(r["id"]): r for r in artifacts.records}
+def genception_chains(output: EvaluatorOutput, frame: pd.DataFrame) -> list[plots.ImageChain]:
+    by_id = {str(r["id"]): r for r in output.records}
     ordered = frame.sort_values("gc")
     chosen = pd.concat([ordered.head(CHAIN_EXAMPLES), ordered.tail(CHAIN_EXAMPLES)]).drop_duplicates("id")
     chains = []
@@ -161,41 +139,89 @@ def genception_chains(artifacts, frame: pd.DataFrame) -> list[plots.ImageChain]:
             plots.ImageChain(
                 id=str(row.id),
                 gc=float(row.gc),
-                seed=artifact_path(artifacts.folder, "genception", record.get("seed")),
-                images=[artifact_path(artifacts.folder, "genception", path) for path in record.get("images", [])],
+                seed=artifact_path(output.folder, output.evaluator, record.get("seed")),
+                images=[artifact_path(output.folder, output.evaluator, path) for path in record.get("images", [])],
                 s=list(record["s"]),
             )
         )
     return chains
 
 
-def evaluator_figures(name: str, artifacts, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, Any]]]:
-    """The plots of one evaluator's section and, for VL-LCM, its low-LCM examples."""
-    frame, valid = valid_frame(name, artifacts.records)
+def _record_field(output: EvaluatorOutput, frame: pd.DataFrame, name: str) -> list[Any]:
+    """A record field in the per-sample frame's row order (the frame holds the valid records)."""
+    by_id = {str(r["id"]): r for r in output.records}
+    return [by_id.get(str(i), {}).get(name) for i in frame["id"]]
+
+
+SectionParts = tuple[list["Figure | None"], list[dict[str, Any]]]
+
+
+def _response_distribution(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    return [shared.responses.get(output.evaluator)], []
+
+
+def _low_p_lc_examples(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    return [], (_low_lcm_examples(output, frame) if frame is not None else [])
+
+
+def _vlind_funnel(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    if frame is None:
+        return [], []
+    concepts = [concept or "all" for concept in _record_field(output, frame, "concept")]
+    return [_figure("vlind-funnel", "VLind-Bench pipeline per concept: instances passing each stage", lambda: plots.vlind_funnel_figure(frame, concepts))], []
+
+
+def _genception_curves(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    if frame is None:
+        return [], []
+    return [_figure("genception-curves", "s(t) per image and the mean (GenCeption)", lambda: plots.genception_curves_figure(frame))], []
+
+
+def _genception_chains(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    if frame is None:
+        return [], []
+    caption = "Image chains seed → X¹ … Xᵀ of the lowest and highest GC"
+    return [_figure("genception-chains", caption, lambda: plots.genception_chain_figure(genception_chains(output, frame)))], []
+
+
+def _decc_matrix(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
+    if frame is None or not frame["correct"].notna().any():
+        return [], []
+    return [_figure("decc-matrix", "DeCC multi-agent reliability against correctness", lambda: plots.decc_matrix_figure(frame))], []
+
+
+#: The figure kinds an evaluator's registry entry may list in ``report_figures``.
+SECTION_FIGURES: dict[str, Any] = {
+    "response-distribution": _response_distribution,
+    "low-p_lc-examples": _low_p_lc_examples,
+    "vlind-funnel": _vlind_funnel,
+    "genception-curves": _genception_curves,
+    "genception-chains": _genception_chains,
+    "decc-matrix": _decc_matrix,
+}
+
+
+def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, Any]]]:
+    """The plots of one evaluator's section and its examples, as its registry entry lists them."""
+    kinds = registry.get(output.evaluator).report_figures if output.evaluator in registry.names() else ()
     figures: list[Figure | None] = []
     examples: list[dict[str, Any]] = []
-    if name in ("lcm-mc", "lcm-nb"):
-        if name == "lcm-mc":
-            figures.append(shared.response)
-        if frame is not None:
-            examples = _low_lcm_examples(name, artifacts, frame)
-    elif name == "vlind" and frame is not None:
-        concepts = [concept or "all" for concept in valid.column("concept")]
-        figures.append(_figure("vlind-funnel", "VLind-Bench pipeline per concept: instances passing each stage", lambda: plots.vlind_funnel_figure(frame, concepts)))
-    elif name == "genception" and frame is not None:
-        figures.append(_figure("genception-curves", "s(t) per image and the mean (GenCeption)", lambda: plots.genception_curves_figure(frame)))
-        figures.append(_figure("genception-chains", "Image chains seed → X¹ … Xᵀ of the lowest and highest GC", lambda: plots.genception_chain_figure(genception_chains(artifacts, frame))))
-    elif name == "decc" and frame is not None and frame["correct"].notna().any():
-        figures.append(_figure("decc-matrix", "DeCC multi-agent reliability against correctness", lambda: plots.decc_matrix_figure(frame)))
+    for kind in kinds:
+        more_figures, more_examples = SECTION_FIGURES[kind](output, output.samples, shared)
+        figures += more_figures
+        examples += more_examples
     return [f for f in figures if f is not None], examples
 
 
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
+    """One figure per label-free metric against the labelled metrics the registry pairs it
+    with (the same pairs as the correlation table)."""
+    paired: dict[str, list[str]] = {}
+    for x, y in registry.correlated_pairs([str(c) for c in versions.columns]):
+        if y in versions.columns:
+            paired.setdefault(x, []).append(y)
     figures = []
-    for x, ys in CORRELATION_FIGURES.items():
-        present = [y for y in ys if y in versions.columns]
-        if x not in versions.columns or not present:
-            continue
+    for x, present in paired.items():
         both = versions[[x, *present]].dropna()
         if len(both) < 3:  # coefficients need three versions
             continue
@@ -210,14 +236,17 @@ class ModelFigures:
     leaderboard, so drawn once per ``write_reports``."""
 
     correlations: list[Figure]
-    response: Figure | None
+    #: evaluator → its response distribution across versions (paper Fig. 2)
+    responses: dict[str, Figure | None]
     drift: Figure | None
 
 
 def model_figures(board: pd.DataFrame, drift: pd.DataFrame) -> ModelFigures:
+    caption = "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)"
+    with_responses = [d.name for d in registry.definitions() if "response-distribution" in d.report_figures]
     return ModelFigures(
         correlations=correlation_figures(board),
-        response=_figure("lcm-mc-response-distribution", "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)", lambda: plots.response_distribution_figure(board, "lcm-mc")),
+        responses={name: _figure(f"{name}-response-distribution", caption, lambda name=name: plots.response_distribution_figure(board, name)) for name in with_responses},
         drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
     )
 
@@ -265,9 +294,9 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
     """The report page of one validated version."""
     sections = []
     all_figures: list[Figure] = []
-    for name, artifacts in data.evaluators.items():
-        figures, examples = evaluator_figures(name, artifacts, shared)
-        overall, breakdowns = _metric_rows(artifacts.metrics, name)
+    for name, output in data.evaluators.items():
+        figures, examples = evaluator_figures(output, shared)
+        overall, breakdowns = _metric_rows(output.metrics or {}, name)
         all_figures += figures
         sections.append(
             {
@@ -277,7 +306,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
                 "expectations": data.expectations.get(name),
                 "figures": figures,
                 "examples": examples,
-                "error": artifacts.error,
+                "error": output.error,
             }
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
@@ -300,17 +329,27 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
     return RenderedReport(html, all_figures)
 
 
+def leaderboard_metrics(columns: list[str]) -> list[str]:
+    """The leaderboard's metric columns: every evaluator's headline metrics that were
+    logged, in registry order."""
+    shown = []
+    for definition in registry.definitions():
+        for metric in definition.metrics:
+            if metric.headline:
+                shown += [c for c in columns if registry.split_metric(c)[0] == definition.name and metric.matches(registry.split_metric(c)[1])]
+    return shown
+
+
 def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
     """Every version of the model side by side: decision, champion, the key metrics."""
-    metric_columns = [m for m in LEADERBOARD_METRICS if m in board.columns]
-    metric_columns += sorted(c for c in board.columns if "/" in c and c not in metric_columns and not c.startswith(("correlation/", "drift/")))
-    metrics_shown = [m for m in metric_columns if m in LEADERBOARD_METRICS]
+    headline = leaderboard_metrics([str(c) for c in board.columns])
+    other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     rows = [{"version": version, **row} for version, row in board.iterrows()]
-    figures = [f for f in (*shared.correlations, shared.response, shared.drift) if f is not None]
+    figures = [f for f in (*shared.correlations, *shared.responses.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
         rows=rows,
-        metrics=metrics_shown or metric_columns[:12],
+        metrics=headline or other[:12],
         figures=figures,
         links=report_links or {},
         tracking_uri=tracking_uri,

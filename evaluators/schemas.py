@@ -1,4 +1,6 @@
-"""One record schema per evaluator (SPEC §2.1–2.5), and validation against it.
+"""The record schemas of the five evaluators (SPEC §2.1–2.5), and validation against one.
+The registry (``evaluators/registry.py``) says which schema is whose; ``scoring.validate``
+validates by evaluator name.
 
 Validation runs in two passes so that a million records stay cheap: a per-record
 pass over structure (fields present, list lengths, labels), then the numbers are
@@ -8,8 +10,9 @@ fail the vectorised check are inspected one by one, to name the exact entry.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,10 +76,6 @@ def _outside(array: np.ndarray, low: float, high: float) -> np.ndarray:
 class Schema:
     """A record contract: structure per record, then numbers as arrays."""
 
-    evaluator: str = ""
-    #: The field metrics are broken down by when the records carry it.
-    default_group_field: str | None = None
-
     def structure_problems(self, record: dict[str, Any]) -> Iterator[Problem]:
         raise NotImplementedError
 
@@ -106,8 +105,6 @@ class Schema:
 class LcmMcSchema(Schema):
     """SPEC §2.1: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``."""
 
-    evaluator = "lcm-mc"
-    default_group_field = "category"
 
     def plainly_valid(self, record):
         p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")
@@ -149,8 +146,6 @@ NB_LABELS = {"c1": 0, "c2": 1}
 class LcmNbSchema(Schema):
     """SPEC §2.2: ``{"id", "p_yes": 2×2, "p_text": 2×2, "p_image": 2×2, "answer": "c1"|"c2"|null}``."""
 
-    evaluator = "lcm-nb"
-    default_group_field = "category"
     matrices = ("p_yes", "p_text", "p_image")
 
     def structure_problems(self, record):
@@ -189,8 +184,6 @@ def _answer_pair_problem(value: Any) -> str | None:
 class VlindSchema(Schema):
     """SPEC §2.3: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
 
-    evaluator = "vlind"
-    default_group_field = "concept"
 
     def structure_problems(self, record):
         concept = record.get("concept")
@@ -214,7 +207,7 @@ class VlindSchema(Schema):
                     break
 
     def arrays(self, records):
-        code = lambda pair: [ANSWER_CODES[v] for v in pair]  # noqa: E731
+        code = lambda pair: [ANSWER_CODES[v] for v in pair]
         arrays = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
         arrays["lp"] = np.array([code(pair) for r in records for pair in r["lp"]], dtype=np.int8).reshape(-1, 2)
         arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(r["lp"]) for r in records])
@@ -224,8 +217,6 @@ class VlindSchema(Schema):
 class GenceptionSchema(Schema):
     """SPEC §2.4: ``{"id", "category", "s": [s1, ..., sT]}`` with cosine similarities in [−1, 1]."""
 
-    evaluator = "genception"
-    default_group_field = "category"
 
     def structure_problems(self, record):
         category = record.get("category")
@@ -262,8 +253,6 @@ def _answer_text_problem(value: Any) -> str | None:
 class DeccSchema(Schema):
     """SPEC §2.5: ``{"id", "direct", "v1", "l1", "v2"?, "l2"?, "answer"?}``."""
 
-    evaluator = "decc"
-    default_group_field = "category"
 
     def structure_problems(self, record):
         for name in ("direct", "v1", "l1"):
@@ -292,11 +281,8 @@ class DeccSchema(Schema):
         return problems
 
     def arrays(self, records):
-        column = lambda name: pd.Series([None if r.get(name) is None else str(r[name]) for r in records], dtype=object)  # noqa: E731
+        column = lambda name: pd.Series([None if r.get(name) is None else str(r[name]) for r in records], dtype=object)
         return {name: column(name) for name in ("direct", "v1", "l1", "v2", "l2", "answer")}, {}
-
-
-SCHEMAS: dict[str, Schema] = {s.evaluator: s for s in (LcmMcSchema(), LcmNbSchema(), VlindSchema(), GenceptionSchema(), DeccSchema())}
 
 
 @dataclass
@@ -313,15 +299,12 @@ class ValidRecords:
         return [r.get(name) for r in self.records]
 
 
-def validate(evaluator: str, parsed: ParsedLines, skip_invalid: bool = False, source: str = "records") -> ValidRecords:
-    """Check parsed records against the evaluator's schema.
+def validate_against(schema: Schema, evaluator: str, parsed: ParsedLines, skip_invalid: bool = False, source: str = "records") -> ValidRecords:
+    """Check parsed records against ``schema`` (the one of ``evaluator``).
 
     Without ``skip_invalid`` any problem raises :class:`InvalidRecordsError` listing
     every bad record; with it, the bad records are dropped and listed in ``errors``.
     """
-    if evaluator not in SCHEMAS:
-        raise ValueError(f"unknown evaluator {evaluator!r}; expected one of {', '.join(sorted(SCHEMAS))}")
-    schema = SCHEMAS[evaluator]
     errors = list(parsed.errors)
     seen_ids: dict[Any, int] = {}
     rows: list[int] = []  # indices into parsed.records still valid

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 EXIT_BAD_INPUT = 2
 
@@ -127,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    from vlgate.flows import tracking
+    from vlgate import tracking
     from vlgate.flows.settings import prepare_environment
 
     folder = Path(args.checkpoint)
@@ -155,7 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from vlgate.flows import tracking
+    from vlgate import tracking
     from vlgate.flows.settings import prepare_environment
 
     home = prepare_environment()
@@ -178,7 +179,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from vlgate import __version__
-    from vlgate.evaluators.scoring import EVALUATORS
+    from vlgate.evaluators import registry
 
     parser = argparse.ArgumentParser(
         prog="vlgate",
@@ -192,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="metrics from per-sample records (SPEC §2), one JSON object on stdout",
         description="Validate a JSONL file of per-sample records against the evaluator's schema and print its metrics as JSON.",
     )
-    score.add_argument("evaluator", choices=EVALUATORS, help="which record contract and metrics")
+    score.add_argument("evaluator", choices=registry.names(), help="which record contract and metrics")
     score.add_argument("file", help="JSON Lines file, one record per line")
     score.add_argument("--features", metavar="F.npz", help="genception only: features t0..tT (N x D each) for fid@t and gc_fid@T")
     score.add_argument("--by", metavar="FIELD", help="break the metrics down by this record field (default: category/concept when present)")

@@ -29,7 +29,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from vlgate.flows import tracking
+from vlgate import tracking
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment
 
 MODEL_NAME = "world-vlm"
@@ -124,7 +124,9 @@ def run_demo(console: Console | None = None) -> int:
 
     console.rule("3. the registry hook (poller) starts one validation flow per new version")
     claims = ClaimStore.for_home(home)
-    dispatcher = Dispatcher(claims, workers=1)
+    from vlgate.flows.validation import validate_model_version
+
+    dispatcher = Dispatcher(claims, workers=1, start=validate_model_version)
     claimed = poll_once(client, dispatcher, lambda name: name == MODEL_NAME)
     dispatcher.resume_expired()
     console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
@@ -232,7 +234,7 @@ def results_table(client, home: Path) -> tuple[Table, list[str]]:
 
 
 def correlation_table(client) -> Table:
-    from vlgate.flows.validation import correlate_across_versions, version_table
+    from vlgate.flows.correlations import correlate_across_versions, version_table
 
     frame = version_table(client, MODEL_NAME)
     table = Table(title=f"label-free vs labelled metrics across the {len(frame)} validated versions", box=box.SIMPLE_HEAD)

@@ -1,4 +1,4 @@
-"""The scheduled drift check (SPEC §3, issue 5 item 4).
+"""The scheduled drift check (SPEC §3).
 
     drift_check(model):
         score the champion on its reference batch (once; records are cached) and on the new batch
@@ -20,19 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
 
-from vlgate.flows import tracking
+from vlgate import tracking
+from vlgate.evaluators import registry
 from vlgate.flows.settings import ServiceConfig, prepare_environment
-
-#: evaluator → (per-sample label-free column of its per-sample frame, metric it averages to)
-PER_SAMPLE_SCORES = {
-    "lcm-nb": ("p_lc", "lcm"),
-    "lcm-mc": ("p_lc", "lcm"),
-    "genception": ("gc", "gc"),
-    "decc": ("multi", "reliable_rate/multi"),
-}
 
 
 @task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
@@ -43,22 +37,29 @@ def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str) -> di
     return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir))
 
 
-def per_sample_scores(folder: Path, evaluator: str):
-    """The label-free per-sample score of one evaluator's records folder."""
-    from vlgate.evaluators.records import read_jsonl
-    from vlgate.evaluators.schemas import validate
-    from vlgate.evaluators.scoring import per_sample_frame
+def drift_score(evaluator: str) -> registry.DriftScore:
+    score = registry.get(evaluator).drift_score
+    if score is None:
+        raise ValueError(f"{evaluator} has no per-sample score for drift checks")
+    return score
 
-    column, _ = PER_SAMPLE_SCORES[evaluator]
-    frame = per_sample_frame(validate(evaluator, read_jsonl(folder / evaluator / "records.jsonl"), skip_invalid=True))
-    return frame[column].to_numpy(dtype=float)
+
+def per_sample_scores(folder: Path, evaluator: str) -> np.ndarray:
+    """The label-free per-sample score drift checks use (the registry's ``drift_score``)
+    of one evaluator's records folder."""
+    from vlgate.evaluators.output import EvaluatorOutput
+
+    samples = EvaluatorOutput.from_folder(evaluator, folder / evaluator).samples
+    if samples is None:
+        raise ValueError(f"drift: no valid {evaluator} records in {folder / evaluator}")
+    return samples[drift_score(evaluator).column].to_numpy(dtype=float)
 
 
 def _suite_key(path: Path) -> str:
     from vlgate.evaluators.runners.suite import Suite
 
     suite = Suite.from_file(path)
-    material = [path.read_bytes().hex()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.named().values()]
+    material = [path.read_bytes().hex()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.values()]
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
@@ -127,7 +128,7 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     current = score_batch(model_uri, str(batch_suite), str(current_out), cache)
 
     results = []
-    for evaluator in PER_SAMPLE_SCORES:
+    for evaluator in (d.name for d in registry.definitions() if d.drift_score is not None):
         if evaluator not in reference["evaluators"] or evaluator not in current["evaluators"]:
             continue
         if "error" in reference["evaluators"][evaluator] or "error" in current["evaluators"][evaluator]:
@@ -135,7 +136,7 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
             continue
         ref_scores = per_sample_scores(folder / f"reference-{_suite_key(drift.reference)}", evaluator)
         new_scores = per_sample_scores(current_out, evaluator)
-        results.append(detect_drift(f"{evaluator}/{PER_SAMPLE_SCORES[evaluator][1]}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
+        results.append(detect_drift(f"{evaluator}/{drift_score(evaluator).metric}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
     drifted = [r for r in results if r.drifted]
 
     run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)

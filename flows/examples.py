@@ -13,17 +13,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.correlation import correlate_table
-from vlgate.evaluators.scoring import EVALUATORS, score_file
-
-#: The metrics shown per evaluator (all of them are in the JSON that `vlgate score` prints).
-HEADLINE = {
-    "lcm-mc": ("lcm", "acc", "j_acc", "f1", "lcm_gt"),
-    "lcm-nb": ("lcm", "acc", "q_acc", "i_acc", "g_acc", "j_acc", "f1"),
-    "vlind": ("s_ck", "s_vp", "s_cb", "s_lp", "acc_cb", "acc_lp"),
-    "genception": ("gc@3", "gc_fid@3"),
-    "decc": ("reliable_rate/multi", "acc", "brier/multi", "er/multi"),
-}
+from vlgate.evaluators.scoring import score_file
 
 
 def run_examples(console: Console | None = None) -> int:
@@ -33,11 +25,14 @@ def run_examples(console: Console | None = None) -> int:
     table.add_column("evaluator")
     table.add_column("n", justify="right")
     table.add_column("metrics")
-    for evaluator in EVALUATORS:
-        with resources.as_file(examples / f"{evaluator}.jsonl") as path, resources.as_file(examples / "genception-features.npz") as features:
-            metrics, _ = score_file(evaluator, path, features_path=features if evaluator == "genception" else None)
-        shown = ", ".join(f"{key}={metrics[key]:.4f}" for key in HEADLINE[evaluator] if metrics.get(key) is not None)
-        table.add_row(evaluator, str(metrics["n"]), shown)
+    for definition in registry.definitions():  # the headline metrics are shown; `vlgate score` prints them all
+        if not definition.example:
+            continue
+        features_file = examples / (definition.example_features or definition.example)
+        with resources.as_file(examples / definition.example) as path, resources.as_file(features_file) as features:
+            metrics, _ = score_file(definition.name, path, features_path=features if definition.example_features else None)
+        shown = ", ".join(f"{key}={metrics[key]:.4f}" for key in definition.headline(metrics) if metrics.get(key) is not None)
+        table.add_row(definition.name, str(metrics["n"]), shown)
     console.print(table)
 
     for data_set in ("coco", "voc2007"):

@@ -23,48 +23,12 @@ Applied to every evaluator
     metric, when present, is range-checked but may be null: labelled metrics are
     omitted or undefined on unlabelled data (SPEC §2) and that is not an error.
 
-lcm-mc (SPEC §2.1)
-    records: ``p_lc`` in [0, 1], never null (defined for every record);
-    ``lc_gt`` in [0, 1] and ``correct``, ``j_correct``, ``reliable_correct`` in
-    {0, 1}, null allowed (labelled records only); ``chosen`` and ``n_yes`` >= 0 and
-    ``reliable`` boolean, never null.
-    metrics: required ``lcm`` in [0, 1]; when present ``abstention``,
-    ``confidence``, ``overconfidence``, ``acc``, ``j_acc``, ``f1``, ``lcm_gt`` in
-    [0, 1] and the counts ``n_reliable``, ``n_labelled``, ``n_reliable_correct`` in
-    [0, expected_rows].
-lcm-nb (SPEC §2.2)
-    records: ``p_lc`` in [0, 1], never null; labelled-only, null allowed:
-    ``lc_gt`` in [0, 1], ``yn_correct`` and ``j_correct`` in [0, 4] (of four tests),
-    ``q_correct`` and ``i_correct`` in [0, 2], ``g_correct`` in {0, 1}.
-    metrics: required ``lcm`` in [0, 1]; when present ``acc``, ``q_acc``,
-    ``i_acc``, ``g_acc``, ``j_acc``, ``f1``, ``lcm_gt`` in [0, 1], ``n_labelled``
-    a count.
-vlind (SPEC §2.3)
-    records: ``ck``, ``vp``, ``cb_raw``, ``cb`` boolean and ``lp_raw``, ``lp`` in
-    [0, 1] (fraction of an instance's images), never null; the pipeline order
-    holds row by row: ``ck >= cb``, ``cb_raw >= cb`` and ``lp_raw >= lp`` (a
-    later stage only counts where the earlier ones passed).
-    metrics: required ``s_ck``, ``s_vp`` in [0, 1] (defined whenever there are
-    records); ``s_cb``, ``s_lp``, ``acc_cb``, ``acc_lp`` in [0, 1] when defined.
-    ``s_cb``/``s_lp`` are undefined when no instance passed the earlier stages
-    (SPEC §2.3): that is a finding about the model, not broken data, so it is not
-    an expectation failure; a policy that gates on ``vlind/s_lp`` fails closed on
-    it anyway (flows/gate.py: an undefined metric fails its floor).
-genception (SPEC §2.4)
-    records: ``gc`` and ``s@1`` … ``s@T`` are cosine similarities in [-1, 1], never
-    null (T read from the frame's ``s@t`` columns).
-    metrics: required ``gc@T`` in [-1, 1] for that T; when present ``s@t`` in
-    [-1, 1] and the Fréchet distances ``fid@t``, ``gc_fid@T`` >= 0 (null allowed:
-    FID is undefined with fewer than two images).
-decc (SPEC §2.5)
-    records: ``vlm``, ``llm``, ``multi`` in {0, 1}, never null (the first round
-    always runs and the schema requires the second where it decides ``multi``);
-    ``vlm2``, ``llm2`` (second round only) and ``correct`` (labelled only) in
-    {0, 1}, null allowed.
-    metrics: required ``reliable_rate/vlm``, ``reliable_rate/llm``,
-    ``reliable_rate/multi`` in [0, 1]; when present ``reliable_rate/vlm2``,
-    ``reliable_rate/llm2``, ``acc`` and ``brier/*`` in [0, 1], ``er/*`` in [-1, 1]
-    (effective reliability with cost 1), ``n_round2`` and ``n_labelled`` counts.
+What each evaluator's columns and metrics are — ranges, value sets, nullability, which
+metrics are required, which are counts, the pipeline order of VLind-Bench's stages —
+comes from the evaluator registry (``evaluators/registry.py``). Templated names are
+expanded from the run itself: GenCeption's ``s@1`` … ``s@T`` columns and its required
+``gc@T`` take T from the per-sample frame. Breakdowns (``by_<field>``) are not checked
+here; they hold the same metrics over subsets.
 
 Great Expectations is imported on the first call, not with this module: the import
 alone takes seconds and the CLI imports flows for unrelated commands. One ephemeral
@@ -78,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,139 +49,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vlgate.evaluators import registry
+
 __all__ = ["ExpectationReport", "validate_evaluator_output"]
 
 # Nothing here may phone home (GX reads this when a context is created).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 RECORDS, METRICS = "records", "metrics"
+#: checked on their own terms, not by range: n equals the data set's size, n_skipped is 0;
+#: n_item_errors (items that could not be loaded) is already in the row count
+_CHECKED_APART = ("n", "n_skipped", "n_item_errors")
 _SHOWN_EXAMPLES = 5  # unexpected values kept per failed expectation
 
 
 # ---------------------------------------------------------------------------
-# What is expected, per evaluator (plain data; turned into GX expectations below)
+# What is expected: the registry's columns and metrics
 
 
-@dataclass(frozen=True)
-class _Column:
-    """A per-sample column: a range or a value set, and whether null is legitimate."""
-
-    name: str
-    low: float | None = None
-    high: float | None = None
-    values: tuple | None = None
-    nullable: bool = False
+def _record_columns(definition: registry.EvaluatorDefinition, records: pd.DataFrame) -> list[registry.Column]:
+    return [expanded for column in definition.columns for expanded in column.expand(list(records.columns))]
 
 
-def _probability(name: str, nullable: bool = False) -> _Column:
-    return _Column(name, 0.0, 1.0, nullable=nullable)
-
-
-def _indicator(name: str, nullable: bool = False) -> _Column:
-    return _Column(name, values=(0, 1), nullable=nullable)
-
-
-def _boolean(name: str) -> _Column:
-    return _Column(name, values=(True, False))
-
-
-_RECORD_COLUMNS: dict[str, list[_Column]] = {
-    "lcm-mc": [
-        _probability("p_lc"),
-        _Column("chosen", 0, None),
-        _Column("n_yes", 0, None),
-        _boolean("reliable"),
-        _indicator("correct", nullable=True),
-        _indicator("j_correct", nullable=True),
-        _probability("lc_gt", nullable=True),
-        _indicator("reliable_correct", nullable=True),
-    ],
-    "lcm-nb": [
-        _probability("p_lc"),
-        _Column("yn_correct", 0, 4, nullable=True),
-        _Column("q_correct", 0, 2, nullable=True),
-        _Column("i_correct", 0, 2, nullable=True),
-        _indicator("g_correct", nullable=True),
-        _Column("j_correct", 0, 4, nullable=True),
-        _probability("lc_gt", nullable=True),
-    ],
-    "vlind": [
-        _boolean("ck"),
-        _boolean("vp"),
-        _boolean("cb_raw"),
-        _boolean("cb"),
-        _probability("lp_raw"),
-        _probability("lp"),
-    ],
-    "genception": [_Column("gc", -1.0, 1.0)],  # s@1..s@T are added from the frame
-    "decc": [
-        _indicator("vlm"),
-        _indicator("llm"),
-        _indicator("multi"),
-        _indicator("vlm2", nullable=True),
-        _indicator("llm2", nullable=True),
-        _indicator("correct", nullable=True),
-    ],
-}
-
-# (A, B): A >= B on every row, where B is a later pipeline stage gated on A.
-_RECORD_ORDER: dict[str, list[tuple[str, str]]] = {
-    "vlind": [("ck", "cb"), ("cb_raw", "cb"), ("lp_raw", "lp")],
-}
-
-_SIMILARITY = re.compile(r"s@(\d+)")
-_GC_AT = re.compile(r"gc@(\d+)")
-
-# Label-free metrics that must be present and defined, with their range.
-_REQUIRED_METRICS: dict[str, dict[str, tuple[float, float]]] = {
-    "lcm-mc": {"lcm": (0.0, 1.0)},
-    "lcm-nb": {"lcm": (0.0, 1.0)},
-    "vlind": {"s_ck": (0.0, 1.0), "s_vp": (0.0, 1.0)},
-    "genception": {},  # gc@T, with T from the records (see _required_metrics)
-    "decc": {"reliable_rate/vlm": (0.0, 1.0), "reliable_rate/llm": (0.0, 1.0), "reliable_rate/multi": (0.0, 1.0)},
-}
-
-_COUNT = "count"  # a count bounded by expected_rows
-# Other metrics, checked only when present; null allowed. Patterns are full matches.
-_OPTIONAL_METRICS: dict[str, list[tuple[str, Any]]] = {
-    "lcm-mc": [
-        (r"abstention|confidence|overconfidence|acc|j_acc|f1|lcm_gt", (0.0, 1.0)),
-        (r"n_reliable|n_labelled|n_reliable_correct", _COUNT),
-    ],
-    "lcm-nb": [(r"acc|q_acc|i_acc|g_acc|j_acc|f1|lcm_gt", (0.0, 1.0)), (r"n_labelled", _COUNT)],
-    "vlind": [(r"s_cb|s_lp|acc_cb|acc_lp", (0.0, 1.0))],
-    "genception": [(r"s@\d+", (-1.0, 1.0)), (r"fid@\d+|gc_fid@\d+", (0.0, None))],
-    "decc": [
-        (r"reliable_rate/.+|acc|brier/.+", (0.0, 1.0)),
-        (r"er/.+", (-1.0, 1.0)),
-        (r"n_round2|n_labelled", _COUNT),
-    ],
-}
-
-
-def _record_columns(evaluator: str, records: pd.DataFrame) -> list[_Column]:
-    columns = list(_RECORD_COLUMNS[evaluator])
-    if evaluator == "genception":
-        iterations = _iterations(records) or 1  # at least s@1 must be there
-        columns += [_Column(f"s@{t}", -1.0, 1.0) for t in range(1, iterations + 1)]
-    return columns
-
-
-def _iterations(records: pd.DataFrame) -> int:
-    """GenCeption's T: the number of s@t columns of the per-sample frame."""
-    return sum(1 for name in records.columns if _SIMILARITY.fullmatch(str(name)))
-
-
-def _required_metrics(evaluator: str, records: pd.DataFrame, metrics: dict) -> dict[str, tuple[float, float]]:
-    required = dict(_REQUIRED_METRICS[evaluator])
-    if evaluator == "genception":
-        # The records fix T; without s@t columns fall back to the metrics' own gc@T, then SPEC's default 3.
-        iterations = _iterations(records)
-        if not iterations:
-            found = sorted(int(m.group(1)) for m in (_GC_AT.fullmatch(k) for k in metrics if isinstance(k, str)) if m)
-            iterations = found[-1] if found else 3
-        required[f"gc@{iterations}"] = (-1.0, 1.0)
-    return required
+def _bounds(metric: registry.Metric, expected_rows: int) -> tuple[float | None, float | None]:
+    return (0, expected_rows) if metric.count else (metric.low, metric.high)
 
 
 # ---------------------------------------------------------------------------
@@ -385,7 +239,7 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
     return results
 
 
-def _records_expectations(evaluator: str, records: pd.DataFrame, expected_rows: int) -> list[Any]:
+def _records_expectations(definition: registry.EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Any]:
     _, gxe = _gx()
     present = set(records.columns)
     expectations: list[Any] = [
@@ -394,7 +248,7 @@ def _records_expectations(evaluator: str, records: pd.DataFrame, expected_rows: 
     ]
     if "id" in present:  # checks on an absent column would only repeat "missing" as a GX error
         expectations += [gxe.ExpectColumnValuesToNotBeNull(column="id"), gxe.ExpectColumnValuesToBeUnique(column="id")]
-    for column in _record_columns(evaluator, records):
+    for column in _record_columns(definition, records):
         expectations.append(gxe.ExpectColumnToExist(column=column.name))
         if column.name not in present:
             continue
@@ -404,7 +258,7 @@ def _records_expectations(evaluator: str, records: pd.DataFrame, expected_rows: 
             expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column.name, value_set=list(column.values)))
         else:  # nulls are skipped by GX's map expectations, so nullable columns are range-checked where defined
             expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column.name, min_value=column.low, max_value=column.high))
-    for earlier, later in _RECORD_ORDER.get(evaluator, []):
+    for earlier, later in definition.ordered_columns:
         if earlier in present and later in present:
             expectations.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=earlier, column_B=later, or_equal=True))
     return expectations
@@ -417,7 +271,7 @@ def _as_number(value: Any) -> float:
     return float(value)
 
 
-def _metrics_frame_and_expectations(evaluator: str, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
+def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
     _, gxe = _gx()
     columns: dict[str, float] = {}
     expectations: list[Any] = []
@@ -426,7 +280,10 @@ def _metrics_frame_and_expectations(evaluator: str, records: pd.DataFrame, metri
         columns[name] = _as_number(metrics[name])
         expectations.append(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=low, max_value=high))
 
-    for name, (low, high) in _required_metrics(evaluator, records, metrics).items():
+    values = definition.template_values(records, metrics)
+    for metric in definition.required_metrics(values):
+        name = metric.resolve(values)
+        low, high = _bounds(metric, expected_rows)
         expectations.append(gxe.ExpectColumnToExist(column=name))
         if name in metrics:
             columns[name] = _as_number(metrics[name])
@@ -438,13 +295,11 @@ def _metrics_frame_and_expectations(evaluator: str, records: pd.DataFrame, metri
         between("n_skipped", 0, 0)
     checked = set(columns)
     for name in metrics:
-        if name in checked or not isinstance(name, str):
+        if name in checked or not isinstance(name, str) or name in _CHECKED_APART:
             continue
-        for pattern, bounds in _OPTIONAL_METRICS[evaluator]:
-            if re.fullmatch(pattern, name):
-                low, high = (0, expected_rows) if bounds == _COUNT else bounds
-                between(name, low, high)
-                break
+        metric = definition.metric(name)
+        if metric is not None:
+            between(name, *_bounds(metric, expected_rows))
     return pd.DataFrame({name: [value] for name, value in columns.items()}, dtype="float64"), expectations
 
 
@@ -455,13 +310,12 @@ def validate_evaluator_output(evaluator: str, records: pd.DataFrame, metrics: di
     what ``score(...)`` returned for them and ``expected_rows`` the number of items
     in the data set. The report succeeds only when every expectation does.
     """
-    if evaluator not in _RECORD_COLUMNS:
-        raise ValueError(f"unknown evaluator {evaluator!r}; expected one of {', '.join(sorted(_RECORD_COLUMNS))}")
+    definition = registry.get(evaluator)
     if isinstance(expected_rows, bool) or not isinstance(expected_rows, (int, np.integer)) or expected_rows < 0:
         raise ValueError(f"expected_rows must be a non-negative integer, got {expected_rows!r}")
     expected_rows = int(expected_rows)
     metrics = metrics or {}
-    results = _run_suite(RECORDS, records, _records_expectations(evaluator, records, expected_rows))
-    metrics_frame, metric_expectations = _metrics_frame_and_expectations(evaluator, records, metrics, expected_rows)
+    results = _run_suite(RECORDS, records, _records_expectations(definition, records, expected_rows))
+    metrics_frame, metric_expectations = _metrics_frame_and_expectations(definition, records, metrics, expected_rows)
     results += _run_suite(METRICS, metrics_frame, metric_expectations)
     return ExpectationReport(evaluator, all(r["success"] for r in results), results)

@@ -1,5 +1,5 @@
-"""The promotion gate (SPEC §3, issue 5): a YAML policy per registered model, judged on a
-candidate's evaluator results and, where there is one, the current champion's.
+"""The promotion gate (SPEC §3): a YAML policy per registered model, judged on a
+candidate's evaluator outputs and, where there is one, the current champion's.
 
 A policy file::
 
@@ -20,14 +20,15 @@ A policy file::
 A regression rule passes when the paired bootstrap lower bound of (candidate − champion)
 — (champion − candidate) for lower-is-better metrics — is at least ``-max_drop``: the
 candidate is shown non-inferior within the margin, rather than compared by point
-estimates. The gate fails closed: a required evaluator that is missing or failed, a
+estimates. Which way a metric is better, and which metrics exist at all, comes from the
+evaluator registry: a policy naming an unknown evaluator or metric, or a regression rule
+on a metric without a direction (a count), is refused when the policy is loaded. The gate fails closed: a required evaluator that is missing or failed, a
 failed expectation, a metric that is absent or undefined, or a comparison that cannot be
 made means no promotion, and every reason is kept.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate.config import load_yaml_model
+from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
-from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import AGGREGATES, EVALUATORS, per_sample_frame
+from vlgate.evaluators.output import EvaluatorOutput
 
 
 class RegressionRule(BaseModel):
@@ -51,7 +51,7 @@ class RegressionRule(BaseModel):
 class GatePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    required: list[str] = Field(default_factory=lambda: list(EVALUATORS))
+    required: list[str] = Field(default_factory=lambda: list(registry.names()))
     floors: dict[str, float] = Field(default_factory=dict)
     ceilings: dict[str, float] = Field(default_factory=dict)
     regressions: dict[str, RegressionRule] = Field(default_factory=dict)
@@ -60,26 +60,24 @@ class GatePolicy(BaseModel):
     seed: int = 0
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "GatePolicy":
+    def from_file(cls, path: str | Path) -> GatePolicy:
         return load_yaml_model(cls, path, "gate policy")
 
     def model_post_init(self, _context: Any) -> None:
+        known = registry.names()
+        for name in self.required:
+            if name not in known:
+                raise ValueError(f"gate policy: required evaluator {name!r} is not one of {', '.join(known)}")
         for name in [*self.floors, *self.ceilings, *self.regressions]:
-            evaluator, _, metric = name.partition("/")
-            if evaluator not in EVALUATORS or not metric:
-                raise ValueError(f"gate policy: {name!r} is not EVALUATOR/METRIC with EVALUATOR one of {', '.join(EVALUATORS)}")
-
-
-@dataclass
-class EvaluatorResult:
-    """What one evaluator produced for one model version: its metrics and per-sample
-    records, or the error that stopped it; ``expectations_passed`` is the data-quality
-    verdict (Great Expectations) on them."""
-
-    metrics: dict[str, Any] | None = None
-    records: list[dict[str, Any]] | None = None
-    error: str | None = None
-    expectations_passed: bool = True
+            evaluator, metric = registry.split_metric(name)
+            if evaluator not in known or not metric:
+                raise ValueError(f"gate policy: {name!r} is not EVALUATOR/METRIC with EVALUATOR one of {', '.join(known)}")
+            spec = registry.metric(name)
+            if spec is None:
+                listed = ", ".join(m.name for m in registry.get(evaluator).metrics)
+                raise ValueError(f"gate policy: {name!r}: {evaluator} has no metric {metric!r} (it has {listed})")
+            if name in self.regressions and spec.direction is None:
+                raise ValueError(f"gate policy: {name!r} has no better direction (a count or a share), so it cannot regress")
 
 
 @dataclass
@@ -104,26 +102,18 @@ class Decision:
         return {"promote": self.promote, "reasons": self.reasons, "checks": [vars(c) for c in self.checks]}
 
 
-def lower_is_better(metric: str) -> bool:
-    """FID-type distances and Brier scores go down when a model gets better."""
-    return metric.startswith(("fid@", "gc_fid@", "brier/"))
+def lower_is_better(qualified: str) -> bool:
+    """``EVALUATOR/METRIC`` goes down when a model gets better (FID-type distances, Brier scores)."""
+    spec = registry.metric(qualified)
+    return spec is not None and spec.direction == "lower"
 
 
-def _split(name: str) -> tuple[str, str]:
-    evaluator, _, metric = name.partition("/")
-    return evaluator, metric
-
-
-def _metric(result: EvaluatorResult | None, metric: str) -> float | None:
-    value = None if result is None or result.metrics is None else result.metrics.get(metric)
+def _metric(output: EvaluatorOutput | None, metric: str) -> float | None:
+    value = None if output is None or output.metrics is None else output.metrics.get(metric)
     return None if value is None else float(value)
 
 
-def records_frame(evaluator: str, records: list[dict[str, Any]]) -> pd.DataFrame:
-    return per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records)))
-
-
-def decide(policy: GatePolicy, candidate: dict[str, EvaluatorResult], champion: dict[str, EvaluatorResult] | None) -> Decision:
+def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Decision:
     """Judge a candidate; ``champion`` is None when the model has none yet."""
     checks: list[Check] = []
     for evaluator in policy.required:
@@ -133,11 +123,11 @@ def decide(policy: GatePolicy, candidate: dict[str, EvaluatorResult], champion: 
         elif result.error:
             checks.append(Check(f"{evaluator} ran", False, f"failed: {result.error}"))
         else:
-            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records or [])} records"))
+            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records"))
             checks.append(Check(f"{evaluator} expectations", result.expectations_passed, "passed" if result.expectations_passed else "failed expectations (see the validation report)"))
     for name, bound in [*((n, ("floor", v)) for n, v in policy.floors.items()), *((n, ("ceiling", v)) for n, v in policy.ceilings.items())]:
         kind, limit = bound
-        evaluator, metric = _split(name)
+        evaluator, metric = registry.split_metric(name)
         value = _metric(candidate.get(evaluator), metric)
         if value is None:
             checks.append(Check(f"{name} {kind}", False, "metric missing or undefined (fail closed)"))
@@ -149,23 +139,23 @@ def decide(policy: GatePolicy, candidate: dict[str, EvaluatorResult], champion: 
     return Decision(promote=all(check.passed for check in checks), checks=checks)
 
 
-def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candidate: dict[str, EvaluatorResult], champion: dict[str, EvaluatorResult] | None) -> Check:
+def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check:
     label = f"{name} vs champion"
     if champion is None:
         return Check(label, True, "no champion yet: nothing to regress from")
-    evaluator, metric = _split(name)
+    evaluator, metric = registry.split_metric(name)
     mine, theirs = candidate.get(evaluator), champion.get(evaluator)
-    if mine is None or not mine.records or theirs is None or not theirs.records:
+    if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
         return Check(label, False, "per-sample records missing for the candidate or the champion (fail closed)")
-    aggregate = AGGREGATES[evaluator]
+    aggregate = registry.get(evaluator).aggregate
 
     def statistic(frame: pd.DataFrame) -> float | None:
         return aggregate(frame.drop(columns="id")).get(metric)
 
-    result = paired_bootstrap_difference(records_frame(evaluator, mine.records), records_frame(evaluator, theirs.records), statistic, policy.confidence, policy.resamples, policy.seed)
+    result = paired_bootstrap_difference(mine.samples, theirs.samples, statistic, policy.confidence, policy.resamples, policy.seed)
     if result.lower is None or result.difference is None:
         return Check(label, False, f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)")
-    sign = -1.0 if lower_is_better(metric) else 1.0
+    sign = -1.0 if lower_is_better(name) else 1.0
     improvement, bound = sign * result.difference, (sign * result.lower if sign > 0 else sign * result.upper)
     passed = bound >= -rule.max_drop
     return Check(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vlgate.flows import tracking
+from vlgate import tracking
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
@@ -131,10 +131,13 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     import prefect  # noqa: F401
     from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
 
-    from vlgate.flows import drift as _drift, validation as _validation  # noqa: F401
+    from vlgate.flows import drift as _drift  # noqa: F401
+    from vlgate.flows.validation import validate_model_version
 
     claims = ClaimStore.for_home(home)
-    dispatcher = Dispatcher(claims, workers=config.workers or max(1, len(config.models)), deployment=os.environ.get("VLGATE_VALIDATE_DEPLOYMENT"))
+    deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
+    workers = config.workers or max(1, len(config.models))
+    dispatcher = Dispatcher(claims, workers=workers, deployment=deployment, start=None if deployment else validate_model_version)
     client = tracking.connect(home)
 
     def configured(name: str) -> bool:

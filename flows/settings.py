@@ -108,13 +108,13 @@ class ServiceConfig(BaseModel):
     evaluation: EvaluationConfig = EvaluationConfig()
 
     @classmethod
-    def load(cls, home: Path | None = None) -> "ServiceConfig":
+    def load(cls, home: Path | None = None) -> ServiceConfig:
         path = (home or vlgate_home()) / CONFIG_FILE
         if not path.is_file():
             return cls()
         return load_yaml_model(cls, path, "service config").relative_to(path.parent)
 
-    def relative_to(self, base: Path) -> "ServiceConfig":
+    def relative_to(self, base: Path) -> ServiceConfig:
         def fix(config: ModelConfig | None) -> ModelConfig | None:
             if config is None:
                 return None

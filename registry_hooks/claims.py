@@ -25,10 +25,10 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -120,7 +120,7 @@ class ClaimStore:
         metadata.create_all(self.engine)
 
     @classmethod
-    def for_home(cls, home: Path, **kwargs) -> "ClaimStore":
+    def for_home(cls, home: Path, **kwargs) -> ClaimStore:
         return cls(os.environ.get("VLGATE_STATE_DB") or f"sqlite:///{Path(home).resolve()}/state.db", **kwargs)
 
     # --- claims -------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Both the webhook receiver and the poller call ``Dispatcher.offer``; the claim row
 (``claims.py``) decides which call wins, and only the winner starts the flow. The flow
-runs in this process's worker threads (the embedded default) or as a run of the
+runs in this process's worker threads (``start=``: the flow function, which the caller in
+``flows/`` passes, so this package never imports the flows) or as a run of the
 ``vlgate-validate`` Prefect deployment on the work pool's GPU workers (``deployment=``).
 """
 
@@ -10,26 +11,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from vlgate.registry_hooks.claims import ClaimStore
 
 log = logging.getLogger("vlgate.hooks")
 
 
-def run_flow_inline(model_name: str, version: str) -> dict:
-    from vlgate.flows.validation import validate_model_version
-
-    return validate_model_version(model_name, version)
-
-
 class Dispatcher:
     def __init__(self, claims: ClaimStore, workers: int = 1, deployment: str | None = None, start: Callable[[str, str], object] | None = None):
+        if start is None and deployment is None:
+            raise ValueError("a Dispatcher needs the flow to start (start=) or a Prefect deployment to run (deployment=)")
         self.claims = claims
         self.deployment = deployment
-        self._start = start or (self._run_deployment if deployment else run_flow_inline)
+        self._start: Callable[[str, str], object] = start or self._run_deployment
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
         self._lock = threading.Lock()
         self.futures: dict[tuple[str, str], Future] = {}
@@ -108,12 +105,12 @@ class Poller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vlgate-poller", daemon=True)
 
-    def start(self) -> "Poller":
+    def start(self) -> Poller:
         self._thread.start()
         return self
 
     def _loop(self) -> None:
-        from vlgate.flows import tracking
+        from vlgate import tracking
 
         client = None
         while not self._stop.is_set():

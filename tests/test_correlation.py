@@ -6,11 +6,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA
 
 from vlgate.evaluators.metrics.common import f1_of_accuracies
 from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations, tie_broken_order
 from vlgate.flows.cli import main
-from conftest import DATA
 
 
 def read_table1():

@@ -18,8 +18,7 @@ import yaml
 from vlgate.dashboards import plots
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.evaluators.records import parse_jsonl, read_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import per_sample_frame, score
+from vlgate.evaluators.scoring import per_sample_frame, score, validate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
 ARTEFACTS = Path(__file__).resolve().parent / "artefacts"
@@ -140,12 +139,13 @@ def version_records(power: float) -> dict[str, list[dict]]:
 def log_validation(client, home: Path, claims, model: str, records: dict[str, list[dict]], policy: Path) -> str:
     """One version registered and validated through the validation flow's own steps
     (expectations, logging, correlations, gate) on records given here instead of a model."""
-    from vlgate.flows import tracking, validation
+    from vlgate import tracking
+    from vlgate.flows import correlations, evaluation, recording, validation
 
     run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
     version = client.create_model_version(model, f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
     claims.claim(model, str(version), via="manual")
-    run_id = validation.ensure_validation_run(client, claims, model, str(version))
+    run_id = recording.ensure_validation_run(client, claims, model, str(version))
     outcomes = {}
     for name, rows in records.items():
         folder = home / "validations" / model / str(version) / name
@@ -153,11 +153,11 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         metrics = score(validate(name, parse_jsonl(json.dumps(r) for r in rows)))
         (folder / "metrics.json").write_text(json.dumps(metrics))
-        outcomes[name] = validation.check_evaluator(name, {"metrics": metrics, "n_items": len(rows)}, folder)
-        validation.log_evaluator.fn(run_id, name, outcomes[name], str(folder))
-    across = validation.correlate_across_versions(validation.version_table(client, model, include_run=run_id))
+        outcomes[name] = evaluation.check_evaluator(name, {"metrics": metrics, "n_items": len(rows)}, folder)
+        recording.log_evaluator.fn(run_id, outcomes[name])
+    across = correlations.correlate_across_versions(correlations.version_table(client, model, include_run=run_id))
     client.log_dict(run_id, across, "correlations.json")
-    validation.log_metric_dict(client, run_id, validation.correlation_metrics(across))
+    recording.log_metric_dict(client, run_id, correlations.correlation_metrics(across))
     validation.judge_and_promote.fn(model, str(version), run_id, str(policy), outcomes)
     client.set_terminated(run_id, "FINISHED")
     return str(version)
@@ -167,7 +167,8 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
 def validated_store(tmp_path_factory):
     """Four versions of ``shapes`` in an embedded store: v1 and v2 promoted in turn, v3
     rejected (worse LCM), v4 rejected on a floor; plus two drift checks of the champion."""
-    from vlgate.flows import drift, tracking
+    from vlgate import tracking
+    from vlgate.flows import drift
     from vlgate.registry_hooks.claims import ClaimStore
 
     home = tmp_path_factory.mktemp("dash") / "home"
@@ -207,7 +208,7 @@ def reports(validated_store, tmp_path_factory):
 
 
 def test_store_holds_the_expected_decisions(validated_store):
-    from vlgate.flows import tracking
+    from vlgate import tracking
 
     client, _ = validated_store
     decisions = {str(v.version): v.tags[tracking.TAG_DECISION] for v in client.search_model_versions("name='shapes'")}
@@ -220,7 +221,7 @@ def data_values(page: str) -> dict[str, float]:
 
 
 def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(reports):
-    from vlgate.flows import tracking
+    from vlgate import tracking
 
     client, written = reports
     page = written.versions["3"].read_text()
@@ -329,7 +330,7 @@ def test_report_and_leaderboard_render_in_headless_chromium(reports):
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             for path, shot in ((written.versions["3"], "report-v3.png"), (written.leaderboard, "leaderboard.png")):
                 requests = []
-                page.on("request", lambda request: requests.append(request.url))
+                page.on("request", lambda request, seen=requests: seen.append(request.url))
                 page.goto(path.as_uri())
                 page.wait_for_load_state("load")
                 images = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.alt])")

@@ -8,8 +8,7 @@ import pytest
 
 from vlgate.evaluators.metrics import decc
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score
+from vlgate.evaluators.scoring import score, validate
 
 RECORDS = [
     # agents agree with A0 in round 1 → R_multi = Cons(v1) = 1

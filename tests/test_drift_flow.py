@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from prefect.testing.fixtures import asserting_events_worker, mock_should_emit_events, reset_worker_events  # noqa: F401 (fixtures)
 
+from vlgate import tracking
 from vlgate.evaluators.metrics.drift import detect_drift
-from vlgate.flows import drift, tracking
+from vlgate.flows import drift
 
 REFERENCE = np.linspace(0.4, 0.8, 40)
 

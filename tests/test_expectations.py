@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from vlgate.evaluators.records import read_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import load_features, per_sample_frame, score
+from vlgate.evaluators.scoring import load_features, per_sample_frame, score, validate
 from vlgate.flows.expectations import ExpectationReport, validate_evaluator_output
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "evaluators" / "examples"

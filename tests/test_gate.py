@@ -1,5 +1,6 @@
 """The promotion gate: floors, ceilings, paired-bootstrap non-inferiority, fail-closed."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -7,10 +8,10 @@ import pandas as pd
 import pytest
 
 from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
+from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score
-from vlgate.flows.gate import EvaluatorResult, GatePolicy, decide
+from vlgate.evaluators.scoring import score, validate
+from vlgate.flows.gate import GatePolicy, decide
 
 
 def _mc_records(p_right: list[float], ids=None) -> list[dict]:
@@ -19,8 +20,8 @@ def _mc_records(p_right: list[float], ids=None) -> list[dict]:
     return [{"id": i, "p_mc": [p, 1 - p], "p_yes": [p, 1 - p], "answer": 0} for i, p in zip(ids, p_right)]
 
 
-def _result(records: list[dict]) -> EvaluatorResult:
-    return EvaluatorResult(metrics=score(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))), records=records)
+def _result(records: list[dict]) -> EvaluatorOutput:
+    return EvaluatorOutput.from_records("lcm-mc", records, score(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))))
 
 
 def test_paired_bootstrap_of_identical_models_is_exactly_zero():
@@ -90,9 +91,9 @@ def test_fail_closed_on_missing_evaluator_error_expectations_and_undefined_metri
     decision = decide(policy, {"lcm-mc": good}, None)
     assert not decision.promote
     assert "decc ran: no result (fail closed)" in decision.reasons and "decc/acc floor: metric missing or undefined (fail closed)" in decision.reasons
-    failed = decide(policy, {"lcm-mc": good, "decc": EvaluatorResult(error="CUDA out of memory")}, None)
+    failed = decide(policy, {"lcm-mc": good, "decc": EvaluatorOutput.failed("decc", "CUDA out of memory")}, None)
     assert "decc ran: failed: CUDA out of memory" in failed.reasons
-    bad_data = EvaluatorResult(metrics=good.metrics, records=good.records, expectations_passed=False)
+    bad_data = dataclasses.replace(good, expectations_passed=False)
     assert not decide(GatePolicy(required=["lcm-mc"], resamples=100), {"lcm-mc": bad_data}, None).promote
 
 

@@ -7,8 +7,7 @@ import pytest
 
 from vlgate.evaluators.metrics import genception
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score, score_file
+from vlgate.evaluators.scoring import score, score_file, validate
 
 
 def test_gc_at_t_weights_later_iterations():

@@ -7,8 +7,7 @@ import pytest
 
 from vlgate.evaluators.metrics import lcm_nb
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score
+from vlgate.evaluators.scoring import score, validate
 
 UNIT = {
     "p_yes": [[0.9, 0.2], [0.3, 0.8]],

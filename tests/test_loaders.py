@@ -402,7 +402,7 @@ def test_pairing_reports_leftovers_and_avoids_same_image_or_question(tmp_path):
 
 
 def test_natconbench_units_follow_appendix_b(tmp_path):
-    img = lambda name: tmp_path / f"{name}.jpg"  # noqa: E731
+    img = lambda name: tmp_path / f"{name}.jpg"
     mc = [
         ConBenchItem("m1", img("1"), "What colour is the car?", "mc", "A", "color", ("red", "blue")),
         ConBenchItem("m2", img("2"), "What colour is the car?", "mc", "B", "color", ("red", "blue")),

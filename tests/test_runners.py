@@ -13,7 +13,7 @@ from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.lcm import lcm_mc_runner, lcm_nb_runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.runners.vlind import vlind_runner
-from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import validate
 
 
 def _rows(folder: Path, name: str) -> list[dict]:

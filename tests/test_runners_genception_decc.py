@@ -8,8 +8,8 @@ one on chosen items (so that both DeCC rounds are exercised)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytest
@@ -27,8 +27,7 @@ from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.decc import answer_format, canonical_answer, decc_runner, direct_prompt, parse_sub_questions, reasoning_prompt, short_answer
 from vlgate.evaluators.runners.genception import genception_runner, item_folder_name, write_features
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score, score_file
+from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.datasets import build_datasets
 

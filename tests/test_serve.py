@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate.flows import tracking
+from vlgate import tracking
 
 
 def wait_until(predicate, seconds: float, what: str, process: subprocess.Popen) -> None:

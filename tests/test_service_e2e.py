@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate.flows import tracking
+from vlgate import tracking
+from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 
@@ -41,7 +42,7 @@ def home(tmp_path, monkeypatch):
 
 def validate_pending(home: Path, model: str) -> list[tuple[str, str]]:
     client = tracking.connect(home)
-    dispatcher = Dispatcher(ClaimStore.for_home(home))
+    dispatcher = Dispatcher(ClaimStore.for_home(home), start=validate_model_version)
     claimed = poll_once(client, dispatcher, lambda name: name == model)
     dispatcher.wait()
     dispatcher.close()
@@ -100,7 +101,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
     # the flow published the version's report: logged, kept under $VLGATE_HOME, and the
     # GenCeption chains' images (seed from the data, X^t from the run's artifacts) resolve
     from vlgate.dashboards.collect import load_validation
-    from vlgate.dashboards.report import genception_chains, valid_frame
+    from vlgate.dashboards.report import genception_chains
 
     run_id = third.tags[tracking.TAG_RUN]
     assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
@@ -108,7 +109,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
     page = (home / "reports" / "tiny" / "v3.html").read_text()
     assert 'class="decision rejected">REJECTED<' in page and 'id="figure-genception-chains"' in page
     data = load_validation(client, "tiny", "3", home / "dl-report")
-    chains = genception_chains(data.evaluators["genception"], valid_frame("genception", data.evaluators["genception"].records)[0])
+    chains = genception_chains(data.evaluators["genception"], data.evaluators["genception"].samples)
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
 
     # vlgate status --json reports every decision and the champion

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate.flows import tracking
+from vlgate import tracking
+from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, Poller
 
@@ -152,7 +153,7 @@ def test_webhook_from_a_real_server_validates_and_moves_the_champion(service, ti
     configure(service, "pg-model", world / "suite.yaml", {"required": ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})
     secret = secrets.token_hex(16)
     claims = ClaimStore.for_home(service)
-    dispatcher = Dispatcher(claims)
+    dispatcher = Dispatcher(claims, start=validate_model_version)
     receiver, url = start_receiver(dispatcher, secret)
     client = tracking.connect(service)
     from vlgate.registry_hooks.webhook import ensure_webhook
@@ -161,7 +162,7 @@ def test_webhook_from_a_real_server_validates_and_moves_the_champion(service, ti
     assert ensure_webhook(client, url, secret) == hook  # registering again reuses it
     try:
         version = tracking.register_checkpoint(client, "pg-model", world / "checkpoints" / "vlm-steps3", home=service)
-        wait_until(lambda: (c := claims.get("pg-model", str(version.version))) is not None, 60, "no webhook delivery")
+        wait_until(lambda: claims.get("pg-model", str(version.version)) is not None, 60, "no webhook delivery")
         assert claims.get("pg-model", str(version.version)).claimed_via == "webhook"
         wait_until(lambda: claims.get("pg-model", str(version.version)).state in ("done", "failed"), 600, "validation did not finish")
         dispatcher.wait()
@@ -192,7 +193,7 @@ def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
 
     secret = secrets.token_hex(16)
     claims = ClaimStore.for_home(service)
-    dispatcher = Dispatcher(claims, workers=2)
+    dispatcher = Dispatcher(claims, workers=2, start=validate_model_version)
     receiver, url = start_receiver(dispatcher, secret)
     client = tracking.connect(service)
     hook = ensure_webhook(client, url, secret)

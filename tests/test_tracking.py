@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlgate.flows import tracking
+from vlgate import tracking
 
 
 def test_a_second_home_gets_its_own_store_though_mlflow_exported_the_first(tmp_path, monkeypatch):
@@ -68,10 +68,10 @@ def test_create_run_once_deletes_the_twin_a_retried_post_made(tmp_path, monkeypa
 
 
 def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
-    from vlgate.flows import validation
+    from vlgate.flows import recording
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
-    run_id = validation.ensure_validation_run(RetriedCreate(client), claims, "m", version)
+    run_id = recording.ensure_validation_run(RetriedCreate(client), claims, "m", version)
     experiment = client.get_experiment_by_name(tracking.validation_experiment("m")).experiment_id
     active = client.search_runs([experiment])
     assert [r.info.run_id for r in active] == [run_id]
@@ -84,12 +84,12 @@ def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
 
 
 def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
-    from vlgate.flows import validation
+    from vlgate.flows import recording
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
-    first = validation.ensure_validation_run(client, claims, "m", version)
+    first = recording.ensure_validation_run(client, claims, "m", version)
     claims.update("m", version, run_id="")  # the flow died before recording the run in the claim
     assert claims.get("m", version).run_id == ""
     counting = RetriedCreate(client)
-    assert validation.ensure_validation_run(counting, claims, "m", version) == first
+    assert recording.ensure_validation_run(counting, claims, "m", version) == first
     assert counting.creates == 0

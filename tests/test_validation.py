@@ -6,7 +6,7 @@ import math
 import pytest
 
 from vlgate.evaluators.records import InvalidRecordsError, parse_jsonl
-from vlgate.evaluators.schemas import validate
+from vlgate.evaluators.scoring import validate
 from vlgate.flows.cli import main
 
 GOOD_MC = {"id": "ok", "p_mc": [0.6, 0.4], "p_yes": [0.7, 0.2], "answer": 0}

@@ -7,8 +7,7 @@ import pytest
 
 from vlgate.evaluators.metrics import vlind
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score
+from vlgate.evaluators.scoring import score, validate
 
 T, F, N = True, False, None
 INSTANCES = [

@@ -33,7 +33,7 @@ def test_render_draws_each_shape_in_its_colour():
 def test_same_seed_same_bytes_other_seed_differs(tmp_path, world):
     out, _ = world
     again = build_datasets(tmp_path / "again", "small", seed=0)
-    digest = lambda root: hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file())).hexdigest()  # noqa: E731
+    digest = lambda root: hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file())).hexdigest()
     assert digest(out) == digest(tmp_path / "again")
     build_datasets(tmp_path / "other", "small", seed=1)
     assert read(again["mc"]) != read(tmp_path / "other" / "mc" / "items.jsonl")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 from PIL import Image
@@ -87,6 +87,9 @@ class ImageEncoder(ABC):
     def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
         """An (N, D) float array of image features."""
 
+    def close(self) -> None:
+        """Release the model (GPU memory); nothing to release by default."""
+
 
 class ImageGenerator(ABC):
     info: BackendInfo
@@ -97,6 +100,9 @@ class ImageGenerator(ABC):
     @abstractmethod
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
         """One image per prompt; the same prompts and seed give the same images."""
+
+    def close(self) -> None:
+        """Release the model (GPU memory); nothing to release by default."""
 
 
 def default_device() -> str:

@@ -13,8 +13,9 @@ similarities and Fréchet distances, where half precision costs digits) and retu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self, Sequence
+from typing import Any, Self
 
 import numpy as np
 from PIL import Image

@@ -14,8 +14,9 @@ Generators take the finished text-to-image prompt; the runner builds it (GenCept
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from PIL import Image
 

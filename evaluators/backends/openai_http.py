@@ -30,8 +30,9 @@ import base64
 import io
 import logging
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx

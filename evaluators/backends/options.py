@@ -32,8 +32,9 @@ is or after a space. Decisions for the text path:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

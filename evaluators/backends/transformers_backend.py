@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ class TransformersBackend(VisionLanguageBackend):
         device: str | None = None,
         batch_size: int = 16,
         cache_dir: Path | None = None,
-    ) -> "TransformersBackend":
+    ) -> TransformersBackend:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
         with MODEL_LOAD_LOCK:

@@ -27,9 +27,10 @@ import gc
 import inspect
 import logging
 import sys
+from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -85,7 +86,7 @@ class VllmBackend(VisionLanguageBackend):
         cache_dir: Path | None = None,
         top_logprobs: int = 20,
         **engine_kwargs: Any,
-    ) -> "VllmBackend":
+    ) -> VllmBackend:
         try:
             import vllm
         except ImportError as error:

@@ -18,9 +18,10 @@ truncated JPEG passes here and fails later in ``open_image``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from PIL import Image
 

@@ -24,8 +24,9 @@ ItemError in ``LoadedDataset.errors`` and the other items still load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from vlgate.evaluators.loaders import aokvqa, local, mmmu, naturalbench, vlind_bench
 from vlgate.evaluators.loaders.common import Rows, read_rows

@@ -27,10 +27,10 @@ Where the appendix is silent (choices):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Sequence
 
 from vlgate.evaluators.loaders.items import McItem, NbUnit
 from vlgate.evaluators.loaders.pairing import PAIRING_METHOD, Pairing, greedy_pairs, normalised_text, seeded_order
@@ -52,7 +52,7 @@ class ConBenchItem:
     options: tuple[str, ...] | None = None
 
     @classmethod
-    def from_mc(cls, item: McItem) -> "ConBenchItem":
+    def from_mc(cls, item: McItem) -> ConBenchItem:
         answer = item.options[item.answer] if item.answer is not None else None
         return cls(item.id, item.image, item.question, "mc", answer, item.category, item.options)
 

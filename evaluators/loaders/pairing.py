@@ -25,9 +25,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from vlgate.evaluators.loaders.items import NbUnit
 
@@ -61,7 +62,7 @@ class Pairing:
         return {"seed": self.seed, "method": self.method, "pairs": [list(pair) for pair in self.pairs], "unpaired": list(self.unpaired)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Pairing":
+    def from_dict(cls, data: dict[str, Any]) -> Pairing:
         return cls(int(data["seed"]), tuple((str(a), str(b)) for a, b in data["pairs"]), tuple(str(i) for i in data.get("unpaired", ())), data.get("method", PAIRING_METHOD))
 
 

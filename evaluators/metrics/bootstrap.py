@@ -10,8 +10,8 @@ ratio metrics such as VLind's s_lp are bootstrapped as the ratio they are, not a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd

@@ -69,7 +69,7 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
         "p_text": np.asarray(p_text, dtype=np.float64),
         "p_image": np.asarray(p_image, dtype=np.float64),
     }
-    pick = lambda ref: arrays[ref[0]][:, ref[1], ref[2]]  # noqa: E731 - a one-line address lookup
+    pick = lambda ref: arrays[ref[0]][:, ref[1], ref[2]]
     answer = np.asarray(answer)
     is_c2 = answer == 1
     lc_tests, lc_gt_tests, jyn_gt_tests = [], [], []
@@ -86,7 +86,7 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
     # Under c1 the "yes" pairs are (V1,T1) and (V2,T2); under c2 the other two.
     expected_yes = np.array([[True, False], [False, True]])[None, :, :] ^ is_c2[:, None, None]
     right = (arrays["p_yes"] > 0.5) == expected_yes  # (N, image i, statement j)
-    unknown = lambda values: np.where(labelled, values, np.nan)  # noqa: E731
+    unknown = lambda values: np.where(labelled, values, np.nan)
     frame["yn_correct"] = unknown(right.sum(axis=(1, 2)))
     frame["q_correct"] = unknown(right.all(axis=1).sum(axis=1))  # statement right on both images
     frame["i_correct"] = unknown(right.all(axis=2).sum(axis=1))  # image right on both statements

@@ -5,16 +5,51 @@ batch by batch, and write each batch as it completes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
+from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.runners.store import RecordStore, fingerprint
 
 Item = TypeVar("Item")
 Prepared = TypeVar("Prepared")
+
+
+class EvaluatorSettings(BaseModel):
+    """One evaluator's entry in a suite (paths relative to the suite file). An evaluator
+    with options of its own subclasses this; the registry names the subclass."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: fields naming a helper model: resolved against the suite's folder when that path exists
+    model_fields_with_paths: ClassVar[tuple[str, ...]] = ()
+
+    data: Path
+    format: str = "auto"
+    limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
+
+
+@dataclass
+class RunnerContext:
+    """What a runner factory gets besides its settings: the candidate model, where the
+    run writes (``out/EVALUATOR/``), the suite's load policy for helper models, and the
+    machine's model cache (helper caches shared by every candidate live beside it)."""
+
+    vlm: VisionLanguageBackend
+    out: Path
+    policy: LoadPolicy
+    cache_dir: Path | None = None
+
+    @property
+    def shared_cache(self) -> Path:
+        return (self.cache_dir or self.out / ".cache") / "evaluator-cache"
 
 
 @dataclass
@@ -40,6 +75,14 @@ class Runner(Generic[Item, Prepared]):
     prepare: Callable[[Item], Prepared]
     compute: Callable[[list[tuple[Item, Prepared]]], list[dict[str, Any]]]
     settings: dict[str, Any] = field(default_factory=dict)
+    #: helper models the factory loaded for this runner (encoders, generators, agents):
+    #: closed by ``close``; the candidate model belongs to the caller
+    owned: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Release the helper models this runner loaded, last loaded first."""
+        while self.owned:
+            self.owned.pop().close()
 
     def key(self, item: Item) -> str:
         return fingerprint(self.models, self.evaluator, self.prompt_version, item, self.settings)

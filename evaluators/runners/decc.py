@@ -49,18 +49,20 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
+from pydantic import Field
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import DeccItem, open_image
 from vlgate.evaluators.metrics.decc import normalise_answer
-from vlgate.evaluators.runners.base import Runner
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
 ANSWER_MAX_NEW_TOKENS = 16
@@ -308,7 +310,7 @@ def decc_runner(
         flat2 = sub_answers([(images[n], q, pairs[n]) for n in second for q in questions2[n]])
         answers2 = dict(zip(second, per_item(flat2, [len(questions2[n]) for n in second])))
         v2, l2 = agents([(items[n], images[n], formats[n], prompts.decc_pairs(questions[n] + questions2[n], answers[n] + answers2[n])) for n in second])
-        round2 = {n: (v, l) for n, v, l in zip(second, v2, l2)}
+        round2 = {n: (vlm_answer, llm_answer) for n, vlm_answer, llm_answer in zip(second, v2, l2)}
 
         records = []
         for n, item in enumerate(items):
@@ -335,3 +337,26 @@ def decc_runner(
             "max_new_tokens": {"answer": ANSWER_MAX_NEW_TOKENS, "sub_answer": SUB_ANSWER_MAX_NEW_TOKENS, "decomposition": DECOMPOSITION_MAX_NEW_TOKENS},
         },
     )
+
+
+class DeccSettings(EvaluatorSettings):
+    model_fields_with_paths = ("llm", "decomposer")
+
+    llm: str
+    decomposer: str | None = Field(default=None, description="a VLM that writes sub-questions; default: the items' own, else the candidate")
+
+
+def build_decc_runner(settings: DeccSettings, context: RunnerContext) -> Runner[DeccItem, Image.Image]:
+    """The runner with its LLM agent and decomposer loaded (and owned); decompositions are
+    cached beside the model cache and reused by every candidate."""
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+
+    llm = TransformersBackend.load(settings.llm, context.policy, cache_dir=context.cache_dir)
+    try:
+        decomposer = TransformersBackend.load(settings.decomposer, context.policy, cache_dir=context.cache_dir) if settings.decomposer else None
+    except BaseException:
+        llm.close()
+        raise
+    runner = decc_runner(context.vlm, llm, decomposer, cache_dir=context.shared_cache)
+    runner.owned += [llm] + ([decomposer] if decomposer is not None else [])
+    return runner

@@ -40,17 +40,19 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image
+from pydantic import Field
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import GenceptionItem, open_image
 from vlgate.evaluators.metrics.genception import cosine_similarity
-from vlgate.evaluators.runners.base import Runner
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
 #: Q_t's token budget. The paper's P_Desc allows up to 500 words; descriptions are bounded
@@ -253,3 +255,82 @@ def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | N
     with open(path, "wb") as handle:  # a handle, so np.savez keeps the name as given (no added .npz)
         np.savez(handle, ids=np.array([str(record["id"]) for record in records]), **arrays)
     return path
+
+
+class GenceptionSettings(EvaluatorSettings):
+    model_fields_with_paths = ("encoder", "generator")
+
+    iterations: int = Field(default=3, ge=1)
+    generator: str = "scene-renderer"
+    encoder: str
+    encoder_kind: Literal["vit", "clip"] = "vit"
+    seed: int = 0
+
+
+def build_genception_runner(settings: GenceptionSettings, context: RunnerContext) -> Runner[GenceptionItem, Image.Image]:
+    """The runner with its encoder and generator loaded (and owned: ``runner.close()``
+    releases them); seed features and drawings are cached beside the model cache, so every
+    candidate evaluated on this machine reuses them."""
+    from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
+    from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator
+
+    encoder_class = VitClsEncoder if settings.encoder_kind == "vit" else ClipImageEncoder
+    encoder = encoder_class.load(settings.encoder, context.policy, cache_dir=context.cache_dir)
+    try:
+        generator: ImageGenerator = (
+            SceneRendererGenerator() if settings.generator == "scene-renderer" else DiffusersGenerator.load(settings.generator, context.policy, cache_dir=context.cache_dir)
+        )
+    except BaseException:
+        encoder.close()
+        raise
+    runner = genception_runner(
+        context.vlm,
+        generator,
+        encoder,
+        settings.iterations,
+        artifacts_dir=context.out / "genception" / "artifacts",
+        seed=settings.seed,
+        feature_cache_dir=context.shared_cache / "genception",
+    )
+    runner.owned += [encoder, generator]
+    return runner
+
+
+def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np.ndarray] | None:
+    """Every X_t's features, written as ``features.npz`` beside the records and read back
+    aligned to them, so GC_FID@T comes with the run (SPEC §2.4); FID needs two images."""
+    if len(records) < 2:
+        return None
+    path = write_features(records, folder / "features.npz")
+    return load_features(path, len(records), [record["id"] for record in records])
+
+
+def load_features(path: str | Path, n_records: int, ids: list[Any] | None = None) -> list[np.ndarray]:
+    """GenCeption features from an .npz with arrays ``t0`` … ``tT`` (each N×D), optionally ``ids``.
+
+    With ``ids`` in the file, rows are aligned to the records by id; without, the
+    rows must be in record order.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        names = sorted((k for k in data.files if k.startswith("t") and k[1:].isdigit()), key=lambda k: int(k[1:]))
+        if not names or names[0] != "t0":
+            raise ValueError(f"{path}: expected arrays t0, t1, ... tT (found {', '.join(data.files) or 'none'})")
+        if [int(k[1:]) for k in names] != list(range(len(names))):
+            raise ValueError(f"{path}: iterations must be t0..tT without gaps (found {', '.join(names)})")
+        features = [np.asarray(data[k], dtype=np.float64) for k in names]
+        file_ids = [str(i) for i in data["ids"]] if "ids" in data.files else None
+    for name, array in zip(names, features):
+        if array.ndim != 2:
+            raise ValueError(f"{path}: array {name} must be N x D, got shape {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError(f"{path}: array {name} holds NaN or infinite values")
+    if file_ids is not None and ids is not None:
+        position = {i: row for row, i in enumerate(file_ids)}
+        missing = [i for i in map(str, ids) if i not in position]
+        if missing:
+            raise ValueError(f"{path}: no features for record id(s) {', '.join(missing[:5])}")
+        order = np.array([position[str(i)] for i in ids])
+        features = [array[order] for array in features]
+    elif any(len(array) != n_records for array in features):
+        raise ValueError(f"{path}: arrays have {[len(a) for a in features]} rows but there are {n_records} records (add an 'ids' array to align)")
+    return features

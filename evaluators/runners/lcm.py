@@ -12,14 +12,17 @@ text, both images, choose the first or the second).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
+from pydantic import Field
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, VisionLanguageBackend
-from vlgate.evaluators.loaders.items import McItem, NbUnit, open_image
-from vlgate.evaluators.runners.base import Runner
+from vlgate.evaluators.loaders.items import ItemError, McItem, NbUnit, open_image
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 
 YES_NO = ("Yes", "No")
 TWO_LETTERS = ("A", "B")
@@ -93,3 +96,32 @@ def lcm_nb_runner(vlm: VisionLanguageBackend) -> Runner[NbUnit, tuple[Image.Imag
         return records
 
     return Runner("lcm-nb", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, prepare, compute)
+
+
+class LcmNbSettings(EvaluatorSettings):
+    pair_seed: int | None = Field(default=None, description="build units by seeded random pairing of image-question pairs (unlabelled data)")
+
+
+def build_lcm_mc_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[McItem, Image.Image]:
+    return lcm_mc_runner(context.vlm)
+
+
+def build_lcm_nb_runner(settings: LcmNbSettings, context: RunnerContext) -> Runner[NbUnit, tuple[Image.Image, Image.Image]]:
+    return lcm_nb_runner(context.vlm)
+
+
+def load_nb_units(settings: LcmNbSettings, out: Path) -> tuple[list[NbUnit], list[ItemError]]:
+    """The units to run (and the loader's per-item errors). With ``pair_seed``, units are
+    built by seeded pairing of unlabelled image-question pairs; the pairing is written
+    beside the records (``pairing.json``) so every version is scored on the same units
+    (SPEC §2.2)."""
+    from vlgate.evaluators.loaders import load_dataset, pair_unlabelled
+
+    if settings.pair_seed is None:
+        dataset = load_dataset("lcm-nb", settings.data, settings.format)
+        return dataset.items[: settings.limit], dataset.errors
+    pairs = load_dataset("yes-no", settings.data, settings.format)
+    units, pairing = pair_unlabelled(pairs.items, settings.pair_seed)
+    (out / "lcm-nb").mkdir(parents=True, exist_ok=True)
+    (out / "lcm-nb" / "pairing.json").write_text(json.dumps(pairing.as_dict(), indent=2))
+    return units[: settings.limit], pairs.errors

@@ -15,13 +15,17 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 PARSER_VERSION = "parsers-1"
 
 
-def file_digest(path: Path, _cache: dict[tuple[str, int, int], str] = {}) -> str:
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path, _cache: dict[tuple[str, int, int], str] = _FILE_DIGESTS) -> str:
     """sha256 of a file's bytes (memoised on path, size and mtime: images are hashed once)."""
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)

@@ -25,55 +25,25 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from vlgate.config import load_yaml_model
+from vlgate.evaluators import registry
+from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
-from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.loaders.items import ItemError
-from vlgate.evaluators.runners.base import RunResult
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext, RunResult
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.schemas import validate
-from vlgate.evaluators.scoring import score
+from vlgate.evaluators.scoring import score, validate
 
 
-class EvaluatorSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    data: Path
-    format: str = "auto"
-    limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
-
-
-class LcmNbSpec(EvaluatorSpec):
-    pair_seed: int | None = Field(default=None, description="build units by seeded random pairing of image-question pairs (unlabelled data)")
-
-
-class GenceptionSpec(EvaluatorSpec):
-    iterations: int = Field(default=3, ge=1)
-    generator: str = "scene-renderer"
-    encoder: str
-    encoder_kind: Literal["vit", "clip"] = "vit"
-    seed: int = 0
-
-
-class DeccSpec(EvaluatorSpec):
-    llm: str
-    decomposer: str | None = Field(default=None, description="a VLM that writes sub-questions; default: the items' own, else the candidate")
-
-
-class EvaluatorsSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    lcm_mc: EvaluatorSpec | None = Field(default=None, alias="lcm-mc")
-    lcm_nb: LcmNbSpec | None = Field(default=None, alias="lcm-nb")
-    vlind: EvaluatorSpec | None = None
-    genception: GenceptionSpec | None = None
-    decc: DeccSpec | None = None
-
-    def named(self) -> dict[str, EvaluatorSpec]:
-        specs = {"lcm-mc": self.lcm_mc, "lcm-nb": self.lcm_nb, "vlind": self.vlind, "genception": self.genception, "decc": self.decc}
-        return {name: spec for name, spec in specs.items() if spec is not None}
+def _settings_model(known: tuple[tuple[str, type[EvaluatorSettings]], ...]) -> type[BaseModel]:
+    """The ``evaluators:`` section as a model: one optional field per registered evaluator,
+    typed by the registry's settings model, so a bad entry is named by its path
+    (``evaluators.lcm-mc.data: Field required``) and an unknown evaluator is refused."""
+    fields: dict[str, Any] = {name.replace("-", "_"): (settings | None, Field(default=None, alias=name)) for name, settings in known}
+    return create_model("Evaluators", __config__=ConfigDict(extra="forbid", populate_by_name=False), **fields)
 
 
 class Suite(BaseModel):
@@ -83,24 +53,34 @@ class Suite(BaseModel):
     batch_size: int = Field(default=8, ge=1)
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     policy: LoadPolicy = LoadPolicy()
-    evaluators: EvaluatorsSpec
+    evaluators: dict[str, EvaluatorSettings]
+
+    @field_validator("evaluators", mode="before")
+    @classmethod
+    def _by_registry(cls, value: Any) -> Any:
+        """Each entry validated by its evaluator's settings model, in the registry's order."""
+        if not isinstance(value, dict) or all(isinstance(v, EvaluatorSettings) for v in value.values()):
+            return value
+        known = tuple((definition.name, definition.settings) for definition in registry.definitions())
+        parsed = _settings_model(known).model_validate(value)
+        return {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Suite":
+    def from_file(cls, path: str | Path) -> Suite:
         path = Path(path)
         return load_yaml_model(cls, path, "suite").relative_to(path.parent)
 
-    def relative_to(self, base: Path) -> "Suite":
+    def relative_to(self, base: Path) -> Suite:
         """Resolve relative data and model paths against the suite file's folder."""
         updated = {}
-        for name, spec in self.evaluators.named().items():
+        for name, spec in self.evaluators.items():
             changes: dict[str, Any] = {"data": spec.data if spec.data.is_absolute() else base / spec.data}
-            for field_name in ("encoder", "generator", "llm", "decomposer"):
+            for field_name in spec.model_fields_with_paths:
                 value = getattr(spec, field_name, None)
                 if value and (base / value).exists():
                     changes[field_name] = str(base / value)
             updated[name] = spec.model_copy(update=changes)
-        return self.model_copy(update={"evaluators": EvaluatorsSpec.model_validate(updated)})
+        return self.model_copy(update={"evaluators": updated})
 
 
 def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
@@ -114,14 +94,8 @@ def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
             handle.write(json.dumps(record) + "\n")
     os.replace(temporary, ordered)
     valid = validate(result.evaluator, parse_jsonl(json.dumps(r) for r in result.records), source=str(ordered))
-    features = None
-    if result.evaluator == "genception" and len(result.records) > 1:
-        # every X_t's features are kept, so GC_FID@T comes with the run (SPEC §2.4)
-        from vlgate.evaluators.runners.genception import write_features
-        from vlgate.evaluators.scoring import load_features
-
-        features_path = write_features(result.records, folder / "features.npz")
-        features = load_features(features_path, len(valid.records), valid.column("id"))
+    extra_inputs = registry.get(result.evaluator).features
+    features = extra_inputs(valid.records, folder) if extra_inputs is not None else None
     metrics = score(valid, features=features)
     metrics["n_item_errors"] = len(result.errors)
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -147,56 +121,22 @@ def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
     return OpenAIHttpBackend(base_url, served_name or "default")
 
 
-def load_items(name: str, spec: EvaluatorSpec, out: Path) -> tuple[list, list]:
-    """The items to run (and the loader's per-item errors). NaturalBench units built by
-    seeded pairing when the suite asks for it; the pairing is written beside the records
-    (``pairing.json``) so every version is scored on the same units (SPEC §2.2)."""
+def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any], list[ItemError]]:
+    """The items to run (and the loader's per-item errors): the evaluator's own
+    ``load_items`` where the registry names one, else its data set's loader."""
     from vlgate.evaluators.loaders import load_dataset
 
-    if name == "lcm-nb" and getattr(spec, "pair_seed", None) is not None:
-        from vlgate.evaluators.loaders import pair_unlabelled
-
-        pairs = load_dataset("yes-no", spec.data, spec.format)
-        units, pairing = pair_unlabelled(pairs.items, spec.pair_seed)
-        (out / name).mkdir(parents=True, exist_ok=True)
-        (out / name / "pairing.json").write_text(json.dumps(pairing.as_dict(), indent=2))
-        return units[: spec.limit], pairs.errors
+    own = registry.get(name).load_items
+    if own is not None:
+        return own(spec, out)
     dataset = load_dataset(name, spec.data, spec.format)
     return dataset.items[: spec.limit], dataset.errors
 
 
-def make_runner(name: str, spec: EvaluatorSpec, vlm, out: Path, suite: Suite, cache_dir: Path | None = None):
-    from vlgate.evaluators.runners.lcm import lcm_mc_runner, lcm_nb_runner
-    from vlgate.evaluators.runners.vlind import vlind_runner
-
-    if name == "lcm-mc":
-        return lcm_mc_runner(vlm)
-    if name == "lcm-nb":
-        return lcm_nb_runner(vlm)
-    if name == "vlind":
-        return vlind_runner(vlm)
-    # helper models are loaded once per run; their caches live beside the model cache so
-    # every candidate evaluated on this machine reuses seed features, drawings and decompositions
-    shared_cache = (cache_dir or out / ".cache") / "evaluator-cache"
-    if name == "genception":
-        from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
-        from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator
-        from vlgate.evaluators.runners.genception import genception_runner
-
-        encoder_class = VitClsEncoder if spec.encoder_kind == "vit" else ClipImageEncoder
-        encoder = encoder_class.load(spec.encoder, suite.policy, cache_dir=cache_dir)
-        generator = SceneRendererGenerator() if spec.generator == "scene-renderer" else DiffusersGenerator.load(spec.generator, suite.policy, cache_dir=cache_dir)
-        return genception_runner(
-            vlm, generator, encoder, spec.iterations, artifacts_dir=out / name / "artifacts", seed=spec.seed, feature_cache_dir=shared_cache / "genception"
-        )
-    if name == "decc":
-        from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-        from vlgate.evaluators.runners.decc import decc_runner
-
-        llm = TransformersBackend.load(spec.llm, suite.policy, cache_dir=cache_dir)
-        decomposer = TransformersBackend.load(spec.decomposer, suite.policy, cache_dir=cache_dir) if spec.decomposer else None
-        return decc_runner(vlm, llm, decomposer, cache_dir=shared_cache)
-    raise ValueError(f"evaluator {name!r} has no runner")
+def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, out: Path, suite: Suite, cache_dir: Path | None = None) -> Runner[Any, Any]:
+    """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
+    releases the helper models it loaded)."""
+    return registry.get(name).build_runner(spec, RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir))
 
 
 def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any]) -> dict[str, Any]:
@@ -221,7 +161,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
     run; records already written stay in its records file for the next attempt."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    selected = {name: spec for name, spec in suite.evaluators.named().items() if only is None or name in only}
+    selected = {name: spec for name, spec in suite.evaluators.items() if only is None or name in only}
     if only is not None and set(only) - set(selected):
         raise ValueError(f"suite {suite.name!r} has no evaluator {sorted(set(only) - set(selected))}")
     vlm = load_vlm(model, suite, cache_dir)
@@ -232,8 +172,10 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
             try:
                 items, load_errors = load_items(name, spec, out)
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
-                store = RecordStore(out / name / "records.jsonl")
-                result = runner.run(items, store, suite.batch_size, progress)
+                try:
+                    result = runner.run(items, RecordStore(out / name / "records.jsonl"), suite.batch_size, progress)
+                finally:
+                    runner.close()
                 result.errors = load_errors + result.errors
                 entry = finished_entry(result, out, len(items), len(load_errors), runner.models)
             except Exception as error:  # one evaluator's failure must not discard the others' results
@@ -250,8 +192,8 @@ def shard_store_path(out: Path, evaluator: str, shard: int, n_shards: int) -> Pa
     return Path(out) / evaluator / "shards" / f"{shard}-of-{n_shards}.jsonl"
 
 
-def _spec(suite: Suite, evaluator: str) -> EvaluatorSpec:
-    specs = suite.evaluators.named()
+def _spec(suite: Suite, evaluator: str) -> EvaluatorSettings:
+    specs = suite.evaluators
     if evaluator not in specs:
         raise ValueError(f"suite {suite.name!r} has no evaluator {evaluator!r} (it has {sorted(specs)})")
     return specs[evaluator]
@@ -272,7 +214,10 @@ def run_evaluator_shard(
     vlm = load_vlm(model, suite, cache_dir)
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
-        result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress)
+        try:
+            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress)
+        finally:
+            runner.close()
     finally:
         vlm.close()
     return {

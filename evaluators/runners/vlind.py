@@ -20,7 +20,7 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError, VlindItem, open_image
 from vlgate.evaluators.metrics.vlind import parse_true_false
-from vlgate.evaluators.runners.base import Runner
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 
 MAX_NEW_TOKENS = 16
 
@@ -69,3 +69,7 @@ def vlind_runner(vlm: VisionLanguageBackend) -> Runner[VlindItem, tuple[Image.Im
         return records
 
     return Runner("vlind", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, prepare, compute)
+
+
+def build_vlind_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
+    return vlind_runner(context.vlm)

@@ -19,9 +19,10 @@ Image paths are relative to the data set's folder. As in VLind-Bench's files,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ def _vlind_scene(draw: str, attribute: str, sky: tuple[int, int, int] = SKIES[0]
 def vlind_item(rng: np.random.Generator, index: int) -> tuple[Scene, list[Scene], dict[str, Any]]:
     concept, noun, fact, counterfactuals, draw = VLIND_FACTS[index % len(VLIND_FACTS)]
     cf = str(rng.choice(counterfactuals))
-    word = lambda attribute: f"{attribute}" if concept == "color" else {"circle": "round", "square": "square", "triangle": "triangular"}[attribute]  # noqa: E731
+    word = lambda attribute: f"{attribute}" if concept == "color" else {"circle": "round", "square": "square", "triangle": "triangular"}[attribute]
     n_images = int(rng.integers(1, len(SKIES) + 1))
     absent = str(rng.choice([n for n in ("umbrella", "car", "tree", "house") if n != noun]))
     row = {

@@ -14,8 +14,9 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from vlgate.home import vlgate_home
 

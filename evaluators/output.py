@@ -1,0 +1,87 @@
+"""What one evaluator produced for one model version, as the validation flow hands it on.
+
+Two names, one for each side of a boundary:
+
+* the **summary** (``EvaluatorSummary``): the JSON entry a run returns across the Prefect
+  task boundary and writes to ``summary.json`` — metrics, counts, the models it used, or
+  the error that stopped it;
+* the **output** (:class:`EvaluatorOutput`): the summary plus the records parsed and
+  validated once into their per-sample frame, and the Great Expectations verdict. Great
+  Expectations, MLflow logging, the gate, the correlations and the report all read it;
+  none of them re-reads the records file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vlgate.evaluators import registry
+from vlgate.evaluators.records import ParsedLines, read_jsonl
+from vlgate.evaluators.scoring import per_sample_frame, validate
+
+#: One evaluator's entry in a run's summary: ``metrics``, ``n_items``, ``n_load_errors``,
+#: ``reused``, ``computed``, ``item_errors``, ``models`` (and ``shard_workers``), or only
+#: ``error``. Plain JSON, because it crosses process and task boundaries.
+EvaluatorSummary = dict[str, Any]
+
+
+@dataclass
+class EvaluatorOutput:
+    """One evaluator's output on one version: its metrics, its raw records (with the
+    fields only people read: prompts, options, image paths), the per-sample frame of the
+    valid ones (``id`` first), the folder its files are in, and the verdicts on it.
+
+    ``error`` says why there is nothing to judge; ``expectations`` is the Great
+    Expectations report (``ExpectationReport.as_dict()``), and ``expectations_passed``
+    its verdict (False also when the check itself could not run)."""
+
+    evaluator: str
+    metrics: dict[str, Any] | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    samples: pd.DataFrame | None = None
+    summary: EvaluatorSummary = field(default_factory=dict)
+    folder: Path | None = None
+    error: str | None = None
+    expectations: dict[str, Any] | None = None
+    expectations_passed: bool = True
+
+    @property
+    def expected_rows(self) -> int:
+        """The data set's item count (loaded or not): what a complete run has rows for."""
+        return int(self.summary.get("n_items", len(self.records))) + int(self.summary.get("n_load_errors", 0))
+
+    @classmethod
+    def failed(cls, evaluator: str, error: str) -> EvaluatorOutput:
+        return cls(evaluator, error=error, summary={"error": error})
+
+    @classmethod
+    def from_records(cls, evaluator: str, records: list[dict[str, Any]], metrics: dict[str, Any] | None = None, **fields: Any) -> EvaluatorOutput:
+        """Records already in memory, validated once (see ``from_parsed``)."""
+        parsed = ParsedLines(records=list(records), lines=list(range(1, len(records) + 1)))
+        return cls.from_parsed(evaluator, parsed, metrics, **fields)
+
+    @classmethod
+    def from_parsed(cls, evaluator: str, parsed: ParsedLines, metrics: dict[str, Any] | None = None, **fields: Any) -> EvaluatorOutput:
+        """Parsed records validated once into the per-sample frame; invalid ones are left
+        out of ``samples`` (the expectations count rows, so a dropped record is caught there).
+        An evaluator this vlgate does not know (an old run's) keeps its records, without samples."""
+        known = evaluator in registry.names()
+        samples = per_sample_frame(validate(evaluator, parsed, skip_invalid=True)) if parsed.records and known else None
+        return cls(evaluator, metrics=metrics, records=parsed.records, samples=samples, **fields)
+
+    @classmethod
+    def from_folder(cls, evaluator: str, folder: Path, summary: EvaluatorSummary | None = None, **fields: Any) -> EvaluatorOutput:
+        """The output in an evaluator's folder (``records.jsonl``, ``metrics.json``), as a
+        run wrote it or as it was downloaded from MLflow; metrics from ``summary`` when given."""
+        folder = Path(folder)
+        records_path = folder / "records.jsonl"
+        parsed = read_jsonl(records_path) if records_path.is_file() else ParsedLines()
+        metrics = (summary or {}).get("metrics")
+        if metrics is None and (folder / "metrics.json").is_file():
+            metrics = json.loads((folder / "metrics.json").read_text())
+        return cls.from_parsed(evaluator, parsed, metrics, summary=dict(summary or {}), folder=folder, **fields)

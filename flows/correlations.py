@@ -1,0 +1,62 @@
+"""The correlation step of the validation flow (SPEC §2.6): each label-free metric against
+the labelled metrics the evaluator registry pairs it with, across the model's validated
+versions (as the papers' tables do across models), and the candidate's per-sample P_LC
+against the champion's on their shared samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from vlgate import tracking
+from vlgate.evaluators import registry
+from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations
+from vlgate.evaluators.output import EvaluatorOutput
+
+
+def version_table(client: Any, model_name: str, include_run: str | None = None) -> pd.DataFrame:
+    """One row per validated version of the model (its latest validation run), columns
+    the logged metrics with their SPEC names (``genception/gc@3``)."""
+    rows = {version: {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()} for version, run in tracking.validation_runs(client, model_name, include_run).items()}
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = "version"
+    return frame
+
+
+def correlate_across_versions(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Pearson/Spearman/Kendall of each label-free metric against its labelled metrics
+    over the versions that have both; ``n`` says how many. Templated metrics (``gc@{T}``)
+    are matched against the table's columns, so a 5-iteration GenCeption correlates ``gc@5``."""
+    result: dict[str, dict[str, Any]] = {}
+    for x, y in registry.correlated_pairs([str(column) for column in table.columns]):
+        if y not in table:
+            continue
+        both = table[[x, y]].dropna()
+        result[f"{x}~{y}"] = correlations(both[x].to_numpy(float), both[y].to_numpy(float)) if len(both) >= 3 else {"n": len(both)}
+    return result
+
+
+def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> dict[str, dict[str, Any]]:
+    """The candidate's per-sample scores (VL-LCM's P_LC: the registry's
+    ``champion_correlated``) against the champion's on their shared samples."""
+    result: dict[str, dict[str, Any]] = {}
+    for evaluator, mine in candidate.items():
+        column = registry.get(evaluator).champion_correlated
+        theirs = (champion or {}).get(evaluator)
+        if column is None or mine.samples is None or theirs is None or theirs.samples is None:
+            continue
+        result[f"{evaluator}/{column}~champion"] = paired_sample_correlations(mine.samples, theirs.samples, column)
+    return result
+
+
+def correlation_metrics(found: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The coefficients as MLflow metrics ``correlation/X_vs_Y/METHOD`` (``/`` in X, Y as ``.``)."""
+    out = {}
+    for pair, values in found.items():
+        x, _, y = pair.partition("~")
+        for method in ("pearson", "spearman", "kendall"):
+            if values.get(method) is not None:
+                out[tracking.mlflow_metric_name(f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}")] = float(values[method])
+    return out

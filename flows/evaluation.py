@@ -1,0 +1,113 @@
+"""The evaluation step of the validation flow: every evaluator of the suite on one version,
+as Prefect tasks (one per evaluator shard, retried with backoff, results cached per version
+and shard), merged, then checked once with Great Expectations into an
+:class:`EvaluatorOutput` that the later steps read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.tasks import exponential_backoff
+
+from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
+
+
+def _tree_state(path: Path) -> list[tuple[str, int, int]]:
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return [(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+
+def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
+    """A registered version never changes, so (model, version, evaluator, shard, suite file,
+    the data files' names/sizes/times, vlgate's version, the output folder — results are
+    files there) identifies a shard's result."""
+    from vlgate import __version__
+    from vlgate.evaluators.runners.suite import Suite
+
+    suite_path = Path(parameters["suite_path"])
+    spec = Suite.from_file(suite_path).evaluators[parameters["evaluator"]]
+    material = [
+        parameters["model_name"],
+        str(parameters["version"]),
+        parameters["evaluator"],
+        parameters["shard"],
+        parameters["n_shards"],
+        suite_path.read_bytes().hex(),
+        _tree_state(spec.data),
+        __version__,
+        parameters["out"],
+    ]
+    return "vlgate-evaluate-" + hashlib.sha256(json.dumps(material).encode()).hexdigest()
+
+
+@task(
+    name="evaluate-shard",
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=5),
+    retry_jitter_factor=0.5,
+    cache_key_fn=evaluator_cache_key,
+    persist_result=True,
+    result_serializer="json",
+)
+def evaluate_shard(model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str) -> dict[str, Any]:
+    """One shard of one evaluator on one version; raises (so Prefect retries) when it
+    fails. Records are written as they complete, so a retry picks up where it stopped."""
+    from vlgate.evaluators.runners.suite import Suite, run_evaluator_shard
+
+    return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir))
+
+
+@task(name="merge-shards", retries=1)
+def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[dict[str, Any]]) -> EvaluatorSummary:
+    from vlgate.evaluators.runners.suite import Suite, merge_shards
+
+    return merge_shards(Suite.from_file(suite_path), Path(out), evaluator, shards)
+
+
+@flow(name="vlgate-evaluate")
+def evaluate_version(model_name: str, version: str, suite_path: str, out: str, cache_dir: str, n_shards: int = 1) -> dict[str, EvaluatorSummary]:
+    """Every evaluator of the suite on the version, each split into ``n_shards`` tasks on
+    this flow's task runner (threads, or a Dask cluster) and merged back into one result.
+    An evaluator that still fails after its retries is an ``error`` entry."""
+    from vlgate.evaluators.runners.suite import Suite
+
+    model_uri = f"models:/{model_name}/{version}"
+    merged = {}
+    for name in Suite.from_file(suite_path).evaluators:
+        shards = [evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
+        merged[name] = merge_evaluator.submit(suite_path, name, out, shards)
+    entries: dict[str, EvaluatorSummary] = {}
+    for name, future in merged.items():
+        try:
+            entries[name] = future.result()
+        except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
+            get_run_logger().warning("evaluator %s failed: %s", name, error)
+            entries[name] = {"error": f"{type(error).__name__}: {error}"}
+    return entries
+
+
+def check_evaluator(evaluator: str, summary: EvaluatorSummary, folder: Path) -> EvaluatorOutput:
+    """The evaluator's output, its records parsed and validated once, checked by Great
+    Expectations: rows = the data set's items, ids unique, values in range, the label-free
+    metrics present. If the check itself cannot run, the output is kept and its
+    expectations count as failed."""
+    if "error" in summary:
+        return EvaluatorOutput.failed(evaluator, summary["error"])
+    output = EvaluatorOutput.from_folder(evaluator, folder, summary, expectations_passed=False)
+    try:
+        from vlgate.flows.expectations import validate_evaluator_output
+
+        if output.samples is None:
+            raise ValueError("no valid records")
+        report = validate_evaluator_output(evaluator, output.samples, output.metrics or {}, expected_rows=output.expected_rows)
+    except Exception as error:  # fail closed, keep what was computed
+        output.expectations = {"evaluator": evaluator, "success": False, "error": f"{type(error).__name__}: {error}"}
+        return output
+    output.expectations, output.expectations_passed = report.as_dict(), report.success
+    return output

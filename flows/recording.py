@@ -1,0 +1,115 @@
+"""The MLflow side of the validation flow: the version's one validation run, what each
+evaluator's output becomes there, the decision tags, and the champion's outputs read
+back for the gate. Every write is retried while the tracking server is away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from vlgate import tracking
+from vlgate.evaluators import registry
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.registry_hooks.claims import ClaimStore
+
+
+def fingerprint_digest(records: list[dict[str, Any]]) -> str:
+    return hashlib.sha256("\n".join(sorted(str(r.get("fingerprint")) for r in records)).encode()).hexdigest()[:16]
+
+
+@task(name="log-evaluator", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
+def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
+    """Metrics ``EVALUATOR/METRIC``, the per-sample table, the raw outputs, the GX result
+    and the fingerprints' digest; retried while the tracking server is unreachable."""
+    from mlflow.entities import Metric
+
+    client = tracking.connect()
+    now = int(time.time() * 1000)
+    evaluator = output.evaluator
+    if output.metrics:
+        metrics = [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(output.metrics, evaluator)]
+        for start in range(0, len(metrics), 500):
+            client.log_batch(run_id, metrics=metrics[start : start + 500])
+    if output.records:
+        client.log_param(run_id, f"{evaluator}/fingerprints", fingerprint_digest(output.records))
+        if output.samples is not None:
+            client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
+    if output.records and output.folder is not None:
+        for path in sorted(output.folder.iterdir()):  # shards/ is the merged records' source: not logged twice
+            if path.is_dir() and path.name != "shards":
+                client.log_artifacts(run_id, str(path), artifact_path=f"evaluators/{evaluator}/{path.name}")
+            elif path.is_file():
+                client.log_artifact(run_id, str(path), artifact_path=f"evaluators/{evaluator}")
+    entry = {k: v for k, v in output.summary.items() if k not in ("metrics", "error")}
+    client.log_dict(run_id, {"entry": entry, "error": output.error}, f"evaluators/{evaluator}/run.json")
+    if output.expectations is not None:
+        client.log_dict(run_id, output.expectations, f"expectations/{evaluator}.json")
+        client.set_tag(run_id, f"vlgate.expectations.{evaluator}", "passed" if output.expectations["success"] else "failed")
+
+
+def claim_token(model_name: str, version: str, claimed_at: str) -> str:
+    """The run token of one claim's validation run (hashed: model names may hold quotes)."""
+    return hashlib.sha256(f"{model_name}\0{version}\0{claimed_at}".encode()).hexdigest()[:32]
+
+
+def ensure_validation_run(client: Any, claims: ClaimStore, model_name: str, version: str) -> str:
+    """The version's one validation run: the one the claim already names (a resumed flow),
+    else one made for this claim, recorded in the claim before anything is logged to it.
+    The run's token names the claim, so a flow that died between creating the run and
+    recording it finds that run again instead of making a second."""
+    claim = claims.get(model_name, version)
+    if claim is not None and claim.run_id:
+        return claim.run_id
+    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name))
+    token = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
+    run_id = tracking.first_run_with_token(client, experiment, token) if token else None
+    if run_id is None:
+        tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version)}
+        run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version}", tags, token)
+    claims.update(model_name, version, run_id=run_id)
+    client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run_id)
+    return run_id
+
+
+def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    if metrics:
+        client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
+
+
+def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str]) -> None:
+    """``vlgate.decision`` and ``vlgate.reasons`` on the version (and its run): always written."""
+    for key, value in {tracking.TAG_DECISION: label, tracking.TAG_REASONS: tracking.reasons_tag(reasons)}.items():
+        client.set_model_version_tag(model_name, version, key, value)
+        if run_id:
+            client.set_tag(run_id, key, value)
+
+
+def champion_outputs(client: Any, model_name: str, exclude_version: str) -> tuple[str | None, dict[str, EvaluatorOutput] | None]:
+    """The champion's outputs (metrics and records, each evaluator's parsed once), read
+    back from its validation run; None when there is no champion other than ``exclude_version``."""
+    version = tracking.champion_version(client, model_name)
+    if version is None or version == str(exclude_version):
+        return version, None
+    run_id = client.get_model_version(model_name, version).tags.get(tracking.TAG_RUN)
+    if not run_id:
+        return version, {}
+    outputs: dict[str, EvaluatorOutput] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        local = Path(client.download_artifacts(run_id, "evaluators", scratch))
+        for folder in sorted(p for p in local.iterdir() if p.is_dir()):
+            if folder.name in registry.names() and (folder / "metrics.json").is_file() and (folder / "records.jsonl").is_file():
+                output = EvaluatorOutput.from_folder(folder.name, folder)
+                outputs[folder.name] = dataclasses.replace(output, folder=None)  # the download is temporary
+    return version, outputs

@@ -1,0 +1,279 @@
+"""The evaluator registry: one definition per evaluator, from which scoring, the suite's
+runners, Great Expectations, the gate, correlations, drift and reports are derived."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from vlgate.evaluators import registry
+from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, VisionLanguageBackend
+from vlgate.evaluators.loaders.items import ItemError
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
+from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.schemas import Schema
+from vlgate.evaluators.scoring import score, validate
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
+
+
+# --- a toy evaluator, defined here and nowhere else ---------------------------------------
+
+
+class CoinSchema(Schema):
+    """``{"id", "p_heads": float, "answer": "heads"|"tails"|null}``."""
+
+    def structure_problems(self, record):
+        if not isinstance(record.get("p_heads"), (int, float)) or isinstance(record.get("p_heads"), bool):
+            yield ("p_heads", "must be a number")
+        if record.get("answer") not in (None, "heads", "tails"):
+            yield ("answer", f"unknown label {record.get('answer')!r}")
+
+    def arrays(self, records):
+        p = np.array([r["p_heads"] for r in records], dtype=float)
+        bad = {row: ("p_heads", f"{p[row]} is outside [0, 1]") for row in np.flatnonzero(~((p >= 0) & (p <= 1)))}
+        answer = np.array([{"heads": 1, "tails": 0}.get(r.get("answer"), -1) for r in records])
+        return {"p_heads": p, "answer": answer}, bad
+
+
+def coin_per_sample(arrays: dict[str, Any]) -> pd.DataFrame:
+    """Confidence = max(p, 1 - p) (label-free); correct when the likelier side is the label."""
+    p, answer = arrays["p_heads"], arrays["answer"]
+    correct = np.where(answer >= 0, ((p > 0.5) == (answer == 1)).astype(float), np.nan)
+    return pd.DataFrame({"confidence": np.maximum(p, 1 - p), "correct": correct})
+
+
+def coin_aggregate(samples: pd.DataFrame) -> dict[str, Any]:
+    metrics: dict[str, Any] = {"n": len(samples), "confidence": float(samples["confidence"].mean())}
+    labelled = samples["correct"].dropna()
+    if len(labelled):
+        metrics["acc"] = float(labelled.mean())
+    return metrics
+
+
+class CoinSettings(EvaluatorSettings):
+    flips: int = 1
+
+
+class ConstantBackend(VisionLanguageBackend):
+    """A test double: P(option 0) = ``p`` for every request."""
+
+    def __init__(self, p: float):
+        self.p = p
+        self.info = BackendInfo(name="constant", model="constant", digest=f"sha256:{p}")
+
+    def choice_probs(self, requests):
+        return [np.array([self.p, 1 - self.p]) for _ in requests]
+
+    def generate(self, requests):
+        raise AssertionError("not used")
+
+
+def build_coin_runner(settings: CoinSettings, context: RunnerContext) -> Runner[str, None]:
+    def compute(batch):
+        probs = context.vlm.choice_probs([ChoiceRequest((), f"Heads or tails? ({item})", ("heads", "tails")) for item, _ in batch])
+        return [{"id": item, "p_heads": float(p[0]), "answer": "heads"} for (item, _), p in zip(batch, probs)]
+
+    return Runner("coin", {"vlm": context.vlm.info.digest}, "coin-1", lambda item: None, compute, settings={"flips": settings.flips})
+
+
+def load_coins(settings: CoinSettings, out: Path) -> tuple[list[str], list[ItemError]]:
+    return [f"flip-{n}" for n in range(settings.flips)], []
+
+
+COIN = registry.EvaluatorDefinition(
+    name="coin",
+    title="A coin-flip toy",
+    schema=CoinSchema(),
+    per_sample=coin_per_sample,
+    aggregate=coin_aggregate,
+    metrics=(
+        registry.Metric("confidence", 0.5, 1.0, required=True, headline=True, correlate_with=("coin/acc",)),
+        registry.Metric("acc", labelled=True, headline=True),
+    ),
+    columns=(registry.Column("confidence", 0.5, 1.0), registry.Column("correct", values=(0, 1), nullable=True)),
+    settings=CoinSettings,
+    build_runner=build_coin_runner,
+    load_items=load_coins,
+    drift_score=registry.DriftScore("confidence", "confidence"),
+)
+
+
+@pytest.fixture
+def coin():
+    registry.register(COIN)
+    try:
+        yield COIN
+    finally:
+        registry.unregister("coin")
+
+
+def _coin_records(p: list[float]) -> list[dict]:
+    return [{"id": f"c{n}", "p_heads": value, "answer": "heads"} for n, value in enumerate(p)]
+
+
+def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gates_correlates_and_reports(coin, tmp_path):
+    from vlgate.dashboards.collect import ValidationReportData
+    from vlgate.dashboards.report import leaderboard_metrics, model_figures, render_version_report
+    from vlgate.evaluators.runners.suite import Suite, finish_evaluator, load_items, make_runner
+    from vlgate.flows.correlations import correlate_across_versions
+    from vlgate.flows.expectations import validate_evaluator_output
+    from vlgate.flows.gate import GatePolicy, decide
+
+    # the suite accepts its entry with its own settings model, and builds its runner
+    suite_file = tmp_path / "suite.yaml"
+    suite_file.write_text(yaml.safe_dump({"name": "toy", "evaluators": {"coin": {"data": ".", "flips": 4}}}))
+    suite = Suite.from_file(suite_file)
+    assert isinstance(suite.evaluators["coin"], CoinSettings) and suite.evaluators["coin"].flips == 4
+    items, _ = load_items("coin", suite.evaluators["coin"], tmp_path)
+    runner = make_runner("coin", suite.evaluators["coin"], ConstantBackend(0.8), tmp_path, suite)
+    result = runner.run(items, RecordStore(tmp_path / "coin" / "records.jsonl"))
+    metrics = finish_evaluator(result, tmp_path)
+    # scored: 4 records at p = 0.8, all "heads": confidence 0.8, all correct
+    assert metrics["n"] == 4 and metrics["confidence"] == pytest.approx(0.8) and metrics["acc"] == 1.0
+    assert json.loads((tmp_path / "coin" / "metrics.json").read_text())["confidence"] == pytest.approx(0.8)
+
+    # expectation-checked: the registry's column range and required metric become GX expectations
+    output = EvaluatorOutput.from_folder("coin", tmp_path / "coin", {"metrics": metrics, "n_items": 4})
+    assert validate_evaluator_output("coin", output.samples, metrics, 4).success
+    broken = validate_evaluator_output("coin", output.samples, {k: v for k, v in metrics.items() if k != "confidence"}, 4)
+    assert not broken.success and any("metric 'confidence' is missing" in line for line in broken.failures())
+
+    # gated: a floor and a regression rule on its metric, judged against a champion
+    policy = GatePolicy(required=["coin"], floors={"coin/confidence": 0.7}, regressions={"coin/confidence": {"max_drop": 0.01}}, resamples=200)
+    champion = EvaluatorOutput.from_records("coin", _coin_records([0.9] * 20), score(validate("coin", parse_jsonl(json.dumps(r) for r in _coin_records([0.9] * 20)))))
+    worse = EvaluatorOutput.from_records("coin", _coin_records([0.8] * 20), score(validate("coin", parse_jsonl(json.dumps(r) for r in _coin_records([0.8] * 20)))))
+    decision = decide(policy, {"coin": worse}, {"coin": champion})
+    assert not decision.promote
+    assert [c.name for c in decision.checks if not c.passed] == ["coin/confidence vs champion"]
+    assert decide(policy, {"coin": champion}, {"coin": worse}).promote
+
+    # correlated across versions with the labelled metric its definition names
+    table = pd.DataFrame({"coin/confidence": [0.6, 0.7, 0.8, 0.9], "coin/acc": [0.5, 0.6, 0.8, 0.9]}, index=["1", "2", "3", "4"])
+    found = correlate_across_versions(table)
+    assert set(found) == {"coin/confidence~coin/acc"} and found["coin/confidence~coin/acc"]["spearman"] == pytest.approx(1.0)
+
+    # reported: its section with its metrics, and its headline metrics on the leaderboard
+    board = table.assign(decision="promoted", champion=False, run_id=None, reasons="")
+    data = ValidationReportData(model="toy", version="4", run_id="r", decision="promoted", reasons=["ok"], champion="4", source="s", description="")
+    data.evaluators["coin"] = output
+    html = render_version_report(data, model_figures(board, pd.DataFrame()), pd.DataFrame(), "sqlite:///x").html
+    assert 'id="evaluator-coin"' in html and 'data-metric="coin/confidence"' in html
+    assert "figure-correlation-coin-confidence" in html
+    assert leaderboard_metrics(list(table.columns)) == ["coin/confidence", "coin/acc"]
+
+    # and drift reads its per-sample score by name
+    assert registry.get("coin").drift_score == registry.DriftScore("confidence", "confidence")
+
+
+def test_an_unknown_evaluator_in_a_suite_or_a_policy_is_refused_by_name(tmp_path):
+    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.flows.gate import GatePolicy
+
+    suite_file = tmp_path / "suite.yaml"
+    suite_file.write_text(yaml.safe_dump({"name": "x", "evaluators": {"coin": {"data": "."}}}))
+    with pytest.raises(ValueError, match="evaluators.coin: Extra inputs are not permitted"):
+        Suite.from_file(suite_file)
+    with pytest.raises(ValueError, match="is not EVALUATOR/METRIC"):
+        GatePolicy(floors={"coin/confidence": 0.5})
+
+
+def test_a_policy_naming_a_metric_that_does_not_exist_is_refused_when_loaded():
+    from vlgate.flows.gate import GatePolicy
+
+    with pytest.raises(ValueError, match="lcm-mc has no metric 'accuracy'"):
+        GatePolicy(floors={"lcm-mc/accuracy": 0.5})
+    with pytest.raises(ValueError, match="cannot regress"):
+        GatePolicy(regressions={"lcm-mc/n_labelled": {"max_drop": 1}})
+    assert GatePolicy(floors={"genception/gc@5": 0.5, "decc/reliable_rate/multi": 0.2}).floors
+
+
+def test_metric_templates_match_every_setting_and_name_their_direction():
+    assert registry.metric("genception/gc@5").name == "gc@{T}"
+    assert registry.metric("genception/gc_fid@12").direction == "lower"
+    assert registry.metric("genception/fid@2").direction == "lower"
+    assert registry.metric("decc/brier/vlm2").direction == "lower"
+    assert registry.metric("lcm-mc/lcm").direction == "higher"
+    assert registry.metric("genception/gc@x") is None and registry.metric("nope/lcm") is None
+    assert registry.get("genception").metric("gc@{T}") is None  # a template is not a concrete name
+    (gc,) = [m for m in registry.get("genception").metrics if m.name == "gc@{T}"]
+    assert gc.resolve({"T": 5}) == "gc@5"
+
+
+def test_every_report_figure_kind_the_registry_names_has_a_builder():
+    from vlgate.dashboards.report import SECTION_FIGURES
+
+    named = {kind for definition in registry.definitions() for kind in definition.report_figures}
+    assert named and named <= set(SECTION_FIGURES)
+
+
+# --- GenCeption at iterations: 5 ---------------------------------------------------------------
+
+
+def _genception_records(offset: float) -> list[dict]:
+    rng = np.random.default_rng(7)
+    return [
+        {"id": f"g{n}", "category": "shapes", "s": list(np.clip(rng.uniform(0.3, 0.9, 5) + offset, -1, 1))}
+        for n in range(24)
+    ]
+
+
+def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5(tmp_path, monkeypatch):
+    from vlgate import tracking
+    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.flows import recording
+    from vlgate.flows.correlations import correlate_across_versions, version_table
+    from vlgate.flows.expectations import validate_evaluator_output
+    from vlgate.flows.gate import GatePolicy, decide
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    suite_file = tmp_path / "suite.yaml"
+    suite_file.write_text(yaml.safe_dump({"name": "g5", "evaluators": {"genception": {"data": ".", "encoder": "enc", "iterations": 5}}}))
+    settings = Suite.from_file(suite_file).evaluators["genception"]
+    assert registry.get("genception").settings_template_values(settings) == {"T": 5}
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("VLGATE_STATE_DB", raising=False)
+    client = tracking.connect(home)
+    client.create_registered_model("g5")
+    claims = ClaimStore.for_home(home)
+    outputs = {}
+    for version, (offset, acc) in enumerate([(-0.3, 0.4), (-0.1, 0.6), (0.0, 0.7), (0.1, 0.9)], start=1):
+        run = client.create_run(tracking.experiment_id(client, "g5 (registrations)", home))
+        client.create_model_version("g5", f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id)
+        claims.claim("g5", str(version), via="manual")
+        run_id = recording.ensure_validation_run(client, claims, "g5", str(version))
+        records = _genception_records(offset)
+        metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
+        assert "gc@5" in metrics and "gc@3" not in metrics
+        output = EvaluatorOutput.from_records("genception", records, metrics, summary={"metrics": metrics, "n_items": len(records)})
+        report = validate_evaluator_output("genception", output.samples, metrics, len(records))
+        assert report.success and any(r["column"] == "gc@5" and r["expectation"] == "ExpectColumnValuesToNotBeNull" for r in report.results)
+        recording.log_evaluator.fn(run_id, output)
+        recording.log_metric_dict(client, run_id, {"lcm-mc/acc": acc})
+        client.set_terminated(run_id, "FINISHED")
+        outputs[version] = output
+
+    # logged under MLflow's name and read back under the SPEC's
+    table = version_table(client, "g5")
+    assert "genception/gc@5" in table.columns
+    assert table.loc["4", "genception/gc@5"] == pytest.approx(outputs[4].metrics["gc@5"])
+    # correlated with the labelled metric the registry pairs it with
+    found = correlate_across_versions(table)
+    assert found["genception/gc@5~lcm-mc/acc"]["n"] == 4 and found["genception/gc@5~lcm-mc/acc"]["spearman"] == pytest.approx(1.0)
+    # gated: floors and regressions on gc@5 (v1 is 0.3 lower on every sample than v3)
+    policy = GatePolicy(required=["genception"], floors={"genception/gc@5": 0.2}, regressions={"genception/gc@5": {"max_drop": 0.05}}, resamples=200)
+    decision = decide(policy, {"genception": outputs[1]}, {"genception": outputs[3]})
+    assert [c.name for c in decision.checks if not c.passed] == ["genception/gc@5 vs champion"]
+    assert decide(policy, {"genception": outputs[4]}, {"genception": outputs[3]}).promote
