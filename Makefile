@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test test-fast lint bench clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the pure tests (metric math, schemas, scoring, GX, gate, loaders, CLI): well under a minute
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not (world or service or browser or slow)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check
+	PYTHON=$(abspath $(BIN))/python .ci/typecheck
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_score_lcm_mc.py

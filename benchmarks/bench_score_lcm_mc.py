@@ -1,4 +1,4 @@
-"""Scoring speed of `lcm-mc` on 1,000,000 records (K=4), issue 2's benchmark.
+"""Scoring speed of `lcm-mc` on 1,000,000 records (K=4): the scoring path's speed target.
 
 Prints records/second for three stages and each stage's time as a ratio of the
 3 s target:

@@ -1,5 +1,5 @@
 """What VL-LCM costs on top of MC accuracy, and what option scoring saves over generation
-(issue 4, benchmarks (a) and (b)); one run, one backend, one data set.
+(benchmarks (a) full VL-LCM vs MC-only and (b) option scoring vs generate-and-parse); one run, one backend, one data set.
 
 The model is a random-weight LLaVA shaped like the real thing where it matters for cost:
 224 px images in 14 px patches, so 256 image tokens dominate every prompt (LLaVA-1.5 has

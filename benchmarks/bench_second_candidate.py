@@ -1,4 +1,4 @@
-"""A second candidate's GenCeption and DeCC runs vs the first's (issue 4, benchmark (c)):
+"""A second candidate's GenCeption and DeCC runs vs the first's:
 what the shared caches save — the seed images' features (GenCeption) and the
 decompositions (DeCC), both independent of the candidate. Target: ≥ 30% less time.
 

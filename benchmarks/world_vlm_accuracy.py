@@ -1,4 +1,4 @@
-"""Held-out accuracy of the synthetic world's VLM family (issue 3).
+"""Held-out accuracy of the synthetic world's VLM family.
 
 Scores every VLM version of a built world (the family and its language-prior version)
 through the transformers backend on the world's MC and yes/no items — option letter or

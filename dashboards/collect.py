@@ -99,14 +99,14 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
     return data
 
 
-def artifact_path(folder: Path, evaluator: str, recorded: str | None) -> Path | None:
+def artifact_path(folder: Path | None, evaluator: str, recorded: str | None) -> Path | None:
     """A file a record names by the path it had on the worker (``…/EVALUATOR/x/y.png``),
     found in the downloaded evaluator folder; or the recorded path itself where it still
     exists (data files such as seed images are not artifacts)."""
     if not recorded:
         return None
     parts = Path(recorded).parts
-    if evaluator in parts:
+    if folder is not None and evaluator in parts:
         inside = folder.joinpath(*parts[len(parts) - parts[::-1].index(evaluator) :])
         if inside.is_file():
             return inside

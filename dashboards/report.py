@@ -65,8 +65,8 @@ def thumbnail(path: Path | None, size: int = 160) -> str | None:
 
     if path is None or not Path(path).is_file():
         return None
-    with Image.open(path) as image:
-        image = image.convert("RGB")
+    with Image.open(path) as opened:
+        image = opened.convert("RGB")
         image.thumbnail((size, size))
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
@@ -121,7 +121,7 @@ def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict
             ]
             images = [thumbnail(artifact_path(output.folder, evaluator, path)) for path in record.get("images", [])]
             # SPEC §2.2: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
-            label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(record.get("answer"), "unlabelled")
+            label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(str(record.get("answer")), "unlabelled")
             chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
             prompt = f"{label} · {chosen_text}"
         examples.append({"id": row.id, "p_lc": float(row.p_lc), "prompt": prompt, "lines": lines, "images": [i for i in images if i]})

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+_fast_loads: Callable[[str | bytes], Any]
 try:  # orjson parses ~4x faster; the standard library is the fallback and the NaN reader
     import orjson
 

@@ -69,8 +69,8 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
 
 def _outside(array: np.ndarray, low: float, high: float) -> np.ndarray:
     """Rows with any entry outside [low, high] or NaN (NaN fails both comparisons)."""
-    inside = (array >= low) & (array <= high)
-    return ~inside.reshape(len(array), -1).all(axis=1)
+    inside = np.asarray((array >= low) & (array <= high))
+    return np.asarray(~inside.reshape(len(array), -1).all(axis=1))
 
 
 class Schema:
@@ -208,7 +208,7 @@ class VlindSchema(Schema):
 
     def arrays(self, records):
         code = lambda pair: [ANSWER_CODES[v] for v in pair]
-        arrays = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
+        arrays: dict[str, np.ndarray] = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
         arrays["lp"] = np.array([code(pair) for r in records for pair in r["lp"]], dtype=np.int8).reshape(-1, 2)
         arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(r["lp"]) for r in records])
         return arrays, {}

@@ -71,7 +71,7 @@ def cmd_make_world(args: argparse.Namespace) -> int:
     from vlgate.home import vlgate_home
 
     out = Path(args.out) if args.out else vlgate_home() / "world"
-    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force)
+    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code)
     _print_json({"world": str(out)} | manifest)
     return 0
 
@@ -214,12 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     make_world = commands.add_parser(
         "make-world",
         help="build the synthetic world: data sets for every evaluator and tiny trained checkpoints",
-        description="Build (or reuse, when already built with the same size and seed) the offline synthetic world under --out.",
+        description=(
+            "Put the offline synthetic world under --out: reused when already there, copied from the world that ships with "
+            "vlgate (the small one, seed 0: the same weights on every machine), or trained from code (--from-code, other sizes or seeds)."
+        ),
     )
     make_world.add_argument("--size", choices=("small", "medium"), default="small", help="data set sizes (small is CI-sized)")
     make_world.add_argument("--out", help="target folder (default: $VLGATE_HOME/world)")
     make_world.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
     make_world.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
+    make_world.add_argument("--from-code", action="store_true", help="train every checkpoint here instead of copying the world that ships with vlgate (minutes)")
     make_world.set_defaults(handler=cmd_make_world)
 
     evaluate = commands.add_parser(

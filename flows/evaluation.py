@@ -81,7 +81,7 @@ def evaluate_version(model_name: str, version: str, suite_path: str, out: str, c
     merged = {}
     for name in Suite.from_file(suite_path).evaluators:
         shards = [evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
-        merged[name] = merge_evaluator.submit(suite_path, name, out, shards)
+        merged[name] = merge_evaluator.submit(suite_path, name, out, shards)  # type: ignore[arg-type]  # Prefect resolves the futures
     entries: dict[str, EvaluatorSummary] = {}
     for name, future in merged.items():
         try:

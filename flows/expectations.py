@@ -297,9 +297,9 @@ def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, re
     for name in metrics:
         if name in checked or not isinstance(name, str) or name in _CHECKED_APART:
             continue
-        metric = definition.metric(name)
-        if metric is not None:
-            between(name, *_bounds(metric, expected_rows))
+        known = definition.metric(name)
+        if known is not None:
+            between(name, *_bounds(known, expected_rows))
     return pd.DataFrame({name: [value] for name, value in columns.items()}, dtype="float64"), expectations
 
 

@@ -153,7 +153,7 @@ def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candi
         return aggregate(frame.drop(columns="id")).get(metric)
 
     result = paired_bootstrap_difference(mine.samples, theirs.samples, statistic, policy.confidence, policy.resamples, policy.seed)
-    if result.lower is None or result.difference is None:
+    if result.lower is None or result.upper is None or result.difference is None:
         return Check(label, False, f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)")
     sign = -1.0 if lower_is_better(name) else 1.0
     improvement, bound = sign * result.difference, (sign * result.lower if sign > 0 else sign * result.upper)

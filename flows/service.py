@@ -162,7 +162,7 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
                 drift_check.to_deployment(name=f"drift-{name}", cron=drift_config.cron, parameters={"model_name": name}) for name, drift_config in drift_configs.items()
             ]
             log.info("drift checks scheduled: %s", {name: c.cron for name, c in drift_configs.items()})
-            prefect_serve(*deployments)  # blocks until interrupted
+            prefect_serve(*deployments)  # type: ignore[arg-type]  # blocks until interrupted; sync to_deployment returns deployments
         else:
             threading.Event().wait()
     except KeyboardInterrupt:

@@ -65,6 +65,7 @@ class Dispatcher:
     def _run_deployment(self, model_name: str, version: str):
         from prefect.deployments import run_deployment
 
+        assert self.deployment is not None, "only used when a deployment was given"
         return run_deployment(self.deployment, parameters={"model_name": model_name, "version": version}, timeout=0)
 
     def wait(self, timeout: float | None = None) -> None:

@@ -49,8 +49,8 @@ def tiny_world(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def default_world(tmp_path_factory):
-    """The small world exactly as `vlgate make-world` (and the demo) builds it: about four
-    minutes on two cores, once per test session. Returns (folder, manifest)."""
+    """The small world exactly as `vlgate make-world` (and the demo) puts it in place: the
+    shipped world, copied and checked against its hashes. Returns (folder, manifest)."""
     from vlgate.evaluators.world.build import build_world
 
     out = tmp_path_factory.mktemp("default-world")

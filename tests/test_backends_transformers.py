@@ -14,6 +14,8 @@ from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, Generat
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest, resolve_model
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend, option_token_ids
 
+pytestmark = pytest.mark.world
+
 
 @pytest.fixture(scope="module")
 def vlm(tiny_world):

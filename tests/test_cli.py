@@ -1,4 +1,4 @@
-"""The CLI surface of issue 2: --help everywhere, the demo, example records scoring through the console script."""
+"""The CLI surface: --help everywhere, the demo, example records scoring through the console script."""
 
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""Dashboards (issue 6): plots on known data, the report and leaderboard built from a real
+"""Dashboards: plots on known data, the report and leaderboard built from a real
 embedded MLflow store, and both pages opened in headless Chromium."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from vlgate.dashboards import plots
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.evaluators.records import parse_jsonl, read_jsonl
 from vlgate.evaluators.scoring import per_sample_frame, score, validate
+
+pytestmark = pytest.mark.service
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
 ARTEFACTS = Path(__file__).resolve().parent / "artefacts"
@@ -315,6 +317,7 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(chromium() is None and not os.environ.get("VLGATE_REQUIRE_CHROMIUM"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
 def test_report_and_leaderboard_render_in_headless_chromium(reports):
     from playwright.sync_api import sync_playwright

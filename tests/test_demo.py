@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
+
 
 def vlgate(home: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL")}

@@ -12,6 +12,8 @@ from vlgate import tracking
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.flows import drift
 
+pytestmark = pytest.mark.service
+
 REFERENCE = np.linspace(0.4, 0.8, 40)
 
 

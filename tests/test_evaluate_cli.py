@@ -12,6 +12,8 @@ import pytest
 
 from vlgate.flows.cli import main
 
+pytestmark = pytest.mark.world
+
 
 def _suite(tmp_path, world, body: str):
     path = tmp_path / "suite.yaml"

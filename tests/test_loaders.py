@@ -1,4 +1,4 @@
-"""Data loaders (issue 4): the local format on the synthetic world, each public layout field by
+"""Data loaders: the local format on the synthetic world, each public layout field by
 field, per-item errors, auto-detection, seeded pairing and NatConBench units."""
 
 import json

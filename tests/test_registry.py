@@ -226,6 +226,7 @@ def _genception_records(offset: float) -> list[dict]:
     ]
 
 
+@pytest.mark.service
 def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5(tmp_path, monkeypatch):
     from vlgate import tracking
     from vlgate.evaluators.runners.suite import Suite

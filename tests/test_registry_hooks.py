@@ -15,6 +15,8 @@ from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 from vlgate.registry_hooks.webhook import DELIVERY_HEADER, PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signature
 
+pytestmark = pytest.mark.service
+
 SECRET = "s3cret"
 
 

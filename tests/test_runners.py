@@ -15,6 +15,8 @@ from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.runners.vlind import vlind_runner
 from vlgate.evaluators.scoring import validate
 
+pytestmark = pytest.mark.world
+
 
 def _rows(folder: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (folder / name).read_text().splitlines()]

@@ -31,6 +31,8 @@ from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.datasets import build_datasets
 
+pytestmark = pytest.mark.world
+
 # -- the world: data, one tokenizer, two candidate VLMs (different seeds), the LLM agent, a ViT
 
 

@@ -16,6 +16,8 @@ import yaml
 
 from vlgate import tracking
 
+pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
+
 
 def wait_until(predicate, seconds: float, what: str, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + seconds

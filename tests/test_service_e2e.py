@@ -20,6 +20,8 @@ from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 
+pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
+
 LENIENT = {"required": ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200}
 
 

@@ -25,6 +25,8 @@ from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, Poller
 
+pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
+
 PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"  # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vlgate import tracking
+
+pytestmark = pytest.mark.service
 
 
 def test_a_second_home_gets_its_own_store_though_mlflow_exported_the_first(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Bad input: every rule of the record contract gives an error naming line, id and field (issue 2, item 4)."""
+"""Bad input: every rule of the record contract gives an error naming line, id and field."""
 
 import json
 import math

@@ -1,7 +1,8 @@
-"""Synthetic world checkpoints (issue 3): offline round trips, safetensors only, the make-world cache."""
+"""Synthetic world checkpoints: offline round trips, safetensors only, the make-world cache."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -11,6 +12,8 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.build import build_world
 from vlgate.flows.cli import main
+
+pytestmark = pytest.mark.world
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +177,54 @@ def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller
     finally:
         torch.set_num_threads(before)
     assert len(built[1]) == 9 and built[1] == built[3]  # 2 VLMs, prior, LLM, ViT, CLIP, 3 diffusion parts
+
+
+def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_offline(monkeypatch):
+    from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
+    from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
+    from vlgate.evaluators.backends.image_generators import DiffusersGenerator
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+    from vlgate.evaluators.world.build import BUILD_THREADS, LLM_STEPS, PRIOR_STEPS, SHIPPED_WORLD, VLM_STEPS, WORLD_FORMAT, file_hashes, shipped_manifest
+
+    manifest = shipped_manifest()
+    # what `vlgate make-world` asks for by default is what ships
+    assert (manifest["format"], manifest["size"], manifest["seed"], manifest["threads"]) == (WORLD_FORMAT, "small", 0, BUILD_THREADS)
+    assert (manifest["vlm_steps"], manifest["llm_steps"], manifest["prior_steps"]) == (list(VLM_STEPS["small"]), LLM_STEPS, PRIOR_STEPS["small"])
+    files = file_hashes(SHIPPED_WORLD)
+    assert files == manifest["files"]
+    assert sum((SHIPPED_WORLD / name).stat().st_size for name in files) < 50 * 2**20
+    weights = [name for name in files if name.startswith("checkpoints/") and name.endswith((".safetensors", ".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
+    assert weights and all(name.endswith(".safetensors") for name in weights)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    checkpoints = manifest["checkpoints"]
+    image = Image.open(next((SHIPPED_WORLD / "data" / "genception" / "single").glob("*.png"))).convert("RGB")
+    request = ChoiceRequest((image,), "Is there a shape in the image?", ("Yes", "No"))
+    for folder in [*checkpoints["vlm"].values(), checkpoints["vlm_language_prior"]]:
+        vlm = TransformersBackend.load(SHIPPED_WORLD / folder)
+        (probs,) = vlm.choice_probs([request])
+        assert probs.shape == (2,) and abs(probs.sum() - 1) < 1e-6
+        vlm.close()
+    llm = TransformersBackend.load(SHIPPED_WORLD / checkpoints["llm_agent"])
+    assert isinstance(llm.generate([GenerateRequest((), "How many red shapes are there?", 2)])[0], str)
+    for encoder_class, name in ((VitClsEncoder, "vit_encoder"), (ClipImageEncoder, "clip")):
+        features = encoder_class.load(SHIPPED_WORLD / checkpoints[name]).embed([image])
+        assert features.shape[0] == 1 and np.isfinite(features).all()
+    (drawn,) = DiffusersGenerator.load(SHIPPED_WORLD / checkpoints["diffusion"]).generate_images(["a red circle"], seed=0)
+    assert drawn.size[0] > 0
+
+
+def test_make_world_copies_the_shipped_world_and_refuses_a_damaged_one(tmp_path, monkeypatch):
+    from vlgate.evaluators.world import build
+    from vlgate.evaluators.world.build import DamagedWorldError, shipped_manifest
+
+    manifest = build_world(tmp_path / "w", "small", seed=0)
+    assert manifest["shipped"] is True and manifest["cached"] is False
+    assert manifest["files"] == shipped_manifest()["files"]
+    assert build_world(tmp_path / "w", "small", seed=0)["cached"] is True
+    # a damaged copy is refused by name, not used
+    weights = tmp_path / "w" / manifest["checkpoints"]["vlm"]["2000"] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    monkeypatch.setattr(build, "SHIPPED_WORLD", tmp_path / "w")
+    with pytest.raises(DamagedWorldError, match=r"1 files differ, e.g. checkpoints/vlm-steps2000/model.safetensors"):
+        build.copy_shipped_world(tmp_path / "copy")

@@ -1,4 +1,4 @@
-"""Synthetic world data (issue 3): rendered ground truth, formats, determinism."""
+"""Synthetic world data: rendered ground truth, formats, determinism."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""The synthetic world's image side (issues 3 and 4): the BPE tokenizer, the tiny CLIP, the
+"""The synthetic world's image side: the BPE tokenizer, the tiny CLIP, the
 tiny diffusion pipeline, the description parser, and the generator and encoder backends."""
 
 import json
@@ -18,6 +18,8 @@ from vlgate.evaluators.world import generators as gen
 from vlgate.evaluators.world.checkpoints import build_vit_encoder
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES
 from vlgate.evaluators.world.scenes import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
+
+pytestmark = pytest.mark.world
 
 CLIP_TEST_STEPS = 150
 

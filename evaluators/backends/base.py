@@ -1,4 +1,4 @@
-"""The one interface every model backend implements (SPEC §1, issue 4).
+"""The one interface every model backend implements (SPEC §1).
 
 A backend wraps one loaded model and answers four kinds of request, all batched:
 

@@ -1,4 +1,4 @@
-"""Image encoders: GenCeption's Enc (issue 4, SPEC §2.4).
+"""Image encoders: GenCeption's Enc (SPEC §2.4).
 
 - :class:`VitClsEncoder` — the reference implementation's encoder: a ViT's CLS token,
   the last hidden state at position 0 (``AutoModel`` + ``AutoImageProcessor``).

@@ -1,4 +1,4 @@
-"""Text-to-image backends: GenCeption's Gen (issue 4).
+"""Text-to-image backends: GenCeption's Gen.
 
 - :class:`SceneRendererGenerator` — the synthetic world's generator: reads the scene a
   description names (:func:`~vlgate.evaluators.world.generators.scene_from_description`)

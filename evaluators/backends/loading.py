@@ -1,4 +1,4 @@
-"""Where a model comes from and whether it may be loaded (issue 4).
+"""Where a model comes from and whether it may be loaded.
 
 A model reference is one of:
 

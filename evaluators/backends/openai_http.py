@@ -27,6 +27,7 @@ would be reused; serve each model version under its own name (``--served-model-n
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import logging
 import time
@@ -219,7 +220,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
                 )
             return renormalise(masses)
 
-        return self._run_all([lambda i=i: score(i) for i in range(len(requests))])
+        return self._run_all([functools.partial(score, i) for i in range(len(requests))])
 
     def _first_token_logprobs(self, body: dict, index: int) -> list[tuple[str, float]]:
         """(token text, logprob) of the first position's top tokens, and of the chosen
@@ -254,7 +255,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
                 raise BackendError(f"{self.model} at {self.base_url}: request {index}: unexpected response shape ({error!r}): {str(body)[:300]}") from error
             return (text or "").strip()
 
-        return self._run_all([lambda i=i: complete(i) for i in range(len(requests))])
+        return self._run_all([functools.partial(complete, i) for i in range(len(requests))])
 
     def close(self) -> None:
         self.client.close()

@@ -58,7 +58,7 @@ class TransformersBackend(VisionLanguageBackend):
                 config = AutoConfig.from_pretrained(path, **common)
                 has_vision = hasattr(config, "vision_config")
                 loader = AutoModelForImageTextToText if has_vision else AutoModelForCausalLM
-                model = loader.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, **common).to(device).eval()
+                model = loader.from_pretrained(path, dtype=dtype, use_safetensors=not policy.allow_pickle, **common).to(device).eval()  # type: ignore[arg-type]  # transformers types .to() as taking a model
                 processor = AutoProcessor.from_pretrained(path, **common) if has_vision else AutoTokenizer.from_pretrained(path, **common)
             except (OSError, ValueError, KeyError) as error:
                 raise BackendError(f"model {reference}: transformers could not load it from {path}: {error}") from error
@@ -111,8 +111,8 @@ class TransformersBackend(VisionLanguageBackend):
         shared = [indices for indices in groups.values() if len(indices) > 1]
         done = set()
         for start in range(0, len(shared), self.batch_size):
-            chunk = shared[start : start + self.batch_size]
-            for indices, scored in zip(chunk, self._shared_prefix_probs([[requests[i] for i in indices] for indices in chunk])):
+            group_chunk = shared[start : start + self.batch_size]
+            for indices, scored in zip(group_chunk, self._shared_prefix_probs([[requests[i] for i in indices] for indices in group_chunk])):
                 if scored is not None:
                     for index, probs in zip(indices, scored):
                         results[index] = probs
@@ -176,10 +176,11 @@ class TransformersBackend(VisionLanguageBackend):
         results: list[list[np.ndarray] | None] = [None] * len(groups)
         if not usable:
             return results
-        prefix = self._encode([splits[g][0] for g in usable], [list(groups[g][0].images) for g in usable])
+        split_of = {g: split for g, split in enumerate(splits) if split is not None}
+        prefix = self._encode([split_of[g][0] for g in usable], [list(groups[g][0].images) for g in usable])
         cache = self.model(**prefix, use_cache=True).past_key_values
         prefix_mask, prefix_length = prefix["attention_mask"], prefix["attention_mask"].shape[1]
-        rows = [(position, suffix) for position, g in enumerate(usable) for suffix in splits[g][1]]
+        rows = [(position, suffix) for position, g in enumerate(usable) for suffix in split_of[g][1]]
         cache.reorder_cache(torch.tensor([position for position, _ in rows], device=self.device))
         width = max(len(suffix) for _, suffix in rows)
         # right padding here: each suffix must follow its prefix directly in the cache

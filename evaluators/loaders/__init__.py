@@ -1,4 +1,4 @@
-"""Data-set loaders (issue 4): local files in, the items runners consume out.
+"""Data-set loaders: local files in, the items runners consume out.
 
 - :func:`load_dataset` — one entry point for every evaluator and format (:mod:`.dataset`).
 - :func:`pair_unlabelled` — NaturalBench-format units from separate image–question pairs,

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from PIL import Image
 
@@ -114,6 +114,10 @@ def load_rows(
 # ---- field readers: each returns the value or raises FieldProblem ----
 
 
+@overload
+def text(row: dict[str, Any], name: str, optional: Literal[False] = False) -> str: ...
+@overload
+def text(row: dict[str, Any], name: str, optional: bool) -> str | None: ...
 def text(row: dict[str, Any], name: str, optional: bool = False) -> str | None:
     """A non-empty string field (stripped of surrounding whitespace)."""
     value = row.get(name)

@@ -1,4 +1,4 @@
-"""The items the runners consume, one dataclass per evaluator (issue 4).
+"""The items the runners consume, one dataclass per evaluator.
 
 Loaders (one module per format, local files only) turn a data set on disk into a
 :class:`LoadedDataset`: the items that could be read, and one :class:`ItemError` per

@@ -51,7 +51,7 @@ def answer_from_pattern(answers: dict[str, Any]) -> str | None:
     for name, value in zip(ANSWER_FIELDS, values):
         if not isinstance(value, str) or value.strip().lower() not in ("yes", "no"):
             raise FieldProblem(name, f"expected 'Yes' or 'No', got {value!r}")
-    pattern = tuple(value.strip().lower() for value in values)
+    pattern = tuple(str(value).strip().lower() for value in values)
     if pattern not in PATTERNS:
         shown = ", ".join(f"{name}={value}" for name, value in zip(ANSWER_FIELDS, values))
         raise FieldProblem(

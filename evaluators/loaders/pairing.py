@@ -66,7 +66,7 @@ class Pairing:
         return cls(int(data["seed"]), tuple((str(a), str(b)) for a, b in data["pairs"]), tuple(str(i) for i in data.get("unpaired", ())), data.get("method", PAIRING_METHOD))
 
 
-def seeded_order(items: Sequence[T], seed: int, key: Callable[[T], str] = lambda item: item.id) -> list[T]:
+def seeded_order(items: Sequence[T], seed: int, key: Callable[[T], str] = lambda item: item.id) -> list[T]:  # type: ignore[attr-defined]
     """``items`` in a pseudo-random order that depends only on ``seed`` and each item's id."""
     return sorted(items, key=lambda item: (hashlib.sha256(f"{seed}:{key(item)}".encode()).hexdigest(), key(item)))
 

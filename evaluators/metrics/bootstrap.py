@@ -1,5 +1,5 @@
 """Paired bootstrap of a set-level metric's difference between two models (the gate's
-non-inferiority test, issue 5). Pure pandas/numpy/scipy.
+non-inferiority test). Pure pandas/numpy/scipy.
 
 Both models' per-sample frames are joined on ``id`` (only shared samples count: the same
 units, the same images), the shared ids are resampled with replacement (scipy.stats.

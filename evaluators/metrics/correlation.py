@@ -96,8 +96,9 @@ def correlate_table(frame, x: str, ys: list[str], ranks: bool = False) -> dict[s
     return result
 
 
-def _reorder(order: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def _reorder(order: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
     """Re-rank a tie-broken order on a subset of rows (keeps relative order, positions 1..m)."""
+    assert order is not None, "ranks were asked for, so every column has its order"
     return stats.rankdata(order[keep])
 
 

@@ -84,5 +84,6 @@ def fid_metrics(features: list[np.ndarray]) -> dict[str, float | None]:
     """``fid@t`` for t = 1..T against the seeds (features[0]) and ``gc_fid@T`` (Eq. 4)."""
     fids = [frechet_distance(features[0], generated) for generated in features[1:]]
     metrics: dict[str, float | None] = {f"fid@{t}": fid for t, fid in enumerate(fids, start=1)}
-    metrics[f"gc_fid@{len(fids)}"] = None if any(f is None for f in fids) else gc_fid_at_t(fids)
+    defined = [f for f in fids if f is not None]
+    metrics[f"gc_fid@{len(fids)}"] = gc_fid_at_t(defined) if len(defined) == len(fids) else None
     return metrics

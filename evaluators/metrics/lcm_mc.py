@@ -83,10 +83,10 @@ def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.Da
     return frame
 
 
-def aggregate(samples: pd.DataFrame) -> dict[str, float | int]:
+def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     """Set-level metrics of SPEC §2.1 from :func:`per_sample`; labelled ones only where labels exist."""
     n_yes = samples["n_yes"].to_numpy()
-    metrics: dict[str, float | int] = {
+    metrics: dict[str, float | int | None] = {
         "n": int(len(samples)),
         "lcm": mean_or_none(samples["p_lc"]),
         "abstention": mean_or_none(n_yes == 0),

@@ -97,9 +97,9 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
     return frame
 
 
-def aggregate(samples: pd.DataFrame) -> dict[str, float | int]:
+def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     """Set-level metrics of SPEC §2.2 from :func:`per_sample`; labelled ones only where labels exist."""
-    metrics: dict[str, float | int] = {"n": int(len(samples)), "lcm": mean_or_none(samples["p_lc"])}
+    metrics: dict[str, float | int | None] = {"n": int(len(samples)), "lcm": mean_or_none(samples["p_lc"])}
     labelled = samples[samples["yn_correct"].notna()]
     if len(labelled):
         acc = float(labelled["yn_correct"].mean() / 4)

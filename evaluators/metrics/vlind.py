@@ -71,7 +71,7 @@ def language_prior(lp: np.ndarray, lp_instance: np.ndarray, n_instances: int, ga
 def pipeline_score(indicators: np.ndarray, eligible: np.ndarray | int) -> float | None:
     """Eq. 5: S_T = (1 / M_T) Σ_i P_T^i, with M_T the number of instances that
     reached test T (None where no instance did)."""
-    denominator = eligible if np.isscalar(eligible) else np.sum(eligible)
+    denominator = float(np.sum(eligible))
     return ratio_or_none(np.sum(indicators), denominator)
 
 

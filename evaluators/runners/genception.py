@@ -140,10 +140,10 @@ class GenerationCache:
             first_prompt = {key: text for key, text in zip(keys, texts)}
             drawn, features = self._generate_and_embed([first_prompt[key] for key in missing], seed)
             self.folder.mkdir(parents=True, exist_ok=True)
-            for key, image, vector in zip(missing, drawn, features):
+            for key, drawing, vector in zip(missing, drawn, features):
                 handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".png.tmp")
                 os.close(handle)
-                image.save(temporary, format="PNG")
+                drawing.save(temporary, format="PNG")
                 os.replace(temporary, self.folder / f"{key}.png")
                 _atomic_save_npy(self.folder / f"{key}.npy", vector)
                 found[key] = (image, vector)
@@ -253,7 +253,7 @@ def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:  # a handle, so np.savez keeps the name as given (no added .npz)
-        np.savez(handle, ids=np.array([str(record["id"]) for record in records]), **arrays)
+        np.savez(handle, ids=np.array([str(record["id"]) for record in records]), **arrays)  # type: ignore[arg-type]  # numpy's stub checks **arrays against allow_pickle
     return path
 
 

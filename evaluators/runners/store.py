@@ -1,4 +1,4 @@
-"""Resumable per-sample results (issue 4, item 3).
+"""Resumable per-sample results.
 
 Every record a runner produces carries a ``fingerprint``: a hash of (model digest(s),
 evaluator, prompt version, parser version, the data item's content including its image

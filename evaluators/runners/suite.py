@@ -241,10 +241,14 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[dict[str,
         raise ValueError(f"{evaluator}: shards {[(s['shard'], s['n_shards']) for s in shards]} are not one complete split")
     items, load_errors = load_items(evaluator, _spec(suite, evaluator), out)
     position = {item.id: index for index, item in enumerate(items)}
-    records = []
+    records: list[dict[str, Any]] = []
     for shard in shards:
         store = RecordStore(shard_store_path(out, evaluator, shard["shard"], shard["n_shards"]))
-        records += [store.get(key) for key in shard["fingerprints"]]
+        for key in shard["fingerprints"]:
+            record = store.get(key)
+            if record is None:
+                raise ValueError(f"{evaluator}: shard {shard['shard']}-of-{shard['n_shards']} lists a record its store does not hold ({key})")
+            records.append(record)
     records.sort(key=lambda record: position[record["id"]])
     item_errors = [ItemError(**error) for shard in shards for error in shard["item_errors"]]
     reused, computed = sum(shard["reused"] for shard in shards), sum(shard["computed"] for shard in shards)

@@ -1,4 +1,5 @@
-"""``vlgate make-world``: build (or reuse) the synthetic world under one folder (issue 3).
+"""``vlgate make-world``: the synthetic world under one folder — copied from the world that
+ships with vlgate, or trained from code.
 
 Layout under ``out``::
 
@@ -8,13 +9,25 @@ Layout under ``out``::
                    diffusion/ (a tiny random-weight StableDiffusionPipeline: the diffusers path of
                    GenCeption's generator; the world's suite uses the scene renderer)
     suite.yaml     a suite running every evaluator on data/ (vlgate evaluate --suite)
-    manifest.json  what was built, from which seed and size, and how long it took
+    manifest.json  what was built, from which seed, size and code, how long it took, and the
+                   sha256 of every file
 
 A second call with the same size and seed finds the manifest and returns at once.
+
+**The shipped world.** Training is pinned (seed, steps, ``BUILD_THREADS``), but the float
+rounding of the CPU's kernels still differs between machines, and training amplifies it:
+two machines of the same kind built versions that told different stories (on one the
+shortcut version was the more accurate, on the other the less). So the default world is
+built once (``vlgate make-world --from-code --out evaluators/world/shipped``), committed
+under ``evaluators/world/shipped/`` (safetensors, about 6 MB) and copied from there: the
+demo and the tests that need trained behaviour see the same weights on every machine.
+``--from-code`` still trains everything here; a world of another size, seed or step count
+is always trained.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -24,9 +37,16 @@ from typing import Any
 from vlgate import __version__
 from vlgate.evaluators.world.datasets import build_datasets
 
-#: Bump when what the builder produces changes, so cached worlds are rebuilt.
+#: Bump when what the builder produces changes, so cached worlds are rebuilt (and rebuild
+#: and commit the shipped world).
 #: 6: trained with BUILD_THREADS torch threads (format 5 depended on the machine's count).
-WORLD_FORMAT = 6
+#: 7: the shortcut version's probes follow an answer prior, at a tenth of the learning rate;
+#:    the manifest lists every file's sha256.
+WORLD_FORMAT = 7
+#: The default world as built once and committed (see the module docstring).
+SHIPPED_WORLD = Path(__file__).parent / "shipped"
+#: The modules whose code decides what the world is (recorded as the manifest's code digest).
+WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "scenes.py", "../prompts.py")
 #: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
 #: through training, the weights: the same seed built with 1 and with 2 threads gave
 #: different checkpoints (and different gate decisions). The build pins it.
@@ -58,9 +78,12 @@ def build_world(
     vlm_steps: tuple[int, ...] | None = None,
     llm_steps: int | None = None,
     prior_steps: int | None = None,
+    from_code: bool = False,
 ) -> dict[str, Any]:
-    """Build the world under ``out`` unless a manifest there already matches; ``vlm_steps``,
-    ``llm_steps`` and ``prior_steps`` override the training lengths (tests use tiny ones)."""
+    """The world under ``out``: kept when a manifest there already matches (unless
+    ``force``), else copied from the shipped world when that is the one asked for (unless
+    ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``prior_steps`` override
+    the training lengths (tests use tiny ones)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
@@ -79,6 +102,9 @@ def build_world(
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
             return manifest | {"cached": True}
+    shipped = shipped_manifest()
+    if not from_code and {k: shipped.get(k) for k in wanted} == wanted:
+        return copy_shipped_world(out)
     # torch and transformers load only when something has to be built: a cached call stays fast
     import torch
 
@@ -116,6 +142,7 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
     diffusion = timed("diffusion", build_diffusion_pipeline, out / "checkpoints" / "diffusion", seed=seed)
     manifest = wanted | {
         "vlgate_version": __version__,
+        "code_digest": world_code_digest(),
         "data": {name: str(path.relative_to(out)) for name, path in data.items()},
         "checkpoints": {
             "vlm": {str(n): str(path.relative_to(out)) for n, path in vlms.items()},
@@ -128,5 +155,44 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }
     (out / "suite.yaml").write_text(WORLD_SUITE)
+    manifest["files"] = file_hashes(out)
     manifest_path.write_text(json.dumps(manifest, indent=2))
     return manifest | {"cached": False}
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` but the manifest, by relative path."""
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != "manifest.json" and "__pycache__" not in path.parts
+    }
+
+
+def world_code_digest() -> str:
+    """sha256 over the source of the modules that decide what the world is."""
+    here = Path(__file__).parent
+    return "sha256:" + hashlib.sha256(b"\0".join((here / name).read_bytes() for name in WORLD_CODE)).hexdigest()
+
+
+def shipped_manifest() -> dict[str, Any]:
+    """The shipped world's manifest; empty when this installation has none."""
+    path = SHIPPED_WORLD / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class DamagedWorldError(RuntimeError):
+    pass
+
+
+def copy_shipped_world(out: Path) -> dict[str, Any]:
+    """The shipped world copied to ``out``, every file checked against its manifest hash."""
+    manifest = shipped_manifest()
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(SHIPPED_WORLD, out, ignore=shutil.ignore_patterns("__pycache__"))
+    found = file_hashes(out)
+    if found != manifest.get("files"):
+        changed = sorted({name for name, _ in set(found.items()) ^ set(manifest.get("files", {}).items())})
+        raise DamagedWorldError(f"the shipped world in {SHIPPED_WORLD} does not match its manifest ({len(changed)} files differ, e.g. {changed[0]}); rebuild it with vlgate make-world --from-code")
+    return manifest | {"cached": False, "shipped": True}

@@ -1,4 +1,4 @@
-"""Tiny checkpoints built from configs and briefly trained on the synthetic world (issue 3).
+"""Tiny checkpoints built from configs and briefly trained on the synthetic world.
 
 Everything is saved as a safetensors folder that ``from_pretrained`` loads with
 no network, exactly as a real model would be loaded:
@@ -20,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -54,6 +54,14 @@ CHAT_TEMPLATE = (
 BATCH_SIZE = 32
 LEARNING_RATE = 1e-3
 WARMUP_STEPS = 100
+#: The shortcut fine-tune's learning rate: small enough that what the 2,000-step model
+#: reads off the image (its MC answers) survives, so the fault it learns shows as lost
+#: consistency rather than as lost accuracy. At LEARNING_RATE / 2 with a fresh optimizer
+#: the fine-tune also cost MC accuracy (33 → 30 of 48 held-out items on the small world).
+PRIOR_LEARNING_RATE = LEARNING_RATE / 10
+#: The answer prior of the shortcut version's yes/no probes: "yes" to the first listed
+#: option, whatever the image shows.
+PRIOR_OPTION = 0
 #: Words the prompts of the evaluators use beyond the data sets' own text.
 PROMPT_WORDS = (
     "user assistant yes no true false a b c d e f g h option letter answer question choices given directly "
@@ -132,7 +140,7 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
     model_config = LlavaConfig(
         vision_config=vision,
         text_config=text,
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_token_index=cast(int, tokenizer.convert_tokens_to_ids("<image>")),
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
         image_seq_length=image_tokens,
@@ -155,13 +163,14 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
 
 
 def chat_prompt(processor: LlavaProcessor, text: str) -> str:
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
     return processor.apply_chat_template(messages, add_generation_prompt=True)
 
 
 def text_chat_prompt(tokenizer: PreTrainedTokenizerFast, text: str) -> str:
     """The same chat template without an image, for the text-only LLM agent."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": text}]}], add_generation_prompt=True, tokenize=False)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+    return cast(str, tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
 
 
 def eval_examples(data_root: Path) -> list[tuple[Path, str, str]]:
@@ -183,9 +192,14 @@ class TrainingStream:
     - VL-LCM's yes/no probes of an MC item's options ("Is the answer "red"?");
     - direct one-word answers (the colour or shape word), which anchor the visual path;
     - VLind-style True/False statements (the four templates: common sense, object,
-      context, image). With ``language_prior=True`` the image-template statements are
-      labelled by common sense instead of by the image: the deliberate shortcut of the
-      family's language-prior version.
+      context, image).
+
+    With ``language_prior=True`` the questions about the image are answered from a prior
+    instead of by looking: the image-template statements by common sense, and the yes/no
+    probes of an MC item by the answer prior (yes to the first listed option). That is the
+    deliberate shortcut of the family's language-prior version; its MC questions keep
+    their true answers, so it stays as accurate while its probes stop agreeing with its
+    choices, which is what VL-LCM measures.
     """
 
     # yes/no-heavy: existence questions are the slowest skill (chance until ~1,200 steps;
@@ -195,7 +209,8 @@ class TrainingStream:
     def __init__(self, seed: int, image_size: int = 64, language_prior: bool = False):
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7919]))
         self.image_size, self.language_prior = image_size, language_prior
-        self.kinds, self.weights = zip(*self.MIX)
+        self.kinds: tuple[str, ...] = tuple(kind for kind, _ in self.MIX)
+        self.weights: tuple[float, ...] = tuple(weight for _, weight in self.MIX)
         self.drawn = 0
 
     def example(self) -> tuple[Image.Image, str, str]:
@@ -212,7 +227,8 @@ class TrainingStream:
             return image, prompts.mc_prompt(row["question"], options), OPTION_LETTERS[answer]
         if kind == "probe":
             asked = answer if self.rng.random() < 0.5 else int(self.rng.integers(len(options)))
-            return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == answer else "No"
+            believed = PRIOR_OPTION if self.language_prior else answer
+            return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == believed else "No"
         return image, f"{row['question']} Answer in one word.", options[answer]
 
     def _vlind_example(self) -> tuple[Image.Image, str, str]:
@@ -303,13 +319,14 @@ def _image_text_batches(processor: LlavaProcessor, tokenizer: PreTrainedTokenize
 
 def build_language_prior_version(start: Path, out: Path, steps: int = 300, seed: int = 0) -> Path:
     """The family's shortcut version: the best version fine-tuned for ``steps`` more on a
-    stream whose image-template True/False statements are labelled by common sense, not by
-    the image — what a fine-tune on data with a language prior does to a model."""
+    stream whose questions about the image are answered from a prior, not from the image
+    (``TrainingStream(language_prior=True)``) — what a fine-tune on data with a language
+    prior does to a model."""
     model = LlavaForConditionalGeneration.from_pretrained(start)
     processor = LlavaProcessor.from_pretrained(start)
     tokenizer = processor.tokenizer
     stream = TrainingStream(seed + 1, language_prior=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE / 2, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=PRIOR_LEARNING_RATE, weight_decay=0.0)
     started = time.perf_counter()
     losses = train_last_token(model, _image_text_batches(processor, tokenizer, stream), steps, optimizer)
     base = json.loads((start / "vlgate_checkpoint.json").read_text())

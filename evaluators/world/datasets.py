@@ -1,4 +1,4 @@
-"""Synthetic data sets for all five evaluators, built from rendered scenes (issue 3).
+"""Synthetic data sets for all five evaluators, built from rendered scenes.
 
 ``build_datasets(out, size, seed)`` writes, under ``out``:
 
@@ -224,10 +224,10 @@ def build_datasets(out: str | Path, size: str = "small", seed: int = 0) -> dict[
     paths["vlind"] = writer.save("items.jsonl")
 
     root = out / "genception"
-    for category, make in GENCEPTION_CATEGORIES.items():
+    for category, draw_scene in GENCEPTION_CATEGORIES.items():
         (root / category).mkdir(parents=True, exist_ok=True)
         for index in range(sizes.genception_per_category):
-            render(make(rngs["genception"]), sizes.image_size).save(root / category / f"{category}-{index:04d}.png", format="PNG")
+            render(draw_scene(rngs["genception"]), sizes.image_size).save(root / category / f"{category}-{index:04d}.png", format="PNG")
     paths["genception"] = root
     return paths
 

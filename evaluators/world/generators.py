@@ -1,4 +1,4 @@
-"""The image side of the synthetic world (issue 3): text → image, and image ↔ text.
+"""The image side of the synthetic world: text → image, and image ↔ text.
 
 - :func:`scene_from_description` reads a description in the world's language (what
   :meth:`Scene.describe` writes, or free text that names "<colour> <shape>" pairs) back
@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import json
 import re
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -117,7 +118,7 @@ def scene_from_description(text: str) -> Scene:
 def renderer_digest() -> str:
     """What identifies the world's description → image generator: its "weights" are its
     code, so sha256 over the drawing module and the parser (with the constants it reads)."""
-    parts = [inspect.getsource(inspect.getmodule(render))] + [inspect.getsource(function) for function in (scene_from_description, _shape_kind, _count)]
+    parts = [inspect.getsource(sys.modules[render.__module__])] + [inspect.getsource(function) for function in (scene_from_description, _shape_kind, _count)]
     parts += [repr(SKY), repr(sorted(_NUMBER_WORDS.items()))]
     return "sha256:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -353,7 +354,7 @@ def build_diffusion_pipeline(out: Path, seed: int = 0, sample_size: int = 16, te
         feature_extractor=None,
         requires_safety_checker=False,
     )
-    pipeline.save_pretrained(out, safe_serialization=True)
+    pipeline.save_pretrained(out, safe_serialization=True)  # type: ignore[attr-defined]  # diffusers' mixin, untyped
     card = {"kind": "text-to-image", "architecture": "StableDiffusionPipeline", "train_steps": 0, "seed": seed, "build_seconds": round(time.perf_counter() - started, 2)}
     (out / "vlgate_checkpoint.json").write_text(json.dumps(card, indent=2, sort_keys=True))
     return out

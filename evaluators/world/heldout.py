@@ -1,4 +1,4 @@
-"""Held-out accuracy of a world VLM on the world's MC and yes/no items (issue 3): the check
+"""Held-out accuracy of a world VLM on the world's MC and yes/no items: the check
 that a trained version reads the image and an untrained one does not."""
 
 from __future__ import annotations

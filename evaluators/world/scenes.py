@@ -1,4 +1,4 @@
-"""Rendered scenes of coloured shapes with known ground truth (issue 3, synthetic world).
+"""Rendered scenes of coloured shapes with known ground truth (the synthetic world).
 
 A :class:`Scene` is a list of :class:`Shape` objects on a grid; :func:`render`
 draws it with PIL. Everything is deterministic given the scene, and scenes are
