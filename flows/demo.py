@@ -1,11 +1,12 @@
 """``vlgate demo``: the README's main job, the whole loop on the embedded default.
 
-1. Build (or reuse) the synthetic world under ``$VLGATE_HOME/world``: data for every
-   evaluator and a family of tiny VLMs of differing quality.
+1. Put the synthetic world under ``$VLGATE_HOME/world`` (copied from the world shipped
+   with vlgate, so every machine validates the same weights; reused when there): data for
+   every evaluator and a family of tiny VLMs of differing quality.
 2. Register four of them, as a training team would, as versions of ``world-vlm`` in the
    embedded MLflow registry (SQLite + artifact folder under ``$VLGATE_HOME/mlflow``):
    untrained, 200 steps, 2,000 steps, and the 2,000-step model fine-tuned on a
-   language-prior shortcut (better accuracy, worse logical consistency).
+   language-prior shortcut (as accurate, far less logically consistent).
 3. The registry hook picks them up (the embedded store sends no webhooks, so it is the
    poller) and runs one validation flow per version: evaluators, Great Expectations,
    MLflow logging, correlations, the gate.
@@ -113,7 +114,8 @@ def run_demo(console: Console | None = None) -> int:
 
     console.rule("1. the synthetic world")
     manifest = build_world(home / "world", "small", seed=0)
-    console.print(f"world under {home / 'world'} ({'reused' if manifest.get('cached') else 'built'})")
+    how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "built"
+    console.print(f"world under {home / 'world'} ({how})")
     write_demo_config(home)
 
     console.rule(f"2. register versions of {MODEL_NAME} in MLflow ({tracking.tracking_uri(home)})")

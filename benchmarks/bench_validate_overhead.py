@@ -1,0 +1,74 @@
+"""The service's own overhead: validating a version vs evaluating the same suite on it.
+
+`vlgate validate` runs the suite's evaluators and then everything the service adds —
+Prefect (flow, tasks, result cache), Great Expectations, MLflow logging, correlations,
+the gate and the report. `vlgate evaluate` runs the same evaluators alone. Both run as
+the console scripts a user runs, each in a fresh VLGATE_HOME (no model or evaluator
+caches), on the shipped world's 2,000-step VLM and its suite. Prints both times and the
+ratio (target: at most 1.3).
+
+    python benchmarks/bench_validate_overhead.py [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vlgate.evaluators.world.build import build_world
+from vlgate.flows.demo import DEMO_POLICY
+
+TARGET_RATIO = 1.3
+MODEL = "bench-vlm"
+
+
+def vlgate(home: Path, *args: str) -> float:
+    """Seconds one console-script call takes in ``home``; raises when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL")}
+    command = [str(Path(sys.executable).parent / "vlgate"), *args]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env | {"VLGATE_HOME": str(home)}, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"vlgate {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def fresh_home(root: Path, name: str, world: Path) -> Path:
+    home = root / name
+    shutil.copytree(world, home / "world")
+    (home / "gate.yaml").write_text(DEMO_POLICY)
+    (home / "vlgate.yaml").write_text(f"models:\n  {MODEL}:\n    suite: world/suite.yaml\n    policy: gate.yaml\n")
+    return home
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=1, help="pairs of runs; the best of each is reported")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        world = root / "world"
+        manifest = build_world(world, "small", seed=0)
+        checkpoint = world / manifest["checkpoints"]["vlm"]["2000"]
+        evaluate_times, validate_times = [], []
+        for run in range(args.repeat):
+            home = fresh_home(root, f"evaluate-{run}", world)
+            evaluate_times.append(vlgate(home, "evaluate", "--model", str(checkpoint), "--suite", str(home / "world" / "suite.yaml"), "--out", str(home / "out"), "--quiet"))
+            home = fresh_home(root, f"validate-{run}", world)
+            vlgate(home, "register", MODEL, str(home / "world" / manifest["checkpoints"]["vlm"]["2000"]))
+            validate_times.append(vlgate(home, "validate", MODEL, "1"))
+    evaluate, validate = min(evaluate_times), min(validate_times)
+    print(f"vlgate evaluate  {evaluate:7.1f} s  (the suite's evaluators alone)")
+    print(f"vlgate validate  {validate:7.1f} s  (evaluators + Prefect, GX, MLflow logging, correlations, gate, report)")
+    print(f"ratio            {validate / evaluate:7.2f}   (target <= {TARGET_RATIO})")
+
+
+if __name__ == "__main__":
+    main()
