@@ -122,6 +122,12 @@ def decc_pairs(sub_questions: list[str], sub_answers: list[str]) -> str:
     return " ".join(f"Q: {q} A: {a}." for q, a in zip(sub_questions, sub_answers))
 
 
+def decc_yes_no_reasoning(pairs: str, question: str) -> str:
+    """What both agents read for a yes/no question: the sub-QA pairs, the question and the
+    yes/no instruction (the synthetic world's LLM agent is trained on exactly this)."""
+    return f"Sub-questions and answers: {pairs} Question: {question} {YES_NO_INSTRUCTION}"
+
+
 def decc_reasoning(pairs: str, question: str, options: tuple[str, ...] | None) -> str:
     """What both agents read: the sub-QA pairs, then the original question (and options)."""
     if options:

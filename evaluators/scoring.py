@@ -18,7 +18,7 @@ import pandas as pd
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.common import by_group
-from vlgate.evaluators.records import ParsedLines, read_jsonl
+from vlgate.evaluators.records import ParsedLines, paused_gc, read_jsonl
 from vlgate.evaluators.runners.genception import load_features
 from vlgate.evaluators.schemas import ValidRecords, validate_against
 
@@ -76,6 +76,7 @@ def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | N
 
 def score_file(evaluator: str, path: str | Path, by: str | None = None, features_path: str | Path | None = None, skip_invalid: bool = False) -> tuple[dict[str, Any], ValidRecords]:
     """Read, validate and score a JSONL file; raises InvalidRecordsError unless ``skip_invalid``."""
-    valid = validate(evaluator, read_jsonl(path), skip_invalid=skip_invalid, source=str(path))
-    features = load_features(features_path, len(valid.records), valid.column("id")) if features_path else None
-    return score(valid, by=by, features=features), valid
+    with paused_gc():  # millions of short-lived containers and no cycles: see records.paused_gc
+        valid = validate(evaluator, read_jsonl(path), skip_invalid=skip_invalid, source=str(path))
+        features = load_features(features_path, len(valid.records), valid.column("id")) if features_path else None
+        return score(valid, by=by, features=features), valid

@@ -278,3 +278,46 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
     decision = decide(policy, {"genception": outputs[1]}, {"genception": outputs[3]})
     assert [c.name for c in decision.checks if not c.passed] == ["genception/gc@5 vs champion"]
     assert decide(policy, {"genception": outputs[4]}, {"genception": outputs[3]}).promote
+
+
+# --- helper models have owned lifetimes -----------------------------------------------------
+
+
+def test_a_runner_closes_the_helper_models_it_loaded_last_first_and_once():
+    closed = []
+
+    class Helper:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    runner = Runner("coin", {}, "v", lambda item: None, lambda batch: [], owned=[Helper("encoder"), Helper("generator")])
+    runner.close()
+    runner.close()
+    assert closed == ["generator", "encoder"]
+
+
+@pytest.mark.world
+def test_genception_and_decc_runners_own_and_release_their_helper_models(tmp_path):
+    from vlgate.evaluators.backends.encoders import VitClsEncoder
+    from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
+    from vlgate.evaluators.backends.loading import LoadPolicy
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+    from vlgate.evaluators.world.build import SHIPPED_WORLD, shipped_manifest
+
+    checkpoints = shipped_manifest()["checkpoints"]
+    context = RunnerContext(vlm=ConstantBackend(0.5), out=tmp_path, policy=LoadPolicy())
+    genception = registry.get("genception")
+    runner = genception.build_runner(genception.settings(data=tmp_path, encoder=str(SHIPPED_WORLD / checkpoints["vit_encoder"])), context)
+    encoder, generator = runner.owned
+    assert isinstance(encoder, VitClsEncoder) and isinstance(generator, SceneRendererGenerator)
+    runner.close()
+    assert encoder.model is None and runner.owned == []
+    decc = registry.get("decc")
+    runner = decc.build_runner(decc.settings(data=tmp_path, llm=str(SHIPPED_WORLD / checkpoints["llm_agent"])), context)
+    (llm,) = runner.owned
+    assert isinstance(llm, TransformersBackend) and llm.model is not None
+    runner.close()
+    assert llm.model is None

@@ -15,6 +15,7 @@ from vlgate.evaluators.backends.image_generators import DiffusersGenerator, Scen
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
 from vlgate.evaluators.prompts import genception_generate
 from vlgate.evaluators.world import generators as gen
+from vlgate.evaluators.world import renderer
 from vlgate.evaluators.world.checkpoints import build_vit_encoder
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES
 from vlgate.evaluators.world.scenes import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
@@ -175,7 +176,7 @@ def test_parser_inverts_describe_on_random_scenes():
     scenes = [gen.random_world_scene(rng, max_shapes=GRID * GRID) for _ in range(200)] + [make(rng) for make in GENCEPTION_CATEGORIES.values() for _ in range(20)]
     scenes.append(Scene(()))
     for scene in scenes:
-        parsed = gen.scene_from_description(scene.describe())
+        parsed = renderer.scene_from_description(scene.describe())
         assert parsed.describe() == scene.describe()
         assert sorted((s.kind, s.color) for s in parsed.shapes) == sorted((s.kind, s.color) for s in scene.shapes)
         assert parsed.props == scene.props
@@ -194,22 +195,22 @@ def test_parser_redraws_scenes_pixel_for_pixel_when_their_shapes_fill_the_first_
     landscape = GENCEPTION_CATEGORIES["landscape"](rng)
     scenes.append(Scene((Shape(landscape.shapes[0].kind, landscape.shapes[0].color, 0),), landscape.background, landscape.props))
     for scene in scenes:
-        assert np.array_equal(pixels(render(gen.scene_from_description(scene.describe()))), pixels(render(scene))), scene.describe()
+        assert np.array_equal(pixels(render(renderer.scene_from_description(scene.describe()))), pixels(render(scene))), scene.describe()
     # a shape elsewhere moves to the first free cell: same description, different pixels
     moved = Scene((Shape("circle", "red", 0), Shape("square", "blue", 8)))
-    assert gen.scene_from_description(moved.describe()).shapes[1].cell == 1
+    assert renderer.scene_from_description(moved.describe()).shapes[1].cell == 1
 
 
 def test_parser_reads_free_text():
-    scene = gen.scene_from_description("I see two red circles and a Blue Triangle, under a yellow circle sun, above green grass.")
+    scene = renderer.scene_from_description("I see two red circles and a Blue Triangle, under a yellow circle sun, above green grass.")
     assert [(s.kind, s.color, s.cell) for s in scene.shapes] == [("circle", "red", 0), ("circle", "red", 1), ("triangle", "blue", 2)]
-    assert scene.props == (("sun", "yellow", "circle"), ("grass", "green")) and scene.background == gen.SKY
-    assert gen.scene_from_description("The sun shines on the grass.").props == (("sun", "yellow", "circle"), ("grass", "green"))
-    assert gen.scene_from_description("a purple sun and a green square sun").props == (("sun", "purple", "circle"),)
-    assert len(gen.scene_from_description("a red square " * 12).shapes) == GRID * GRID
-    assert len(gen.scene_from_description("99999999999 red squares").shapes) == GRID * GRID
-    assert gen.scene_from_description("There are no red circles, 3 green squares.").shapes == tuple(Shape("square", "green", cell) for cell in range(3))
-    empty = gen.scene_from_description("A cat sleeps on a mat.")
+    assert scene.props == (("sun", "yellow", "circle"), ("grass", "green")) and scene.background == renderer.SKY
+    assert renderer.scene_from_description("The sun shines on the grass.").props == (("sun", "yellow", "circle"), ("grass", "green"))
+    assert renderer.scene_from_description("a purple sun and a green square sun").props == (("sun", "purple", "circle"),)
+    assert len(renderer.scene_from_description("a red square " * 12).shapes) == GRID * GRID
+    assert len(renderer.scene_from_description("99999999999 red squares").shapes) == GRID * GRID
+    assert renderer.scene_from_description("There are no red circles, 3 green squares.").shapes == tuple(Shape("square", "green", cell) for cell in range(3))
+    empty = renderer.scene_from_description("A cat sleeps on a mat.")
     assert empty == Scene(()) and empty.background == BACKGROUND
 
 
@@ -223,7 +224,7 @@ def test_scene_renderer_generator_draws_the_parsed_scene():
     images = generator.generate_images(prompts, seed=0)
     for image, scene in zip(images, scenes):
         assert image.size == (64, 64)
-        assert np.array_equal(pixels(image), pixels(render(gen.scene_from_description(scene.describe()), 64)))
+        assert np.array_equal(pixels(image), pixels(render(renderer.scene_from_description(scene.describe()), 64)))
     assert np.array_equal(pixels(images[0]), pixels(render(scenes[0], 64)))  # a lone shape comes back exactly
     assert all(np.array_equal(pixels(a), pixels(b)) for a, b in zip(images, generator.generate_images(prompts, seed=7)))
 

@@ -1,7 +1,7 @@
 """Text-to-image backends: GenCeption's Gen.
 
 - :class:`SceneRendererGenerator` — the synthetic world's generator: reads the scene a
-  description names (:func:`~vlgate.evaluators.world.generators.scene_from_description`)
+  description names (:func:`~vlgate.evaluators.world.renderer.scene_from_description`)
   and draws it. Deterministic, instant, and exact: a perfect description regenerates the
   seed image, so GenCeption's score measures the describer alone.
 - :class:`DiffusersGenerator` — any diffusers text-to-image pipeline folder
@@ -22,7 +22,7 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageGenerator, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
-from vlgate.evaluators.world.generators import renderer_digest, scene_from_description
+from vlgate.evaluators.world.renderer import renderer_digest, scene_from_description
 from vlgate.evaluators.world.scenes import render
 
 #: Libraries whose classes a pipeline's model_index.json may name; anything else is code

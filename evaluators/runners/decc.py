@@ -119,11 +119,10 @@ def direct_prompt(item: DeccItem, answer_as: AnswerFormat) -> str:
 
 
 def reasoning_prompt(pairs: str, item: DeccItem, answer_as: AnswerFormat) -> str:
-    """What both agents read: the sub-QA pairs, then Q. Yes/no items end with the yes/no
-    instruction, word for word the world LLM agent's training format
-    (``checkpoints.reasoning_prompt_text``); the rest is :func:`prompts.decc_reasoning`."""
+    """What both agents read: the sub-QA pairs, then Q: :func:`prompts.decc_yes_no_reasoning`
+    for yes/no items, else :func:`prompts.decc_reasoning`."""
     if answer_as.kind == "yes-no":
-        return f"Sub-questions and answers: {pairs} Question: {item.question} {prompts.YES_NO_INSTRUCTION}"
+        return prompts.decc_yes_no_reasoning(pairs, item.question)
     return prompts.decc_reasoning(pairs, item.question, answer_as.options or None)
 
 

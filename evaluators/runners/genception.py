@@ -146,7 +146,7 @@ class GenerationCache:
                 drawing.save(temporary, format="PNG")
                 os.replace(temporary, self.folder / f"{key}.png")
                 _atomic_save_npy(self.folder / f"{key}.npy", vector)
-                found[key] = (image, vector)
+                found[key] = (drawing, vector)
         return [found[key][0] for key in keys], np.stack([found[key][1] for key in keys])
 
     def _generate_and_embed(self, texts: list[str], seed: int) -> tuple[list[Image.Image], np.ndarray]:

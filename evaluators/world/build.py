@@ -46,7 +46,7 @@ WORLD_FORMAT = 7
 #: The default world as built once and committed (see the module docstring).
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
-WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "scenes.py", "../prompts.py")
+WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "renderer.py", "scenes.py", "../prompts.py")
 #: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
 #: through training, the weights: the same seed built with 1 and with 2 threads gave
 #: different checkpoints (and different gate decisions). The build pins it.

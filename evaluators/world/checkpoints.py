@@ -363,9 +363,8 @@ def build_vit_encoder(out: Path, image_size: int = 32, seed: int = 0) -> Path:
 
 
 def reasoning_prompt_text(sub_questions: list[str], sub_answers: list[str], question: str) -> str:
-    """What DeCC's LLM agent reads: the sub-QA pairs, then the original question (text only)."""
-    pairs = " ".join(f"Q: {q} A: {a}." for q, a in zip(sub_questions, sub_answers))
-    return f"Sub-questions and answers: {pairs} Question: {question} {YES_NO_INSTRUCTION}"
+    """What DeCC's LLM agent reads (the runner's own prompt, so it trains on what it is asked)."""
+    return prompts.decc_yes_no_reasoning(prompts.decc_pairs(sub_questions, sub_answers), question)
 
 
 class ReasoningStream:

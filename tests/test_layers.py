@@ -1,0 +1,82 @@
+"""The import graph between vlgate's packages points down the layers of ARCHITECTURE.md,
+lazy imports inside functions included (they are cycles all the same)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: package folder → the vlgate packages it may import (besides itself and the root modules)
+ALLOWED = {
+    "evaluators": set(),
+    "dashboards": {"evaluators", "tracking"},
+    "registry_hooks": {"evaluators", "tracking"},
+    "flows": {"evaluators", "tracking", "dashboards", "registry_hooks"},
+}
+ROOT_MODULES = {"config", "home", "__init__"}
+
+
+def imported_vlgate_packages(path: Path) -> set[str]:
+    """The second component of every ``vlgate.X`` this file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "vlgate" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_layers_below_it(package):
+    wrong = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if "shipped" in path.parts:
+            continue
+        bad = imported_vlgate_packages(path) - ALLOWED[package] - ROOT_MODULES - {package, "__version__"}
+        if bad:
+            wrong[str(path.relative_to(ROOT))] = sorted(bad)
+    assert wrong == {}
+
+
+def test_mlflow_io_and_the_root_modules_import_no_service_package():
+    for module in ("tracking", "config", "home"):
+        assert imported_vlgate_packages(ROOT / "vlgate" / f"{module}.py") <= {"evaluators", "home", "config"}
+
+
+def test_metric_math_imports_no_model_mlflow_or_prefect():
+    heavy = {"torch", "transformers", "mlflow", "prefect", "great_expectations", "diffusers"}
+    for path in sorted((ROOT / "evaluators" / "metrics").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert not modules & heavy, (path.name, modules & heavy)
+
+
+#: The world's build-time modules (training, data generation); only the commands that
+#: build a world (make-world, the demo's batches) and the world itself import them.
+WORLD_BUILD = {"checkpoints", "generators", "datasets", "build"}
+WORLD_BUILDERS = {"flows/cli.py", "flows/demo.py"}
+
+
+def test_runtime_code_does_not_import_the_worlds_training_code():
+    wrong = {}
+    for package in ALLOWED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            if relative.startswith("evaluators/world/") or relative in WORLD_BUILDERS:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vlgate.evaluators.world"):
+                    modules = {node.module.rsplit(".", 1)[-1]} | ({a.name for a in node.names} if node.module == "vlgate.evaluators.world" else set())
+                    if modules & WORLD_BUILD:
+                        wrong[relative] = sorted(modules & WORLD_BUILD)
+    assert wrong == {}
