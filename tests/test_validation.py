@@ -151,3 +151,28 @@ def test_cli_skip_invalid_with_nothing_left(write_records, capsys):
     assert main(["score", "lcm-mc", str(path), "--skip-invalid"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["n"] == 0 and metrics["n_skipped"] == 1 and "lcm" not in metrics
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"id": 1}\n{"id": 2}\n',  # the one-array fast path
+        '{"id": 1}\n{"id": 2}',  # no final newline
+        '{"id": 1}\r\n{"id": 2}\r\n',  # CRLF
+        '{"id": 1}\n\n{"id": 2}\n',  # a blank line: line numbers must skip it
+        '{"id": 1}, {"id": 2}\n{"id": 3}\n',  # two values on line 1: an error there, not two records
+        '{"id": 1}\n{"id": 2, "p": NaN}\n',  # NaN: the fast parser refuses, the standard one reads it
+        '{"id": 1}\n[1, 2]\n{"id": 3',  # not objects, unterminated
+        "",
+    ],
+)
+def test_reading_a_file_gives_what_parsing_it_line_by_line_gives(tmp_path, text):
+    from vlgate.evaluators.records import read_jsonl
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(text.encode())
+    fast, slow = read_jsonl(path), parse_jsonl(text.encode().split(b"\n"))
+    assert fast.lines == slow.lines and [e.line for e in fast.errors] == [e.line for e in slow.errors]
+    assert json.dumps(fast.records, sort_keys=True) == json.dumps(slow.records, sort_keys=True)
+    if text.startswith('{"id": 1}, {"id": 2}'):
+        assert [e.line for e in fast.errors] == [1] and fast.lines == [2]
