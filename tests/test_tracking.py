@@ -21,6 +21,18 @@ def test_a_second_home_gets_its_own_store_though_mlflow_exported_the_first(tmp_p
     assert tracking.connect(second).tracking_uri == f"sqlite:///{second.resolve()}/mlflow/mlflow.db"
 
 
+def test_an_older_exported_uri_put_back_by_a_restore_does_not_redirect_a_later_home(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = tracking.connect(tmp_path / "a").tracking_uri
+    saved = os.environ["MLFLOW_TRACKING_URI"]  # code that saves the variable around its own connection ...
+    tracking.connect(tmp_path / "b")
+    os.environ["MLFLOW_TRACKING_URI"] = saved  # ... and puts the older value back afterwards
+    assert saved == first
+    assert tracking.connect(tmp_path / "c").tracking_uri == f"sqlite:///{(tmp_path / 'c').resolve()}/mlflow/mlflow.db"
+
+
 def test_the_users_tracking_uri_wins_over_the_home(tmp_path, monkeypatch):
     tracking.connect(tmp_path / "a")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")

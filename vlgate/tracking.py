@@ -33,17 +33,19 @@ TAG_RUN_TOKEN = "vlgate.run_token"
 MAX_TAG_CHARS = 5000
 
 
-#: The URI :func:`connect` itself exported: ``mlflow.set_tracking_uri`` also sets
-#: ``MLFLOW_TRACKING_URI`` (for subprocesses, e.g. Dask workers, to inherit), and that
-#: value must not stand in for a user's setting when this process connects to another home.
-_exported_uri: str | None = None
+#: Every URI :func:`connect` itself exported: ``mlflow.set_tracking_uri`` also sets
+#: ``MLFLOW_TRACKING_URI`` (for subprocesses, e.g. Dask workers, to inherit), and none of
+#: those values may stand in for a user's setting when this process connects to another
+#: home — not the last one only: code that saved and restored the variable around a
+#: connection (a test's monkeypatch) puts back an older one.
+_exported_uris: set[str] = set()
 
 
 def tracking_uri(home: Path | None = None) -> str:
     """``MLFLOW_TRACKING_URI`` (as the user or a parent process set it) or the embedded
     default: SQLite under ``$VLGATE_HOME/mlflow``."""
     configured = os.environ.get("MLFLOW_TRACKING_URI")
-    if configured and configured != _exported_uri:
+    if configured and configured not in _exported_uris:
         return configured
     folder = (home or vlgate_home()).resolve() / "mlflow"
     folder.mkdir(parents=True, exist_ok=True)
@@ -60,13 +62,12 @@ def connect(home: Path | None = None):
     import mlflow
     from mlflow import MlflowClient
 
-    global _exported_uri
     uri = tracking_uri(home)
     users = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    if not users or users == _exported_uri:
-        _exported_uri = uri
+    if not users or users in _exported_uris:
+        _exported_uris.add(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
