@@ -334,9 +334,8 @@ def leaderboard_metrics(columns: list[str]) -> list[str]:
     logged, in registry order."""
     shown = []
     for definition in registry.definitions():
-        for metric in definition.metrics:
-            if metric.headline:
-                shown += [c for c in columns if registry.split_metric(c)[0] == definition.name and metric.matches(registry.split_metric(c)[1])]
+        prefix = f"{definition.name}/"
+        shown += [prefix + name for name in definition.headline(c.removeprefix(prefix) for c in columns if c.startswith(prefix))]
     return shown
 
 

@@ -27,7 +27,7 @@ records, e.g. ``gc@{T}``: ``gc@3`` and ``gc@5`` are the same metric of a 3- and 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -178,8 +178,6 @@ class EvaluatorDefinition:
     #: placeholder values of the metric names, read off a run's per-sample frame (and
     #: its metrics, where the frame has no columns that tell)
     template_values: Callable[[pd.DataFrame, dict[str, Any]], dict[str, int]] = lambda _frame, _metrics: {}
-    #: the suite's settings → the same values, for a run not yet scored
-    settings_template_values: Callable[[Any], dict[str, int]] = lambda _settings: {}
     #: (settings, output folder) → (items, item errors); None: the data set's loader
     load_items: Callable[[Any, Path], tuple[list[Any], list[Any]]] | None = None
     #: (records, evaluator folder) → extra per-iteration inputs to scoring (GenCeption's
@@ -200,9 +198,10 @@ class EvaluatorDefinition:
                 return metric
         return None
 
-    def headline(self, metrics: dict[str, Any]) -> list[str]:
-        """The headline metrics present in ``metrics``, in the definition's order."""
-        return [key for metric in self.metrics if metric.headline for key in metrics if isinstance(key, str) and metric.matches(key)]
+    def headline(self, metrics: Iterable[str]) -> list[str]:
+        """The headline metrics among the names in ``metrics``, in the definition's order."""
+        names = [name for name in metrics if isinstance(name, str)]
+        return [name for metric in self.metrics if metric.headline for name in names if metric.matches(name)]
 
     def required_metrics(self, values: dict[str, int]) -> list[Metric]:
         return [metric for metric in self.metrics if metric.required and (not metric.templated or values)]
@@ -274,24 +273,19 @@ def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
                     yield x, y
 
 
-def correlated_templates() -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(``EVALUATOR/TEMPLATE``, labelled metrics) for every metric with ``correlate_with``."""
-    for definition in _REGISTRY.values():
-        for spec in definition.metrics:
-            if spec.correlate_with:
-                yield f"{definition.name}/{spec.name}", spec.correlate_with
-
-
 # ---------------------------------------------------------------------------
 # The five evaluators of SPEC §2
+
+
+_SIMILARITY, _GC_AT = _pattern("s@{t}"), _pattern("gc@{T}")
 
 
 def _genception_template_values(frame: pd.DataFrame, metrics: dict[str, Any]) -> dict[str, int]:
     """T from the per-sample frame's ``s@t`` columns; without them from a ``gc@T`` metric;
     else SPEC's default of 3."""
-    iterations = sum(1 for column in frame.columns if re.fullmatch(r"s@\d+", str(column)))
+    iterations = sum(1 for column in frame.columns if _SIMILARITY.fullmatch(str(column)))
     if not iterations:
-        found = sorted(int(m.group(1)) for m in (re.fullmatch(r"gc@(\d+)", k) for k in metrics if isinstance(k, str)) if m)
+        found = sorted(int(m.group("T")) for m in (_GC_AT.fullmatch(k) for k in metrics if isinstance(k, str)) if m)
         iterations = found[-1] if found else 3
     return {"T": iterations}
 
@@ -435,7 +429,6 @@ register(
         group_field="category",
         drift_score=DriftScore("gc", "gc"),
         template_values=_genception_template_values,
-        settings_template_values=lambda settings: {"T": settings.iterations},
         features=genception_runner.features_for_scoring,
         feature_metrics=_genception_feature_metrics,
         report_figures=("genception-curves", "genception-chains"),
@@ -490,7 +483,6 @@ __all__ = [
     "Metric",
     "UnknownEvaluatorError",
     "correlated_pairs",
-    "correlated_templates",
     "definitions",
     "get",
     "metric",

@@ -37,22 +37,14 @@ def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str) -> di
     return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir))
 
 
-def drift_score(evaluator: str) -> registry.DriftScore:
-    score = registry.get(evaluator).drift_score
-    if score is None:
-        raise ValueError(f"{evaluator} has no per-sample score for drift checks")
-    return score
-
-
-def per_sample_scores(folder: Path, evaluator: str) -> np.ndarray:
-    """The label-free per-sample score drift checks use (the registry's ``drift_score``)
-    of one evaluator's records folder."""
+def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
+    """One per-sample column (the registry's ``drift_score``) of an evaluator's records folder."""
     from vlgate.evaluators.output import EvaluatorOutput
 
     samples = EvaluatorOutput.from_folder(evaluator, folder / evaluator).samples
     if samples is None:
         raise ValueError(f"drift: no valid {evaluator} records in {folder / evaluator}")
-    return samples[drift_score(evaluator).column].to_numpy(dtype=float)
+    return samples[column].to_numpy(dtype=float)
 
 
 def _suite_key(path: Path) -> str:
@@ -123,20 +115,22 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     batch_suite = Path(batch) if batch else drift.batch
     folder = home / "drift" / model_name / f"v{champion}"
     cache = str(home / "model-cache")
-    reference = score_batch(model_uri, str(drift.reference), str(folder / f"reference-{_suite_key(drift.reference)}"), cache)
+    reference_out = folder / f"reference-{_suite_key(drift.reference)}"
+    reference = score_batch(model_uri, str(drift.reference), str(reference_out), cache)
     current_out = folder / f"batch-{_suite_key(batch_suite)}"
     current = score_batch(model_uri, str(batch_suite), str(current_out), cache)
 
     results = []
-    for evaluator in (d.name for d in registry.definitions() if d.drift_score is not None):
-        if evaluator not in reference["evaluators"] or evaluator not in current["evaluators"]:
+    for definition in registry.definitions():
+        evaluator, score = definition.name, definition.drift_score
+        if score is None or evaluator not in reference["evaluators"] or evaluator not in current["evaluators"]:
             continue
         if "error" in reference["evaluators"][evaluator] or "error" in current["evaluators"][evaluator]:
             logger.warning("drift: %s failed on a batch; not compared", evaluator)
             continue
-        ref_scores = per_sample_scores(folder / f"reference-{_suite_key(drift.reference)}", evaluator)
-        new_scores = per_sample_scores(current_out, evaluator)
-        results.append(detect_drift(f"{evaluator}/{drift_score(evaluator).metric}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
+        ref_scores = per_sample_scores(reference_out, evaluator, score.column)
+        new_scores = per_sample_scores(current_out, evaluator, score.column)
+        results.append(detect_drift(f"{evaluator}/{score.metric}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
     drifted = [r for r in results if r.drifted]
 
     run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)

@@ -239,7 +239,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(yaml.safe_dump({"name": "g5", "evaluators": {"genception": {"data": ".", "encoder": "enc", "iterations": 5}}}))
     settings = Suite.from_file(suite_file).evaluators["genception"]
-    assert registry.get("genception").settings_template_values(settings) == {"T": 5}
+    assert settings.iterations == 5
 
     home = tmp_path / "home"
     home.mkdir()
