@@ -140,12 +140,13 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from vlgate.flows.prefect_server import local_prefect_server
     from vlgate.flows.settings import prepare_environment
 
-    prepare_environment()
-    from vlgate.flows.validation import validate_model_version
+    with local_prefect_server(prepare_environment()):
+        from vlgate.flows.validation import validate_model_version
 
-    _print_json(validate_model_version(args.name, str(args.version)))
+        _print_json(validate_model_version(args.name, str(args.version)))
     return 0
 
 

@@ -108,6 +108,13 @@ def run_demo(console: Console | None = None) -> int:
     # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     home = prepare_environment()
+    from vlgate.flows.prefect_server import local_prefect_server
+
+    with local_prefect_server(home):
+        return _run_demo(console, home)
+
+
+def _run_demo(console: Console, home: Path) -> int:
     from vlgate.evaluators.world.build import build_world
     from vlgate.registry_hooks.claims import ClaimStore
     from vlgate.registry_hooks.dispatch import Dispatcher, poll_once

@@ -5,17 +5,13 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from vlgate import tracking
+from vlgate.flows.prefect_server import local_prefect_server
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
@@ -72,48 +68,8 @@ def status_table(status: dict[str, Any]):
     return table
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_prefect_server(home: Path) -> subprocess.Popen | None:
-    """Prefect's cron scheduler runs only in a Prefect server; with no PREFECT_API_URL,
-    vlgate starts one on loopback (its database under $VLGATE_HOME/prefect) and stops it
-    on exit."""
-    if os.environ.get("PREFECT_API_URL"):
-        return None
-    if "prefect" in sys.modules:  # its settings are read on import: the URL set below would be ignored
-        raise RuntimeError("start_prefect_server must run before prefect is imported")
-    port = _free_port()
-    (home / "prefect").mkdir(parents=True, exist_ok=True)
-    prefect = shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
-    log_file = open(home / "prefect" / "server.log", "a")
-    process = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    import httpx
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the Prefect server exited with {process.returncode}; see {home / 'prefect' / 'server.log'}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        process.terminate()
-        raise RuntimeError(f"the Prefect server did not answer on {url} within 120 s")
-    os.environ["PREFECT_API_URL"] = url
-    return process
-
-
 def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
-    from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
-
     # vlgate's own decisions at INFO; the libraries (GX, MLflow, httpx) only when they warn
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("vlgate").setLevel(logging.INFO)
@@ -122,9 +78,14 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     home = prepare_environment()
     config = ServiceConfig.load(home)
     drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift and not once else {}
-    # the Prefect server (for the cron scheduler) starts before any flow runs in this
-    # process: flows started earlier would bring up an ephemeral server on the same database
-    prefect_server = start_prefect_server(home) if drift_configs else None
+    # the Prefect server (with the cron scheduler when drift is configured) starts before
+    # any flow runs in this process: flows started earlier would bring up a temporary
+    # server on the same database
+    with local_prefect_server(home, services=bool(drift_configs)):
+        return _serve(home, config, drift_configs, webhook=webhook, once=once)
+
+
+def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, webhook: bool, once: bool) -> int:
     # the poller, webhook and flow threads import Prefect, MLflow's stores and the flows
     # lazily; importing them here first keeps those threads from importing the same
     # packages at the same moment as this one (a first poll was seen to hang doing so)
@@ -133,6 +94,7 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
 
     from vlgate.flows import drift as _drift  # noqa: F401
     from vlgate.flows.validation import validate_model_version
+    from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
 
     claims = ClaimStore.for_home(home)
     deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
@@ -170,8 +132,6 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     finally:
         poller.stop()
         dispatcher.close()
-        if prefect_server is not None:
-            prefect_server.terminate()
     return 0
 
 

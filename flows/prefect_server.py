@@ -1,0 +1,173 @@
+"""A Prefect server on loopback for one vlgate process, started before anything else so it
+comes up while the process imports its libraries.
+
+With no ``PREFECT_API_URL``, Prefect itself starts a temporary server the moment the
+first flow runs and waits for it (5 s on a migrated database, 11-14 s on a fresh one
+here, which migrates its SQLite schema first): all of it on the flow's critical path.
+:class:`LocalPrefectServer` starts the same kind of server (``prefect server start`` on
+``$PREFECT_HOME/prefect.db``) at the top of a command instead, so the server's start
+overlaps the command's own imports (Prefect, MLflow, Great Expectations, torch: several
+seconds on one core while the server uses the other).
+
+A fresh ``VLGATE_HOME``'s database is seeded from an empty, already migrated one kept per
+Prefect version in the user's cache (``$XDG_CACHE_HOME/vlgate``): the schema migrations
+run once per machine and Prefect version, not once per home. The server still checks
+the schema on start, so a seed that is somehow behind is migrated, never trusted blindly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import version as installed_version
+from pathlib import Path
+
+#: what every command that runs flows imports anyway; imported while the server starts
+#: (module names only: nothing here is used)
+LIBRARIES_TO_IMPORT_WHILE_WAITING = ("prefect", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "great_expectations", "torch", "transformers", "matplotlib.pyplot")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _prefect_cli() -> str:
+    return shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
+
+
+def seed_database_path() -> Path:
+    """The empty, migrated Prefect database new homes start from (one per Prefect version)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "vlgate" / f"prefect-{installed_version('prefect')}.db"
+
+
+def ensure_seed_database(log_file) -> Path:
+    """The seed database, migrated now (``prefect server database upgrade``) if this
+    machine has none yet; written to a temporary name and renamed, so processes racing
+    to create it never see half of one."""
+    seed = seed_database_path()
+    if seed.is_file():
+        return seed
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=seed.parent) as scratch:
+        database = Path(scratch) / "prefect.db"
+        env = os.environ | {"PREFECT_HOME": scratch, "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{database}"}
+        subprocess.run([_prefect_cli(), "server", "database", "upgrade", "-y"], env=env, stdout=log_file, stderr=subprocess.STDOUT, check=True)
+        # Prefect keeps SQLite in WAL mode: fold any write-ahead log into the file, so the
+        # seed is one self-contained file (Prefect's server turns WAL on again per connection)
+        connection = sqlite3.connect(database)
+        try:
+            connection.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            connection.close()
+        os.replace(database, seed)
+    return seed
+
+
+class LocalPrefectServer:
+    """``prefect server start`` on loopback for this process (its database under
+    ``$PREFECT_HOME``), stopped with the process. ``services=False`` serves the API only,
+    like Prefect's temporary server; the service needs the scheduler for drift crons (and
+    gets the UI with it)."""
+
+    def __init__(self, prefect_home: Path, services: bool):
+        self.prefect_home = prefect_home
+        self.services = services
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api"
+        self.log_path = prefect_home / "server.log"
+        self.process: subprocess.Popen | None = None
+        self._start_error: BaseException | None = None
+        self._starter = threading.Thread(target=self._launch, name="vlgate-prefect-server", daemon=True)
+
+    @classmethod
+    def start(cls, home: Path, *, services: bool = False) -> LocalPrefectServer | None:
+        """Start one unless the user points Prefect at a server (``PREFECT_API_URL``) or
+        Prefect is already imported (it reads the URL set here once, on import: such a
+        process keeps Prefect's own temporary server)."""
+        if os.environ.get("PREFECT_API_URL") or "prefect" in sys.modules:
+            return None
+        prefect_home = Path(os.environ.get("PREFECT_HOME") or home / "prefect")
+        prefect_home.mkdir(parents=True, exist_ok=True)
+        server = cls(prefect_home, services)
+        os.environ["PREFECT_API_URL"] = server.url
+        server._starter.start()
+        return server
+
+    def _launch(self) -> None:
+        try:
+            with open(self.log_path, "a") as log_file:
+                database = self.prefect_home / "prefect.db"
+                # a user's own database URL is theirs to migrate; only the default one is seeded
+                if not database.exists() and not os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
+                    shutil.copyfile(ensure_seed_database(log_file), database)
+                command = [_prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)]
+                if not self.services:
+                    command += ["--no-services", "--no-ui"]
+                self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=os.environ | {"PREFECT_HOME": str(self.prefect_home)})
+        except BaseException as error:  # reported by wait_ready, on the caller's thread
+            self._start_error = error
+
+    def wait_ready(self, timeout_s: float = 180) -> str:
+        """Block until the API answers; its URL. Raises with the server's log named when
+        it exits or does not answer in time."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        self._starter.join(timeout_s)
+        if self._start_error is not None or self.process is None:
+            raise RuntimeError(f"the local Prefect server could not start: {self._start_error}; see {self.log_path}")
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the local Prefect server exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the local Prefect server did not answer on {self.url} within {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        self._starter.join(60)
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+        if os.environ.get("PREFECT_API_URL") == self.url:
+            del os.environ["PREFECT_API_URL"]
+
+
+@contextmanager
+def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[LocalPrefectServer | None]:
+    """A :class:`LocalPrefectServer` for the block (None where Prefect is configured or
+    already imported), ready on entry: what the command will import anyway is imported
+    while it starts."""
+    server = LocalPrefectServer.start(home, services=services)
+    try:
+        for module in LIBRARIES_TO_IMPORT_WHILE_WAITING:
+            importlib.import_module(module)
+        if server is not None:
+            server.wait_ready()
+        yield server
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,89 @@
+"""The local Prefect server a command starts before its imports (flows/prefect_server.py):
+fresh homes start from a migrated seed database, `vlgate validate` runs its flow on the
+server and stops it, and a process whose Prefect is configured or imported is left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from vlgate import tracking
+from vlgate.flows.prefect_server import LocalPrefectServer, ensure_seed_database, seed_database_path
+
+
+def test_no_server_where_prefect_is_configured_or_already_imported(tmp_path, monkeypatch):
+    import prefect  # noqa: F401  # the test process has imported it: its settings are fixed
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    assert LocalPrefectServer.start(tmp_path) is None
+    monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")
+    assert LocalPrefectServer.start(tmp_path) is None
+    assert os.environ["PREFECT_API_URL"] == "http://prefect.example:4200/api"
+
+
+@pytest.mark.service
+def test_the_seed_database_is_migrated_once_per_prefect_version(tmp_path, monkeypatch):
+    from importlib.metadata import version
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed = seed_database_path()
+    assert seed == tmp_path / "cache" / "vlgate" / f"prefect-{version('prefect')}.db"
+    with open(tmp_path / "log", "w") as log:
+        assert ensure_seed_database(log) == seed
+    assert list(seed.parent.iterdir()) == [seed]  # one self-contained file: no scratch folder, no write-ahead log
+    database = sqlite3.connect(f"file:{seed}?mode=ro", uri=True)
+    try:
+        tables = {row[0] for row in database.execute("select name from sqlite_master where type = 'table'")}
+        (revision,) = database.execute("select version_num from alembic_version").fetchone()
+        (journal,) = database.execute("pragma journal_mode").fetchone()
+    finally:
+        database.close()
+    assert {"flow_run", "task_run", "deployment", "alembic_version"} <= tables
+    assert revision
+    assert journal == "delete"
+    modified = seed.stat().st_mtime_ns
+    with open(tmp_path / "log", "w") as log:
+        ensure_seed_database(log)
+    assert seed.stat().st_mtime_ns == modified  # kept, not migrated again
+
+
+@pytest.mark.service
+@pytest.mark.timeout(600)
+def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world, tmp_path):
+    world, _ = tiny_world
+    home = tmp_path / "home"
+    home.mkdir()
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    (home / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+    tracking.register_checkpoint(tracking.connect(home), "tiny", world / "checkpoints" / "vlm-steps3", home=home)
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "vlgate"), "validate", "tiny", "1"], env=env | {"VLGATE_HOME": str(home)}, capture_output=True, text=True, timeout=540
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["decision"] == "promoted"
+    # the flow ran on the home's own server: its database (seeded, then used) holds the run
+    database = sqlite3.connect(home / "prefect" / "prefect.db")
+    try:
+        flows = {row[0] for row in database.execute("select name from flow")}
+        states = {row[0] for row in database.execute("select state_type from flow_run")}
+    finally:
+        database.close()
+    assert {"vlgate-validate", "vlgate-evaluate"} <= flows
+    assert states == {"COMPLETED"}
+    # and that server is gone: the address it announced in its log answers no more
+    announced = re.search(r"PREFECT_API_URL=(http://127\.0\.0\.1:\d+/api)", (home / "prefect" / "server.log").read_text())
+    assert announced is not None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{announced.group(1)}/health", timeout=2)
