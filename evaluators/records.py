@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.json as pa_json
+
 _fast_loads: Callable[[str | bytes], Any]
 try:  # orjson parses ~4x faster; the standard library is the fallback and the NaN reader
     import orjson
@@ -109,9 +112,34 @@ def paused_gc() -> Iterator[None]:
 def read_jsonl(path: str | Path) -> ParsedLines:
     """Read a JSONL file (binary, so the fast parser sees bytes)."""
     with open(path, "rb") as handle:
-        data = handle.read()
+        return parse_jsonl_bytes(handle.read())
+
+
+def parse_jsonl_bytes(data: bytes) -> ParsedLines:
+    """A JSONL file's bytes as records, as :func:`parse_jsonl` parses them."""
     with paused_gc():
         return _parse_whole(data) or parse_jsonl(data.split(b"\n"))
+
+
+def jsonl_table(data: bytes) -> pa.Table | None:
+    """A JSONL file's bytes as one Arrow table, read column by column by pyarrow's
+    (multi-threaded) JSON reader, when every line is one JSON object and each field has
+    one type throughout; None otherwise, and then :func:`parse_jsonl_bytes` is the way
+    to say what is wrong where. A blank line or two objects on a line also give None
+    (the table's row count would not be its line count), so row ``i`` is line ``i + 1``."""
+    if not data:
+        return None
+    if not data.isascii():  # pyarrow lets invalid UTF-8 through in strings; the line parser does not
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    try:
+        table = pa_json.read_json(pa.BufferReader(data))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    return table if table.num_rows == lines else None
 
 
 def _parse_whole(data: bytes) -> ParsedLines | None:

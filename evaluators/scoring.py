@@ -18,9 +18,9 @@ import pandas as pd
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.common import by_group
-from vlgate.evaluators.records import ParsedLines, paused_gc, read_jsonl
+from vlgate.evaluators.records import ParsedLines, paused_gc
 from vlgate.evaluators.runners.genception import load_features
-from vlgate.evaluators.schemas import ValidRecords, validate_against
+from vlgate.evaluators.schemas import ValidRecords, validate_against, validate_file
 
 __all__ = ["load_features", "per_sample_frame", "score", "score_file", "validate"]
 
@@ -45,7 +45,7 @@ def score(valid: ValidRecords, by: str | None = None, features: list[np.ndarray]
     """Set-level metrics of the records, with a per-group breakdown and, where the
     evaluator has them (GenCeption), the metrics of its extra ``features``. ``samples``
     is ``per_sample_frame(valid)`` when the caller has it already."""
-    metrics: dict[str, Any] = _metrics(valid, by, features, samples) if valid.records else {"n": 0}
+    metrics: dict[str, Any] = _metrics(valid, by, features, samples) if len(valid) else {"n": 0}
     if valid.errors:
         metrics["n_skipped"] = len({error.line for error in valid.errors})
     return metrics
@@ -77,6 +77,6 @@ def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | N
 def score_file(evaluator: str, path: str | Path, by: str | None = None, features_path: str | Path | None = None, skip_invalid: bool = False) -> tuple[dict[str, Any], ValidRecords]:
     """Read, validate and score a JSONL file; raises InvalidRecordsError unless ``skip_invalid``."""
     with paused_gc():  # millions of short-lived containers and no cycles: see records.paused_gc
-        valid = validate(evaluator, read_jsonl(path), skip_invalid=skip_invalid, source=str(path))
-        features = load_features(features_path, len(valid.records), valid.column("id")) if features_path else None
+        valid = validate_file(registry.get(evaluator).schema, evaluator, path, skip_invalid=skip_invalid)
+        features = load_features(features_path, len(valid), valid.column("id")) if features_path else None
         return score(valid, by=by, features=features), valid

@@ -305,7 +305,7 @@ def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np
     return load_features(path, len(records), [record["id"] for record in records])
 
 
-def load_features(path: str | Path, n_records: int, ids: list[Any] | None = None) -> list[np.ndarray]:
+def load_features(path: str | Path, n_records: int, ids: Sequence[Any] | np.ndarray | None = None) -> list[np.ndarray]:
     """GenCeption features from an .npz with arrays ``t0`` … ``tT`` (each N×D), optionally ``ids``.
 
     With ``ids`` in the file, rows are aligned to the records by id; without, the
