@@ -172,6 +172,10 @@ class EvaluatorDefinition:
     ordered_columns: tuple[tuple[str, str], ...] = ()
     #: the record field metrics are broken down by, where the records carry it
     group_field: str | None = None
+    #: (per-sample frame without ``id``, each record's ``group_field``) → set-level metrics
+    #: that weigh the groups rather than the samples (GenCeption's headline: the mean over
+    #: categories); merged over ``aggregate``'s. None: every metric weighs samples alike
+    aggregate_over_groups: Callable[[pd.DataFrame, pd.Series], dict[str, Any]] | None = None
     drift_score: DriftScore | None = None
     #: the per-sample column correlated with the champion's on shared samples
     champion_correlated: str | None = None
@@ -292,7 +296,7 @@ def _genception_template_values(frame: pd.DataFrame, metrics: dict[str, Any]) ->
 
 def _genception_feature_metrics(samples: pd.DataFrame, features: list[np.ndarray]) -> dict[str, Any]:
     """``fid@t`` and ``gc_fid@T`` of the features X⁰…Xᵀ, which must match the records' T."""
-    n_iterations = samples.shape[1] - 1  # gc, s@1..s@T
+    n_iterations = genception.iterations(samples)
     if len(features) != n_iterations + 1:
         raise ValueError(f"features hold {len(features) - 1} iterations but the records have T={n_iterations}")
     return genception.fid_metrics(features)
@@ -419,6 +423,7 @@ register(
         aggregate=genception.aggregate,
         metrics=(
             Metric("gc@{T}", -1.0, 1.0, required=True, headline=True, correlate_with=("lcm-mc/acc",)),
+            Metric("gc_image_mean@{T}", -1.0, 1.0, required=True),
             Metric("gc_fid@{T}", 0.0, None, direction="lower", headline=True),
             Metric("s@{t}", -1.0, 1.0),
             Metric("fid@{t}", 0.0, None, direction="lower"),
@@ -427,6 +432,7 @@ register(
         settings=genception_runner.GenceptionSettings,
         build_runner=genception_runner.build_genception_runner,
         group_field="category",
+        aggregate_over_groups=genception.mean_over_categories,
         drift_score=DriftScore("gc", "gc"),
         template_values=_genception_template_values,
         features=genception_runner.features_for_scoring,

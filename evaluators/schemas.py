@@ -296,8 +296,12 @@ class GenceptionSchema(Schema):
         if not lengths:
             return {}
         expected = max(set(lengths), key=lengths.count)  # the most common T is taken as the set's T
+        # One T per set, by choice: the released gc_score(n_iter=T) cuts longer chains to T,
+        # drops chains shorter than T-1, and scores a chain of T-1 as GC@(T-1) (it compares
+        # T with the similarity list that starts with the seed's 1.0), so a set mixing
+        # lengths gets a headline that is no GC@T of anything
         return {
-            row: ("s", f"has T={length} iterations but the other records have T={expected}")
+            row: ("s", f"has T={length} iterations but the other records have T={expected}: score one T per set (cut longer chains to their first {expected})")
             for row, length in enumerate(lengths)
             if length != expected
         }

@@ -48,7 +48,9 @@ RECORDS = [
 
 def test_set_metrics_and_categories():
     metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in RECORDS)))
-    assert metrics["gc@3"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
+    # the headline is the mean over categories (art 0.5, scene 1.0), the image mean beside it
+    assert metrics["gc@3"] == pytest.approx((0.5 + 1.0) / 2)
+    assert metrics["gc_image_mean@3"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
     assert metrics["s@1"] == pytest.approx((0.9 + 0.5 + 1.0) / 3)
     assert metrics["s@3"] == pytest.approx((0.3 + 0.5 + 1.0) / 3)
     assert metrics["by_category"]["art"]["gc@3"] == pytest.approx(0.5)
@@ -77,3 +79,45 @@ def test_features_with_wrong_iterations_rejected(tmp_path, write_records):
     np.savez(tmp_path / "f.npz", t0=np.zeros((3, 2)), t1=np.zeros((3, 2)))
     with pytest.raises(ValueError, match="iterations"):
         score_file("genception", path, features_path=tmp_path / "f.npz")
+
+
+# The released leaderboard (EQTPartners/GenCeption, leaderboard/leaderboard.json), ChatGPT-4V:
+# GC@3 per MME category, and its "Mean" 0.351, "VisMean" 0.393 and "TextMean" 0.246.
+CHATGPT_4V = {"Exist": 0.422, "Count": 0.404, "Posi": 0.408, "Col": 0.403, "Post": 0.324, "Cel": 0.332, "Sce": 0.393, "Lan": 0.353, "Art": 0.421, "Comm": 0.471}
+CHATGPT_4V_TEXT = {"Code": 0.193, "Num": 0.240, "Tran": 0.157, "OCR": 0.393}
+
+
+def _records_with_category_means(means: dict[str, float], sizes: dict[str, int]) -> list[dict]:
+    """``sizes[c]`` images per category (default 1) whose GC@3 average to ``means[c]``:
+    an even count alternates ±0.05 around it."""
+    records = []
+    for category, mean in means.items():
+        n = sizes.get(category, 1)
+        for i in range(n):
+            spread = (0.05 if i % 2 else -0.05) if n % 2 == 0 else 0.0
+            records.append({"id": f"{category}-{i}", "category": category, "s": [mean + spread] * 3})
+    return records
+
+
+def test_the_headline_is_the_leaderboards_mean_over_categories_whatever_their_sizes():
+    categories = CHATGPT_4V | CHATGPT_4V_TEXT
+    sizes = {"Exist": 60, "Count": 60, "Code": 2, "OCR": 40}  # MME's categories differ in size too
+    records = _records_with_category_means(categories, sizes)
+    metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
+    assert round(metrics["gc@3"], 3) == 0.351  # the leaderboard's "Mean"
+    assert metrics["gc@3"] == pytest.approx(sum(categories.values()) / 14)
+    image_mean = sum(categories[r["category"]] for r in records) / len(records)
+    assert metrics["gc_image_mean@3"] == pytest.approx(image_mean)
+    assert metrics["gc_image_mean@3"] != pytest.approx(metrics["gc@3"], abs=1e-3)  # the sizes make them differ
+    vision = score(validate("genception", parse_jsonl(json.dumps(r) for r in records if r["category"] in CHATGPT_4V)))
+    text = score(validate("genception", parse_jsonl(json.dumps(r) for r in records if r["category"] in CHATGPT_4V_TEXT)))
+    assert round(vision["gc@3"], 3) == 0.393  # "VisMean"
+    assert round(text["gc@3"], 3) == 0.246  # "TextMean"
+    for category, mean in categories.items():
+        assert metrics["by_category"][category]["gc@3"] == pytest.approx(mean)  # one category: its image mean
+
+
+def test_one_category_headline_is_the_image_mean():
+    records = [{"id": str(i), "category": "art", "s": [0.1 * i, 0.2, 0.3]} for i in range(5)]
+    metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
+    assert metrics["gc@3"] == pytest.approx(metrics["gc_image_mean@3"])

@@ -130,6 +130,38 @@ def test_genception_records_keep_descriptions_images_and_features(world, encoder
     assert {"fid@1", "fid@3", "gc_fid@3"} <= set(metrics) and metrics["gc_fid@3"] is not None
 
 
+class RecordingBackend(VisionLanguageBackend):
+    """The wrapped backend, keeping every generation request it was asked."""
+
+    def __init__(self, inner: VisionLanguageBackend):
+        self.inner, self.info, self.requests = inner, inner.info, []
+
+    def choice_probs(self, requests):
+        return self.inner.choice_probs(requests)
+
+    def generate(self, requests):
+        self.requests += list(requests)
+        return self.inner.generate(requests)
+
+
+def test_the_suites_iterations_and_description_length_reach_the_vlm(world, seed_items, tmp_path):
+    from vlgate.evaluators.backends.loading import LoadPolicy
+    from vlgate.evaluators.runners.base import RunnerContext
+    from vlgate.evaluators.runners.genception import GenceptionSettings, build_genception_runner
+
+    _, paths, backends = world
+    vlm = RecordingBackend(backends["vlm0"])
+    settings = GenceptionSettings(data=tmp_path, encoder=str(paths["vit"]), iterations=2, description_max_new_tokens=7)
+    runner = build_genception_runner(settings, RunnerContext(vlm=vlm, out=tmp_path / "out", policy=LoadPolicy()))
+    try:
+        result = runner.run(seed_items[:1], RecordStore(tmp_path / "records.jsonl"), progress=False)
+    finally:
+        runner.close()
+    assert len(result.records[0]["s"]) == 2
+    assert [request.max_new_tokens for request in vlm.requests] == [7, 7]  # one description per iteration
+    assert runner.settings["max_new_tokens"] == 7  # and in the fingerprint of every record
+
+
 def test_a_generator_returning_the_seed_gives_similarity_one_at_every_step(world, encoder, seed_items, tmp_path):
     _, _, backends = world
     runner = genception_runner(backends["vlm0"], EchoGenerator([item.image for item in seed_items]), encoder, 3, artifacts_dir=tmp_path / "art", max_new_tokens=4)

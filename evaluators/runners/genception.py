@@ -261,6 +261,9 @@ class GenceptionSettings(EvaluatorSettings):
     model_fields_with_paths = ("encoder", "generator")
 
     iterations: int = Field(default=3, ge=1)
+    #: the released code generates up to 512 tokens (genception/exp_llava.py, exp_gpt.py);
+    #: 96 keeps the synthetic world's small VLM quick: set it to compare with the leaderboard
+    description_max_new_tokens: int = Field(default=DESCRIPTION_MAX_NEW_TOKENS, ge=1, le=8192)
     generator: str = "scene-renderer"
     encoder: str
     encoder_kind: Literal["vit", "clip"] = "vit"
@@ -291,6 +294,7 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
         artifacts_dir=context.out / "genception" / "artifacts",
         seed=settings.seed,
         feature_cache_dir=context.shared_cache / "genception",
+        max_new_tokens=settings.description_max_new_tokens,
     )
     runner.owned += [encoder, generator]
     return runner
