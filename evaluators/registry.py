@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -118,6 +118,8 @@ class Column:
     high: float | None = None
     values: tuple[Any, ...] | None = None
     nullable: bool = False
+    #: a label (e.g. GenCeption's category): a non-empty string, no range or value set
+    text: bool = False
 
     def expand(self, frame_columns: Sequence[str]) -> list[Column]:
         if not _PLACEHOLDER.search(self.name):
@@ -126,7 +128,7 @@ class Column:
         found = [m for m in (pattern.fullmatch(str(c)) for c in frame_columns) if m]
         (placeholder,) = pattern.groupindex
         largest = max((int(m.group(placeholder)) for m in found), default=1)
-        return [Column(self.name.replace("{" + placeholder + "}", str(k)), self.low, self.high, self.values, self.nullable) for k in range(1, largest + 1)]
+        return [replace(self, name=self.name.replace("{" + placeholder + "}", str(k))) for k in range(1, largest + 1)]
 
 
 def _probability(name: str, nullable: bool = False) -> Column:
@@ -172,10 +174,6 @@ class EvaluatorDefinition:
     ordered_columns: tuple[tuple[str, str], ...] = ()
     #: the record field metrics are broken down by, where the records carry it
     group_field: str | None = None
-    #: (per-sample frame without ``id``, each record's ``group_field``) → set-level metrics
-    #: that weigh the groups rather than the samples (GenCeption's headline: the mean over
-    #: categories); merged over ``aggregate``'s. None: every metric weighs samples alike
-    aggregate_over_groups: Callable[[pd.DataFrame, pd.Series], dict[str, Any]] | None = None
     drift_score: DriftScore | None = None
     #: the per-sample column correlated with the champion's on shared samples
     champion_correlated: str | None = None
@@ -419,7 +417,7 @@ register(
         name="genception",
         title="GenCeption",
         schema=schemas.GenceptionSchema(),
-        per_sample=lambda a: genception.per_sample(a["s"]),
+        per_sample=lambda a: genception.per_sample(a["s"], a["category"]),
         aggregate=genception.aggregate,
         metrics=(
             Metric("gc@{T}", -1.0, 1.0, required=True, headline=True, correlate_with=("lcm-mc/acc",)),
@@ -428,11 +426,10 @@ register(
             Metric("s@{t}", -1.0, 1.0),
             Metric("fid@{t}", 0.0, None, direction="lower"),
         ),
-        columns=(Column("gc", -1.0, 1.0), Column("s@{t}", -1.0, 1.0)),
+        columns=(Column("category", text=True), Column("gc", -1.0, 1.0), Column("s@{t}", -1.0, 1.0)),
         settings=genception_runner.GenceptionSettings,
         build_runner=genception_runner.build_genception_runner,
         group_field="category",
-        aggregate_over_groups=genception.mean_over_categories,
         drift_score=DriftScore("gc", "gc"),
         template_values=_genception_template_values,
         features=genception_runner.features_for_scoring,

@@ -310,7 +310,7 @@ class GenceptionSchema(Schema):
         s, non_numeric = _stack([r["s"] for r in records])
         checks = [("s", lambda value: probability_list_problem(value, low=-1.0, high=1.0))]
         problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, -1.0, 1.0)])
-        return {"s": s}, problems
+        return {"s": s, "category": np.array([r["category"] for r in records], dtype=object)}, problems
 
 
 def _answer_text_problem(value: Any) -> str | None:

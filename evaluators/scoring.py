@@ -55,8 +55,6 @@ def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | N
     definition = registry.get(valid.evaluator)
     samples = (samples if samples is not None else per_sample_frame(valid)).drop(columns="id")
     metrics: dict[str, Any] = definition.aggregate(samples)
-    if definition.aggregate_over_groups is not None and definition.group_field is not None:
-        metrics.update(definition.aggregate_over_groups(samples, pd.Series(valid.column(definition.group_field), dtype=object).fillna("<none>")))
     feature_metrics = definition.feature_metrics
     if features is not None:
         if feature_metrics is None:

@@ -254,7 +254,9 @@ def _records_expectations(definition: registry.EvaluatorDefinition, records: pd.
             continue
         if not column.nullable:
             expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column.name))
-        if column.values is not None:
+        if column.text:
+            expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, min_value=1))
+        elif column.values is not None:
             expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column.name, value_set=list(column.values)))
         else:  # nulls are skipped by GX's map expectations, so nullable columns are range-checked where defined
             expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column.name, min_value=column.low, max_value=column.high))

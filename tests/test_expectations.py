@@ -68,8 +68,9 @@ def test_shipped_examples_pass(examples, evaluator):
     for metric in LABEL_FREE[evaluator]:
         for expectation in ("ExpectColumnToExist", "ExpectColumnValuesToNotBeNull", "ExpectColumnValuesToBeBetween"):
             assert ("metrics", expectation, metric) in checked
-    # every column of the per-sample frame is checked for range or value set
-    ranged = {column for table, expectation, column in checked if table == "records" and expectation in ("ExpectColumnValuesToBeBetween", "ExpectColumnValuesToBeInSet")}
+    # every column of the per-sample frame is checked for range or value set (a label column: a non-empty string)
+    ranged_by = ("ExpectColumnValuesToBeBetween", "ExpectColumnValuesToBeInSet", "ExpectColumnValueLengthsToBeBetween")
+    ranged = {column for table, expectation, column in checked if table == "records" and expectation in ranged_by}
     assert ranged == set(frame.columns) - {"id"}
     as_dict = report.as_dict()
     assert json.loads(json.dumps(as_dict, allow_nan=False)) == as_dict

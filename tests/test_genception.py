@@ -121,3 +121,18 @@ def test_one_category_headline_is_the_image_mean():
     records = [{"id": str(i), "category": "art", "s": [0.1 * i, 0.2, 0.3]} for i in range(5)]
     metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
     assert metrics["gc@3"] == pytest.approx(metrics["gc_image_mean@3"])
+
+
+def test_the_gates_statistic_on_the_per_sample_frame_is_the_headline():
+    """The gate's paired bootstrap recomputes metrics from per-sample frames: the frame
+    carries each image's category so that its gc@T is the same mean over categories."""
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.scoring import per_sample_frame
+
+    records = _records_with_category_means(CHATGPT_4V, {"Exist": 10, "Art": 4})
+    valid = validate("genception", parse_jsonl(json.dumps(r) for r in records))
+    frame = per_sample_frame(valid)
+    assert list(frame.columns[:3]) == ["id", "category", "gc"]
+    from_frame = registry.get("genception").aggregate(frame.drop(columns="id"))
+    assert from_frame["gc@3"] == pytest.approx(score(valid)["gc@3"])
+    assert from_frame["gc@3"] == pytest.approx(sum(CHATGPT_4V.values()) / len(CHATGPT_4V))

@@ -63,11 +63,14 @@ def gc_fid_at_t(fids: list[float]) -> float:
     return float(np.dot(fids, iteration_weights(len(fids))))
 
 
-def per_sample(similarities: np.ndarray) -> pd.DataFrame:
-    """Per-image ``gc`` (Eq. 3) and the similarities ``s@1`` … ``s@T``."""
+def per_sample(similarities: np.ndarray, categories: np.ndarray | None = None) -> pd.DataFrame:
+    """Per-image ``category`` (when given: the headline weighs categories, see
+    :func:`aggregate`), ``gc`` (Eq. 3) and the similarities ``s@1`` … ``s@T``."""
     similarities = np.asarray(similarities, dtype=np.float64)
     frame = pd.DataFrame(similarities, columns=[f"s@{t}" for t in range(1, similarities.shape[1] + 1)])
     frame.insert(0, "gc", gc_at_t(similarities))
+    if categories is not None:
+        frame.insert(0, "category", pd.Series(categories, dtype=object).to_numpy())
     return frame
 
 
@@ -77,26 +80,20 @@ def iterations(samples: pd.DataFrame) -> int:
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
-    """``gc@T`` as the mean of per-image GC@T (Eq. 3; what the released
-    ``genception/evaluation.py`` ``gc_score`` computes over one folder, i.e. one
-    category) and the ``s@t`` means. Over several categories the headline is
-    :func:`mean_over_categories`'s."""
+    """``gc@T``, the headline of the paper's tables and the released leaderboard: the
+    unweighted mean over categories of each category's mean per-image GC@T (the
+    leaderboard's "Mean" column: for ChatGPT-4V the 14 MME categories' 0.422 … 0.393
+    average to 0.351), so a large category does not outweigh a small one; each category's
+    value is what the released ``genception/evaluation.py`` ``gc_score`` gives for its
+    folder. ``gc_image_mean@T`` is the plain mean over images (the same number for one
+    category, or without categories), and ``s@t`` the mean similarity per iteration."""
     n_iterations = iterations(samples)
-    metrics: dict[str, float | int | None] = {"n": int(len(samples)), f"gc@{n_iterations}": json_number(samples["gc"].mean())}
+    image_mean = json_number(samples["gc"].mean())
+    headline = json_number(samples["gc"].groupby(samples["category"].astype(str).to_numpy()).mean().mean()) if "category" in samples and len(samples) else image_mean
+    metrics: dict[str, float | int | None] = {"n": int(len(samples)), f"gc@{n_iterations}": headline, f"gc_image_mean@{n_iterations}": image_mean}
     for t in range(1, n_iterations + 1):
         metrics[f"s@{t}"] = json_number(samples[f"s@{t}"].mean())
     return metrics
-
-
-def mean_over_categories(samples: pd.DataFrame, categories: pd.Series) -> dict[str, float | None]:
-    """The headline ``gc@T`` of the paper's tables and the released leaderboard: the
-    unweighted mean over categories of each category's mean per-image GC@T (the
-    leaderboard's "Mean" column: for ChatGPT-4V, the 14 MME categories' 0.422 … 0.393
-    average to 0.351), so a large category does not outweigh a small one. The plain
-    mean over images is kept as ``gc_image_mean@T``; the two agree for one category."""
-    n_iterations = iterations(samples)
-    per_category = samples["gc"].groupby(categories.astype(str).to_numpy()).mean()
-    return {f"gc@{n_iterations}": json_number(per_category.mean()), f"gc_image_mean@{n_iterations}": json_number(samples["gc"].mean())}
 
 
 def fid_metrics(features: list[np.ndarray]) -> dict[str, float | None]:
