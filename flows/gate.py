@@ -22,9 +22,10 @@ A regression rule passes when the paired bootstrap lower bound of (candidate −
 candidate is shown non-inferior within the margin, rather than compared by point
 estimates. Which way a metric is better, and which metrics exist at all, comes from the
 evaluator registry: a policy naming an unknown evaluator or metric, or a regression rule
-on a metric without a direction (a count), is refused when the policy is loaded. The gate fails closed: a required evaluator that is missing or failed, a
-failed expectation, a metric that is absent or undefined, or a comparison that cannot be
-made means no promotion, and every reason is kept.
+on a metric without a direction (a count), is refused when the policy is loaded. The gate fails closed: a required evaluator that is missing, any
+evaluator of the suite (required or not) that failed or failed its expectations, a metric
+that is absent or undefined, or a comparison that cannot be made means no promotion, and
+every reason is kept.
 """
 
 from __future__ import annotations
@@ -116,7 +117,11 @@ def _metric(output: EvaluatorOutput | None, metric: str) -> float | None:
 def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Decision:
     """Judge a candidate; ``champion`` is None when the model has none yet."""
     checks: list[Check] = []
-    for evaluator in policy.required:
+    # every evaluator the suite ran is judged, required or not: an output that crashed or
+    # failed its expectations blocks promotion (SPEC: any failed expectation); ``required``
+    # adds that the evaluator must be there at all
+    judged = [*policy.required, *(name for name in candidate if name not in policy.required)]
+    for evaluator in judged:
         result = candidate.get(evaluator)
         if result is None:
             checks.append(Check(f"{evaluator} ran", False, "no result (fail closed)"))

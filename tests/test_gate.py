@@ -112,3 +112,20 @@ def test_policy_file_errors_name_the_field(tmp_path):
     path.write_text("floors:\n  accuracy: 0.5\n")
     with pytest.raises(ValueError, match="EVALUATOR/METRIC"):
         GatePolicy.from_file(path)
+
+
+def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it_fails():
+    """SPEC §3: any failed expectation or missing result means no promotion: ``required``
+    says which evaluators must be there, not which failures count."""
+    policy = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/lcm": 0.0})
+    good = _result(_mc_records([0.9, 0.8, 0.7, 0.6]))
+    assert decide(policy, {"lcm-mc": good}, None).promote
+    crashed = decide(policy, {"lcm-mc": good, "vlind": EvaluatorOutput.failed("vlind", "RuntimeError: out of memory")}, None)
+    assert not crashed.promote
+    assert [c.name for c in crashed.checks if not c.passed] == ["vlind ran"]
+    unchecked = dataclasses.replace(_result(_mc_records([0.9, 0.8])), evaluator="vlind", expectations_passed=False)
+    refused = decide(policy, {"lcm-mc": good, "vlind": unchecked}, None)
+    assert not refused.promote
+    assert [c.name for c in refused.checks if not c.passed] == ["vlind expectations"]
+    passing = dataclasses.replace(unchecked, expectations_passed=True)
+    assert decide(policy, {"lcm-mc": good, "vlind": passing}, None).promote  # judged, and fine
