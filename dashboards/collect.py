@@ -118,7 +118,7 @@ def leaderboard(client, model_name: str) -> pd.DataFrame:
     champion mark, the validation run, and every logged metric (SPEC names)."""
     champion = tracking.champion_version(client, model_name)
     rows = []
-    for version in sorted(client.search_model_versions(f"name='{model_name}'"), key=lambda v: int(v.version)):
+    for version in tracking.model_versions(client, model_name):
         run_id = version.tags.get(tracking.TAG_RUN)
         row: dict[str, Any] = {
             "version": str(version.version),

@@ -24,11 +24,11 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
     client = tracking.connect(home)
     claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
     models = []
-    for registered in sorted(client.search_registered_models(max_results=1000), key=lambda m: m.name):
+    for registered in sorted(tracking.registered_models(client), key=lambda m: m.name):
         if model is not None and registered.name != model:
             continue
         versions = []
-        for version in sorted(client.search_model_versions(f"name='{registered.name}'"), key=lambda v: int(v.version)):
+        for version in tracking.model_versions(client, registered.name):
             claim = claims.get((registered.name, str(version.version)))
             reasons = version.tags.get(tracking.TAG_REASONS)
             versions.append(

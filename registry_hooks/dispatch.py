@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from vlgate import tracking
 from vlgate.registry_hooks.claims import ClaimStore
 
 log = logging.getLogger("vlgate.hooks")
@@ -87,11 +88,11 @@ def poll_once(client, dispatcher: Dispatcher, configured: Callable[[str], bool])
     whatever a webhook missed); returns the versions this call claimed."""
     claimed = []
     known = {(c.model_name, c.version) for c in dispatcher.claims.all()}
-    for model in client.search_registered_models(max_results=1000):
+    for model in tracking.registered_models(client):
         if not configured(model.name):
             continue
         # oldest first: the champion evolves in registration order
-        for version in sorted(client.search_model_versions(f"name='{model.name}'"), key=lambda v: int(v.version)):
+        for version in tracking.model_versions(client, model.name):
             key = (model.name, str(version.version))
             if key not in known and dispatcher.offer(*key, via="poller"):
                 claimed.append(key)

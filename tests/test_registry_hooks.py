@@ -154,3 +154,29 @@ def test_poller_claims_unclaimed_versions_of_configured_models_oldest_first(tmp_
     assert poll_once(client, dispatcher, lambda name: name == "kept") == []  # nothing new
     dispatcher.wait()
     assert recorder.started == [("kept", "1"), ("kept", "3")]
+
+
+@pytest.mark.parametrize("quoted", ["o'brien", 'say "hi"', "both'\"quotes", "back\\slash"])
+def test_model_names_with_quotes_are_polled_and_listed_and_break_nothing_else(tmp_path, claims, quoted):
+    """MLflow's filter strings have no escape: a name with a quote once broke the poller's
+    query (and `vlgate status`) for every model."""
+    from vlgate import tracking
+    from vlgate.flows.service import service_status
+
+    home = tmp_path / "home"
+    client = tracking.connect(home)
+    for name, versions in ((quoted, 2), ("plain", 1), ("o", 1), ("say ", 1)):  # near-names must not match
+        client.create_registered_model(name)
+        for _ in range(versions):
+            client.create_model_version(name, source=str(tmp_path))
+    assert [str(v.version) for v in tracking.model_versions(client, quoted)] == ["1", "2"]
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    expected = [(quoted, "1"), (quoted, "2"), ("plain", "1"), ("o", "1"), ("say ", "1")]
+    assert sorted(poll_once(client, dispatcher, lambda name: True)) == sorted(expected)
+    dispatcher.wait()
+    assert sorted(recorder.started) == sorted(expected)
+    listed = {model["name"]: [v["version"] for v in model["versions"]] for model in service_status(home)["models"]}
+    assert listed == {quoted: ["1", "2"], "plain": ["1"], "o": ["1"], "say ": ["1"]}
+    (only,) = service_status(home, quoted)["models"]
+    assert only["name"] == quoted

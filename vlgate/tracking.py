@@ -71,6 +71,37 @@ def connect(home: Path | None = None):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+def _pages(search: Any) -> Iterator[Any]:
+    """Every item of a paged MLflow search (``search(page_token)`` → a PagedList)."""
+    token = None
+    while True:
+        page = search(token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def registered_models(client) -> list[Any]:
+    """Every registered model, all pages of them."""
+    return list(_pages(lambda token: client.search_registered_models(max_results=1000, page_token=token)))
+
+
+def model_versions(client, model_name: str) -> list[Any]:
+    """Every version of ``model_name``, oldest first. MLflow's filter strings have no escape
+    character, so a name is quoted with the quote it does not contain; a name holding both
+    kinds is matched here over every version instead (a name must never change, or break,
+    the query it is put into)."""
+    if "'" not in model_name:
+        query: str | None = f"name='{model_name}'"
+    elif '"' not in model_name:
+        query = f'name="{model_name}"'
+    else:
+        query = None
+    found = _pages(lambda token: client.search_model_versions(query, max_results=10000, page_token=token))
+    return sorted((version for version in found if version.name == model_name), key=lambda version: int(version.version))
+
+
 def experiment_id(client, name: str, home: Path | None = None) -> str:
     """The experiment's id, created on first use; on the embedded store its artifacts go
     under ``$VLGATE_HOME/mlflow/artifacts`` (not the working directory)."""
@@ -124,7 +155,7 @@ def register_checkpoint(client, model_name: str, folder: Path, description: str 
         client.create_registered_model(model_name)
     except MlflowException:
         pass  # exists
-    for version in client.search_model_versions(f"name='{model_name}'"):
+    for version in model_versions(client, model_name):
         if version.tags.get(TAG_DIGEST) == digest:
             return version
     experiment = experiment_id(client, f"{model_name} (registrations)", home)
