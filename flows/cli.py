@@ -141,9 +141,13 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from vlgate.flows.prefect_server import local_prefect_server
-    from vlgate.flows.settings import prepare_environment
+    from vlgate.flows.settings import not_configured, prepare_environment
 
-    with local_prefect_server(prepare_environment()):
+    home = prepare_environment()
+    unjudgeable = not_configured(home, args.name)
+    if unjudgeable:  # checked before a Prefect server starts or anything is claimed
+        raise UserError(unjudgeable)
+    with local_prefect_server(home):
         from vlgate.flows.validation import validate_model_version
 
         _print_json(validate_model_version(args.name, str(args.version)))

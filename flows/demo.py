@@ -135,8 +135,8 @@ def _run_demo(console: Console, home: Path) -> int:
     claims = ClaimStore.for_home(home)
     from vlgate.flows.validation import validate_model_version
 
-    dispatcher = Dispatcher(claims, workers=1, start=validate_model_version)
-    claimed = poll_once(client, dispatcher, lambda name: name == MODEL_NAME)
+    dispatcher = Dispatcher(claims, workers=1, start=validate_model_version, configured=lambda name: name == MODEL_NAME)
+    claimed = poll_once(client, dispatcher)
     dispatcher.resume_expired()
     console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
     with console.status("validating (evaluators → Great Expectations → MLflow → correlations → gate)…"):

@@ -99,19 +99,21 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, 
     claims = ClaimStore.for_home(home)
     deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
     workers = config.workers or max(1, len(config.models))
-    dispatcher = Dispatcher(claims, workers=workers, deployment=deployment, start=None if deployment else validate_model_version)
+    dispatcher = Dispatcher(
+        claims,
+        workers=workers,
+        deployment=deployment,
+        start=None if deployment else validate_model_version,
+        configured=lambda name: config.for_model(name) is not None,
+    )
     client = tracking.connect(home)
-
-    def configured(name: str) -> bool:
-        return config.for_model(name) is not None
-
     if once:
-        claimed = poll_once(client, dispatcher, configured)
+        claimed = poll_once(client, dispatcher)
         dispatcher.resume_expired()
         dispatcher.wait()
         log.info("validated %d version(s): %s", len(claimed), claimed)
         return 0
-    poller = Poller(home, dispatcher, config.poll_interval_s, configured).start()
+    poller = Poller(home, dispatcher, config.poll_interval_s).start()
     if webhook:
         _start_webhook(client, dispatcher, config)
     try:
@@ -144,7 +146,7 @@ def _start_webhook(client, dispatcher, config: ServiceConfig) -> threading.Threa
     if not secret:
         log.warning("VLGATE_WEBHOOK_SECRET is not set: no webhook receiver (the poller still finds every version)")
         return None
-    app = create_app(dispatcher, secret, config.webhook.max_age_s)
+    app = create_app(dispatcher, secret, config.webhook.max_age_s, config.webhook.max_body_bytes)
     server = uvicorn.Server(uvicorn.Config(app, host=config.webhook.host, port=config.webhook.port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="vlgate-webhook", daemon=True)
     thread.start()

@@ -69,6 +69,7 @@ class WebhookConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8765
     max_age_s: float = Field(default=300, gt=0, description="older X-MLflow-Timestamp values are refused")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="larger request bodies are refused (413) before they are read")
 
 
 class EvaluationConfig(BaseModel):
@@ -127,6 +128,14 @@ class ServiceConfig(BaseModel):
 
     def for_model(self, model_name: str) -> ModelConfig | None:
         return self.models.get(model_name, self.default)
+
+
+def not_configured(home: Path, model_name: str) -> str | None:
+    """Why ``model_name`` cannot be validated from ``home``'s configuration, or None (one
+    rule for the CLI, the flow, the webhook and the poller)."""
+    if ServiceConfig.load(home).for_model(model_name) is None:
+        return f"registered model {model_name!r} has no suite and policy in {home / CONFIG_FILE} (models: or default:)"
+    return None
 
 
 def prepare_environment(home: Path | None = None) -> Path:

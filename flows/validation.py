@@ -30,7 +30,7 @@ from vlgate.flows.correlations import correlate_across_versions, correlate_with_
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, prepare_environment
+from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
 
@@ -79,6 +79,9 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     """Validate one registered version and gate it; the claim row must exist (the
     registry hooks create it) or is created here for a manual run."""
     home = prepare_environment()
+    unjudgeable = not_configured(home, model_name)
+    if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
+        raise ValidationError(unjudgeable)
     claims = ClaimStore.for_home(home)
     if claims.get(model_name, version) is None:
         claims.claim(model_name, version, via="manual")
@@ -112,8 +115,8 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     logger = get_run_logger()
     service_config = ServiceConfig.load(home)
     config = service_config.for_model(model_name)
-    if config is None:
-        raise ValidationError(f"registered model {model_name!r} has no suite and policy in {home / 'vlgate.yaml'} (models: or default:)")
+    if config is None:  # configured when the flow started, no longer
+        raise ValidationError(not_configured(home, model_name))
     client = tracking.connect(home)
     client.get_model_version(model_name, version)  # fails clearly for a version that does not exist
     run_id = ensure_validation_run(client, claims, model_name, version)

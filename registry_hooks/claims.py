@@ -207,8 +207,14 @@ class ClaimStore:
         return Claim(**values)
 
     # --- webhook deliveries -----------------------------------------------------------
+    def delivery_seen(self, delivery_id: str) -> bool:
+        """Whether a delivery id was recorded (by :meth:`first_delivery`) already."""
+        with self.engine.connect() as connection:
+            found = connection.execute(sa.select(deliveries_table.c.delivery_id).where(deliveries_table.c.delivery_id == delivery_id)).first()
+        return found is not None
+
     def first_delivery(self, delivery_id: str) -> bool:
-        """True the first time a delivery id is seen; False for a replay."""
+        """Record a delivery id as handled: True the first time, False for a replay."""
         try:
             with self.engine.begin() as connection:
                 connection.execute(deliveries_table.insert().values(delivery_id=delivery_id, received_at=_now()))

@@ -21,11 +21,28 @@ from vlgate.registry_hooks.claims import ClaimStore
 log = logging.getLogger("vlgate.hooks")
 
 
+def _every_model(_name: str) -> bool:
+    return True
+
+
 class Dispatcher:
-    def __init__(self, claims: ClaimStore, workers: int = 1, deployment: str | None = None, start: Callable[[str, str], object] | None = None):
+    """``configured``: the one rule for which registered models vlgate validates (the
+    service's: a suite and policy in ``vlgate.yaml``); the webhook and the poller both
+    offer through it, so a model without a configuration is never claimed (and never
+    judged) on any path."""
+
+    def __init__(
+        self,
+        claims: ClaimStore,
+        workers: int = 1,
+        deployment: str | None = None,
+        start: Callable[[str, str], object] | None = None,
+        configured: Callable[[str], bool] = _every_model,
+    ):
         if start is None and deployment is None:
             raise ValueError("a Dispatcher needs the flow to start (start=) or a Prefect deployment to run (deployment=)")
         self.claims = claims
+        self.configured = configured
         self.deployment = deployment
         self._start: Callable[[str, str], object] = start or self._run_deployment
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
@@ -33,9 +50,10 @@ class Dispatcher:
         self.futures: dict[tuple[str, str], Future] = {}
 
     def offer(self, model_name: str, version: str, via: str) -> bool:
-        """Start validating the version unless it is already claimed; True if this call claimed it."""
+        """Start validating the version unless it is already claimed or its model is not
+        configured; True if this call claimed it."""
         version = str(version)
-        if not self.claims.claim(model_name, version, via):
+        if not self.configured(model_name) or not self.claims.claim(model_name, version, via):
             return False
         log.info("claimed %s v%s via %s", model_name, version, via)
         self._submit(model_name, version)
@@ -83,13 +101,13 @@ class Dispatcher:
         self._pool.shutdown(wait=True)
 
 
-def poll_once(client, dispatcher: Dispatcher, configured: Callable[[str], bool]) -> list[tuple[str, str]]:
-    """Offer every registered version that has no claim yet (stores without webhooks, and
-    whatever a webhook missed); returns the versions this call claimed."""
+def poll_once(client, dispatcher: Dispatcher) -> list[tuple[str, str]]:
+    """Offer every registered version of a configured model that has no claim yet (stores
+    without webhooks, and whatever a webhook missed); returns the versions this call claimed."""
     claimed = []
     known = {(c.model_name, c.version) for c in dispatcher.claims.all()}
     for model in tracking.registered_models(client):
-        if not configured(model.name):
+        if not dispatcher.configured(model.name):
             continue
         # oldest first: the champion evolves in registration order
         for version in tracking.model_versions(client, model.name):
@@ -102,8 +120,8 @@ def poll_once(client, dispatcher: Dispatcher, configured: Callable[[str], bool])
 class Poller:
     """``poll_once`` every ``interval`` seconds in a background thread."""
 
-    def __init__(self, home: Path, dispatcher: Dispatcher, interval: float, configured: Callable[[str], bool]):
-        self.home, self.dispatcher, self.interval, self.configured = home, dispatcher, interval, configured
+    def __init__(self, home: Path, dispatcher: Dispatcher, interval: float):
+        self.home, self.dispatcher, self.interval = home, dispatcher, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vlgate-poller", daemon=True)
 
@@ -118,7 +136,7 @@ class Poller:
         while not self._stop.is_set():
             try:
                 client = client or tracking.connect(self.home)
-                poll_once(client, self.dispatcher, self.configured)
+                poll_once(client, self.dispatcher)
                 self.dispatcher.resume_expired()
             except Exception:  # a registry outage must not stop the poller; next round retries
                 log.exception("poll failed")

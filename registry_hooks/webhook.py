@@ -1,18 +1,22 @@
 """The receiver for MLflow's model-registry webhooks (MLflow ≥ 3.3, event
 ``model_version.created``).
 
-Each delivery is checked before anything happens (mlflow/webhooks/delivery.py):
-``X-MLflow-Signature`` must be ``v1,`` + base64(HMAC-SHA256(secret,
+Each delivery is checked before anything happens (mlflow/webhooks/delivery.py): its
+body is at most ``max_body_bytes`` (read no further: a larger ``Content-Length`` is
+refused unread, a stream is cut at the limit); ``X-MLflow-Signature`` must be ``v1,`` + base64(HMAC-SHA256(secret,
 "{delivery_id}.{timestamp}.{body}")), compared in constant time; ``X-MLflow-Timestamp``
 must be within ``max_age_s`` of now (either way: a replay of an old delivery, or a
-sender with a broken clock); ``X-MLflow-Delivery-Id`` must not have been seen before
+sender with a broken clock); ``X-MLflow-Delivery-Id`` must not have been handled before
 (kept in the state database, so a replay is refused after a restart and by every
-replica). A verified ``model_version.created`` is offered to the dispatcher, which claims
-the version (exactly once, whatever else offers it) and starts its validation flow.
+replica). A verified ``model_version.created`` of a configured model is offered to the
+dispatcher, which claims the version (exactly once, whatever else offers it) and starts
+its validation flow. A delivery id is recorded once the delivery has been handled, so a
+delivery that failed midway (500) is handled again when MLflow retries it.
 
-Responses: 202 claimed and started; 200 already claimed, a duplicate delivery or an
-event vlgate does not act on (MLflow does not need to retry those); 401 bad or missing
-signature; 400 stale timestamp or malformed body.
+Responses: 202 claimed and started; 200 already claimed, a duplicate delivery, a model
+vlgate is not configured for, or an event vlgate does not act on (MLflow does not need
+to retry those); 401 bad or missing signature; 400 stale timestamp or malformed body;
+413 body over the limit.
 """
 
 from __future__ import annotations
@@ -65,29 +69,57 @@ def verify(secret: str, headers, body: bytes, max_age_s: float, now: float | Non
     return delivery_id
 
 
-def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300) -> Starlette:
+#: MLflow's model_version.created payloads are a few hundred bytes (name, version, source,
+#: run id, tags, description); 1 MiB leaves room for long tags and descriptions
+MAX_BODY_BYTES = 1 << 20
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, read only while it stays within ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise DeliveryRejected(413, f"body of {declared} bytes refused unread (limit {limit})")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise DeliveryRejected(413, f"body over the limit of {limit} bytes")
+    return bytes(body)
+
+
+def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
     if not secret:
         raise ValueError("the webhook receiver needs a shared secret (VLGATE_WEBHOOK_SECRET): unsigned deliveries are never accepted")
 
     async def receive(request: Request) -> JSONResponse:
-        body = await request.body()
         try:
+            body = await bounded_body(request, max_body_bytes)
             delivery_id = verify(secret, request.headers, body, max_age_s)
             payload = json.loads(body)
         except DeliveryRejected as rejected:
             return JSONResponse({"error": str(rejected)}, status_code=rejected.status)
-        except ValueError:
+        except (ValueError, RecursionError):
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        if not isinstance(payload, dict):
+            return JSONResponse({"error": "body is not a JSON object"}, status_code=400)
         claims = dispatcher.claims
-        if not claims.first_delivery(delivery_id):
+        if claims.delivery_seen(delivery_id):
             return JSONResponse({"duplicate_delivery": delivery_id}, status_code=200)
+        response = handle(payload)
+        # recorded only now: a delivery that raised on the way (500) is handled on MLflow's retry
+        claims.first_delivery(delivery_id)
         claims.forget_deliveries_before(datetime.now(timezone.utc) - timedelta(seconds=2 * max_age_s))
+        return response
+
+    def handle(payload: dict) -> JSONResponse:
         if (payload.get("entity"), payload.get("action")) != ("model_version", "created"):
             return JSONResponse({"ignored": f"{payload.get('entity')}.{payload.get('action')}"}, status_code=200)
         data = payload.get("data") or {}
         name, version = data.get("name"), data.get("version")
         if not name or version is None:
             return JSONResponse({"error": "model_version.created without data.name and data.version"}, status_code=400)
+        if not dispatcher.configured(name):
+            return JSONResponse({"ignored": f"model {name!r} is not configured (vlgate.yaml models: or default:)"}, status_code=200)
         claimed = dispatcher.offer(name, str(version), via="webhook")
         return JSONResponse({"model": name, "version": str(version), "claimed": claimed}, status_code=202 if claimed else 200)
 

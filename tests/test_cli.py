@@ -41,3 +41,22 @@ def test_console_script_scores_an_example(tmp_path):
     metrics = json.loads(result.stdout)
     assert metrics["n"] == 18 and set(metrics["by_concept"]) == {"climate", "color", "habitat"}
     assert sum(group["n"] for group in metrics["by_concept"].values()) == 18
+
+
+def test_validating_a_model_that_is_not_configured_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """Once, such a version was claimed, failed, tagged rejected, and never revisited after
+    the model was configured."""
+    from vlgate import tracking
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    client = tracking.connect(home)
+    client.create_registered_model("unlisted")
+    client.create_model_version("unlisted", source=str(tmp_path))
+    capsys.readouterr()  # MLflow's own log lines from creating the store
+    assert main(["validate", "unlisted", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'unlisted' has no suite and policy" in err[0]
+    assert ClaimStore.for_home(home).get("unlisted", "1") is None
+    assert tracking.TAG_DECISION not in client.get_model_version("unlisted", "1").tags

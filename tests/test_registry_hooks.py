@@ -149,9 +149,9 @@ def test_poller_claims_unclaimed_versions_of_configured_models_oldest_first(tmp_
             client.create_model_version(name, source=str(tmp_path))
     claims.claim("kept", "2", via="webhook")  # the webhook got there first
     recorder = Recorder()
-    dispatcher = Dispatcher(claims, start=recorder)
-    assert poll_once(client, dispatcher, lambda name: name == "kept") == [("kept", "1"), ("kept", "3")]
-    assert poll_once(client, dispatcher, lambda name: name == "kept") == []  # nothing new
+    dispatcher = Dispatcher(claims, start=recorder, configured=lambda name: name == "kept")
+    assert poll_once(client, dispatcher) == [("kept", "1"), ("kept", "3")]
+    assert poll_once(client, dispatcher) == []  # nothing new
     dispatcher.wait()
     assert recorder.started == [("kept", "1"), ("kept", "3")]
 
@@ -173,10 +173,114 @@ def test_model_names_with_quotes_are_polled_and_listed_and_break_nothing_else(tm
     recorder = Recorder()
     dispatcher = Dispatcher(claims, start=recorder)
     expected = [(quoted, "1"), (quoted, "2"), ("plain", "1"), ("o", "1"), ("say ", "1")]
-    assert sorted(poll_once(client, dispatcher, lambda name: True)) == sorted(expected)
+    assert sorted(poll_once(client, dispatcher)) == sorted(expected)
     dispatcher.wait()
     assert sorted(recorder.started) == sorted(expected)
     listed = {model["name"]: [v["version"] for v in model["versions"]] for model in service_status(home)["models"]}
     assert listed == {quoted: ["1", "2"], "plain": ["1"], "o": ["1"], "say ": ["1"]}
     (only,) = service_status(home, quoted)["models"]
     assert only["name"] == quoted
+
+
+# --- the receiver under hostile or unlucky deliveries, over real HTTP on 127.0.0.1 ----------
+
+
+class Receiver:
+    """The webhook app under uvicorn on a free loopback port, in a thread."""
+
+    def __init__(self, dispatcher: Dispatcher, max_body_bytes: int = 64 * 1024):
+        import socket
+
+        import uvicorn
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}{PATH}"
+        app = create_app(dispatcher, SECRET, max_age_s=300, max_body_bytes=max_body_bytes)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        import httpx
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise TimeoutError("the receiver did not start")
+
+    def __exit__(self, *_exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(claims):
+    import http.client
+
+    import httpx
+
+    recorder = Recorder()
+    with Receiver(Dispatcher(claims, start=recorder), max_body_bytes=64 * 1024) as receiver:
+        # a declared 400 MiB body: answered 413 with nothing sent (the old receiver read it all first)
+        connection = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
+        connection.putrequest("POST", PATH)
+        connection.putheader("Content-Length", str(400 << 20))
+        connection.endheaders()
+        assert connection.getresponse().status == 413
+        connection.close()
+
+        # a chunked stream with no length: cut off at the limit
+        def stream():
+            for _ in range(64):  # 4 MiB
+                yield b"x" * 65536
+
+        assert httpx.post(receiver.url, content=stream(), timeout=30).status_code == 413
+        # and the receiver still serves a genuine delivery
+        body, headers = _delivery(delivery_id="after")
+        assert httpx.post(receiver.url, content=body, headers=headers, timeout=10).status_code == 202
+    assert recorder.started == [("m", "1")]
+
+
+def test_a_model_that_is_not_configured_is_never_claimed_by_the_webhook(claims):
+    import httpx
+
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder, configured=lambda name: name == "m")
+    with Receiver(dispatcher) as receiver:
+        body, headers = _delivery(name="elsewhere", delivery_id="e-1")
+        response = httpx.post(receiver.url, content=body, headers=headers, timeout=10)
+        assert response.status_code == 200 and "not configured" in response.json()["ignored"]
+    dispatcher.wait()
+    assert claims.get("elsewhere", "1") is None  # no claim row: configuring the model later lets the poller take it
+    assert recorder.started == []
+    assert dispatcher.offer("elsewhere", "1", via="poller") is False  # the poller's path has the same rule
+
+
+def test_a_delivery_that_failed_midway_is_handled_when_mlflow_retries_it(claims, monkeypatch):
+    import httpx
+
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    real_claim, calls = claims.claim, []
+
+    def claim_failing_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ConnectionError("state database away for a moment")
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "claim", claim_failing_once)
+    with Receiver(dispatcher) as receiver:
+        body, headers = _delivery(delivery_id="retried")
+        assert httpx.post(receiver.url, content=body, headers=headers, timeout=10).status_code == 500
+        retry = httpx.post(receiver.url, content=body, headers=headers, timeout=10)  # MLflow resends the same delivery
+        assert retry.status_code == 202 and retry.json()["claimed"] is True
+        replay = httpx.post(receiver.url, content=body, headers=headers, timeout=10)
+        assert replay.json() == {"duplicate_delivery": "retried"}
+    dispatcher.wait()
+    assert recorder.started == [("m", "1")]

@@ -44,8 +44,8 @@ def home(tmp_path, monkeypatch):
 
 def validate_pending(home: Path, model: str) -> list[tuple[str, str]]:
     client = tracking.connect(home)
-    dispatcher = Dispatcher(ClaimStore.for_home(home), start=validate_model_version)
-    claimed = poll_once(client, dispatcher, lambda name: name == model)
+    dispatcher = Dispatcher(ClaimStore.for_home(home), start=validate_model_version, configured=lambda name: name == model)
+    claimed = poll_once(client, dispatcher)
     dispatcher.wait()
     dispatcher.close()
     return claimed

@@ -195,11 +195,11 @@ def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
 
     secret = secrets.token_hex(16)
     claims = ClaimStore.for_home(service)
-    dispatcher = Dispatcher(claims, workers=2, start=validate_model_version)
+    dispatcher = Dispatcher(claims, workers=2, start=validate_model_version, configured=lambda name: name == "many")
     receiver, url = start_receiver(dispatcher, secret)
     client = tracking.connect(service)
     hook = ensure_webhook(client, url, secret)
-    poller = Poller(service, dispatcher, interval=0.3, configured=lambda name: name == "many").start()
+    poller = Poller(service, dispatcher, interval=0.3).start()
     try:
         client.create_registered_model("many")
         template = tracking.register_checkpoint(client, "many-template", world / "checkpoints" / "vlm-steps3", home=service)
