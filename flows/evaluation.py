@@ -24,17 +24,18 @@ def _tree_state(path: Path) -> list[tuple[str, int, int]]:
 
 
 def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
-    """A registered version never changes, so (model, version, evaluator, shard, suite file,
-    the data files' names/sizes/times, vlgate's version, the output folder — results are
-    files there) identifies a shard's result."""
+    """(The registered version's identity — its source, run and creation time, since a
+    deleted model's version number comes back with other weights —, evaluator, shard,
+    suite file, the data files' names/sizes/times, vlgate's version, the output folder:
+    results are files there) identifies a shard's result."""
     from vlgate import __version__
+    from vlgate.evaluators.backends.loading import mlflow_identity
     from vlgate.evaluators.runners.suite import Suite
 
     suite_path = Path(parameters["suite_path"])
     spec = Suite.from_file(suite_path).evaluators[parameters["evaluator"]]
     material = [
-        parameters["model_name"],
-        str(parameters["version"]),
+        mlflow_identity(parameters["model_uri"])[1],
         parameters["evaluator"],
         parameters["shard"],
         parameters["n_shards"],

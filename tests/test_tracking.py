@@ -109,3 +109,42 @@ def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
     counting = RetriedCreate(client)
     assert recording.ensure_validation_run(counting, claims, "m", version) == first
     assert counting.creates == 0
+
+
+def _checkpoint(folder, marker: str):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(f'{{"marker": "{marker}"}}')
+    return folder
+
+
+def test_a_deleted_and_registered_again_version_is_not_served_from_the_old_download(tmp_path, monkeypatch):
+    """The model cache was keyed by ``models:/NAME/VERSION``: after the model was deleted
+    and registered again, its new v1 was evaluated with the old v1's weights."""
+    import json
+
+    from vlgate.evaluators.backends.loading import resolve_model
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / "old", "old"), home=home)
+    assert json.loads((resolve_model("models:/m/1", cache) / "config.json").read_text())["marker"] == "old"
+    client.delete_registered_model("m")
+    tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / "new", "new"), home=home)
+    assert json.loads((resolve_model("models:/m/1", cache) / "config.json").read_text())["marker"] == "new"
+
+
+def test_an_alias_is_resolved_to_its_version_each_time(tmp_path, monkeypatch):
+    import json
+
+    from vlgate.evaluators.backends.loading import resolve_model
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    client = tracking.connect(home)
+    for marker in ("first", "second"):
+        tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / marker, marker), home=home)
+    client.set_registered_model_alias("m", tracking.CHAMPION, "1")
+    assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "first"
+    client.set_registered_model_alias("m", tracking.CHAMPION, "2")
+    assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "second"

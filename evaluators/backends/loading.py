@@ -47,11 +47,15 @@ def resolve_model(reference: str | Path, cache_dir: Path | None = None, policy: 
     if text.startswith(MLFLOW_SCHEMES):
         import mlflow
 
-        target = (cache_dir or Path.cwd() / ".vlgate-model-cache") / hashlib.sha256(text.encode()).hexdigest()[:16]
+        try:
+            uri, identity = mlflow_identity(text)
+        except Exception as error:  # mlflow raises several types for a missing model/version/alias
+            raise BackendError(f"model {text!r}: not in the MLflow registry: {error}") from error
+        target = (cache_dir or Path.cwd() / ".vlgate-model-cache") / hashlib.sha256(identity.encode()).hexdigest()[:16]
         if not (target / ".complete").is_file():
             target.mkdir(parents=True, exist_ok=True)
             try:
-                local = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=str(target)))
+                local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target)))
             except Exception as error:  # mlflow raises several types for a missing model/version
                 raise BackendError(f"model {text!r}: could not download its artifacts from MLflow: {error}") from error
             (target / ".complete").write_text(str(local.relative_to(target)))
@@ -70,6 +74,23 @@ def resolve_model(reference: str | Path, cache_dir: Path | None = None, policy: 
         return Path(snapshot_download(text, cache_dir=cache_dir, ignore_patterns=ignore))
     except Exception as error:
         raise BackendError(f"model {text!r}: not found locally and could not be fetched from the Hugging Face Hub: {error}") from error
+
+
+def mlflow_identity(uri: str) -> tuple[str, str]:
+    """The URI to download and what identifies its bytes. ``models:/NAME/VERSION`` names a
+    version that can be deleted and registered again with other weights, and
+    ``models:/NAME@ALIAS`` one that moves: both resolve to the version (downloaded by
+    number) identified by its source, run and creation time. Any other MLflow URI names
+    immutable artifacts (run ids are never reused) and is its own identity."""
+    if not uri.startswith("models:/"):
+        return uri, uri
+    from mlflow import MlflowClient
+    from mlflow.store.artifact.utils.models import get_model_name_and_version
+
+    client = MlflowClient()
+    name, version = get_model_name_and_version(client, uri)
+    found = client.get_model_version(name, str(version))
+    return f"models:/{name}/{version}", json.dumps([name, str(version), found.source, found.run_id, found.creation_timestamp])
 
 
 def _checkpoint_root(path: Path) -> Path:
