@@ -139,6 +139,24 @@ def cmd_register(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_release(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from vlgate.flows.settings import prepare_environment
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    claims = ClaimStore.for_home(prepare_environment())
+    claim = claims.get(args.name, str(args.version))
+    if claim is None:
+        raise UserError(f"{args.name} v{args.version}: no claim (nothing to release)")
+    alive = claim.state in ("claimed", "running") and claim.lease_expires > datetime.now(timezone.utc)
+    if alive and not args.force:
+        raise UserError(f"{args.name} v{args.version} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
+    claims.release(args.name, str(args.version))
+    _print_json({"model": args.name, "version": str(args.version), "released": claim.as_dict()})
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from vlgate.flows.prefect_server import local_prefect_server
     from vlgate.flows.settings import not_configured, prepare_environment
@@ -273,6 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("model", nargs="?", help="only this registered model")
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     status.set_defaults(handler=cmd_status)
+
+    release = commands.add_parser(
+        "release",
+        help="forget a version's claim so that the poller validates it again (after a failure, or a worker lost for good)",
+        description="A claim that failed (e.g. the registry was away for longer than the retries) stays failed until an operator releases it.",
+    )
+    release.add_argument("name")
+    release.add_argument("version", type=int)
+    release.add_argument("--force", action="store_true", help="also a claim whose lease is still running (its worker may be alive)")
+    release.set_defaults(handler=cmd_release)
 
     register = commands.add_parser(
         "register",

@@ -87,7 +87,8 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
         claims.claim(model_name, version, via="manual")
     claims.update(model_name, version, state="running", renew=True)
     try:
-        summary = _validate(home, claims, model_name, str(version))
+        with claims.heartbeat(model_name, str(version)):
+            summary = _validate(home, claims, model_name, str(version))
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         claims.update(model_name, version, state="failed", detail=message)

@@ -22,8 +22,10 @@ the embedded default is ``sqlite:///$VLGATE_HOME/state.db``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+
+log = logging.getLogger("vlgate.claims")
 
 #: A claim's life: claimed → running → done | failed. ``failed`` is final too: a version
 #: whose validation errored is not promoted and its reasons are recorded (fail closed);
@@ -179,6 +183,46 @@ class ClaimStore:
         statement = claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).values(**values)
         with self.engine.begin() as connection:
             connection.execute(statement)
+
+    @contextlib.contextmanager
+    def heartbeat(self, model_name: str, version: str, interval_s: float | None = None) -> Iterator[None]:
+        """Keep the claim's lease alive while the block runs (every third of the lease by
+        default), so a flow that outlives one lease is not taken over while its worker
+        lives; once the worker dies the beats stop and the lease runs out as before. A
+        claim taken over meanwhile (its attempt count moved on) or finished is left alone,
+        and a beat that cannot reach the database is tried again at the next one."""
+        claim = self.get(model_name, version)
+        if claim is None:
+            yield
+            return
+        interval = interval_s if interval_s is not None else self.lease.total_seconds() / 3
+        stop = threading.Event()
+        mine = (
+            claims_table.c.model_name == model_name,
+            claims_table.c.version == str(version),
+            claims_table.c.attempts == claim.attempts,
+            claims_table.c.state.in_(("claimed", "running")),
+        )
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                now = _now()
+                try:
+                    with self.engine.begin() as connection:
+                        renewed = connection.execute(claims_table.update().where(*mine).values(lease_expires=now + self.lease, updated_at=now)).rowcount
+                except Exception as error:  # transient: the next beat tries again, well within the lease
+                    log.warning("lease of %s v%s not renewed: %s", model_name, version, error)
+                    continue
+                if not renewed:
+                    return
+
+        thread = threading.Thread(target=beat, name=f"vlgate-lease-{model_name}-{version}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=max(interval, 1.0))
 
     def release(self, model_name: str, version: str) -> None:
         """Forget a claim so the version is validated again (an operator's decision)."""

@@ -12,7 +12,7 @@ from vlgate.flows.cli import main
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])
@@ -60,3 +60,22 @@ def test_validating_a_model_that_is_not_configured_is_one_line_and_leaves_nothin
     assert len(err) == 1 and "'unlisted' has no suite and policy" in err[0]
     assert ClaimStore.for_home(home).get("unlisted", "1") is None
     assert tracking.TAG_DECISION not in client.get_model_version("unlisted", "1").tags
+
+
+def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_path, monkeypatch, capsys):
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    claims = ClaimStore.for_home(home)
+    assert main(["release", "m", "1"]) == 2 and "no claim" in capsys.readouterr().err
+    claims.claim("m", "1", via="poller")
+    claims.update("m", "1", state="failed", detail="MlflowException: registry away")
+    assert main(["release", "m", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["released"]["state"] == "failed"
+    assert claims.get("m", "1") is None and claims.claim("m", "1", via="poller")  # claimable again
+    claims.update("m", "1", state="running", renew=True)
+    assert main(["release", "m", "1"]) == 2 and "--force" in capsys.readouterr().err
+    assert claims.get("m", "1") is not None
+    assert main(["release", "m", "1", "--force"]) == 0
+    assert claims.get("m", "1") is None

@@ -284,3 +284,42 @@ def test_a_delivery_that_failed_midway_is_handled_when_mlflow_retries_it(claims,
         assert replay.json() == {"duplicate_delivery": "retried"}
     dispatcher.wait()
     assert recorder.started == [("m", "1")]
+
+
+def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives(tmp_path):
+    """Two workers share the state database; the first one's flow runs for three leases.
+    The second worker's takeover sweep (the poller's resume_expired) finds nothing to take
+    while the first one beats; once that worker is gone (no beats, not finished), the
+    claim is taken over exactly once."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    first, second = ClaimStore(url, lease_seconds=1.0), ClaimStore(url, lease_seconds=1.0)
+    taken_over = Recorder()
+    sweeper = Dispatcher(second, start=taken_over)
+    sweeps: list[list] = []
+
+    def slow_flow(model_name, version):
+        first.update(model_name, version, state="running", renew=True)
+        with first.heartbeat(model_name, version, interval_s=0.2):
+            for _ in range(15):  # 3 s: three leases
+                time.sleep(0.2)
+                sweeps.append(sweeper.resume_expired())
+        first.update(model_name, version, state="done")
+
+    worker = Dispatcher(first, start=slow_flow)
+    assert worker.offer("m", "1", via="poller")
+    worker.wait()
+    assert sweeps and all(found == [] for found in sweeps)
+    assert first.get("m", "1").state == "done" and first.get("m", "1").attempts == 1
+
+    # a worker that dies mid-flow: its beats stop with it, the lease runs out, one takeover
+    assert first.claim("m", "2", via="poller")
+    first.update("m", "2", state="running", renew=True)
+    with first.heartbeat("m", "2", interval_s=0.2):
+        time.sleep(1.5)
+        assert sweeper.resume_expired() == []
+    time.sleep(1.2)  # the "process" is gone: no more beats
+    assert sweeper.resume_expired() == [("m", "2")]
+    assert Dispatcher(first, start=Recorder()).resume_expired() == []  # exactly once
+    sweeper.wait()
+    assert taken_over.started == [("m", "2")]
+    assert second.get("m", "2").attempts == 2
