@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
+#: `vlgate validate`: 0 promoted; the version was judged and rejected; it could not be
+#: judged (an evaluator, a metric or the champion's records missing, or the flow failed)
+EXIT_REJECTED = 3
+EXIT_NOT_JUDGED = 4
 
 
 class UserError(Exception):
@@ -166,10 +170,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if unjudgeable:  # checked before a Prefect server starts or anything is claimed
         raise UserError(unjudgeable)
     with local_prefect_server(home):
+        from mlflow.exceptions import MlflowException
+
+        from vlgate import tracking
+        from vlgate.flows.gate import NOT_JUDGED, PROMOTED
         from vlgate.flows.validation import validate_model_version
 
-        _print_json(validate_model_version(args.name, str(args.version)))
-    return 0
+        try:
+            tracking.connect(home).get_model_version(args.name, str(args.version))
+        except MlflowException as error:
+            if error.error_code == "RESOURCE_DOES_NOT_EXIST":
+                raise UserError(f"{args.name} v{args.version}: no such registered version") from None
+            # anything else (the registry away...) is the flow's to retry and record
+        try:
+            summary = validate_model_version(args.name, str(args.version))
+        except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
+            summary = {"model": args.name, "version": str(args.version), "decision": "rejected", "outcome": NOT_JUDGED, "error": f"{type(error).__name__}: {error}"}
+    if args.json:
+        _print_json(summary)
+    else:
+        _print_decision(summary)
+    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED}.get(summary["outcome"], EXIT_REJECTED)
+
+
+def _print_decision(summary: dict[str, Any]) -> None:
+    """The verdict and each rule's, one line each; the reasons a rule failed first."""
+    print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
+    if "error" in summary:
+        print(f"  validation failed: {summary['error']}")
+        return
+    checks = sorted(summary.get("checks", []), key=lambda check: check["verdict"] == "pass")
+    for check in checks:
+        print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
+    if summary.get("report"):
+        print(f"report: {summary['report']}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -315,10 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser(
         "validate",
         help="run the validation flow on one registered version now (what the hooks do)",
-        description="Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision.",
+        description=(
+            "Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision. "
+            f"Exit status: 0 promoted, {EXIT_REJECTED} rejected (a rule failed on the numbers), {EXIT_NOT_JUDGED} could not judge "
+            "(an evaluator, a metric or the champion's records missing, or the flow failed), 2 bad input."
+        ),
     )
     validate.add_argument("name")
     validate.add_argument("version")
+    validate.add_argument("--json", action="store_true", help="the decision as one JSON object: outcome, reasons, every rule's structured check")
     validate.set_defaults(handler=cmd_validate)
 
     report = commands.add_parser(

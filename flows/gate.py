@@ -81,11 +81,35 @@ class GatePolicy(BaseModel):
                 raise ValueError(f"gate policy: {name!r} has no better direction (a count or a share), so it cannot regress")
 
 
+PASS, FAIL, UNJUDGED = "pass", "fail", "could not judge"
+PROMOTED, REJECTED, NOT_JUDGED = "promoted", "rejected", "could not judge"
+
+
 @dataclass
 class Check:
+    """One rule of the policy on one candidate. ``verdict``: pass, fail (the numbers say
+    no), or could not judge (something to judge was missing: an evaluator that did not
+    run, a metric undefined, no shared samples; such a check fails closed too)."""
+
     name: str
     passed: bool
     detail: str
+    rule: str = ""  # ran, expectations, floor, ceiling, regression
+    metric: str | None = None  # EVALUATOR/METRIC, or the evaluator for ran/expectations
+    candidate: float | None = None
+    champion: float | None = None
+    limit: float | None = None  # the floor or ceiling, or -max_drop of a regression rule
+    interval: tuple[float, float] | None = None  # the bootstrap interval of candidate - champion
+    bound: float | None = None  # the bound judged against the limit (improvement's lower bound)
+    judged: bool = True
+
+    @property
+    def verdict(self) -> str:
+        return PASS if self.passed else FAIL if self.judged else UNJUDGED
+
+    def as_dict(self) -> dict[str, Any]:
+        fields = {k: v for k, v in vars(self).items() if k != "judged"}
+        return fields | {"interval": list(self.interval) if self.interval else None, "verdict": self.verdict}
 
 
 @dataclass
@@ -94,13 +118,21 @@ class Decision:
     checks: list[Check] = field(default_factory=list)
 
     @property
+    def outcome(self) -> str:
+        """promoted; rejected when a rule failed on the numbers; could not judge when the
+        only failures are things missing (the version may be fine: rerun once fixed)."""
+        if self.promote:
+            return PROMOTED
+        return REJECTED if any(c.verdict == FAIL for c in self.checks) else NOT_JUDGED
+
+    @property
     def reasons(self) -> list[str]:
         """The failed checks when not promoted, every check when promoted."""
         failed = [c for c in self.checks if not c.passed]
         return [f"{c.name}: {c.detail}" for c in (failed if failed else self.checks)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"promote": self.promote, "reasons": self.reasons, "checks": [vars(c) for c in self.checks]}
+        return {"promote": self.promote, "outcome": self.outcome, "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks]}
 
 
 def lower_is_better(qualified: str) -> bool:
@@ -124,21 +156,23 @@ def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: 
     for evaluator in judged:
         result = candidate.get(evaluator)
         if result is None:
-            checks.append(Check(f"{evaluator} ran", False, "no result (fail closed)"))
+            checks.append(Check(f"{evaluator} ran", False, "no result (fail closed)", "ran", evaluator, judged=False))
         elif result.error:
-            checks.append(Check(f"{evaluator} ran", False, f"failed: {result.error}"))
+            checks.append(Check(f"{evaluator} ran", False, f"failed: {result.error}", "ran", evaluator, judged=False))
         else:
-            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records"))
-            checks.append(Check(f"{evaluator} expectations", result.expectations_passed, "passed" if result.expectations_passed else "failed expectations (see the validation report)"))
+            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records", "ran", evaluator))
+            passed = result.expectations_passed
+            checks.append(Check(f"{evaluator} expectations", passed, "passed" if passed else "failed expectations (see the validation report)", "expectations", evaluator))
     for name, bound in [*((n, ("floor", v)) for n, v in policy.floors.items()), *((n, ("ceiling", v)) for n, v in policy.ceilings.items())]:
         kind, limit = bound
         evaluator, metric = registry.split_metric(name)
         value = _metric(candidate.get(evaluator), metric)
         if value is None:
-            checks.append(Check(f"{name} {kind}", False, "metric missing or undefined (fail closed)"))
+            checks.append(Check(f"{name} {kind}", False, "metric missing or undefined (fail closed)", kind, name, limit=limit, judged=False))
             continue
         passed = value >= limit if kind == "floor" else value <= limit
-        checks.append(Check(f"{name} {kind}", passed, f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"))
+        detail = f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"
+        checks.append(Check(f"{name} {kind}", passed, detail, kind, name, candidate=value, limit=limit))
     for name, rule in policy.regressions.items():
         checks.append(_regression_check(policy, name, rule, candidate, champion))
     return Decision(promote=all(check.passed for check in checks), checks=checks)
@@ -146,12 +180,13 @@ def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: 
 
 def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check:
     label = f"{name} vs champion"
+    limit = -rule.max_drop
     if champion is None:
-        return Check(label, True, "no champion yet: nothing to regress from")
+        return Check(label, True, "no champion yet: nothing to regress from", "regression", name, limit=limit)
     evaluator, metric = registry.split_metric(name)
     mine, theirs = candidate.get(evaluator), champion.get(evaluator)
     if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
-        return Check(label, False, "per-sample records missing for the candidate or the champion (fail closed)")
+        return Check(label, False, "per-sample records missing for the candidate or the champion (fail closed)", "regression", name, limit=limit, judged=False)
     aggregate = registry.get(evaluator).aggregate
 
     def statistic(frame: pd.DataFrame) -> float | None:
@@ -159,13 +194,30 @@ def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candi
 
     result = paired_bootstrap_difference(mine.samples, theirs.samples, statistic, policy.confidence, policy.resamples, policy.seed)
     if result.lower is None or result.upper is None or result.difference is None:
-        return Check(label, False, f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)")
+        return Check(
+            label,
+            False,
+            f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)",
+            "regression",
+            name,
+            candidate=result.candidate,
+            champion=result.champion,
+            limit=limit,
+            judged=False,
+        )
     sign = -1.0 if lower_is_better(name) else 1.0
     improvement, bound = sign * result.difference, (sign * result.lower if sign > 0 else sign * result.upper)
-    passed = bound >= -rule.max_drop
+    passed = bound >= limit
     return Check(
         label,
         passed,
         f"{result.candidate:.4f} vs {result.champion:.4f} on {result.n_shared} shared samples: change {improvement:+.4f}, "
         f"{policy.confidence:.0%} lower bound {bound:+.4f} {'>=' if passed else '<'} -{rule.max_drop} allowed",
+        "regression",
+        name,
+        candidate=result.candidate,
+        champion=result.champion,
+        limit=limit,
+        interval=(result.lower, result.upper),
+        bound=bound,
     )

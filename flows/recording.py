@@ -88,9 +88,12 @@ def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None
         client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
 
 
-def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str]) -> None:
-    """``vlgate.decision`` and ``vlgate.reasons`` on the version (and its run): always written."""
-    for key, value in {tracking.TAG_DECISION: label, tracking.TAG_REASONS: tracking.reasons_tag(reasons)}.items():
+def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str], outcome: str) -> None:
+    """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
+    rejected or could not judge) and ``vlgate.reasons`` on the version (and its run):
+    always written."""
+    tags = {tracking.TAG_DECISION: label, tracking.TAG_OUTCOME: outcome, tracking.TAG_REASONS: tracking.reasons_tag(reasons)}
+    for key, value in tags.items():
         client.set_model_version_tag(model_name, version, key, value)
         if run_id:
             client.set_tag(run_id, key, value)

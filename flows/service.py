@@ -38,6 +38,7 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
                     "claimed_via": claim.claimed_via if claim else None,
                     "attempts": claim.attempts if claim else 0,
                     "decision": version.tags.get(tracking.TAG_DECISION),
+                    "outcome": version.tags.get(tracking.TAG_OUTCOME),
                     "reasons": reasons.split("\n") if reasons else [],
                     "validation_run_id": version.tags.get(tracking.TAG_RUN),
                     "source": version.source,

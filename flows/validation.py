@@ -28,7 +28,7 @@ from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.correlations import correlate_across_versions, correlate_with_champion, correlation_metrics, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
-from vlgate.flows.gate import GatePolicy, decide
+from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
@@ -52,7 +52,7 @@ def judge_and_promote(model_name: str, version: str, run_id: str, policy_path: s
         client.log_dict(run_id, payload, "decision.json")
         log_metric_dict(client, run_id, correlation_metrics(per_sample))
         label = "promoted" if decision.promote else "rejected"
-        write_decision_tags(client, model_name, version, run_id, label, decision.reasons)
+        write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
         if decision.promote:
             client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
     return payload | {"decision": label}
@@ -105,7 +105,7 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         client = tracking.connect()
         claim = claims.get(model_name, version)
         run_id = claim.run_id if claim else None
-        write_decision_tags(client, model_name, version, run_id, "rejected", [f"validation failed: {message} (fail closed)"])
+        write_decision_tags(client, model_name, version, run_id, "rejected", [f"validation failed: {message} (fail closed)"], NOT_JUDGED)
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
@@ -153,4 +153,14 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, "vlgate.report", f"failed: {type(error).__name__}: {error}"[:5000])
         report = None
-    return {"model": model_name, "version": version, "run_id": run_id, "decision": decision["decision"], "reasons": decision["reasons"], "correlations": across, "report": report}
+    return {
+        "model": model_name,
+        "version": version,
+        "run_id": run_id,
+        "decision": decision["decision"],
+        "outcome": decision["outcome"],
+        "reasons": decision["reasons"],
+        "checks": decision["checks"],
+        "correlations": across,
+        "report": report,
+    }

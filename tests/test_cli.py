@@ -79,3 +79,21 @@ def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_p
     assert claims.get("m", "1") is not None
     assert main(["release", "m", "1", "--force"]) == 0
     assert claims.get("m", "1") is None
+
+
+def test_validating_a_version_that_does_not_exist_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from vlgate import tracking
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "suite.yaml").write_text("name: s\nevaluators: {}\n")
+    (home / "gate.yaml").write_text("required: []\n")
+    (home / "vlgate.yaml").write_text("models:\n  m: {suite: suite.yaml, policy: gate.yaml}\n")
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    tracking.connect(home).create_registered_model("m")
+    capsys.readouterr()
+    assert main(["validate", "m", "7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["vlgate validate: m v7: no such registered version"]
+    assert ClaimStore.for_home(home).get("m", "7") is None

@@ -129,3 +129,40 @@ def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it
     assert [c.name for c in refused.checks if not c.passed] == ["vlind expectations"]
     passing = dataclasses.replace(unchecked, expectations_passed=True)
     assert decide(policy, {"lcm-mc": good, "vlind": passing}, None).promote  # judged, and fine
+
+
+def test_structured_checks_and_the_outcome_ci_acts_on():
+    from vlgate.flows.gate import NOT_JUDGED, PROMOTED, REJECTED
+
+    champion = {"lcm-mc": _result(_mc_records([0.9] * 30))}
+    worse = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)
+    assert worse.outcome == REJECTED
+    by_rule = {check.rule: check for check in worse.checks}
+    regression = by_rule["regression"].as_dict()
+    assert regression["verdict"] == "fail" and regression["metric"] == "lcm-mc/lcm" and regression["limit"] == -0.02
+    # every record's LCM drops by exactly 0.1: candidate 0.8 vs champion 0.9, a degenerate interval at -0.1
+    assert regression["candidate"] == pytest.approx(0.8) and regression["champion"] == pytest.approx(0.9)
+    assert regression["interval"] == pytest.approx([-0.1, -0.1]) and regression["bound"] == pytest.approx(-0.1)
+    floor = by_rule["floor"].as_dict()
+    assert floor | {"detail": None} == {
+        "name": "lcm-mc/acc floor",
+        "passed": True,
+        "detail": None,
+        "rule": "floor",
+        "metric": "lcm-mc/acc",
+        "candidate": 1.0,
+        "champion": None,
+        "limit": 0.5,
+        "interval": None,
+        "bound": None,
+        "verdict": "pass",
+    }
+    assert json.loads(json.dumps(worse.as_dict()))["outcome"] == "rejected"
+
+    assert decide(POLICY, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).outcome == PROMOTED
+    policy = GatePolicy(required=["lcm-mc", "decc"], floors={"lcm-mc/acc": 0.5}, resamples=100)
+    missing = decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 5))}, None)
+    assert missing.outcome == NOT_JUDGED  # nothing failed on the numbers: decc did not run
+    assert [c.verdict for c in missing.checks if not c.passed] == [NOT_JUDGED]
+    below = decide(policy, {"lcm-mc": _result(_mc_records([0.2] * 5))}, None)
+    assert below.outcome == REJECTED  # a failed floor decides, whatever else is missing

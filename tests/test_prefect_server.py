@@ -68,9 +68,12 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     (home / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
     tracking.register_checkpoint(tracking.connect(home), "tiny", world / "checkpoints" / "vlm-steps3", home=home)
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")}
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "vlgate"), "validate", "tiny", "1"], env=env | {"VLGATE_HOME": str(home)}, capture_output=True, text=True, timeout=540
-    )
+
+    def validate(*args: str) -> subprocess.CompletedProcess:
+        command = [str(Path(sys.executable).parent / "vlgate"), "validate", *args]
+        return subprocess.run(command, env=env | {"VLGATE_HOME": str(home)}, capture_output=True, text=True, timeout=540)
+
+    done = validate("tiny", "1", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["decision"] == "promoted"
     # the flow ran on the home's own server: its database (seeded, then used) holds the run
@@ -87,3 +90,17 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     assert announced is not None
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{announced.group(1)}/health", timeout=2)
+
+
+    # what CI acts on: rejected (a rule failed on the numbers) exits 3, could not judge 4
+    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/n": 5}, "resamples": 200}))  # 4 items scored
+    rejected = validate("tiny", "1")
+    assert rejected.returncode == 3, rejected.stderr[-3000:]
+    assert rejected.stdout.splitlines()[:2] == ["tiny v1: rejected", "  fail            lcm-mc/n floor: 4.0000 >= 5.0 fails"]
+    config = {"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}, "broken": {"suite": "no-such-suite.yaml", "policy": "gate.yaml"}}}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    tracking.register_checkpoint(tracking.connect(home), "broken", world / "checkpoints" / "vlm-steps3", home=home)
+    unjudged = validate("broken", "1", "--json")
+    assert unjudged.returncode == 4, unjudged.stderr[-3000:]
+    assert json.loads(unjudged.stdout)["outcome"] == "could not judge"
+    assert tracking.connect(home).get_model_version("broken", "1").tags[tracking.TAG_OUTCOME] == "could not judge"

@@ -149,7 +149,7 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, tiny_
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
     env = os.environ | {"VLGATE_HOME": str(home)}
-    command = [sys.executable, "-m", "vlgate.flows.cli", "validate", "tiny", "1"]
+    command = [sys.executable, "-m", "vlgate.flows.cli", "validate", "tiny", "1", "--json"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     partial = home / "validations" / "tiny" / "1" / "lcm-nb" / "shards" / "0-of-1.jsonl"
     deadline = time.monotonic() + 300

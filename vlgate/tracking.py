@@ -24,6 +24,9 @@ CHAMPION = "champion"
 EXPERIMENT_PREFIX = "vlgate/"
 TAG_DECISION = "vlgate.decision"
 TAG_REASONS = "vlgate.reasons"
+#: promoted, rejected (a rule failed on the numbers) or "could not judge" (something to
+#: judge was missing, or the flow failed): what `vlgate validate`'s exit status says
+TAG_OUTCOME = "vlgate.outcome"
 TAG_RUN = "vlgate.validation_run_id"
 TAG_DIGEST = "vlgate.checkpoint_digest"
 #: Names the one logical run a ``create_run`` call meant to make (see :func:`create_run_once`).
