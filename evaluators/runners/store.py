@@ -81,21 +81,29 @@ class RecordStore:
             self._read_back()
 
     def _read_back(self) -> None:
+        """Every complete record back; a damaged line (the one a kill cut short, or one
+        a disk or a hand spoiled, wherever it is) is dropped alone, and the file is
+        rewritten without it so that appends continue after good lines only."""
         raw = self.path.read_bytes()
-        good_end = 0
+        kept = []
         for line in raw.splitlines(keepends=True):
             try:
-                record = json.loads(line)
                 if not line.endswith(b"\n"):
                     raise ValueError("unterminated")
-            except ValueError:
-                self.torn_lines += 1  # the line a kill cut short: drop it and everything after
-                break
-            self.by_fingerprint[record["fingerprint"]] = record
-            good_end += len(line)
-        if good_end < len(raw):
-            with open(self.path, "r+b") as handle:
-                handle.truncate(good_end)
+                record = json.loads(line)
+                fingerprint = record["fingerprint"]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                self.torn_lines += bool(line.strip())
+                continue
+            self.by_fingerprint[fingerprint] = record
+            kept.append(line)
+        if sum(map(len, kept)) < len(raw):
+            scratch = self.path.with_name(self.path.name + ".rewrite")
+            with open(scratch, "wb") as handle:
+                handle.writelines(kept)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(scratch, self.path)
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self.by_fingerprint.get(key)
