@@ -43,7 +43,8 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
     try:
         array = np.array(rows)
         if array.dtype.kind in "fiu" and (width is None or (array.ndim == 2 and array.shape[1] == width)):
-            return array.astype(np.float64, copy=False), np.zeros(len(rows), dtype=bool)
+            # numpy reads true/false among numbers as 1/0: JSON booleans are no probabilities
+            return array.astype(np.float64, copy=False), np.fromiter(map(_holds_bool, rows), dtype=bool, count=len(rows))
     except ValueError:  # ragged
         pass
     if width is not None:
@@ -60,7 +61,7 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
             values = np.array(row)
         except ValueError:
             values = np.array([], dtype=object)
-        if values.dtype.kind not in "fiu":
+        if values.dtype.kind not in "fiu" or _holds_bool(row):
             non_numeric[index] = True
         elif width is not None and values.ndim == 1:
             array[index, : values.shape[0]] = values
@@ -69,6 +70,14 @@ def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nd
         else:
             non_numeric[index] = True
     return array, non_numeric
+
+
+def _holds_bool(value: Any) -> bool:
+    """Whether a (nested) list holds a JSON boolean anywhere (the types collected in C)."""
+    if type(value) is not list:
+        return type(value) is bool
+    kinds = set(map(type, value))
+    return bool in kinds or (list in kinds and any(_holds_bool(item) for item in value if type(item) is list))
 
 
 def _outside(array: np.ndarray, low: float, high: float) -> np.ndarray:

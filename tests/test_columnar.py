@@ -118,3 +118,37 @@ def test_byte_order_mark_crlf_and_unicode_read_alike_both_ways(tmp_path, raw):
     columns, rows = validate_file(SCHEMA, "lcm-mc", path), _row_path(path)
     assert len(columns) == len(rows) == 3
     assert score(columns) == score(rows)
+
+
+def test_json_booleans_are_no_probabilities_on_either_path(tmp_path):
+    """numpy reads [true, 0.5] as [1.0, 0.5]: the row path must still name the boolean."""
+    path = _file(tmp_path, [_line(id=1), _line(id=2, p_mc=[True, 0.0, 0.0]), _line(id=3, p_yes=[0.5, False, 0.5])])
+    got = validate_file(SCHEMA, "lcm-mc", path, skip_invalid=True)
+    assert [(e.record_id, e.field, e.message) for e in got.errors] == [(2, "p_mc", "entry 0 True is not a number"), (3, "p_yes", "entry 1 False is not a number")]
+    assert [r["id"] for r in got.records] == [1]
+    nb = {"id": 1, "p_yes": [[True, 0.5], [0.5, 0.5]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]], "answer": "c1"}
+    (error,) = validate_against(registry.get("lcm-nb").schema, "lcm-nb", parse_jsonl_bytes(json.dumps(nb).encode()), skip_invalid=True).errors
+    assert (error.field, error.message) == ("p_yes", "row 0: entry 0 True is not a number")
+
+
+def test_deeply_nested_json_is_one_error_line_not_a_crash(tmp_path):
+    """pyarrow's JSON reader dies with SIGSEGV on deep nesting: such a file never reaches it
+    (run in a child process, so that a crash fails this test instead of the test run)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"id": 1, "p_mc": ' + "[" * 100_000 + "]" * 100_000 + "}\n" + _line(id=2) + "\n")
+    done = subprocess.run([str(Path(sys.executable).parent / "vlgate"), "score", "lcm-mc", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert done.stderr.splitlines()[0] == f"{path}: line 1: not valid JSON (nested too deeply)"
+
+
+def test_nesting_depth_bounds_the_brackets():
+    from vlgate.evaluators.records import nesting_depth
+
+    assert nesting_depth(b"") == 0
+    assert nesting_depth(b'{"a": [1, 2]}\n{"b": 3}\n') == 2
+    assert nesting_depth(b'{"a": "[[[["}') == 5  # brackets inside strings count: an upper bound
+    assert nesting_depth(b"[" * 40 + b"]" * 40) == 40
