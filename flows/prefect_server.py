@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -142,16 +143,15 @@ class LocalPrefectServer:
         raise RuntimeError(f"the local Prefect server did not answer on {self.url} within {timeout_s:.0f} s; see {self.log_path}")
 
     def stop(self) -> None:
+        """Terminate the server (killed after 10 s) and forget its URL."""
         self._starter.join(60)
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
         if os.environ.get("PREFECT_API_URL") == self.url:
             del os.environ["PREFECT_API_URL"]
 
@@ -162,6 +162,11 @@ def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[Loca
     already imported), ready on entry: what the command will import anyway is imported
     while it starts."""
     server = LocalPrefectServer.start(home, services=services)
+    previous_handler = None
+    if server is not None and threading.current_thread() is threading.main_thread():
+        # `kill PID` (SIGTERM) would end this process without unwinding, leaving the server
+        # running: turn it into an exit that runs the block's cleanup
+        previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         for module in LIBRARIES_TO_IMPORT_WHILE_WAITING:
             importlib.import_module(module)
@@ -171,3 +176,9 @@ def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[Loca
     finally:
         if server is not None:
             server.stop()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -104,3 +104,35 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     assert unjudged.returncode == 4, unjudged.stderr[-3000:]
     assert json.loads(unjudged.stdout)["outcome"] == "could not judge"
     assert tracking.connect(home).get_model_version("broken", "1").tags[tracking.TAG_OUTCOME] == "could not judge"
+
+
+@pytest.mark.service
+@pytest.mark.timeout(300)
+def test_a_terminated_command_takes_its_prefect_server_with_it(tmp_path):
+    """`kill PID` on a command that started a local Prefect server stops that server too."""
+    import signal
+    import time
+
+    home = tmp_path / "home"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from vlgate.flows.prefect_server import local_prefect_server\n"
+        "with local_prefect_server(Path(sys.argv[1])) as server:\n"
+        "    print(server.url, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
+    process = subprocess.Popen([sys.executable, "-c", script, str(home)], env=env, stdout=subprocess.PIPE, text=True)
+    url = process.stdout.readline().strip()
+    assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+        except httpx.ConnectError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the Prefect server at {url} outlived its command")
