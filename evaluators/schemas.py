@@ -366,7 +366,8 @@ class DeccSchema(Schema):
 class ValidRecords:
     """Records that passed their schema, their arrays, and what was rejected. Records
     read column by column (the fast path of :func:`validate_file`) keep their ``table``
-    and become dicts only when something asks for ``records``."""
+    and become dicts only when something asks for ``records``; such dicts carry every
+    field of the file, None where a record lacked it (as :meth:`column` reads it)."""
 
     def __init__(
         self,
