@@ -119,7 +119,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     if config is None:  # configured when the flow started, no longer
         raise ValidationError(not_configured(home, model_name))
     client = tracking.connect(home)
-    client.get_model_version(model_name, version)  # fails clearly for a version that does not exist
+    tracking.wait_for_version(client, model_name, version)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
     from mlflow.entities import Param
 

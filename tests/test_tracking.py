@@ -148,3 +148,25 @@ def test_an_alias_is_resolved_to_its_version_each_time(tmp_path, monkeypatch):
     assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "first"
     client.set_registered_model_alias("m", tracking.CHAMPION, "2")
     assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "second"
+
+
+def test_a_version_announced_before_the_registry_serves_it_is_waited_for():
+    from mlflow.exceptions import MlflowException
+
+    class LateRegistry:
+        def __init__(self, misses: int):
+            self.misses, self.calls = misses, 0
+
+        def get_model_version(self, name, version):
+            self.calls += 1
+            if self.calls <= self.misses:
+                raise MlflowException(f"Model Version (name={name}, version={version}) not found", error_code="RESOURCE_DOES_NOT_EXIST")
+            return (name, version)
+
+    late = LateRegistry(misses=3)
+    assert tracking.wait_for_version(late, "m", "1", timeout_s=5, first_wait_s=0.01) == ("m", "1")
+    assert late.calls == 4
+    never = LateRegistry(misses=10**6)
+    with pytest.raises(MlflowException):
+        tracking.wait_for_version(never, "m", "1", timeout_s=0.2, first_wait_s=0.01)
+    assert 4 <= never.calls <= 6  # waits 0.01, 0.02, 0.04, 0.08 within 0.2 s: doubling, then it gives up

@@ -85,6 +85,26 @@ def _pages(search: Any) -> Iterator[Any]:
             return
 
 
+def wait_for_version(client, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> Any:
+    """The registered version, waited for: a webhook can arrive before the registry
+    answers for the version it announces, and a tracking server can be away for a
+    moment. Retries with doubling waits until ``timeout_s``, then raises the last error
+    (the caller records it; a transient fault never becomes a verdict before that)."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+
+    deadline, wait = time.monotonic() + timeout_s, first_wait_s
+    while True:
+        try:
+            return client.get_model_version(model_name, str(version))
+        except MlflowException:
+            if time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait *= 2
+
+
 def registered_models(client) -> list[Any]:
     """Every registered model, all pages of them."""
     return list(_pages(lambda token: client.search_registered_models(max_results=1000, page_token=token)))
