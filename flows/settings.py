@@ -27,8 +27,9 @@ once and leaves it alone (vlgate cannot guess which data a model should be judge
 
 Where state lives: MLflow at ``MLFLOW_TRACKING_URI`` (default: SQLite and an artifact
 folder under ``$VLGATE_HOME/mlflow``), vlgate's claims at ``VLGATE_STATE_DB`` (default
-``$VLGATE_HOME/state.db``), Prefect at ``PREFECT_API_URL`` (default: no server; its
-database under ``$VLGATE_HOME/prefect``).
+``$VLGATE_HOME/state.db``), Prefect at ``PREFECT_API_URL`` (default: a server on
+loopback that the command starts and stops, ``flows/prefect_server.py``, its database
+under ``$VLGATE_HOME/prefect``).
 """
 
 from __future__ import annotations
