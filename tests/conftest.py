@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 # Prefect reads its settings once per process: its local state (ephemeral server database,
 # task results) goes to one throwaway folder for the whole test session, never ~/.prefect.
@@ -55,3 +56,23 @@ def default_world(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("default-world")
     return out, build_world(out, "small", seed=0)
+
+
+@pytest.fixture
+def smoke_home(tiny_world, tmp_path):
+    """A fresh VLGATE_HOME with a one-evaluator suite (lcm-mc, 4 items of the tiny world)
+    and a lenient gate: ``suite.yaml`` and ``gate.yaml``; the test writes ``vlgate.yaml``."""
+    world, _ = tiny_world
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "suite.yaml").write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    return home
+
+
+@pytest.fixture
+def child_env():
+    """This process's environment without the stores the test session points at, for a
+    vlgate child process that must find its own under its VLGATE_HOME."""
+    inherited = ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")
+    return {k: v for k, v in os.environ.items() if k not in inherited}

@@ -58,16 +58,11 @@ def test_the_seed_database_is_migrated_once_per_prefect_version(tmp_path, monkey
 
 @pytest.mark.service
 @pytest.mark.timeout(600)
-def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world, tmp_path):
+def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world, smoke_home, child_env):
     world, _ = tiny_world
-    home = tmp_path / "home"
-    home.mkdir()
-    suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
-    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    home, env = smoke_home, child_env
     (home / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
     tracking.register_checkpoint(tracking.connect(home), "tiny", world / "checkpoints" / "vlm-steps3", home=home)
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")}
 
     def validate(*args: str) -> subprocess.CompletedProcess:
         command = [str(Path(sys.executable).parent / "vlgate"), "validate", *args]

@@ -31,22 +31,17 @@ def wait_until(predicate, seconds: float, what: str, process: subprocess.Popen) 
 
 
 @pytest.mark.timeout(900)
-def test_serve_validates_new_versions_and_runs_the_drift_schedule(tiny_world, tmp_path):
+def test_serve_validates_new_versions_and_runs_the_drift_schedule(tiny_world, smoke_home, child_env, tmp_path):
     from vlgate.evaluators.world.datasets import build_unlabelled_batch
 
     world, _ = tiny_world
-    home = tmp_path / "home"
-    home.mkdir()
-    suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
-    (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    home = smoke_home
     reference = build_unlabelled_batch(home / "batches" / "reference", world / "checkpoints", n=8, seed=1)
     batch = build_unlabelled_batch(home / "batches" / "incoming", world / "checkpoints", n=8, seed=2)
     drift = {"reference": str(reference), "batch": str(batch), "cron": "* * * * *"}
-    config = {"models": {"tiny": {"suite": str(suite), "policy": "gate.yaml", "drift": drift}}, "poll_interval_s": 1}
+    config = {"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml", "drift": drift}}, "poll_interval_s": 1}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")}
-    env |= {"VLGATE_HOME": str(home), "VLGATE_WEBHOOK_SECRET": ""}
+    env = child_env | {"VLGATE_HOME": str(home), "VLGATE_WEBHOOK_SECRET": ""}
 
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
