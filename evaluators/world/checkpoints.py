@@ -4,9 +4,11 @@ Everything is saved as a safetensors folder that ``from_pretrained`` loads with
 no network, exactly as a real model would be loaded:
 
 - a word-level tokenizer over the world's vocabulary, with a LLaVA-1.5-style chat template;
-- a LLaVA VLM (CLIP vision tower + Llama), loadable by ``AutoModelForImageTextToText`` /
-  ``AutoProcessor``, trained on freshly drawn MC and yes/no items (loss on the
-  answer token only: the option letter, or Yes/No);
+- a VLM loadable by ``AutoModelForImageTextToText`` / ``AutoProcessor``, trained on
+  freshly drawn MC and yes/no items (loss on the answer token only: the option letter, or
+  Yes/No). Two architectures: LLaVA (CLIP vision tower + Llama; the default world) and
+  Idefics3 (SmolVLM-style; head sizes of 32, which vLLM's CPU attention accepts, so both
+  the transformers and the vLLM backends serve it);
 - a ViT image encoder (random weights) for GenCeption.
 
 The version family the gate decides between is one training run saved at
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -27,14 +30,21 @@ import torch
 from PIL import Image
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
     CLIPImageProcessor,
     CLIPVisionConfig,
+    Idefics3Config,
+    Idefics3ForConditionalGeneration,
+    Idefics3Processor,
+    Idefics3VisionConfig,
     LlamaConfig,
     LlavaConfig,
     LlavaForConditionalGeneration,
     LlavaProcessor,
     PreTrainedTokenizerFast,
 )
+from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.prompts import OPTION_LETTERS, YES_NO_INSTRUCTION
@@ -162,7 +172,96 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
     return model, processor
 
 
-def chat_prompt(processor: LlavaProcessor, text: str) -> str:
+#: The world's VLM architectures (``build_world(architecture=...)``).
+ARCHITECTURES = ("llava", "idefics3")
+#: Every token Idefics3's processor looks up. A missing one silently becomes ``<unk>``,
+#: and an unregistered one is split at its punctuation by the word-level pre-tokenizer.
+IDEFICS3_SPECIAL_TOKENS = ["<fake_token_around_image>", "<global-img>", "<end_of_utterance>"] + [
+    f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)
+]
+
+
+@dataclass(frozen=True)
+class TinyIdefics3Config:
+    """A SmolVLM-style Idefics3: every attention head 32 wide (vLLM's CPU kernels refuse 16).
+    The image is one 32 px tile (no splitting) of 8 px patches, pixel-shuffled by
+    ``scale_factor``: (32/8)² / 2² = 4 image tokens, as the LLaVA world's 16 CLIP patches."""
+
+    image_size: int = 32
+    patch_size: int = 8
+    scale_factor: int = 2
+    vision_hidden: int = 64
+    text_hidden: int = 64
+    layers: int = 2
+    heads: int = 2
+    kv_heads: int = 1
+
+    @property
+    def image_seq_len(self) -> int:
+        return (self.image_size // self.patch_size) ** 2 // self.scale_factor**2
+
+
+def idefics3_tokenizer(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
+    """A copy of the world tokenizer with Idefics3's special tokens appended (the LLaVA
+    world's ids stay as they are)."""
+    copy = deepcopy(tokenizer)
+    copy.add_tokens(IDEFICS3_SPECIAL_TOKENS, special_tokens=True)
+    return copy
+
+
+def build_idefics3_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyIdefics3Config = TinyIdefics3Config(), seed: int = 0) -> tuple[Idefics3ForConditionalGeneration, Idefics3Processor]:
+    """A random-weight tiny Idefics3 and its processor (PIL image processor, no image
+    splitting, the world's chat template); the tokenizer gains Idefics3's special tokens."""
+    tokenizer = idefics3_tokenizer(tokenizer)
+    torch.manual_seed(seed)
+    vision = Idefics3VisionConfig(
+        hidden_size=config.vision_hidden,
+        intermediate_size=config.vision_hidden * 2,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.vision_hidden // 32,
+        image_size=config.image_size,
+        patch_size=config.patch_size,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.text_hidden,
+        intermediate_size=config.text_hidden * 2,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=32,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    model_config = Idefics3Config(
+        vision_config=vision.to_dict(),
+        text_config=text.to_dict(),
+        image_token_id=cast(int, tokenizer.convert_tokens_to_ids("<image>")),
+        scale_factor=config.scale_factor,
+        tie_word_embeddings=True,
+        # taken by __post_init__ rather than declared as a field (the default is Llama 3's 128002)
+        **{"pad_token_id": tokenizer.pad_token_id},
+    )
+    model = Idefics3ForConditionalGeneration(model_config)
+    edge = {"longest_edge": config.image_size}
+    image_processor = Idefics3ImageProcessorPil(do_image_splitting=False, size=edge, max_image_size=edge)
+    processor = Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=config.image_seq_len, chat_template=CHAT_TEMPLATE)
+    return model, processor
+
+
+def build_architecture(architecture: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> tuple[Any, Any]:
+    """The world VLM of ``architecture`` (one of :data:`ARCHITECTURES`), random weights."""
+    if architecture == "llava":
+        return build_vlm(tokenizer, seed=seed)
+    if architecture == "idefics3":
+        return build_idefics3_vlm(tokenizer, seed=seed)
+    raise ValueError(f"unknown world VLM architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
+
+
+def chat_prompt(processor: Any, text: str) -> str:
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
     return processor.apply_chat_template(messages, add_generation_prompt=True)
 
@@ -308,7 +407,7 @@ def world_tokenizer(eval_root: Path, seed: int = 0) -> PreTrainedTokenizerFast:
     return build_tokenizer(world_vocabulary(texts))
 
 
-def _image_text_batches(processor: LlavaProcessor, tokenizer: PreTrainedTokenizerFast, stream: TrainingStream):
+def _image_text_batches(processor: Any, tokenizer: PreTrainedTokenizerFast, stream: TrainingStream):
     def next_batch():
         batch = stream.batch(BATCH_SIZE)
         inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
@@ -322,21 +421,22 @@ def build_language_prior_version(start: Path, out: Path, steps: int = 300, seed:
     stream whose questions about the image are answered from a prior, not from the image
     (``TrainingStream(language_prior=True)``) — what a fine-tune on data with a language
     prior does to a model."""
-    model = LlavaForConditionalGeneration.from_pretrained(start)
-    processor = LlavaProcessor.from_pretrained(start)
+    model = AutoModelForImageTextToText.from_pretrained(start)
+    processor = AutoProcessor.from_pretrained(start)
     tokenizer = processor.tokenizer
     stream = TrainingStream(seed + 1, language_prior=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=PRIOR_LEARNING_RATE, weight_decay=0.0)
     started = time.perf_counter()
     losses = train_last_token(model, _image_text_batches(processor, tokenizer, stream), steps, optimizer)
     base = json.loads((start / "vlgate_checkpoint.json").read_text())
-    card = training_card("vlm", "LlavaForConditionalGeneration", base["train_steps"] + steps, base["train_examples"] + stream.drawn, seed, losses, started)
+    card = training_card("vlm", type(model).__name__, base["train_steps"] + steps, base["train_examples"] + stream.drawn, seed, losses, started)
     return save_checkpoint(model, processor, out, card | {"language_prior": True, "fine_tuned_from": start.name, "fine_tune_steps": steps})
 
 
-def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0) -> dict[int, Path]:
+def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0, architecture: str = "llava") -> dict[int, Path]:
     """The VLM family: one model trained once on a fresh-item stream, saved at each step count."""
-    model, processor = build_vlm(tokenizer, seed=seed)
+    model, processor = build_architecture(architecture, tokenizer, seed)
+    tokenizer = processor.tokenizer  # Idefics3's has its special tokens
     stream = TrainingStream(seed)
 
     next_batch = _image_text_batches(processor, tokenizer, stream)
@@ -346,7 +446,7 @@ def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tup
     for target in sorted(steps):
         losses += train_last_token(model, next_batch, target - done, optimizer, scheduler)
         done = target
-        card = training_card("vlm", "LlavaForConditionalGeneration", done, stream.drawn, seed, losses, started) | {"language_prior": False}
+        card = training_card("vlm", type(model).__name__, done, stream.drawn, seed, losses, started) | {"language_prior": False}
         paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", card)
     return paths
 
@@ -380,9 +480,11 @@ class ReasoningStream:
         return reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"]), row["answer"].capitalize()
 
 
-def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, seed: int = 0) -> Path:
+def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, seed: int = 0, heads: int = 4) -> Path:
     """A tiny Llama (text only, ``AutoModelForCausalLM``) sharing the VLM's tokenizer, trained
-    on the answer token of reasoning items; DeCC's LLM agent in the synthetic world."""
+    on the answer token of reasoning items; DeCC's LLM agent in the synthetic world. With
+    ``heads=2`` its heads are 32 wide, which vLLM's CPU attention takes (the default world's
+    4 heads of 16 it refuses)."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -391,8 +493,8 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=512,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
