@@ -228,3 +228,27 @@ def test_make_world_copies_the_shipped_world_and_refuses_a_damaged_one(tmp_path,
     monkeypatch.setattr(build, "SHIPPED_WORLD", tmp_path / "w")
     with pytest.raises(DamagedWorldError, match=r"1 files differ, e.g. checkpoints/vlm-steps2000/model.safetensors"):
         build.copy_shipped_world(tmp_path / "copy")
+
+
+def test_idefics3_world_vlm_expands_its_image_into_whole_special_tokens_and_round_trips(tmp_path, monkeypatch):
+    """The Idefics3 VLM (the one vLLM serves on a CPU): every special token its processor
+    looks up is one token of the world vocabulary (not <unk>, not split at '-'), the image
+    becomes (32/8)²/2² = 4 image tokens between its markers, the LLaVA tokenizer is left
+    as it was, and the saved folder loads offline with identical logits."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["What color is the circle?"]))
+    size = len(tokenizer)
+    model, processor = ck.build_idefics3_vlm(tokenizer)
+    assert len(tokenizer) == size and len(processor.tokenizer) == size + len(ck.IDEFICS3_SPECIAL_TOKENS)
+    unknown = processor.tokenizer.convert_tokens_to_ids("<unk>")
+    assert unknown not in processor.tokenizer.convert_tokens_to_ids(ck.IDEFICS3_SPECIAL_TOKENS)
+    image = Image.new("RGB", (64, 64), (200, 30, 30))
+    inputs = processor(images=[image], text=[ck.chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
+    tokens = processor.tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
+    assert tokens[:9] == ["user", ":", "<fake_token_around_image>", "<global-img>", *["<image>"] * 4, "<fake_token_around_image>"]
+    assert model.config.text_config.head_dim == 32 and model.config.vision_config.hidden_size // model.config.vision_config.num_attention_heads == 32
+    path = ck.save_checkpoint(model.eval(), processor, tmp_path / "idefics3", {"kind": "test"})
+    loaded = AutoModelForImageTextToText.from_pretrained(path, use_safetensors=True).eval()
+    again = AutoProcessor.from_pretrained(path)(images=[image], text=[ck.chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**again).logits, model(**inputs).logits)

@@ -1,0 +1,111 @@
+"""VL-LCM's cost on vLLM, as ratios from one run on the same items (issue: vLLM for real, item 5).
+
+Runs in the vLLM environment (``make bench-vllm``, or ``.venv-vllm/bin/python
+benchmarks/bench_vllm.py``) on the Idefics3 world's trained VLM, built here (a minute).
+
+  (a) full VL-LCM (the MC question and its K yes/no probes: K+1 requests per item) against
+      MC only (1 request per item), with vLLM's prefix caching on and, in a second engine,
+      off. Target: full ≤ 1.25 × MC-only with prefix caching.
+  (b) option scoring (one step, the options' log-probabilities) against generate-and-parse
+      (greedy text of up to 16 tokens, VLind-Bench's way), for the same True/False answers.
+
+Every timing is the best of ``--repeat`` runs of the whole batch; the engine's start is
+not timed, and each batch is run once first so that compilation is not timed either.
+
+    python benchmarks/bench_vllm.py [--items 200] [--repeat 3] [--block-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from vlgate.evaluators import prompts
+from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
+from vlgate.evaluators.backends.vllm_offline import VllmBackend
+from vlgate.evaluators.loaders.dataset import load_dataset
+from vlgate.evaluators.loaders.items import open_image
+from vlgate.evaluators.metrics.vlind import parse_true_false
+from vlgate.evaluators.runners.lcm import lcm_mc_requests
+from vlgate.evaluators.runners.vlind import MAX_NEW_TOKENS
+from vlgate.evaluators.world.build import build_world
+
+FULL_OVER_MC_TARGET = 1.25
+
+
+def best_of(repeat: int, run: Callable[[], object]) -> float:
+    run()  # warm-up: compilation and the first-batch costs are not what is compared
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def mc_requests(world: Path, n_items: int) -> list[list[ChoiceRequest]]:
+    items = load_dataset("lcm-mc", world / "data" / "mc").items
+    chosen = [items[i % len(items)] for i in range(n_items)]  # repeated items are new requests all the same
+    return [lcm_mc_requests(item, open_image(item.image, item.id, "image")) for item in chosen]
+
+
+def true_false_requests(per_item: list[list[ChoiceRequest]]) -> list[ChoiceRequest]:
+    return [ChoiceRequest(requests[0].images, prompts.vlind_image(f"the answer is {requests[0].options[0]}"), ("True", "False")) for requests in per_item]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--block-size", type=int, default=32, help="KV block size (CPU: a multiple of 32; only full blocks are cached)")
+    parser.add_argument("--world", type=Path, help="an Idefics3 world folder (default: built in a temporary folder)")
+    args = parser.parse_args()
+
+    world = args.world or Path(tempfile.mkdtemp(prefix="bench-vllm-")) / "world"
+    manifest = build_world(world, "small", seed=0, vlm_steps=(0, 300), llm_steps=20, prior_steps=20, architecture="idefics3")
+    checkpoint = world / manifest["checkpoints"]["vlm"]["300"]
+    settings = yaml.safe_load((world / "suite.yaml").read_text())["vllm"] | {"block_size": args.block_size}
+    per_item = mc_requests(world, args.items)
+    mc_only = [requests[0] for requests in per_item]
+    full = [request for requests in per_item for request in requests]
+    true_false = true_false_requests(per_item)
+    k = len(per_item[0]) - 1
+    print(f"{args.items} MC items (K={k}) of the Idefics3 world; {checkpoint.name}; engine {settings}; best of {args.repeat}")
+
+    rows: list[tuple[str, float, int]] = []
+    for caching in (True, False):
+        backend = VllmBackend.load(checkpoint, **settings, enable_prefix_caching=caching)
+        try:
+            label = "prefix caching on" if caching else "prefix caching off"
+            mc_seconds = best_of(args.repeat, lambda: backend.choice_probs(mc_only))
+            full_seconds = best_of(args.repeat, lambda: backend.choice_probs(full))
+            rows += [(f"(a) MC only, {label}", mc_seconds, len(mc_only)), (f"(a) full VL-LCM, {label}", full_seconds, len(full))]
+            print(f"(a) {label}: full / MC-only = {full_seconds / mc_seconds:.2f}x (target <= {FULL_OVER_MC_TARGET}x with caching)")
+            if caching:
+                scoring = best_of(args.repeat, lambda: backend.choice_probs(true_false))
+                generations: list[str] = []
+                generating = best_of(args.repeat, lambda: generations.__setitem__(slice(None), backend.generate([GenerateRequest(r.images, r.prompt, MAX_NEW_TOKENS) for r in true_false])))
+                parsed = [parse_true_false(text) for text in generations]
+                chosen = [bool(np.argmax(p) == 0) for p in backend.choice_probs(true_false)]
+                agree = sum(p == c for p, c in zip(parsed, chosen))
+                rows += [("(b) option scoring, True/False", scoring, len(true_false)), ("(b) generate-and-parse, True/False", generating, len(true_false))]
+                print(
+                    f"(b) generate-and-parse / option scoring = {generating / scoring:.2f}x; "
+                    f"the two agree on {agree} of {len(true_false)} answers ({sum(p is None for p in parsed)} generated answers unparseable)"
+                )
+        finally:
+            backend.close()
+    print()
+    print(f"{'batch':40s} {'seconds':>8s} {'requests':>9s} {'ms/request':>11s}")
+    for name, seconds, n in rows:
+        print(f"{name:40s} {seconds:8.2f} {n:9d} {1000 * seconds / n:11.2f}")
+
+
+if __name__ == "__main__":  # vLLM starts its engine in a spawned process
+    main()
