@@ -59,6 +59,29 @@ def true_false_requests(per_item: list[list[ChoiceRequest]]) -> list[ChoiceReque
     return [ChoiceRequest(requests[0].images, prompts.vlind_image(f"the answer is {requests[0].options[0]}"), ("True", "False")) for requests in per_item]
 
 
+def measure(backend: VllmBackend, caching: bool, mc_only: list[ChoiceRequest], full: list[ChoiceRequest], true_false: list[ChoiceRequest], repeat: int) -> list[tuple[str, float, int]]:
+    """(a) on this engine; (b) too when its prefix caching is on (the default engine)."""
+    label = "prefix caching on" if caching else "prefix caching off"
+    mc_seconds = best_of(repeat, lambda: backend.choice_probs(mc_only))
+    full_seconds = best_of(repeat, lambda: backend.choice_probs(full))
+    rows = [(f"(a) MC only, {label}", mc_seconds, len(mc_only)), (f"(a) full VL-LCM, {label}", full_seconds, len(full))]
+    print(f"(a) {label}: full / MC-only = {full_seconds / mc_seconds:.2f}x (target <= {FULL_OVER_MC_TARGET}x with caching)", flush=True)
+    if not caching:
+        return rows
+    generate_requests = [GenerateRequest(r.images, r.prompt, MAX_NEW_TOKENS) for r in true_false]
+    scoring = best_of(repeat, lambda: backend.choice_probs(true_false))
+    generating = best_of(repeat, lambda: backend.generate(generate_requests))
+    parsed = [parse_true_false(text) for text in backend.generate(generate_requests)]
+    chosen = [bool(np.argmax(p) == 0) for p in backend.choice_probs(true_false)]
+    agree = sum(p == c for p, c in zip(parsed, chosen))
+    print(
+        f"(b) generate-and-parse / option scoring = {generating / scoring:.2f}x; the two agree on {agree} of "
+        f"{len(true_false)} answers ({sum(p is None for p in parsed)} generated answers unparseable)",
+        flush=True,
+    )
+    return rows + [("(b) option scoring, True/False", scoring, len(true_false)), ("(b) generate-and-parse, True/False", generating, len(true_false))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=200)
@@ -76,29 +99,13 @@ def main() -> None:
     full = [request for requests in per_item for request in requests]
     true_false = true_false_requests(per_item)
     k = len(per_item[0]) - 1
-    print(f"{args.items} MC items (K={k}) of the Idefics3 world; {checkpoint.name}; engine {settings}; best of {args.repeat}")
+    print(f"{args.items} MC items (K={k}) of the Idefics3 world; {checkpoint.name}; engine {settings}; best of {args.repeat}", flush=True)
 
     rows: list[tuple[str, float, int]] = []
     for caching in (True, False):
         backend = VllmBackend.load(checkpoint, **settings, enable_prefix_caching=caching)
         try:
-            label = "prefix caching on" if caching else "prefix caching off"
-            mc_seconds = best_of(args.repeat, lambda: backend.choice_probs(mc_only))
-            full_seconds = best_of(args.repeat, lambda: backend.choice_probs(full))
-            rows += [(f"(a) MC only, {label}", mc_seconds, len(mc_only)), (f"(a) full VL-LCM, {label}", full_seconds, len(full))]
-            print(f"(a) {label}: full / MC-only = {full_seconds / mc_seconds:.2f}x (target <= {FULL_OVER_MC_TARGET}x with caching)")
-            if caching:
-                scoring = best_of(args.repeat, lambda: backend.choice_probs(true_false))
-                generations: list[str] = []
-                generating = best_of(args.repeat, lambda: generations.__setitem__(slice(None), backend.generate([GenerateRequest(r.images, r.prompt, MAX_NEW_TOKENS) for r in true_false])))
-                parsed = [parse_true_false(text) for text in generations]
-                chosen = [bool(np.argmax(p) == 0) for p in backend.choice_probs(true_false)]
-                agree = sum(p == c for p, c in zip(parsed, chosen))
-                rows += [("(b) option scoring, True/False", scoring, len(true_false)), ("(b) generate-and-parse, True/False", generating, len(true_false))]
-                print(
-                    f"(b) generate-and-parse / option scoring = {generating / scoring:.2f}x; "
-                    f"the two agree on {agree} of {len(true_false)} answers ({sum(p is None for p in parsed)} generated answers unparseable)"
-                )
+            rows += measure(backend, caching, mc_only, full, true_false, args.repeat)
         finally:
             backend.close()
     print()
