@@ -539,3 +539,27 @@ def test_vllm_refuses_an_architecture_its_registry_cannot_load_before_starting_a
     VllmBackend.load(tiny_checkpoint(tmp_path / "idefics3", architectures=["Idefics3ForConditionalGeneration"]))
     VllmBackend.load(tiny_checkpoint(tmp_path / "unlisted", architectures=["SomethingNew"]))  # left to vLLM's transformers fallback
     assert len(fake_vllm.built) == 2
+
+
+def test_vllm_loads_of_one_model_share_one_engine_until_the_last_closes(fake_vllm, tmp_path, monkeypatch):
+    from vlgate.evaluators.backends import vllm_offline
+
+    shutdowns = []
+    monkeypatch.setattr(vllm_offline, "shutdown_engine", shutdowns.append)
+    path = tiny_checkpoint(tmp_path / "ckpt")
+    first, second = VllmBackend.load(path, dtype="float32"), VllmBackend.load(path, dtype="float32")
+    other_settings = VllmBackend.load(path, dtype="bfloat16")
+    assert len(fake_vllm.built) == 2 and first.llm is second.llm is not other_settings.llm
+    first.close()
+    first.close()  # twice: still one user fewer, not two
+    assert shutdowns == [] and second.choice_probs([ChoiceRequest((), "Is it red?", ("Yes", "No"))])[0].sum() == pytest.approx(1.0)
+    with pytest.raises(BackendError, match="closed"):
+        first.generate([GenerateRequest((), "Describe.", 3)])
+    engine = second.llm
+    second.close()
+    assert shutdowns == [engine]
+    later = VllmBackend.load(path, dtype="float32")  # a later load starts a new engine
+    assert later.llm is not engine and len(fake_vllm.built) == 3
+    later.close()
+    other_settings.close()
+    assert len(shutdowns) == 3

@@ -343,3 +343,25 @@ def test_world_suite_on_vllm_gives_the_records_and_the_decision_of_transformers(
     assert decisions["transformers"].outcome != NOT_JUDGED, decisions["transformers"].reasons
     assert decisions["vllm"].outcome == decisions["transformers"].outcome
     assert [check.verdict for check in decisions["vllm"].checks] == [check.verdict for check in decisions["transformers"].checks]
+
+
+def test_a_second_load_of_the_model_shares_the_engine_and_concurrent_calls_agree(idefics3_world, trained_checkpoint, vllm_backend):
+    """The validation flow runs evaluators as concurrent tasks, each loading the model: one
+    engine serves them all (no second engine process), calls from two threads give what
+    one thread gives, and closing one user leaves the engine to the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    requests = world_requests()["mc"] + world_requests()["yes-no"]
+    expected = vllm_backend.choice_probs(requests)
+    before = engine_processes()
+    second = VllmBackend.load(trained_checkpoint, **engine_settings(idefics3_world))
+    try:
+        assert second.llm is vllm_backend.llm and engine_processes() == before
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda backend: backend.choice_probs(requests), [vllm_backend, second]))
+        for got in results:
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, e, atol=1e-6, rtol=0)
+    finally:
+        second.close()
+    assert vllm_backend.choice_probs(requests[:1])[0].sum() == pytest.approx(1.0)

@@ -24,6 +24,12 @@ On vLLM's CPU build ``gpu_memory_utilization`` is the share of the machine's mem
 for the KV cache, and the engine refuses to start when less than that is free: set it
 (the Idefics3 world's suite uses 0.1).
 
+**One engine per model per process.** Evaluators run as concurrent tasks of one process (the
+validation flow's shards), and each loads its model: backends of the same checkpoint and
+engine settings share one ``vllm.LLM`` (:class:`SharedEngine`), counted by its users and
+shut down (its processes ended, its memory returned) when the last one closes. Calls into a
+shared engine take its lock, since ``vllm.LLM`` is not safe to call from two threads.
+
 Before the engine starts, the checkpoint's architecture is checked against vLLM's model
 registry: an architecture vLLM implements but cannot import here (its LLaVA module needs
 torchvision, which the CPU build cannot load) is refused with the model and the reason in
@@ -37,7 +43,9 @@ import inspect
 import json
 import logging
 import sys
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -67,6 +75,43 @@ def accepts_field(params_class: Any, name: str) -> bool:
         return name in inspect.signature(params_class).parameters
     except (TypeError, ValueError):
         return False
+
+
+@dataclass(eq=False)
+class SharedEngine:
+    """A ``vllm.LLM`` and the backends using it (see the module docstring)."""
+
+    llm: Any
+    key: str
+    users: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+#: The engines of this process by :func:`engine_key`; guarded by ``_ENGINES_LOCK``.
+_ENGINES: dict[str, SharedEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine_key(path: Path, digest: str, trust_remote_code: bool, engine_kwargs: dict[str, Any]) -> str:
+    """Which loads may share an engine: the same weights, policy and engine settings."""
+    return json.dumps([str(path.resolve()), digest, trust_remote_code, engine_kwargs], sort_keys=True, default=str)
+
+
+def shutdown_engine(llm: Any) -> None:
+    """End a ``vllm.LLM``'s engine processes and give its memory back (best effort: vLLM
+    holds GPU memory until it is collected)."""
+    engine = getattr(llm, "llm_engine", None)
+    shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+    if callable(shutdown):
+        try:
+            shutdown()
+        except Exception as error:  # already stopped, or a version without it
+            logger.debug("vLLM engine shutdown: %s", error)
+    del llm, engine
+    gc.collect()
+    torch = sys.modules.get("torch")  # vLLM imported it; no need to import it here
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
@@ -105,8 +150,10 @@ class VllmBackend(VisionLanguageBackend):
     """One model in a ``vllm.LLM`` engine. Use :meth:`load`; the constructor takes an engine
     and vLLM's ``SamplingParams`` class (tests pass stand-ins)."""
 
-    def __init__(self, llm: Any, sampling_params_class: Any, info: BackendInfo, top_logprobs: int = 20):
+    def __init__(self, llm: Any, sampling_params_class: Any, info: BackendInfo, top_logprobs: int = 20, shared: SharedEngine | None = None):
         self.llm, self.sampling_params_class, self.info = llm, sampling_params_class, info
+        self.shared = shared  # None: this backend owns its engine (tests build it directly)
+        self._lock = shared.lock if shared is not None else threading.Lock()
         self.top_logprobs = top_logprobs
         self.exact_option_logprobs = accepts_field(sampling_params_class, "logprob_token_ids")
         self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
@@ -137,22 +184,32 @@ class VllmBackend(VisionLanguageBackend):
         engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
         if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary
             top_logprobs = min(top_logprobs, engine_kwargs["max_logprobs"])
-        try:
-            llm = vllm.LLM(model=str(path), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
-        except Exception as error:  # vLLM raises several types for configs and models it cannot run
-            raise BackendError(f"model {reference}: vLLM could not load it from {path}: {error}") from error
+        digest = model_digest(path)
+        key = engine_key(path, digest, policy.trust_remote_code, engine_kwargs)
+        with _ENGINES_LOCK:  # a second load of the same model waits for the first engine, then shares it
+            shared = _ENGINES.get(key)
+            if shared is None:
+                try:
+                    llm = vllm.LLM(model=str(path), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
+                except Exception as error:  # vLLM raises several types for configs and models it cannot run
+                    raise BackendError(f"model {reference}: vLLM could not load it from {path}: {error}") from error
+                shared = _ENGINES[key] = SharedEngine(llm, key)
+            shared.users += 1
         extra = {"path": str(path), "vllm": getattr(vllm, "__version__", "unknown"), "top_logprobs": str(top_logprobs)}
         extra |= {key: str(value) for key, value in sorted(engine_kwargs.items()) if isinstance(value, (str, int, float, bool))}
-        info = BackendInfo(name="vllm", model=str(reference), digest=model_digest(path), device=_device_type(), extra=extra)
-        backend = cls(llm, vllm.SamplingParams, info, top_logprobs)
+        info = BackendInfo(name="vllm", model=str(reference), digest=digest, device=_device_type(), extra=extra)
+        backend = cls(shared.llm, vllm.SamplingParams, info, top_logprobs, shared)
         info.extra["option_logprobs"] = "exact (logprob_token_ids)" if backend.exact_option_logprobs else f"top-{top_logprobs}"
         return backend
 
     # -- requests --------------------------------------------------------------------------
 
     def _chat(self, conversations: list[list[dict]], params: list[Any], what: str) -> list[Any]:
+        if self.llm is None:
+            raise BackendError(f"vLLM ({self.info.model}): the backend is closed")
         try:
-            return list(self.llm.chat(conversations, sampling_params=params, use_tqdm=False))
+            with self._lock:
+                return list(self.llm.chat(conversations, sampling_params=params, use_tqdm=False))
         except Exception as error:  # vLLM's validation errors are ValueErrors; engine failures vary
             raise BackendError(f"vLLM ({self.info.model}): {what} of {len(conversations)} requests failed: {error}") from error
 
@@ -195,22 +252,18 @@ class VllmBackend(VisionLanguageBackend):
         return [output.outputs[0].text.strip() for output in outputs]
 
     def close(self) -> None:
-        """Drop the engine and give its GPU memory back (best effort: vLLM holds it until collected)."""
+        """Let go of the engine; the last backend using it shuts it down. Closing twice is a no-op."""
         llm, self.llm = self.llm, None
         if llm is None:
             return
-        engine = getattr(llm, "llm_engine", None)
-        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
-        if callable(shutdown):
-            try:
-                shutdown()
-            except Exception as error:  # already stopped, or a version without it
-                logger.debug("vLLM engine shutdown: %s", error)
-        del llm, engine
-        gc.collect()
-        torch = sys.modules.get("torch")  # vLLM imported it; no need to import it here
-        if torch is not None and torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            with _ENGINES_LOCK:
+                shared.users -= 1
+                if shared.users > 0:
+                    return
+                _ENGINES.pop(shared.key, None)
+        shutdown_engine(llm)
 
 
 def _first_position_logprobs(output: Any, index: int) -> dict[int, float]:
