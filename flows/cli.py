@@ -51,14 +51,41 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_csv_strictly(path: Path) -> tuple[list[list[str]], list[str]]:
+    """(rows, header) of a CSV with a header line; anything pandas would guess about — no
+    such file, a folder, not UTF-8 (a UTF-16 export), no header, a row with more or fewer
+    fields than the header, an unterminated quote — is a UserError naming the file and line."""
+    import csv
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, not a CSV file") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text (byte {error.start}); save the table as UTF-8 CSV") from None
+    reader = csv.reader(text.splitlines(), skipinitialspace=True, strict=True)
+    try:
+        lines = [(reader.line_num, row) for row in reader if row]
+    except csv.Error as error:
+        raise UserError(f"{path}: line {reader.line_num}: {error}") from None
+    if not lines:
+        raise UserError(f"{path}: empty; expected a header line and one row per model")
+    (_, header), rows = lines[0], lines[1:]
+    for line, row in rows:
+        if len(row) != len(header):
+            raise UserError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
+    return [row for _, row in rows], header
+
+
 def cmd_correlate(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from vlgate.evaluators.metrics.correlation import correlate_table
 
-    if not Path(args.table).is_file():
-        raise UserError(f"{args.table}: no such file")
-    frame = pd.read_csv(args.table, dtype=str, keep_default_na=False, skipinitialspace=True)
+    rows, header = _read_csv_strictly(Path(args.table))
+    frame = pd.DataFrame(rows, columns=header)
     ys = [y.strip() for y in args.y.split(",") if y.strip()]
     if not ys:
         raise UserError("--y names no column")

@@ -86,6 +86,37 @@ def test_correlate_errors_are_one_line(tmp_path, capsys):
     assert "no column 'nope'" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"", "empty"),
+        (b"\n\n", "empty"),
+        (b"model,lcm,acc\nm1,0.1\nm2,0.2,30\n", "line 2: 2 fields, the header has 3"),
+        (b"model,lcm,acc\nm1,0.1,10,extra\n", "line 2: 4 fields, the header has 3"),
+        (b'model,lcm,acc\nm1,0.1,"10\nm2,0.2,30\n', "unexpected end of data"),
+        ("model,lcm,acc\nm1,0.1,10\n".encode("utf-16"), "not UTF-8"),
+        (None, "is a folder"),
+    ],
+)
+def test_correlate_refuses_tables_it_would_have_to_guess_about(tmp_path, capsys, content, says):
+    """Ragged rows, unterminated quotes, UTF-16 exports, empty files and folders: one line
+    naming the file (and the line), exit 2, nothing printed as a result."""
+    path = tmp_path / "t.csv"
+    path.mkdir() if content is None else path.write_bytes(content)
+    assert main(["correlate", str(path), "--x", "lcm", "--y", "acc"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and says in captured.err and str(path) in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_correlate_reads_a_utf8_table_with_a_bom_and_spaces_after_commas(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_bytes("model, lcm, acc\nm1, 0.1, 10\nm2, 0.2, 30\nm3, 0.3, 20\n".encode("utf-8-sig"))
+    assert main(["correlate", str(path), "--x", "lcm", "--y", "acc"]) == 0
+    result = json.loads(capsys.readouterr().out)["acc"]
+    assert result["n"] == 3 and result["spearman"] == pytest.approx(0.5)
+
+
 def test_paired_sample_correlation_joins_on_id():
     candidate = pd.DataFrame({"id": ["a", "b", "c", "d"], "p_lc": [0.1, 0.2, 0.3, 0.9]})
     champion = pd.DataFrame({"id": ["d", "c", "b", "x"], "p_lc": [0.8, 0.5, 0.4, 0.0]})

@@ -98,3 +98,12 @@ def test_evaluate_runs_genception_and_decc_with_the_worlds_helper_models(tiny_wo
     assert printed["decc"]["n"] == 4 and 0.0 <= printed["decc"]["reliable_rate/multi"] <= 1.0
     records = [json.loads(line) for line in (out / "genception" / "records.jsonl").read_text().splitlines()]
     assert all(len(r["s"]) == len(r["descriptions"]) == len(r["images"]) == 2 for r in records)
+
+
+@pytest.mark.parametrize("make_suite, says", [(lambda p: p.mkdir(), "is a folder"), (lambda p: p.write_bytes("name: x\n".encode("utf-16")), "not UTF-8")])
+def test_a_suite_that_is_a_folder_or_not_utf8_is_one_line_and_exit_2(tmp_path, capsys, make_suite, says):
+    suite = tmp_path / "suite.yaml"
+    make_suite(suite)
+    assert main(["evaluate", "--model", "x", "--suite", str(suite), "--out", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert says in error and str(suite) in error and len(error.strip().splitlines()) == 1

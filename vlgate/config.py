@@ -18,6 +18,10 @@ def load_yaml_model(model_class: type[Model], path: str | Path, what: str) -> Mo
         return model_class.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except FileNotFoundError:
         raise ValueError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{what} {path}: is a folder, not a YAML file") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
     except yaml.YAMLError as error:
         raise ValueError(f"{what} {path}: not valid YAML: {error}") from None
     except ValidationError as error:
