@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vlgate.config import ConfigError
+
 EXIT_BAD_INPUT = 2
 #: `vlgate validate`: 0 promoted; the version was judged and rejected; it could not be
 #: judged (an evaluator, a metric or the champion's records missing, or the flow failed)
@@ -142,11 +144,23 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return run_examples()
 
 
+def _require_tracking(home: Path) -> None:
+    """An operator command on an MLflow server that does not answer: one line, at once."""
+    from vlgate import tracking
+
+    try:
+        tracking.require_reachable(tracking.tracking_uri(home))
+    except tracking.TrackingUnreachable as error:
+        raise UserError(str(error)) from None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from vlgate.flows.service import service_status, status_table
     from vlgate.flows.settings import prepare_environment
 
-    status = service_status(prepare_environment(), args.model)
+    home = prepare_environment()
+    _require_tracking(home)
+    status = service_status(home, args.model)
     if args.model and not status["models"]:
         raise UserError(f"no registered model {args.model!r}")
     if args.json:
@@ -165,7 +179,9 @@ def cmd_register(args: argparse.Namespace) -> int:
     folder = Path(args.checkpoint)
     if not folder.is_dir():
         raise UserError(f"{folder}: not a checkpoint folder")
-    version = tracking.register_checkpoint(tracking.connect(prepare_environment()), args.name, folder, description=args.description or "")
+    home = prepare_environment()
+    _require_tracking(home)
+    version = tracking.register_checkpoint(tracking.connect(home), args.name, folder, description=args.description or "")
     _print_json({"model": args.name, "version": str(version.version), "source": version.source})
     return 0
 
@@ -244,6 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vlgate.flows.settings import prepare_environment
 
     home = prepare_environment()
+    _require_tracking(home)
     client = tracking.connect(home)
     from mlflow.exceptions import MlflowException
 
@@ -425,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except UserError as exc:
+    except (UserError, ConfigError) as exc:  # a config file read by any command is the user's input too
         print(f"vlgate {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

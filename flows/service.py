@@ -71,13 +71,13 @@ def status_table(status: dict[str, Any]):
 
 def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
+    home = prepare_environment()
+    config = ServiceConfig.load(home)  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
     # vlgate's own decisions at INFO; the libraries (GX, MLflow, httpx) only when they warn
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("vlgate").setLevel(logging.INFO)
     # `kill -USR1 PID` writes every thread's stack to the log: how a stuck service is diagnosed
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    home = prepare_environment()
-    config = ServiceConfig.load(home)
     drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift and not once else {}
     # the Prefect server (with the cron scheduler when drift is configured) starts before
     # any flow runs in this process: flows started earlier would bring up a temporary

@@ -97,3 +97,35 @@ def test_validating_a_version_that_does_not_exist_is_one_line_exit_2(tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["vlgate validate: m v7: no such registered version"]
     assert ClaimStore.for_home(home).get("m", "7") is None
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound, then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["status"], ["register", "m", "CHECKPOINT"], ["report", "m"]])
+def test_operator_commands_on_an_unreachable_tracking_server_are_one_line_and_exit_2(command, tmp_path, monkeypatch, capsys):
+    """MLflow's client would retry a refused connection for minutes, then raise a traceback."""
+    uri = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    (tmp_path / "ckpt").mkdir()
+    assert main([str(tmp_path / "ckpt") if part == "CHECKPOINT" else part for part in command]) == 2
+    error = capsys.readouterr().err
+    assert uri in error and "unreachable" in error and len(error.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "config, says",
+    [("models: [\n", "not valid YAML: line 2, column 1"), ("models:\n  m: {suite: s.yaml}\n", "models.m.policy: Field required")],
+)
+def test_serve_with_a_broken_service_config_is_one_line_and_exit_2(config, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    (tmp_path / "vlgate.yaml").write_text(config)
+    assert main(["serve", "--once", "--no-webhook", "--no-drift"]) == 2
+    error = capsys.readouterr().err
+    assert says in error and str(tmp_path / "vlgate.yaml") in error and len(error.strip().splitlines()) == 1

@@ -12,18 +12,31 @@ from pydantic import BaseModel, ValidationError
 Model = TypeVar("Model", bound=BaseModel)
 
 
+class ConfigError(ValueError):
+    """A configuration file that cannot be used, in one line naming it; the CLI reports it
+    as bad input (exit 2) whichever command read the file."""
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: where, and what."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())
+
+
 def load_yaml_model(model_class: type[Model], path: str | Path, what: str) -> Model:
-    """``model_class`` validated from the YAML at ``path``; ValueError("{what} {path}: ...") otherwise."""
+    """``model_class`` validated from the YAML at ``path``; ConfigError("{what} {path}: ...") otherwise."""
     try:
-        return model_class.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        return model_class.model_validate(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
     except FileNotFoundError:
-        raise ValueError(f"{what} {path}: no such file") from None
+        raise ConfigError(f"{what} {path}: no such file") from None
     except IsADirectoryError:
-        raise ValueError(f"{what} {path}: is a folder, not a YAML file") from None
+        raise ConfigError(f"{what} {path}: is a folder, not a YAML file") from None
     except UnicodeDecodeError as error:
-        raise ValueError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
+        raise ConfigError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
     except yaml.YAMLError as error:
-        raise ValueError(f"{what} {path}: not valid YAML: {error}") from None
+        raise ConfigError(f"{what} {path}: not valid YAML: {_yaml_problem(error)}") from None
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"{what} {path}: {problems}") from None
+        raise ConfigError(f"{what} {path}: {problems}") from None

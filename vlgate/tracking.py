@@ -59,6 +59,25 @@ def embedded(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
+class TrackingUnreachable(ConnectionError):
+    """The tracking server did not answer at all (refused, timed out, unknown host)."""
+
+
+def require_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Raise :class:`TrackingUnreachable` naming ``uri`` when an HTTP tracking server does not
+    answer within ``timeout_s``. Operator commands check this first: MLflow's own client
+    retries a refused connection with backoff for minutes before it gives up. Any HTTP
+    answer counts as reachable (a proxy's 401 included); other schemes are not checked."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import httpx
+
+    try:
+        httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)
+    except httpx.TransportError as error:
+        raise TrackingUnreachable(f"MLflow tracking server {uri} is unreachable ({type(error).__name__}: {error}); is it running, and is MLFLOW_TRACKING_URI right?") from None
+
+
 def connect(home: Path | None = None):
     """An ``MlflowClient`` on the configured tracking/registry store (also made the
     process default, so ``mlflow.artifacts`` and ``models:/`` URIs resolve against it)."""
