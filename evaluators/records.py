@@ -193,14 +193,21 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a 400-digit integer in an error line is noise)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}… ({len(text)} chars)"
+
+
 def probability_problem(value: Any, low: float = 0.0, high: float = 1.0) -> str | None:
-    """Why ``value`` is not a probability in [low, high], or None if it is."""
+    """Why ``value`` is not a probability in [low, high], or None if it is. Integers are
+    compared as integers: one too large for a float is out of range, not an OverflowError."""
     if not is_number(value):
-        return f"{value!r} is not a number"
-    if math.isnan(value):
+        return f"{shown(value)} is not a number"
+    if isinstance(value, float) and math.isnan(value):
         return "is NaN"
     if not low <= value <= high:
-        return f"{value!r} is outside [{low:g}, {high:g}]"
+        return f"{shown(value)} is outside [{low:g}, {high:g}]"
     return None
 
 

@@ -30,6 +30,7 @@ from vlgate.evaluators.records import (
     probability_list_problem,
     probability_matrix_problem,
     record_id_problem,
+    shown,
 )
 
 Problem = tuple[str, str]  # (field, message)
@@ -193,7 +194,7 @@ class LcmMcSchema(Schema):
             return
         answer = record.get("answer")
         if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(p_mc)):
-            yield ("answer", f"unknown label {answer!r}: expected an option index 0..{len(p_mc) - 1} or null")
+            yield ("answer", f"unknown label {shown(answer)}: expected an option index 0..{len(p_mc) - 1} or null")
 
     def columnar_arrays(self, table):
         if not _ids_plainly_valid(table):
@@ -231,7 +232,7 @@ class LcmNbSchema(Schema):
                 yield (name, "must be a 2x2 nested list [[.., ..], [.., ..]]")
         answer = record.get("answer")
         if answer is not None and answer not in NB_LABELS:
-            yield ("answer", f"unknown label {answer!r}: expected 'c1', 'c2' or null")
+            yield ("answer", f"unknown label {shown(answer)}: expected 'c1', 'c2' or null")
 
     def arrays(self, records):
         arrays, checks, masks = {}, [], []
@@ -251,7 +252,7 @@ def _answer_pair_problem(value: Any) -> str | None:
     if not isinstance(value, list) or len(value) != 2:
         return "must be a pair [answer to the true statement, answer to the false one]"
     if any(v not in (True, False, None) or is_number(v) for v in value):
-        return f"{value!r}: each answer must be true, false or null"
+        return f"{shown(value)}: each answer must be true, false or null"
     return None
 
 

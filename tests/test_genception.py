@@ -74,6 +74,23 @@ def test_features_add_fid_aligned_by_id(tmp_path, write_records):
     assert metrics["by_category"]["scene"]["fid@1"] is None  # one image: no covariance
 
 
+def test_fid_that_float64_cannot_hold_is_undefined_not_nan():
+    """Features large enough for a covariance product to overflow (|x|⁴ past 1e308): None
+    (the metric is undefined), never NaN or inf reaching the gate."""
+    a = np.array([[0.0, 1.0], [2.0, 0.5], [4.0, 3.0]])
+    assert genception.frechet_distance(a * 1e200, a) is None
+    assert genception.frechet_distance(a * 1e70, a * 1e70) == pytest.approx(0.0, abs=1e-6)
+    assert genception.fid_metrics([a, a * 1e200])["gc_fid@1"] is None
+
+
+def test_features_too_large_for_fid_are_refused_naming_the_array(tmp_path, write_records):
+    path = write_records(RECORDS)
+    small = np.array([[0.0], [2.0], [4.0]])
+    np.savez(tmp_path / "f.npz", t0=small, t1=small, t2=small * 1e200, t3=small)
+    with pytest.raises(ValueError, match=r"array t2 holds values up to 4e\+200; FID needs \|x\| <= 1e\+75"):
+        score_file("genception", path, features_path=tmp_path / "f.npz")
+
+
 def test_features_with_wrong_iterations_rejected(tmp_path, write_records):
     path = write_records(RECORDS)
     np.savez(tmp_path / "f.npz", t0=np.zeros((3, 2)), t1=np.zeros((3, 2)))

@@ -1,5 +1,6 @@
 """VL-LCM on MC-VQA (SPEC §2.1, paper Eq. 2–6) against hand-computed values."""
 
+import json
 from math import sqrt
 
 import numpy as np
@@ -126,3 +127,18 @@ def test_per_category_breakdown():
     assert metrics["by_category"]["a"]["lcm"] == pytest.approx(P_LC_1)
     assert metrics["by_category"]["b"]["lcm"] == pytest.approx(P_LC_2)
     assert metrics["by_category"]["b"]["acc"] == 0.0
+
+
+@pytest.mark.parametrize("field, value, says", [("answer", 10**400, "unknown label 1000"), ("p_mc", [10**400, 0, 0, 0], "entry 0 1000"), ("p_yes", [0.5, -(10**400), 0.5, 0.5], "entry 1 -1000")])
+def test_integers_too_large_for_a_float_are_out_of_range_not_a_crash(tmp_path, capsys, field, value, says):
+    """JSON allows integers of any size; one in a probability or label field is one bad
+    record with its value cut short, exit 2, never an OverflowError."""
+    from vlgate.flows.cli import main
+
+    records = [{"id": i, "p_mc": [0.25] * 4, "p_yes": [0.5] * 4, "answer": 0} for i in range(3)]
+    records[1][field] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["score", "lcm-mc", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert f"line 2 (id 1), field '{field}'" in error and says in error and "chars)" in error and len(error) < 400

@@ -36,25 +36,32 @@ def gc_at_t(similarities: np.ndarray) -> np.ndarray:
 def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float | None:
     """§2.2 (FID, Heusel et al. 2017): ‖μa − μb‖² + Tr(Σa + Σb − 2(Σa·Σb)^½).
 
-    None with fewer than two samples (no covariance). The matrix square root is
-    scipy.linalg.sqrtm; a tiny imaginary part from numerical error is dropped,
-    and a singular product gets the usual ε·I offset.
+    None with fewer than two samples (no covariance), and None where float64 cannot hold
+    it (features so large that a covariance overflows) rather than NaN or inf. The matrix
+    square root is scipy.linalg.sqrtm; a tiny imaginary part from numerical error is
+    dropped, and a singular product gets the usual ε·I offset.
     """
     if len(features_a) < 2 or len(features_b) < 2:
         return None
-    mu_a, mu_b = features_a.mean(axis=0), features_b.mean(axis=0)
-    sigma_a = np.atleast_2d(np.cov(features_a, rowvar=False))
-    sigma_b = np.atleast_2d(np.cov(features_b, rowvar=False))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is answered with None below
+        mu_a, mu_b = features_a.mean(axis=0), features_b.mean(axis=0)
+        sigma_a = np.atleast_2d(np.cov(features_a, rowvar=False))
+        sigma_b = np.atleast_2d(np.cov(features_b, rowvar=False))
+        product = sigma_a @ sigma_b
+    if not (np.isfinite(mu_a).all() and np.isfinite(mu_b).all() and np.isfinite(product).all()):
+        return None
     with warnings.catch_warnings():
         # fewer images than feature dimensions make Σa·Σb singular: expected, handled below
         warnings.simplefilter("ignore", linalg.LinAlgWarning)
-        covmean = linalg.sqrtm(sigma_a @ sigma_b)
+        covmean = linalg.sqrtm(product)
     if not np.isfinite(covmean).all():
         offset = np.eye(sigma_a.shape[0]) * 1e-6
         covmean = linalg.sqrtm((sigma_a + offset) @ (sigma_b + offset))
     covmean = np.real(covmean)
     diff = mu_a - mu_b
     distance = diff @ diff + np.trace(sigma_a) + np.trace(sigma_b) - 2.0 * np.trace(covmean)
+    if not np.isfinite(distance):
+        return None
     return float(max(distance, 0.0))  # rounding can leave a tiny negative for identical sets
 
 

@@ -309,6 +309,10 @@ def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np
     return load_features(path, len(records), [record["id"] for record in records])
 
 
+#: Feature magnitudes above this overflow float64 in FID: its covariance product grows as |x|⁴.
+FEATURE_LIMIT = 1e75
+
+
 def load_features(path: str | Path, n_records: int, ids: Sequence[Any] | np.ndarray | None = None) -> list[np.ndarray]:
     """GenCeption features from an .npz with arrays ``t0`` … ``tT`` (each N×D), optionally ``ids``.
 
@@ -328,6 +332,8 @@ def load_features(path: str | Path, n_records: int, ids: Sequence[Any] | np.ndar
             raise ValueError(f"{path}: array {name} must be N x D, got shape {array.shape}")
         if not np.isfinite(array).all():
             raise ValueError(f"{path}: array {name} holds NaN or infinite values")
+        if array.size and np.abs(array).max() > FEATURE_LIMIT:
+            raise ValueError(f"{path}: array {name} holds values up to {np.abs(array).max():.3g}; FID needs |x| <= {FEATURE_LIMIT:g} (its covariances would overflow)")
     if file_ids is not None and ids is not None:
         position = {i: row for row, i in enumerate(file_ids)}
         missing = [i for i in map(str, ids) if i not in position]
