@@ -10,6 +10,15 @@ flow logs into the same run) and a lease: a claim whose worker died is taken ove
 a conditional ``UPDATE ... WHERE lease_expires < now`` (again one winner), never by a
 second insert.
 
+A model deleted and registered again under its old name starts again at version 1, so
+``(model_name, version)`` alone would let the new v1 inherit the old v1's finished claim
+and never be validated. Each claim therefore records the version's registration time
+(``registered_at``, MLflow's ``creation_timestamp``): a claim offered with another
+registration time replaces the old row (one winner, by a conditional ``UPDATE``). A claim
+offered without one (a webhook racing the registry) never replaces a row; the poller,
+which reads the registry, does. Rows written before this column existed adopt the time on
+first sight instead of being validated again.
+
 The same database keeps the webhook delivery ids already seen (replay protection that
 survives a restart and is shared by every receiver replica) and short-lived named
 locks (one gate decision per registered model at a time, so two candidates judged
@@ -59,6 +68,7 @@ claims_table = sa.Table(
     sa.Column("run_id", sa.String(64)),
     sa.Column("detail", sa.Text),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("registered_at", sa.String(32)),  # the version's creation_timestamp (ms), see above
 )
 
 deliveries_table = sa.Table(
@@ -102,6 +112,7 @@ class Claim:
     attempts: int
     run_id: str | None
     detail: str | None
+    registered_at: str | None = None
 
     def as_dict(self) -> dict:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -122,14 +133,24 @@ class ClaimStore:
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
         metadata.create_all(self.engine)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Columns added after a state database was created (``registered_at``)."""
+        present = {column["name"] for column in sa.inspect(self.engine).get_columns(claims_table.name)}
+        for column in claims_table.columns:
+            if column.name not in present:
+                kind = column.type.compile(dialect=self.engine.dialect)
+                with self.engine.begin() as connection:
+                    connection.exec_driver_sql(f"ALTER TABLE {claims_table.name} ADD COLUMN {column.name} {kind}")
 
     @classmethod
     def for_home(cls, home: Path, **kwargs) -> ClaimStore:
         return cls(os.environ.get("VLGATE_STATE_DB") or f"sqlite:///{Path(home).resolve()}/state.db", **kwargs)
 
     # --- claims -------------------------------------------------------------------
-    def claim(self, model_name: str, version: str, via: str, owner: str | None = None) -> bool:
-        """True for exactly one caller per (model, version), ever."""
+    def claim(self, model_name: str, version: str, via: str, owner: str | None = None, registered_at: str | None = None) -> bool:
+        """True for exactly one caller per (model, version, registration), ever."""
         now = _now()
         row = {
             "model_name": model_name,
@@ -141,13 +162,30 @@ class ClaimStore:
             "lease_expires": now + self.lease,
             "attempts": 1,
             "updated_at": now,
+            "registered_at": registered_at,
         }
         try:
             with self.engine.begin() as connection:
                 connection.execute(claims_table.insert().values(**row))
         except IntegrityError:
-            return False
+            return registered_at is not None and self._replace_if_re_registered(row)
         return True
+
+    def _replace_if_re_registered(self, row: dict) -> bool:
+        """The row of an earlier registration under the same name and number becomes this
+        registration's claim (True for one caller); a row without a time adopts this one."""
+        key = (claims_table.c.model_name == row["model_name"], claims_table.c.version == row["version"])
+        with self.engine.begin() as connection:
+            connection.execute(claims_table.update().where(*key, claims_table.c.registered_at.is_(None)).values(registered_at=row["registered_at"]))
+            replaced = connection.execute(
+                claims_table.update()
+                .where(*key, claims_table.c.registered_at.is_not(None), claims_table.c.registered_at != row["registered_at"])
+                # attempts moves on, so a heartbeat still beating for the old registration's flow stops
+                .values({name: value for name, value in row.items() if name not in ("model_name", "version", "attempts")} | {"attempts": claims_table.c.attempts + 1, "run_id": None, "detail": None})
+            ).rowcount
+        if replaced:
+            log.info("%s v%s was registered again (%s): claimed anew", row["model_name"], row["version"], row["registered_at"])
+        return replaced == 1
 
     def take_over_expired(self, model_name: str, version: str, owner: str | None = None) -> bool:
         """Take over a claim whose lease ran out before it finished (its worker died);

@@ -49,11 +49,12 @@ class Dispatcher:
         self._lock = threading.Lock()
         self.futures: dict[tuple[str, str], Future] = {}
 
-    def offer(self, model_name: str, version: str, via: str) -> bool:
+    def offer(self, model_name: str, version: str, via: str, registered_at: str | None = None) -> bool:
         """Start validating the version unless it is already claimed or its model is not
-        configured; True if this call claimed it."""
+        configured; True if this call claimed it. ``registered_at`` (the version's
+        creation_timestamp) tells a re-created model's version from the old one's."""
         version = str(version)
-        if not self.configured(model_name) or not self.claims.claim(model_name, version, via):
+        if not self.configured(model_name) or not self.claims.claim(model_name, version, via, registered_at=registered_at):
             return False
         log.info("claimed %s v%s via %s", model_name, version, via)
         self._submit(model_name, version)
@@ -105,14 +106,19 @@ def poll_once(client, dispatcher: Dispatcher) -> list[tuple[str, str]]:
     """Offer every registered version of a configured model that has no claim yet (stores
     without webhooks, and whatever a webhook missed); returns the versions this call claimed."""
     claimed = []
-    known = {(c.model_name, c.version) for c in dispatcher.claims.all()}
+    known = {(c.model_name, c.version): c.registered_at for c in dispatcher.claims.all()}
     for model in tracking.registered_models(client):
         if not dispatcher.configured(model.name):
             continue
         # oldest first: the champion evolves in registration order
         for version in tracking.model_versions(client, model.name):
             key = (model.name, str(version.version))
-            if key not in known and dispatcher.offer(*key, via="poller"):
+            registered_at = str(version.creation_timestamp)
+            if key in known and known[key] == registered_at:
+                continue
+            # unclaimed, or claimed for an earlier registration (a deleted and re-created
+            # model) or before registration times were kept (the claim adopts this one)
+            if dispatcher.offer(*key, via="poller", registered_at=registered_at):
                 claimed.append(key)
     return claimed
 

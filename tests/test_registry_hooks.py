@@ -323,3 +323,63 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
     sweeper.wait()
     assert taken_over.started == [("m", "2")]
     assert second.get("m", "2").attempts == 2
+
+
+def test_a_deleted_and_re_created_models_version_is_validated_again_exactly_once(tmp_path, claims):
+    """The new v1 of a model registered again under its old name must not inherit the old
+    v1's finished claim; the old registration's rows stay untouched otherwise."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("m")
+    client.create_model_version("m", source=str(tmp_path))
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    assert poll_once(client, dispatcher) == [("m", "1")]
+    claims.update("m", "1", state="done", run_id="old-run")
+    assert poll_once(client, dispatcher) == []
+    client.delete_registered_model("m")
+    time.sleep(0.01)  # a later creation_timestamp (milliseconds)
+    client.create_registered_model("m")
+    again = client.create_model_version("m", source=str(tmp_path))
+    # a webhook for the new v1 does not know its registration time: it cannot replace the row
+    assert not dispatcher.offer("m", "1", via="webhook")
+    assert poll_once(client, dispatcher) == [("m", "1")]
+    assert poll_once(client, dispatcher) == []
+    claim = claims.get("m", "1")
+    assert claim.state == "claimed" and claim.run_id is None and claim.registered_at == str(again.creation_timestamp) and claim.attempts == 2
+    dispatcher.wait()
+    assert recorder.started == [("m", "1"), ("m", "1")]
+
+
+def test_claims_written_before_registration_times_adopt_one_without_revalidating(tmp_path):
+    """A state database from before ``registered_at`` existed: the column is added on open,
+    and the poller's first round records each version's time instead of claiming it again."""
+    import sqlalchemy as sa
+    from mlflow import MlflowClient
+
+    url = f"sqlite:///{tmp_path}/state.db"
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # the table as it was
+        connection.exec_driver_sql(
+            "CREATE TABLE vlgate_claims (model_name VARCHAR(256) NOT NULL, version VARCHAR(64) NOT NULL, state VARCHAR(16) NOT NULL, "
+            "claimed_via VARCHAR(32) NOT NULL, owner VARCHAR(256) NOT NULL, claimed_at DATETIME NOT NULL, lease_expires DATETIME NOT NULL, "
+            "attempts INTEGER NOT NULL, run_id VARCHAR(64), detail TEXT, updated_at DATETIME NOT NULL, PRIMARY KEY (model_name, version))"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO vlgate_claims VALUES ('m', '1', 'done', 'poller', 'old:1', '2026-01-01 00:00:00', '2026-01-01 03:00:00', 1, 'run-1', NULL, '2026-01-01 00:00:00')"
+        )
+    engine.dispose()
+    claims = ClaimStore(url)
+    assert claims.get("m", "1").registered_at is None and claims.get("m", "1").state == "done"
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("m")
+    version = client.create_model_version("m", source=str(tmp_path))
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    assert poll_once(client, dispatcher) == []
+    adopted = claims.get("m", "1")
+    assert adopted.registered_at == str(version.creation_timestamp) and adopted.state == "done" and adopted.run_id == "run-1"
+    assert recorder.started == []
