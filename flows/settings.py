@@ -107,6 +107,10 @@ class ServiceConfig(BaseModel):
     poll_interval_s: float = Field(default=30, gt=0)
     webhook: WebhookConfig = WebhookConfig()
     workers: int = Field(default=1, ge=0, description="validation flows at once; 0 = one per configured model")
+    registry_wait_s: float = Field(default=120, gt=0, description="how long a flow waits (doubling) for the registry to serve its version")
+    retry_after_s: float = Field(
+        default=60, gt=0, description="first wait before a validation stopped by an unreachable server runs again; doubles per attempt, up to 30 min"
+    )
     evaluation: EvaluationConfig = EvaluationConfig()
 
     @classmethod

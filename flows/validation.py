@@ -91,6 +91,14 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
             summary = _validate(home, claims, model_name, str(version))
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
+        if tracking.transient(error):  # a server away for a while: run it again later, no verdict
+            try:
+                first_delay = ServiceConfig.load(home).retry_after_s
+            except ValueError:  # vlgate.yaml broken meanwhile: the default wait
+                first_delay = ServiceConfig().retry_after_s
+            delay = claims.defer(model_name, str(version), message, first_delay)
+            get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
+            raise
         claims.update(model_name, version, state="failed", detail=message)
         record_failure(model_name, str(version), claims, message)
         raise
@@ -119,7 +127,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     if config is None:  # configured when the flow started, no longer
         raise ValidationError(not_configured(home, model_name))
     client = tracking.connect(home)
-    tracking.wait_for_version(client, model_name, version)  # a webhook may announce it before the registry serves it
+    tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
     from mlflow.entities import Param
 

@@ -51,6 +51,8 @@ log = logging.getLogger("vlgate.claims")
 #: re-validating it is an explicit operator action (``release``).
 STATES = ("claimed", "running", "done", "failed")
 FINAL_STATES = ("done", "failed")
+#: The longest wait before a validation stopped by a transient fault runs again.
+RETRY_CAP_S = 1800.0
 
 metadata = sa.MetaData()
 
@@ -199,6 +201,24 @@ class ClaimStore:
         )
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
+
+    def defer(self, model_name: str, version: str, detail: str, first_delay_s: float, cap_s: float = RETRY_CAP_S) -> float:
+        """A validation stopped by a transient fault (a server that did not answer) goes back
+        to ``claimed`` with its lease ending after a back-off that doubles per attempt
+        (``first_delay_s``, up to ``cap_s``), so the poller takes it over and runs it again
+        (:meth:`take_over_expired`, one winner) instead of recording a verdict. Returns the delay."""
+        claim = self.get(model_name, version)
+        attempts = claim.attempts if claim is not None else 1
+        delay = min(cap_s, first_delay_s * 2 ** (attempts - 1))
+        now = _now()
+        statement = (
+            claims_table.update()
+            .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+            .values(state="claimed", lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now)
+        )
+        with self.engine.begin() as connection:
+            connection.execute(statement)
+        return delay
 
     def expired(self) -> list[Claim]:
         now = _now()

@@ -227,3 +227,41 @@ def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
     assert sorted(int(r.data.tags["vlgate.version"]) for r in runs) == list(range(1, 21))  # exactly one run per version
     assert all(r.info.status == "FINISHED" for r in runs)
     assert all(fresh.get_model_version("many", str(v)).tags.get(tracking.TAG_DECISION) == "promoted" for v in range(1, 21))
+
+
+def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_is_validated_once(service, tiny_world, mlflow_server, monkeypatch):
+    """MLflow is down when the claimed version's flow starts, for longer than its client's
+    retries and the flow's registry wait: the claim is deferred with a back-off (not failed,
+    no verdict), and once the server is back the poller's take-over validates it, once."""
+    world, _ = tiny_world
+    suite = service / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    configure(service, "outage", suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})
+    config = yaml.safe_load((service / "vlgate.yaml").read_text()) | {"registry_wait_s": 1, "retry_after_s": 1}
+    (service / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    tracking.register_checkpoint(tracking.connect(service), "outage", world / "checkpoints" / "vlm-steps3", home=service)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the client gives up at once: the outage outlasts it
+    claims = ClaimStore.for_home(service)
+    dispatcher = Dispatcher(claims, start=validate_model_version, configured=lambda name: name == "outage")
+    mlflow_server.stop()
+    try:
+        assert dispatcher.offer("outage", "1", via="webhook")
+        dispatcher.wait()
+        deferred = claims.get("outage", "1")
+        assert deferred.state == "claimed" and deferred.detail.startswith("retrying after 1 s (attempt 1): MlflowException")
+        time.sleep(1.5)
+        assert dispatcher.resume_expired() == [("outage", "1")]  # still down: deferred again, for twice as long
+        dispatcher.wait()
+        again = claims.get("outage", "1")
+        assert again.state == "claimed" and again.attempts == 2 and again.detail.startswith("retrying after 2 s (attempt 2)")
+    finally:
+        mlflow_server.start()
+    wait_until(lambda: bool(dispatcher.resume_expired()) or claims.get("outage", "1").state == "done", 60, "the deferred claim was not taken over")
+    dispatcher.wait()
+    dispatcher.close()
+    done = claims.get("outage", "1")
+    assert done.state == "done" and done.attempts == 3, done.detail
+    fresh = tracking.connect(service)
+    runs = fresh.search_runs([fresh.get_experiment_by_name("vlgate/outage").experiment_id], "tags.`vlgate.kind` = 'validation'")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # validated exactly once
+    assert fresh.get_model_version("outage", "1").tags.get(tracking.TAG_DECISION) == "promoted"

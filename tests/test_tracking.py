@@ -170,3 +170,30 @@ def test_a_version_announced_before_the_registry_serves_it_is_waited_for():
     with pytest.raises(MlflowException):
         tracking.wait_for_version(never, "m", "1", timeout_s=0.2, first_wait_s=0.01)
     assert 4 <= never.calls <= 6  # waits 0.01, 0.02, 0.04, 0.08 within 0.2 s: doubling, then it gives up
+
+
+def test_a_server_that_does_not_answer_is_transient_and_a_refusal_is_not(monkeypatch):
+    """What the flow defers (retries later) and what it records as a failure: MLflow's
+    client wraps a refused connection in an MlflowException whose context holds it."""
+    import socket
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    client = MlflowClient(tracking_uri=f"http://127.0.0.1:{port}", registry_uri=f"http://127.0.0.1:{port}")
+    with pytest.raises(MlflowException) as unreachable:
+        client.get_model_version("m", "1")
+    assert tracking.transient(unreachable.value)
+    assert not tracking.transient(MlflowException("Registered Model with name=m not found", error_code="RESOURCE_DOES_NOT_EXIST"))
+    assert not tracking.transient(ValueError("suite: no such file"))
+    try:
+        try:
+            raise TimeoutError("read timed out")
+        except TimeoutError as cause:
+            raise RuntimeError("task failed") from cause
+    except RuntimeError as wrapped:
+        assert tracking.transient(wrapped)

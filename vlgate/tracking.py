@@ -59,6 +59,30 @@ def embedded(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from or during) is a server that did not
+    answer: a refused or dropped connection, a timeout, or 5xx answers until the client's
+    retries ran out. MLflow's REST client wraps these in an ``MlflowException`` whose
+    context holds the original. Such a fault is retried later, never made a verdict."""
+    import requests
+
+    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
+    try:
+        import httpx
+
+        kinds += (httpx.TransportError,)
+    except ImportError:  # pragma: no cover - httpx is a dependency
+        pass
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class TrackingUnreachable(ConnectionError):
     """The tracking server did not answer at all (refused, timed out, unknown host)."""
 
