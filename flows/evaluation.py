@@ -14,6 +14,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
 
+from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 
 
@@ -72,22 +73,32 @@ def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[dict
 
 
 @flow(name="vlgate-evaluate")
-def evaluate_version(model_name: str, version: str, suite_path: str, out: str, cache_dir: str, n_shards: int = 1) -> dict[str, EvaluatorSummary]:
+def evaluate_version(
+    model_name: str, version: str, suite_path: str, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None
+) -> dict[str, EvaluatorSummary]:
     """Every evaluator of the suite on the version, each split into ``n_shards`` tasks on
     this flow's task runner (threads, or a Dask cluster) and merged back into one result.
-    An evaluator that still fails after its retries is an ``error`` entry."""
+    An evaluator that still fails after its retries, or runs past ``task_timeout_s`` (a
+    hung model, a template that loops), is an ``error`` entry; one stopped by a server that
+    did not answer (``tracking.transient``) fails the flow instead, so that the claim is
+    retried later rather than judged."""
     from vlgate.evaluators.runners.suite import Suite
 
     model_uri = f"models:/{model_name}/{version}"
-    merged = {}
+    shard_task = evaluate_shard.with_options(timeout_seconds=task_timeout_s) if task_timeout_s else evaluate_shard
+    merged, shards = {}, {}
     for name in Suite.from_file(suite_path).evaluators:
-        shards = [evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
-        merged[name] = merge_evaluator.submit(suite_path, name, out, shards)  # type: ignore[arg-type]  # Prefect resolves the futures
+        shards[name] = [shard_task.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
+        merged[name] = merge_evaluator.submit(suite_path, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
     entries: dict[str, EvaluatorSummary] = {}
     for name, future in merged.items():
         try:
+            for shard_future in shards[name]:  # a failed shard's own error, not the merge's "never ran"
+                shard_future.result()
             entries[name] = future.result()
         except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
+            if tracking.transient(error):
+                raise
             get_run_logger().warning("evaluator %s failed: %s", name, error)
             entries[name] = {"error": f"{type(error).__name__}: {error}"}
     return entries

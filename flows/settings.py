@@ -84,6 +84,9 @@ class EvaluationConfig(BaseModel):
     workers: int = Field(default=1, ge=1)
     address: str | None = Field(default=None, description="dask: scheduler address; unset = a local cluster of `workers` processes")
     shards: int = Field(default=1, ge=1)
+    task_timeout_s: float = Field(
+        default=6 * 3600, gt=0, description="one evaluator shard's time limit (each of its retries has the same); past it the evaluator failed"
+    )
 
     def task_runner(self):
         """The Prefect task runner this configuration names."""

@@ -144,7 +144,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     # run started here and for one a Prefect worker starts from the deployment alike
     evaluation = service_config.evaluation
     entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(
-        model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards
+        model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s
     )
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
     for output in outputs.values():

@@ -214,3 +214,23 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
         for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
             if isinstance(value, (int, float)):
                 assert run.data.metrics[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-6), (evaluator, metric)
+
+
+def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_forever(home, tiny_world):
+    """``evaluation.task_timeout_s``: a shard that runs longer (a hung model, a looping
+    template) is stopped; the evaluator is an error, the version could not be judged, and
+    the claim is final (a time limit is not a transient fault)."""
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    configure(home, {"slow": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
+    config = yaml.safe_load((home / "vlgate.yaml").read_text()) | {"evaluation": {"task_timeout_s": 0.05}}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "slow", world / "checkpoints" / "vlm-steps3", home=home)
+    assert validate_pending(home, "slow") == [("slow", "1")]
+    claim = ClaimStore.for_home(home).get("slow", "1")
+    assert claim.state == "done" and claim.attempts == 1
+    tags = client.get_model_version("slow", "1").tags
+    assert tags[tracking.TAG_DECISION] == "rejected" and tags[tracking.TAG_OUTCOME] == "could not judge"
+    assert "lcm-mc" in tags[tracking.TAG_REASONS] and "TimeoutError" in tags[tracking.TAG_REASONS]

@@ -192,8 +192,11 @@ def test_a_server_that_does_not_answer_is_transient_and_a_refusal_is_not(monkeyp
     assert not tracking.transient(ValueError("suite: no such file"))
     try:
         try:
-            raise TimeoutError("read timed out")
-        except TimeoutError as cause:
+            raise ConnectionResetError("connection reset by peer")
+        except ConnectionResetError as cause:
             raise RuntimeError("task failed") from cause
     except RuntimeError as wrapped:
         assert tracking.transient(wrapped)
+    from prefect.task_engine import TaskRunTimeoutError
+
+    assert not tracking.transient(TaskRunTimeoutError("Task run exceeded timeout of 1.0 second(s)"))  # the task's own limit: final

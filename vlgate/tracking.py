@@ -66,7 +66,9 @@ def transient(error: BaseException) -> bool:
     context holds the original. Such a fault is retried later, never made a verdict."""
     import requests
 
-    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
+    # not the builtin TimeoutError: Prefect's task and flow time limits raise subclasses of
+    # it, and a task that ran out of time would be run again forever
+    kinds: tuple[type[BaseException], ...] = (ConnectionError, requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
     try:
         import httpx
 
