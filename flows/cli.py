@@ -236,6 +236,42 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED}.get(summary["outcome"], EXIT_REJECTED)
 
 
+def cmd_gate(args: argparse.Namespace) -> int:
+    from vlgate.flows.gate import GatePolicy
+    from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment
+
+    home = prepare_environment()
+    _require_tracking(home)
+    config = ServiceConfig.load(home).for_model(args.name)
+    if config is None and args.policy is None:
+        raise UserError(not_configured(home, args.name))
+    policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
+    try:
+        GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    from mlflow.exceptions import MlflowException
+
+    from vlgate import tracking
+    from vlgate.flows.gate import NOT_JUDGED, PROMOTED
+    from vlgate.flows.validation import ValidationError, judge_again
+
+    try:
+        tracking.connect(home).get_model_version(args.name, str(args.version))
+        summary = judge_again(args.name, str(args.version), str(policy_path), record=args.apply)
+    except MlflowException as error:
+        if error.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise UserError(f"{args.name} v{args.version}: no such registered version") from None
+        raise
+    except ValidationError as error:
+        raise UserError(str(error)) from None
+    if args.json:
+        _print_json(summary)
+    else:
+        _print_decision(summary)
+    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED}.get(summary["outcome"], EXIT_REJECTED)
+
+
 def _print_decision(summary: dict[str, Any]) -> None:
     """The verdict and each rule's, one line each; the reasons a rule failed first."""
     print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
@@ -407,6 +443,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("version")
     validate.add_argument("--json", action="store_true", help="the decision as one JSON object: outcome, reasons, every rule's structured check")
     validate.set_defaults(handler=cmd_validate)
+
+    gate = commands.add_parser(
+        "gate",
+        help="judge a version's existing validation run again (a changed policy, a new champion) without evaluating",
+        description=(
+            "Reads the version's validation run back from MLflow (records, metrics, expectation results, failed evaluators) and "
+            "judges it against the current champion with the model's policy (or --policy). Nothing is written unless --apply: "
+            "then decision.json, the version's tags and, on promotion, the champion alias, as the flow does. "
+            f"Exit status as for validate: 0 promoted, {EXIT_REJECTED} rejected, {EXIT_NOT_JUDGED} could not judge, 2 bad input."
+        ),
+    )
+    gate.add_argument("name")
+    gate.add_argument("version")
+    gate.add_argument("--policy", metavar="POLICY.yaml", help="judge with this policy instead of the model's (vlgate.yaml)")
+    gate.add_argument("--apply", action="store_true", help="record the decision and move the alias on promotion")
+    gate.add_argument("--json", action="store_true", help="the decision as one JSON object")
+    gate.set_defaults(handler=cmd_gate)
 
     report = commands.add_parser(
         "report",

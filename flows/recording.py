@@ -108,11 +108,29 @@ def champion_outputs(client: Any, model_name: str, exclude_version: str) -> tupl
     run_id = client.get_model_version(model_name, version).tags.get(tracking.TAG_RUN)
     if not run_id:
         return version, {}
+    return version, run_outputs(client, run_id)
+
+
+def run_outputs(client: Any, run_id: str) -> dict[str, EvaluatorOutput]:
+    """Every evaluator's output as a validation run recorded it: its records and metrics,
+    whether its expectations passed (the run's ``vlgate.expectations.*`` tags), and the
+    evaluators that failed (``run.json``'s error), so that a run judged again is judged
+    on what the flow judged."""
+    import json
+
+    tags = client.get_run(run_id).data.tags
     outputs: dict[str, EvaluatorOutput] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        local = Path(client.download_artifacts(run_id, "evaluators", scratch))
-        for folder in sorted(p for p in local.iterdir() if p.is_dir()):
-            if folder.name in registry.names() and (folder / "metrics.json").is_file() and (folder / "records.jsonl").is_file():
-                output = EvaluatorOutput.from_folder(folder.name, folder)
+        try:
+            local = Path(client.download_artifacts(run_id, "evaluators", scratch))
+        except Exception:  # a run that logged no evaluator at all
+            return outputs
+        for folder in sorted(p for p in local.iterdir() if p.is_dir() and p.name in registry.names()):
+            error = json.loads((folder / "run.json").read_text()).get("error") if (folder / "run.json").is_file() else None
+            if error:
+                outputs[folder.name] = EvaluatorOutput.failed(folder.name, error)
+            elif (folder / "metrics.json").is_file() and (folder / "records.jsonl").is_file():
+                passed = tags.get(f"vlgate.expectations.{folder.name}") == "passed"
+                output = EvaluatorOutput.from_folder(folder.name, folder, expectations_passed=passed)
                 outputs[folder.name] = dataclasses.replace(output, folder=None)  # the download is temporary
-    return version, outputs
+    return outputs

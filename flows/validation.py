@@ -29,7 +29,7 @@ from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.correlations import correlate_across_versions, correlate_with_champion, correlation_metrics, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
-from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, write_decision_tags
+from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
@@ -42,6 +42,12 @@ class ValidationError(RuntimeError):
 def judge_and_promote(model_name: str, version: str, run_id: str, policy_path: str, outputs: dict[str, EvaluatorOutput]) -> dict[str, Any]:
     """One gate decision per model at a time (so no candidate is judged against a champion
     that another candidate is replacing); tags always written, alias moved on promotion."""
+    return judge(model_name, version, run_id, policy_path, outputs, record=True)
+
+
+def judge(model_name: str, version: str, run_id: str, policy_path: str, outputs: dict[str, EvaluatorOutput], record: bool) -> dict[str, Any]:
+    """The gate on ``outputs`` against the current champion, under the model's gate lock;
+    with ``record``, ``decision.json``, the tags and (on promotion) the alias are written."""
     client = tracking.connect()
     claims = ClaimStore.for_home(prepare_environment())
     with claims.lock(f"gate:{model_name}"):
@@ -49,13 +55,27 @@ def judge_and_promote(model_name: str, version: str, run_id: str, policy_path: s
         decision = decide(GatePolicy.from_file(policy_path), outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
         payload = decision.as_dict() | {"champion_before": champion_version, "per_sample_correlations": per_sample}
-        client.log_dict(run_id, payload, "decision.json")
-        log_metric_dict(client, run_id, correlation_metrics(per_sample))
         label = "promoted" if decision.promote else "rejected"
-        write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
-        if decision.promote:
-            client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
+        if record:
+            client.log_dict(run_id, payload, "decision.json")
+            log_metric_dict(client, run_id, correlation_metrics(per_sample))
+            write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
+            if decision.promote:
+                client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
     return payload | {"decision": label}
+
+
+def judge_again(model_name: str, version: str, policy_path: str, record: bool = False) -> dict[str, Any]:
+    """``vlgate gate``: the version's existing validation run judged again (a changed
+    policy, a new champion) without evaluating anything; recorded only with ``record``."""
+    client = tracking.connect()
+    run_id = client.get_model_version(model_name, version).tags.get(tracking.TAG_RUN)
+    if not run_id:
+        raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
+    if record and tracking.champion_version(client, model_name) == str(version):
+        raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
+    payload = judge(model_name, version, run_id, policy_path, run_outputs(client, run_id), record)
+    return {"model": model_name, "version": version, "run_id": run_id, "recorded": record} | payload
 
 
 # --- report ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from vlgate import tracking
+from vlgate.flows.cli import main
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
@@ -234,3 +235,51 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
     tags = client.get_model_version("slow", "1").tags
     assert tags[tracking.TAG_DECISION] == "rejected" and tags[tracking.TAG_OUTCOME] == "could not judge"
     assert "lcm-mc" in tags[tracking.TAG_REASONS] and "TimeoutError" in tags[tracking.TAG_REASONS]
+
+
+def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_when_asked(home, tiny_world, capsys):
+    """``vlgate gate``: a stricter policy rejects a promoted version from its recorded run
+    (exit 3; nothing written), ``--apply`` records it, and the champion or a version without
+    a run is bad input (exit 2)."""
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    lenient = {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200}
+    configure(home, {"g": (suite, lenient)})
+    client = tracking.connect(home)
+    for steps in ("0", "3"):
+        tracking.register_checkpoint(client, "g", world / "checkpoints" / f"vlm-steps{steps}", home=home)
+    assert validate_pending(home, "g") == [("g", "1"), ("g", "2")]
+    assert tracking.champion_version(client, "g") == "2"
+    evaluated = sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir())
+    capsys.readouterr()
+
+    assert main(["gate", "g", "1", "--json"]) == 0  # the same policy, the same verdict, read back from the run
+    again = json.loads(capsys.readouterr().out)
+    assert again["outcome"] == "promoted" and again["recorded"] is False and again["champion_before"] == "2"
+    (home / "download").mkdir()
+    recorded = json.loads(Path(client.download_artifacts(again["run_id"], "decision.json", str(home / "download"))).read_text())
+    # v1 was first judged with no champion; now v2 is one: the same checks, the regression now a comparison
+    unchanged = [c for c in recorded["checks"] if c["rule"] != "regression"]
+    assert [c for c in again["checks"] if c["rule"] != "regression"] == unchanged and unchanged
+    (regression,) = [c for c in again["checks"] if c["rule"] == "regression"]
+    assert regression["champion"] is not None and regression["verdict"] == "pass"
+
+    strict = home / "strict.yaml"
+    strict.write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/acc": 0.999}, "resamples": 200}))
+    assert main(["gate", "g", "1", "--policy", str(strict)]) == 3
+    printed = capsys.readouterr().out
+    assert printed.startswith("g v1: rejected") and "lcm-mc/acc" in printed
+    assert client.get_model_version("g", "1").tags[tracking.TAG_DECISION] == "promoted"  # nothing written without --apply
+
+    assert main(["gate", "g", "1", "--policy", str(strict), "--apply", "--json"]) == 3
+    capsys.readouterr()
+    tags = client.get_model_version("g", "1").tags
+    assert tags[tracking.TAG_DECISION] == "rejected" and "lcm-mc/acc" in tags[tracking.TAG_REASONS]
+    assert tracking.champion_version(client, "g") == "2"
+    assert sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir()) == evaluated  # nothing evaluated again
+
+    assert main(["gate", "g", "2", "--apply"]) == 2 and "is the champion" in capsys.readouterr().err
+    tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-language-prior", home=home)
+    assert main(["gate", "g", "3"]) == 2 and "no validation run yet" in capsys.readouterr().err
+    assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
