@@ -16,10 +16,20 @@ from typing import Any
 from vlgate.config import ConfigError
 
 EXIT_BAD_INPUT = 2
-#: `vlgate validate`: 0 promoted; the version was judged and rejected; it could not be
-#: judged (an evaluator, a metric or the champion's records missing, or the flow failed)
+#: `vlgate validate` and `vlgate gate`: 0 promoted; the version was judged and rejected;
+#: it could not be judged (an evaluator, a metric or the champion's records missing, or
+#: the flow failed); inconclusive (a comparison with the champion too uncertain to decide:
+#: more shared samples would)
 EXIT_REJECTED = 3
 EXIT_NOT_JUDGED = 4
+EXIT_INCONCLUSIVE = 5
+_EXIT_CODES = f"0 promoted, {EXIT_REJECTED} rejected (a rule failed on the numbers), {EXIT_NOT_JUDGED} could not judge"
+
+
+def _exit_status(outcome: str) -> int:
+    from vlgate.flows.gate import INCONCLUSIVE, NOT_JUDGED, PROMOTED
+
+    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED, INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(outcome, EXIT_REJECTED)
 
 
 class UserError(Exception):
@@ -206,17 +216,17 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from vlgate.flows.prefect_server import local_prefect_server
-    from vlgate.flows.settings import not_configured, prepare_environment
+    from vlgate.flows.settings import model_problem, prepare_environment
 
     home = prepare_environment()
-    unjudgeable = not_configured(home, args.name)
-    if unjudgeable:  # checked before a Prefect server starts or anything is claimed
+    unjudgeable = model_problem(home, args.name)
+    if unjudgeable:  # config, suite and policy checked before a Prefect server starts or anything is claimed
         raise UserError(unjudgeable)
     with local_prefect_server(home):
         from mlflow.exceptions import MlflowException
 
         from vlgate import tracking
-        from vlgate.flows.gate import NOT_JUDGED, PROMOTED
+        from vlgate.flows.gate import NOT_JUDGED
         from vlgate.flows.validation import validate_model_version
 
         try:
@@ -233,7 +243,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _print_json(summary)
     else:
         _print_decision(summary)
-    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED}.get(summary["outcome"], EXIT_REJECTED)
+    return _exit_status(summary["outcome"])
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -253,7 +263,6 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from mlflow.exceptions import MlflowException
 
     from vlgate import tracking
-    from vlgate.flows.gate import NOT_JUDGED, PROMOTED
     from vlgate.flows.validation import ValidationError, judge_again
 
     try:
@@ -269,7 +278,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         _print_json(summary)
     else:
         _print_decision(summary)
-    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED}.get(summary["outcome"], EXIT_REJECTED)
+    return _exit_status(summary["outcome"])
 
 
 def _print_decision(summary: dict[str, Any]) -> None:
@@ -283,6 +292,49 @@ def _print_decision(summary: dict[str, Any]) -> None:
         print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
     if summary.get("report"):
         print(f"report: {summary['report']}")
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    """One drift check of the model's champion now, as the schedule runs it."""
+    from vlgate import tracking
+    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.flows.drift import NOT_CHECKED
+    from vlgate.flows.prefect_server import local_prefect_server
+    from vlgate.flows.settings import CONFIG_FILE, ServiceConfig, prepare_environment
+
+    home = prepare_environment()
+    _require_tracking(home)
+    config = ServiceConfig.load(home).for_model(args.name)
+    if config is None or config.drift is None:
+        raise UserError(f"registered model {args.name!r} has no drift section in {home / CONFIG_FILE} (models.NAME.drift: reference, batch)")
+    batch = Path(args.batch).resolve() if args.batch else None
+    for suite in (config.drift.reference, batch or config.drift.batch):
+        try:
+            Suite.from_file(suite)  # a suite mistake is bad input, before a server starts
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    champion = tracking.champion_version(tracking.connect(home), args.name)
+    if champion is None:
+        summary: dict[str, Any] = {"model": args.name, "version": None, "outcome": NOT_CHECKED, "error": "no champion yet: nothing to check for drift", "checks": []}
+    else:
+        with local_prefect_server(home):
+            from vlgate.flows.drift import drift_check
+
+            try:
+                summary = drift_check(args.name, str(batch) if batch else None)
+            except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
+                summary = {"model": args.name, "version": champion, "outcome": NOT_CHECKED, "error": f"{type(error).__name__}: {error}", "checks": []}
+    if args.json:
+        _print_json(summary)
+    else:
+        print(f"{summary['model']} v{summary['version']}: {summary['outcome']}" if summary["version"] else f"{summary['model']}: {summary['outcome']}")
+        if "error" in summary:
+            print(f"  {summary['error']}")
+        for check in sorted(summary["checks"], key=lambda check: not check["drifted"]):
+            print(f"  {'drifted' if check['drifted'] else 'ok':<8} {check['metric']}: {check['reason']}")
+        if summary.get("run_id"):
+            print(f"drift run: {summary['run_id']}")
+    return EXIT_REJECTED if summary.get("drifted") else EXIT_NOT_JUDGED if summary["outcome"] == NOT_CHECKED else 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -435,8 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the validation flow on one registered version now (what the hooks do)",
         description=(
             "Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision. "
-            f"Exit status: 0 promoted, {EXIT_REJECTED} rejected (a rule failed on the numbers), {EXIT_NOT_JUDGED} could not judge "
-            "(an evaluator, a metric or the champion's records missing, or the flow failed), 2 bad input."
+            f"Exit status: {_EXIT_CODES} (an evaluator, a metric or the champion's records missing, or the flow failed), "
+            f"{EXIT_INCONCLUSIVE} inconclusive (a comparison with the champion too uncertain: more shared samples would decide), "
+            "2 bad input (the config, suite or policy; checked before anything runs)."
         ),
     )
     validate.add_argument("name")
@@ -451,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Reads the version's validation run back from MLflow (records, metrics, expectation results, failed evaluators) and "
             "judges it against the current champion with the model's policy (or --policy). Nothing is written unless --apply: "
             "then decision.json, the version's tags and, on promotion, the champion alias, as the flow does. "
-            f"Exit status as for validate: 0 promoted, {EXIT_REJECTED} rejected, {EXIT_NOT_JUDGED} could not judge, 2 bad input."
+            f"Exit status as for validate: {_EXIT_CODES}, {EXIT_INCONCLUSIVE} inconclusive, 2 bad input."
         ),
     )
     gate.add_argument("name")
@@ -474,6 +527,22 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", help="folder for the pages")
     report.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
     report.set_defaults(handler=cmd_report)
+
+    drift = commands.add_parser(
+        "drift",
+        help="run a drift check of the model's champion now and print it",
+        description=(
+            "Scores the champion on the model's reference and new batches (models.NAME.drift in vlgate.yaml; --batch another "
+            "suite) and compares each label-free per-sample score: KS test, Holm-adjusted across the scores, and the mean drop "
+            "(evaluators/metrics/drift.py). Logged as a drift run like the scheduled check. "
+            f"Exit status: 0 no drift, {EXIT_REJECTED} drifted, {EXIT_NOT_JUDGED} could not check (no champion, no score "
+            "testable, or the check failed), 2 bad input."
+        ),
+    )
+    drift.add_argument("name")
+    drift.add_argument("--batch", metavar="SUITE.yaml", help="the drift suite of the batch to check (default: the model's drift.batch)")
+    drift.add_argument("--json", action="store_true", help="the result as one JSON object: outcome, and every score's check")
+    drift.set_defaults(handler=cmd_drift)
 
     serve = commands.add_parser(
         "serve",

@@ -2,7 +2,7 @@
 
     drift_check(model):
         score the champion on its reference batch (once; records are cached) and on the new batch
-        compare each label-free per-sample score: two-sample KS test + mean-drop threshold
+        compare each label-free per-sample score: two-sample KS test (Holm across the scores) + mean-drop threshold
         log a drift run to the model's experiment (tag vlgate.drift=true|false)
         on drift, emit the Prefect event ``vlgate.drift.detected``
 
@@ -70,7 +70,7 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     for evaluator, entry in evaluators.items():
         metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(entry.get("metrics", {}), evaluator)]
     for result in results:
-        for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value"):
+        for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value", "p_adjusted"):
             value = getattr(result, key)
             if value is not None:
                 metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
@@ -80,6 +80,10 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     client.set_terminated(run_id)
     return run_id
 
+
+#: A drift check's outcome: no drift, drifted, or could not check (no score was testable:
+#: too few samples, every evaluator failed, or no champion to check)
+NO_DRIFT, DRIFTED, NOT_CHECKED = "no drift", "drifted", "could not check"
 
 #: The Prefect event a drift emits; an automation (a notification, a retraining
 #: deployment) triggers on it.
@@ -99,7 +103,7 @@ def emit_drift_event(model_name: str, version: str, run_id: str, drifted: list) 
 @flow(name="vlgate-drift", log_prints=True)
 def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     """Compare the champion's label-free scores on the new batch with its reference batch."""
-    from vlgate.evaluators.metrics.drift import detect_drift
+    from vlgate.evaluators.metrics.drift import detect_drifts
 
     logger = get_run_logger()
     home = prepare_environment()
@@ -120,7 +124,7 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     current_out = folder / f"batch-{_suite_key(batch_suite)}"
     current = score_batch(model_uri, str(batch_suite), str(current_out), cache)
 
-    results = []
+    scores = {}
     for definition in registry.definitions():
         evaluator, score = definition.name, definition.drift_score
         if score is None or evaluator not in reference["evaluators"] or evaluator not in current["evaluators"]:
@@ -130,11 +134,13 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
             continue
         ref_scores = per_sample_scores(reference_out, evaluator, score.column)
         new_scores = per_sample_scores(current_out, evaluator, score.column)
-        results.append(detect_drift(f"{evaluator}/{score.metric}", ref_scores, new_scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop))
+        scores[f"{evaluator}/{score.metric}"] = (ref_scores, new_scores)
+    results = detect_drifts(scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop)  # Holm across the scores of the batch
     drifted = [r for r in results if r.drifted]
 
     run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)
-    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "run_id": run_id, "checks": [r.as_dict() for r in results]}
+    outcome = DRIFTED if drifted else NO_DRIFT if any(r.p_value is not None for r in results) else NOT_CHECKED
+    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "outcome": outcome, "run_id": run_id, "checks": [r.as_dict() for r in results]}
     if drifted:
         emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))

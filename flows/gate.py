@@ -10,36 +10,71 @@ A policy file::
       decc/reliable_rate/multi: 0.2
     ceilings:                     # lower is better: candidate value <= ceiling
       genception/gc_fid@3: 50
-    regressions:                  # against the champion, on the shared samples
+    regressions:                  # non-inferiority against the champion, on the shared samples
       lcm-mc/lcm: {max_drop: 0.02}
       lcm-mc/acc: {max_drop: 0.02}
+    superiority:                  # the candidate must be shown better than the champion
+      lcm-nb/lcm: {min_gain: 0.0}
+    categories:                   # per category of the evaluator's group field (category, concept)
+      lcm-mc/acc: {floor: 0.4, max_drop: 0.05, only: [animals, vehicles], min_samples: 20}
+    correction: holm              # across the comparisons' "worse" findings: holm, bonferroni or none
+    waivers:                      # a failing check let through, on record
+      - check: "decc/reliable_rate/multi vs champion"
+        by: alice@example.com
+        reason: DeCC's data is being relabelled (JIRA-123)
+        until: 2026-12-31
     confidence: 0.95              # one-sided, paired bootstrap
     resamples: 2000
     seed: 0
 
-A regression rule passes when the paired bootstrap lower bound of (candidate − champion)
-— (champion − candidate) for lower-is-better metrics — is at least ``-max_drop``: the
-candidate is shown non-inferior within the margin, rather than compared by point
-estimates. Which way a metric is better, and which metrics exist at all, comes from the
-evaluator registry: a policy naming an unknown evaluator or metric, or a regression rule
-on a metric without a direction (a count), is refused when the policy is loaded. The gate fails closed: a required evaluator that is missing, any
-evaluator of the suite (required or not) that failed or failed its expectations, a metric
-that is absent or undefined, or a comparison that cannot be made means no promotion, and
-every reason is kept.
+Comparisons with the champion (regressions, superiority, per-category ``max_drop``) are
+paired bootstraps of the improvement — candidate − champion, champion − candidate for
+lower-is-better metrics — over the samples both were judged on, and have three verdicts:
+
+* **pass** when the one-sided ``confidence`` lower bound of the improvement clears the
+  margin: at least ``-max_drop`` (non-inferior), or above ``min_gain`` (superior). All
+  rules must pass, so no correction is needed on this side (an intersection-union test
+  is level α as it stands);
+* **fail** when the improvement is shown below the margin: its bootstrap p-value, adjusted
+  across every comparison of the policy (``correction``, Holm by default), is at most
+  1 − ``confidence``. So more rules do not mean more false rejections of a good candidate;
+* **inconclusive** otherwise: the interval spans the margin. The check says about how many
+  shared samples would decide (the interval narrowing as 1/√n). It blocks promotion.
+
+Which way a metric is better, and which metrics exist at all, comes from the evaluator
+registry: a policy naming an unknown evaluator or metric, a comparison on a metric without
+a direction (a count), a per-category rule on an evaluator without categories, or a waiver
+of a check the policy never makes is refused when the policy is loaded; ``check_suite``
+refuses one that names evaluators the model's suite does not run. The gate fails closed: a
+required evaluator that is missing, any evaluator of the suite (required or not) that
+failed or failed its expectations, a metric that is absent or undefined, or a comparison
+that cannot be made means no promotion, and every reason is kept. A waiver turns one named
+failing check into a pass until its date, and the decision shows who waived it and why.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vlgate.config import load_yaml_model
 from vlgate.evaluators import registry
-from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
+from vlgate.evaluators.metrics.bootstrap import (
+    PairedDifference,
+    bonferroni_adjusted,
+    bootstrap_p_value,
+    holm_adjusted,
+    paired_bootstrap_difference,
+    samples_to_decide,
+)
 from vlgate.evaluators.output import EvaluatorOutput
 
 
@@ -49,6 +84,43 @@ class RegressionRule(BaseModel):
     max_drop: float = Field(ge=0, description="allowed drop against the champion, in the metric's own units")
 
 
+class SuperiorityRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_gain: float = Field(default=0.0, ge=0, description="the improvement's lower bound must be above this, in the metric's own units")
+
+
+class CategoryRule(BaseModel):
+    """Rules judged on each category of the evaluator's group field separately."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    floor: float | None = None
+    ceiling: float | None = None
+    max_drop: float | None = Field(default=None, ge=0)
+    only: list[str] | None = Field(default=None, min_length=1, description="these categories; unset: every category the candidate has")
+    min_samples: int = Field(default=1, ge=1, description="a category with fewer records is skipped, and the check says so")
+
+    @model_validator(mode="after")
+    def _some_rule(self) -> CategoryRule:
+        if self.floor is None and self.ceiling is None and self.max_drop is None:
+            raise ValueError("a category rule needs floor, ceiling or max_drop")
+        return self
+
+
+class Waiver(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    check: str = Field(min_length=1, description="the check's name as the decision prints it, e.g. 'lcm-mc/acc vs champion'")
+    by: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    until: date = Field(description="the last day the waiver applies (UTC)")
+
+
+Correction = Literal["holm", "bonferroni", "none"]
+_CATEGORY_CHECK = re.compile(r"(?P<metric>\S+)\[(?P<category>[^\]]+)\] (?P<rule>floor|ceiling|vs champion)")
+
+
 class GatePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -56,6 +128,10 @@ class GatePolicy(BaseModel):
     floors: dict[str, float] = Field(default_factory=dict)
     ceilings: dict[str, float] = Field(default_factory=dict)
     regressions: dict[str, RegressionRule] = Field(default_factory=dict)
+    superiority: dict[str, SuperiorityRule] = Field(default_factory=dict)
+    categories: dict[str, CategoryRule] = Field(default_factory=dict)
+    correction: Correction = "holm"
+    waivers: list[Waiver] = Field(default_factory=list)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=2000, ge=100)
     seed: int = 0
@@ -68,71 +144,135 @@ class GatePolicy(BaseModel):
         known = registry.names()
         for name in self.required:
             if name not in known:
-                raise ValueError(f"gate policy: required evaluator {name!r} is not one of {', '.join(known)}")
-        for name in [*self.floors, *self.ceilings, *self.regressions]:
-            evaluator, metric = registry.split_metric(name)
-            if evaluator not in known or not metric:
-                raise ValueError(f"gate policy: {name!r} is not EVALUATOR/METRIC with EVALUATOR one of {', '.join(known)}")
-            spec = registry.metric(name)
-            if spec is None:
-                listed = ", ".join(m.name for m in registry.get(evaluator).metrics)
-                raise ValueError(f"gate policy: {name!r}: {evaluator} has no metric {metric!r} (it has {listed})")
-            if name in self.regressions and spec.direction is None:
-                raise ValueError(f"gate policy: {name!r} has no better direction (a count or a share), so it cannot regress")
+                raise ValueError(f"required: evaluator {name!r} is not one of {', '.join(known)}")
+        compared = [*self.regressions, *self.superiority, *(name for name, rule in self.categories.items() if rule.max_drop is not None)]
+        for section, names in (("floors", self.floors), ("ceilings", self.ceilings), ("regressions", self.regressions), ("superiority", self.superiority), ("categories", self.categories)):
+            for name in names:
+                evaluator, metric = registry.split_metric(name)
+                if evaluator not in known or not metric:
+                    raise ValueError(f"{section}.{name}: not EVALUATOR/METRIC with EVALUATOR one of {', '.join(known)}")
+                spec = registry.metric(name)
+                if spec is None:
+                    listed = ", ".join(m.name for m in registry.get(evaluator).metrics)
+                    raise ValueError(f"{section}.{name}: {evaluator} has no metric {metric!r} (it has {listed})")
+                if name in compared and spec.direction is None:
+                    raise ValueError(f"{section}.{name} has no better direction (a count or a share), so it cannot be compared with the champion")
+                if section == "categories" and registry.get(evaluator).group_field is None:
+                    with_groups = ", ".join(d.name for d in registry.definitions() if d.group_field)
+                    raise ValueError(f"categories.{name}: {evaluator}'s records have no categories (evaluators with them: {with_groups})")
+        for n, waiver in enumerate(self.waivers):
+            if not self.makes_check(waiver.check):
+                raise ValueError(f"waivers.{n}.check: the policy makes no check {waiver.check!r} (names as the decision prints them, e.g. {self.example_checks()})")
+
+    def evaluators(self) -> set[str]:
+        """Every evaluator the policy needs results of."""
+        named = [*self.floors, *self.ceilings, *self.regressions, *self.superiority, *self.categories]
+        return {*self.required, *(registry.split_metric(name)[0] for name in named)}
+
+    def check_suite(self, suite_evaluators: Iterable[str], suite: str = "the suite") -> None:
+        """Refuse a policy that judges evaluators the model's suite does not run: it could
+        never promote anything, and would only say so after the whole evaluation."""
+        runs = set(suite_evaluators)
+        missing = sorted(self.evaluators() - runs)
+        if missing:
+            raise ValueError(f"needs {', '.join(missing)}, which {suite} does not run (it runs {', '.join(sorted(runs)) or 'nothing'})")
+
+    def makes_check(self, name: str) -> bool:
+        """Whether one of the policy's rules produces a check of this name (waivers must name one)."""
+        if name in self._static_checks():
+            return True
+        match = _CATEGORY_CHECK.fullmatch(name)
+        if match is None or match["metric"] not in self.categories:
+            return False
+        rule = self.categories[match["metric"]]
+        made = {"floor": rule.floor is not None, "ceiling": rule.ceiling is not None, "vs champion": rule.max_drop is not None}[match["rule"]]
+        return made and (rule.only is None or match["category"] in rule.only)
+
+    def _static_checks(self) -> list[str]:
+        evaluators = sorted(self.evaluators() | set(registry.names()))
+        return [
+            *(f"{e} {what}" for e in evaluators for what in ("ran", "expectations")),
+            *(f"{m} floor" for m in self.floors),
+            *(f"{m} ceiling" for m in self.ceilings),
+            *(f"{m} vs champion" for m in self.regressions),
+            *(f"{m} superiority" for m in self.superiority),
+        ]
+
+    def example_checks(self) -> str:
+        return ", ".join(repr(name) for name in self._static_checks()[-3:])
 
 
-PASS, FAIL, UNJUDGED = "pass", "fail", "could not judge"
+PASS, FAIL, UNJUDGED, INCONCLUSIVE, WAIVED = "pass", "fail", "could not judge", "inconclusive", "waived"
 PROMOTED, REJECTED, NOT_JUDGED = "promoted", "rejected", "could not judge"
 
 
 @dataclass
 class Check:
     """One rule of the policy on one candidate. ``verdict``: pass, fail (the numbers say
-    no), or could not judge (something to judge was missing: an evaluator that did not
-    run, a metric undefined, no shared samples; such a check fails closed too)."""
+    no), inconclusive (a comparison whose interval spans its margin), could not judge
+    (something to judge was missing: an evaluator that did not run, a metric undefined,
+    no shared samples; such a check fails closed too), or waived (failed, let through by
+    a waiver in the policy)."""
 
     name: str
     passed: bool
     detail: str
-    rule: str = ""  # ran, expectations, floor, ceiling, regression
+    rule: str = ""  # ran, expectations, floor, ceiling, regression, superiority
     metric: str | None = None  # EVALUATOR/METRIC, or the evaluator for ran/expectations
     candidate: float | None = None
     champion: float | None = None
-    limit: float | None = None  # the floor or ceiling, or -max_drop of a regression rule
-    interval: tuple[float, float] | None = None  # the bootstrap interval of candidate - champion
+    limit: float | None = None  # the floor or ceiling, -max_drop of a regression rule, min_gain of a superiority rule
+    interval: tuple[float, float] | None = None  # the bootstrap interval of the improvement (candidate better: positive)
     bound: float | None = None  # the bound judged against the limit (improvement's lower bound)
     judged: bool = True
+    category: str | None = None  # a per-category rule's category
+    p_value: float | None = None  # a comparison's adjusted p-value of "shown below the limit"
+    n_shared: int | None = None  # a comparison's shared samples
+    samples_needed: int | None = None  # an inconclusive comparison's estimate of the shared samples that would decide
+    inconclusive: bool = False
+    waiver: Waiver | None = None
 
     @property
     def verdict(self) -> str:
-        return PASS if self.passed else FAIL if self.judged else UNJUDGED
+        if self.waiver is not None:
+            return WAIVED
+        return PASS if self.passed else INCONCLUSIVE if self.inconclusive else FAIL if self.judged else UNJUDGED
 
     def as_dict(self) -> dict[str, Any]:
-        fields = {k: v for k, v in vars(self).items() if k != "judged"}
-        return fields | {"interval": list(self.interval) if self.interval else None, "verdict": self.verdict}
+        fields = {k: v for k, v in vars(self).items() if k not in ("judged", "inconclusive")}
+        return fields | {
+            "interval": list(self.interval) if self.interval else None,
+            "waiver": self.waiver.model_dump(mode="json") if self.waiver else None,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass
 class Decision:
     promote: bool
     checks: list[Check] = field(default_factory=list)
+    #: the policy judged with, as loaded (logged with every decision)
+    policy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def outcome(self) -> str:
-        """promoted; rejected when a rule failed on the numbers; could not judge when the
-        only failures are things missing (the version may be fine: rerun once fixed)."""
+        """promoted; rejected when a rule failed on the numbers; could not judge when
+        something to judge was missing (the version may be fine: rerun once fixed);
+        inconclusive when the only failures are comparisons too uncertain to decide
+        (more shared samples would)."""
         if self.promote:
             return PROMOTED
-        return REJECTED if any(c.verdict == FAIL for c in self.checks) else NOT_JUDGED
+        verdicts = {c.verdict for c in self.checks}
+        return REJECTED if FAIL in verdicts else NOT_JUDGED if UNJUDGED in verdicts else INCONCLUSIVE
 
     @property
     def reasons(self) -> list[str]:
-        """The failed checks when not promoted, every check when promoted."""
-        failed = [c for c in self.checks if not c.passed]
-        return [f"{c.name}: {c.detail}" for c in (failed if failed else self.checks)]
+        """The failed checks (and any waived ones) when not promoted, every check when promoted."""
+        shown = [c for c in self.checks if not c.passed or c.waiver is not None]
+        return [f"{c.name}: {c.detail}" for c in (shown if not self.promote else self.checks)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"promote": self.promote, "outcome": self.outcome, "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks]}
+        return {"promote": self.promote, "outcome": self.outcome, "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks], "policy": self.policy}
 
 
 def lower_is_better(qualified: str) -> bool:
@@ -146,8 +286,14 @@ def _metric(output: EvaluatorOutput | None, metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Decision:
-    """Judge a candidate; ``champion`` is None when the model has none yet."""
+def decide(
+    policy: GatePolicy,
+    candidate: dict[str, EvaluatorOutput],
+    champion: dict[str, EvaluatorOutput] | None,
+    today: date | None = None,
+) -> Decision:
+    """Judge a candidate; ``champion`` is None when the model has none yet; ``today``
+    (UTC by default) is the day waivers are checked against."""
     checks: list[Check] = []
     # every evaluator the suite ran is judged, required or not: an output that crashed or
     # failed its expectations blocks promotion (SPEC: any failed expectation); ``required``
@@ -163,61 +309,198 @@ def decide(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: 
             checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records", "ran", evaluator))
             passed = result.expectations_passed
             checks.append(Check(f"{evaluator} expectations", passed, "passed" if passed else "failed expectations (see the validation report)", "expectations", evaluator))
-    for name, bound in [*((n, ("floor", v)) for n, v in policy.floors.items()), *((n, ("ceiling", v)) for n, v in policy.ceilings.items())]:
-        kind, limit = bound
+    for name, kind, limit in [*((n, "floor", v) for n, v in policy.floors.items()), *((n, "ceiling", v) for n, v in policy.ceilings.items())]:
         evaluator, metric = registry.split_metric(name)
-        value = _metric(candidate.get(evaluator), metric)
-        if value is None:
-            checks.append(Check(f"{name} {kind}", False, "metric missing or undefined (fail closed)", kind, name, limit=limit, judged=False))
-            continue
-        passed = value >= limit if kind == "floor" else value <= limit
-        detail = f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"
-        checks.append(Check(f"{name} {kind}", passed, detail, kind, name, candidate=value, limit=limit))
-    for name, rule in policy.regressions.items():
-        checks.append(_regression_check(policy, name, rule, candidate, champion))
-    return Decision(promote=all(check.passed for check in checks), checks=checks)
+        checks.append(_bound_check(f"{name} {kind}", name, kind, limit, _metric(candidate.get(evaluator), metric)))
+    for name, rule in policy.categories.items():
+        checks.extend(_category_bound_checks(name, rule, candidate))
+    comparisons = [_Comparison(f"{name} vs champion", name, "regression", -rule.max_drop) for name, rule in policy.regressions.items()]
+    comparisons += [_Comparison(f"{name} superiority", name, "superiority", rule.min_gain) for name, rule in policy.superiority.items()]
+    for name, rule in policy.categories.items():
+        if rule.max_drop is not None:
+            comparisons += _category_comparisons(name, rule, candidate, champion)
+    checks.extend(_judge_comparisons(policy, comparisons, candidate, champion))
+    _apply_waivers(checks, policy.waivers, today or datetime.now(UTC).date())
+    return Decision(promote=all(check.passed for check in checks), checks=checks, policy=policy.model_dump(mode="json"))
 
 
-def _regression_check(policy: GatePolicy, name: str, rule: RegressionRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check:
-    label = f"{name} vs champion"
-    limit = -rule.max_drop
-    if champion is None:
-        return Check(label, True, "no champion yet: nothing to regress from", "regression", name, limit=limit)
+def _bound_check(label: str, name: str, kind: str, limit: float, value: float | None, category: str | None = None) -> Check:
+    if value is None:
+        return Check(label, False, "metric missing or undefined (fail closed)", kind, name, limit=limit, judged=False, category=category)
+    passed = value >= limit if kind == "floor" else value <= limit
+    detail = f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"
+    return Check(label, passed, detail, kind, name, candidate=value, limit=limit, category=category)
+
+
+def _categories(output: EvaluatorOutput | None, evaluator: str) -> dict[str, dict[str, Any]] | None:
+    """The candidate's per-category metrics (scoring's ``by_<group field>``), None if absent."""
+    group_field = registry.get(evaluator).group_field
+    breakdown = None if output is None or output.metrics is None else output.metrics.get(f"by_{group_field}")
+    return breakdown if isinstance(breakdown, dict) else None
+
+
+def _category_bound_checks(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput]) -> list[Check]:
     evaluator, metric = registry.split_metric(name)
-    mine, theirs = candidate.get(evaluator), champion.get(evaluator)
-    if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
-        return Check(label, False, "per-sample records missing for the candidate or the champion (fail closed)", "regression", name, limit=limit, judged=False)
+    bounds = [(kind, limit) for kind, limit in (("floor", rule.floor), ("ceiling", rule.ceiling)) if limit is not None]
+    if not bounds:
+        return []
+    breakdown = _categories(candidate.get(evaluator), evaluator)
+    if breakdown is None:
+        return [Check(f"{name}[*] {kind}", False, "no per-category metrics (fail closed)", kind, name, limit=limit, judged=False) for kind, limit in bounds]
+    checks = []
+    for category in rule.only or sorted(breakdown):
+        values = breakdown.get(category)
+        for kind, limit in bounds:
+            label = f"{name}[{category}] {kind}"
+            if values is not None and int(values.get("n", 0)) < rule.min_samples:
+                checks.append(Check(label, True, f"skipped: {int(values.get('n', 0))} records < min_samples {rule.min_samples}", kind, name, limit=limit, category=category))
+                continue
+            value = None if values is None or values.get(metric) is None else float(values[metric])
+            checks.append(_bound_check(label, name, kind, limit, value, category))
+    return checks
+
+
+@dataclass
+class _Comparison:
+    """One comparison with the champion before it is judged: its label, metric, rule,
+    margin, and the category it is restricted to."""
+
+    label: str
+    metric: str
+    rule: str  # regression or superiority
+    limit: float
+    category: str | None = None
+    ids: set[Any] | None = None  # the category's sample ids; None: every sample
+    skipped: str | None = None
+
+    def check(self, passed: bool, detail: str, judged: bool = True, **numbers: Any) -> Check:
+        """A check of this comparison made without a bootstrap (nothing to compare, skipped, fail closed)."""
+        return Check(self.label, passed, detail, self.rule, self.metric, limit=self.limit, judged=judged, category=self.category, **numbers)
+
+
+def _statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | None]:
+    """The set-level metric of a per-sample frame (with ``id``), by the evaluator's own aggregate."""
     aggregate = registry.get(evaluator).aggregate
 
     def statistic(frame: pd.DataFrame) -> float | None:
         return aggregate(frame.drop(columns="id")).get(metric)
 
-    result = paired_bootstrap_difference(mine.samples, theirs.samples, statistic, policy.confidence, policy.resamples, policy.seed)
-    if result.lower is None or result.upper is None or result.difference is None:
-        return Check(
-            label,
-            False,
-            f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)",
-            "regression",
-            name,
-            candidate=result.candidate,
-            champion=result.champion,
-            limit=limit,
-            judged=False,
-        )
-    sign = -1.0 if lower_is_better(name) else 1.0
-    improvement, bound = sign * result.difference, (sign * result.lower if sign > 0 else sign * result.upper)
-    passed = bound >= limit
+    return statistic
+
+
+def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[_Comparison]:
+    evaluator, _ = registry.split_metric(name)
+    group_field = registry.get(evaluator).group_field or ""
+    output = candidate.get(evaluator)
+    by_category: dict[str, set[Any]] = {}
+    for record in output.records if output is not None else []:
+        if record.get(group_field) is not None:  # uncategorised records belong to no category's rule
+            by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
+    limit = -float(rule.max_drop or 0.0)
+    if champion is not None and not by_category:
+        return [_Comparison(f"{name}[*] vs champion", name, "regression", limit, skipped="no per-category records (fail closed)")]
+    comparisons = []
+    for category in rule.only or sorted(by_category):
+        ids = by_category.get(category, set())
+        skipped = f"skipped: {len(ids)} records < min_samples {rule.min_samples}" if len(ids) < rule.min_samples else None
+        comparisons.append(_Comparison(f"{name}[{category}] vs champion", name, "regression", limit, category, ids, skipped))
+    return comparisons
+
+
+def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[Check]:
+    """Every comparison bootstrapped, then judged together: pass on its own lower bound,
+    fail on its p-value adjusted across all of them, inconclusive in between."""
+    checks: dict[int, Check] = {}
+    tested: list[tuple[int, _Comparison, PairedDifference, np.ndarray, float]] = []
+    for n, comparison in enumerate(comparisons):
+        if comparison.skipped is not None:
+            skipped = comparison.skipped.startswith("skipped")
+            checks[n] = comparison.check(skipped, comparison.skipped, judged=skipped)
+            continue
+        if champion is None:
+            checks[n] = comparison.check(True, "no champion yet: nothing to compare with")
+            continue
+        evaluator, metric = registry.split_metric(comparison.metric)
+        mine, theirs = candidate.get(evaluator), champion.get(evaluator)
+        if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
+            checks[n] = comparison.check(False, "per-sample records missing for the candidate or the champion (fail closed)", judged=False)
+            continue
+        mine_samples, their_samples = mine.samples, theirs.samples
+        if comparison.ids is not None:
+            mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
+        result = paired_bootstrap_difference(mine_samples, their_samples, _statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed)
+        if result.lower is None or result.upper is None or result.difference is None:
+            detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
+            checks[n] = comparison.check(False, detail, judged=False, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
+            continue
+        sign = -1.0 if lower_is_better(comparison.metric) else 1.0
+        improvements = sign * result.distribution
+        # regression: shown worse means improvement < -max_drop; superiority: shown not better means <= min_gain
+        p_value = bootstrap_p_value(improvements, comparison.limit, strict=comparison.rule == "regression")
+        tested.append((n, comparison, result, improvements, p_value))
+    raw = [p for *_, p in tested]
+    adjusted = holm_adjusted(raw) if policy.correction == "holm" else bonferroni_adjusted(raw) if policy.correction == "bonferroni" else raw
+    alpha = 1 - policy.confidence
+    # the level a "worse" finding is held to after the correction (Bonferroni's, which
+    # Holm's step-down never asks more than): what an inconclusive check's estimate uses
+    fail_level = alpha / len(tested) if policy.correction != "none" and tested else alpha
+    for (n, comparison, result, improvements, _p), p_value in zip(tested, adjusted):
+        checks[n] = _comparison_check(policy, comparison, result, improvements, p_value, alpha, fail_level, len(tested))
+    return [checks[n] for n in range(len(comparisons))]
+
+
+def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: PairedDifference, improvements: np.ndarray, p_value: float, alpha: float, fail_level: float, family: int) -> Check:
+    assert result.lower is not None and result.upper is not None and result.difference is not None
+    sign = -1.0 if lower_is_better(comparison.metric) else 1.0
+    improvement = sign * result.difference
+    low, high = sorted((sign * result.lower, sign * result.upper))
+    limit = comparison.limit
+    superiority = comparison.rule == "superiority"
+    passed = low > limit if superiority else low >= limit
+    shown_below = not passed and p_value <= alpha
+    inconclusive = not passed and not shown_below
+    corrected = f"{policy.correction}-adjusted p {p_value:.3g} over {family} comparisons" if policy.correction != "none" and family > 1 else f"p {p_value:.3g}"
+    head = f"{result.candidate:.4f} vs {result.champion:.4f} on {result.n_shared} shared samples: change {improvement:+.4f}"
+    samples_needed = None
+    if passed:
+        detail = f"{head}, {policy.confidence:.0%} lower bound {low:+.4f} {'> ' if superiority else '>= '}{limit:+g} {'required' if superiority else 'allowed'}"
+    elif shown_below:
+        side = "not shown above" if superiority else "shown below"
+        detail = f"{head} ({side} {limit:+g}: {corrected}), {policy.confidence:.0%} lower bound {low:+.4f} {'<=' if superiority else '<'} {limit:+g} {'required' if superiority else 'allowed'}"
+    else:
+        # towards a pass the uncorrected lower bound decides; towards a fail the bound at the corrected level
+        half_width = improvement - low if improvement > limit else float(np.quantile(improvements, 1 - fail_level)) - improvement
+        samples_needed = samples_to_decide(result.n_shared, improvement - limit, half_width)
+        decide_with = f"about {samples_needed} shared samples would decide" if samples_needed else "the estimate sits on the margin: no number of samples decides"
+        detail = f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {decide_with}"
     return Check(
-        label,
+        comparison.label,
         passed,
-        f"{result.candidate:.4f} vs {result.champion:.4f} on {result.n_shared} shared samples: change {improvement:+.4f}, "
-        f"{policy.confidence:.0%} lower bound {bound:+.4f} {'>=' if passed else '<'} -{rule.max_drop} allowed",
-        "regression",
-        name,
+        detail,
+        comparison.rule,
+        comparison.metric,
         candidate=result.candidate,
         champion=result.champion,
         limit=limit,
-        interval=(result.lower, result.upper),
-        bound=bound,
+        interval=(low, high),
+        bound=low,
+        category=comparison.category,
+        p_value=p_value,
+        n_shared=result.n_shared,
+        samples_needed=samples_needed,
+        inconclusive=inconclusive,
     )
+
+
+def _apply_waivers(checks: list[Check], waivers: list[Waiver], today: date) -> None:
+    """A failing check named by a waiver whose day has not passed is let through, on record."""
+    by_check = {waiver.check: waiver for waiver in waivers}
+    for check in checks:
+        waiver = by_check.get(check.name)
+        if waiver is None or check.passed:
+            continue
+        if waiver.until < today:
+            check.detail += f" (waiver by {waiver.by} expired on {waiver.until.isoformat()})"
+            continue
+        check.waiver, check.passed = waiver, True
+        check.detail += f"; WAIVED by {waiver.by} until {waiver.until.isoformat()}: {waiver.reason}"

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from vlgate import tracking
+from vlgate.config import ConfigError
 from vlgate.flows.prefect_server import local_prefect_server
-from vlgate.flows.settings import ServiceConfig, prepare_environment
+from vlgate.flows.settings import ServiceConfig, config_problem, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
 log = logging.getLogger("vlgate.serve")
@@ -73,6 +74,10 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
     home = prepare_environment()
     config = ServiceConfig.load(home)  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
+    for name, model in [*config.models.items(), *([("default", config.default)] if config.default else [])]:
+        problem = config_problem(model)
+        if problem:  # each model's suite and policy, checked against each other before anything is served
+            raise ConfigError(f"model {name!r}: {problem}")
     # vlgate's own decisions at INFO; the libraries (GX, MLflow, httpx) only when they warn
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("vlgate").setLevel(logging.INFO)

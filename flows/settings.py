@@ -146,6 +146,36 @@ def not_configured(home: Path, model_name: str) -> str | None:
     return None
 
 
+def model_problem(home: Path, model_name: str) -> str | None:
+    """Why ``model_name`` cannot be validated, checked before anything is evaluated: not
+    configured, a suite or policy that does not load, or a policy that judges evaluators
+    the suite does not run. None when it can be."""
+    unconfigured = not_configured(home, model_name)
+    if unconfigured:
+        return unconfigured
+    config = ServiceConfig.load(home).for_model(model_name)
+    assert config is not None
+    return config_problem(config)
+
+
+def config_problem(config: ModelConfig) -> str | None:
+    """A model's suite and policy loaded and checked against each other, or the one line
+    that says what is wrong (naming the file and the field)."""
+    from vlgate.evaluators.runners.suite import Suite  # the registry and its runners: not for every importer
+    from vlgate.flows.gate import GatePolicy
+
+    try:
+        suite = Suite.from_file(config.suite)
+        policy = GatePolicy.from_file(config.policy)
+    except ValueError as error:
+        return str(error)
+    try:
+        policy.check_suite(suite.evaluators, f"suite {config.suite}")
+    except ValueError as error:
+        return f"gate policy {config.policy}: {error}"
+    return None
+
+
 def prepare_environment(home: Path | None = None) -> Path:
     """Point Prefect's local state into ``VLGATE_HOME`` (unless the user configured Prefect)
     before Prefect is imported; returns the resolved home."""

@@ -30,7 +30,7 @@ from vlgate.flows.correlations import correlate_across_versions, correlate_with_
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment
+from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
 
@@ -54,10 +54,11 @@ def judge(model_name: str, version: str, run_id: str, policy_path: str, outputs:
         champion_version, champion = champion_outputs(client, model_name, version)
         decision = decide(GatePolicy.from_file(policy_path), outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
-        payload = decision.as_dict() | {"champion_before": champion_version, "per_sample_correlations": per_sample}
+        payload = decision.as_dict() | {"policy_path": policy_path, "champion_before": champion_version, "per_sample_correlations": per_sample}
         label = "promoted" if decision.promote else "rejected"
         if record:
-            client.log_dict(run_id, payload, "decision.json")
+            client.log_dict(run_id, payload, "decision.json")  # with the policy judged with, as loaded
+            client.log_artifact(run_id, policy_path, artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
             write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
             if decision.promote:
@@ -146,6 +147,9 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     config = service_config.for_model(model_name)
     if config is None:  # configured when the flow started, no longer
         raise ValidationError(not_configured(home, model_name))
+    problem = config_problem(config)
+    if problem:  # a policy mistake is found now, not after every evaluator ran
+        raise ValidationError(problem)
     client = tracking.connect(home)
     tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
@@ -189,6 +193,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         "outcome": decision["outcome"],
         "reasons": decision["reasons"],
         "checks": decision["checks"],
+        "policy": decision["policy"],
         "correlations": across,
         "report": report,
     }

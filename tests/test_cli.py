@@ -12,7 +12,7 @@ from vlgate.flows.cli import main
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["drift"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])
@@ -129,3 +129,45 @@ def test_serve_with_a_broken_service_config_is_one_line_and_exit_2(config, says,
     assert main(["serve", "--once", "--no-webhook", "--no-drift"]) == 2
     error = capsys.readouterr().err
     assert says in error and str(tmp_path / "vlgate.yaml") in error and len(error.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "policy, says",
+    [
+        ("required: [lcm-mc]\nfloors: {lcm-mc/accuracy: 0.5}\n", "floors.lcm-mc/accuracy: lcm-mc has no metric 'accuracy'"),
+        ("required: [lcm-mc, decc]\n", "needs decc, which suite {home}/suite.yaml does not run (it runs lcm-mc)"),
+        ("required: [lcm-mc]\nregressions: {lcm-nb/lcm: {max_drop: 0.1}}\n", "needs lcm-nb, which suite"),
+        (
+            "required: [lcm-mc]\nwaivers: [{check: lcm-mc/acc floor, by: a, reason: b, until: 2030-01-01}]\n",
+            "waivers.0.check: the policy makes no check 'lcm-mc/acc floor'",
+        ),
+    ],
+)
+def test_a_policy_mistake_is_bad_input_before_anything_is_evaluated(policy, says, tmp_path, monkeypatch, capsys):
+    """Issue 17: a typo in the policy, or a policy judging evaluators the suite does not
+    run, used to surface as a rejection after every evaluator ran."""
+    from vlgate import tracking
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "suite.yaml").write_text("name: s\nevaluators: {lcm-mc: {data: mc}}\n")
+    (home / "gate.yaml").write_text(policy)
+    (home / "vlgate.yaml").write_text("models:\n  m: {suite: suite.yaml, policy: gate.yaml}\n")
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    tracking.connect(home).create_registered_model("m")
+    capsys.readouterr()
+    assert main(["validate", "m", "1"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"vlgate validate: gate policy {home / 'gate.yaml'}: ") and says.format(home=home) in line
+    assert ClaimStore.for_home(home).get("m", "1") is None  # nothing claimed, nothing ran
+    # the service refuses to start on it too, naming the model
+    assert main(["serve", "--once", "--no-webhook", "--no-drift"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "model 'm': gate policy" in line and says.format(home=home) in line
+
+
+def test_each_outcome_has_its_exit_status():
+    from vlgate.flows.cli import _exit_status
+
+    assert [_exit_status(o) for o in ("promoted", "rejected", "could not judge", "inconclusive")] == [0, 3, 4, 5]

@@ -153,7 +153,7 @@ def test_as_dict_is_json_ready():
     assert isinstance(result, DriftResult)
     assert list(data) == [
         "metric", "n_reference", "n_current", "mean_reference", "mean_current", "mean_drop",
-        "statistic", "p_value", "mannwhitney_p", "drifted", "reason",
+        "statistic", "p_value", "mannwhitney_p", "drifted", "reason", "p_adjusted",
     ]
     round_trip = json.loads(json.dumps(data))
     assert round_trip["metric"] == "decc/reliable_rate"
@@ -194,3 +194,26 @@ def test_module_is_pure_math():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_scores_checked_together_are_holm_corrected_so_more_scores_do_not_mean_more_alarms():
+    from vlgate.evaluators.metrics.drift import detect_drifts
+
+    reference = np.linspace(0.4, 0.8, 200)
+    moved = reference - 0.06  # KS p = 0.022 < alpha 0.05 and a drop of 0.06 > max_mean_drop 0.05: drift, alone
+    p = stats.ks_2samp(reference, moved).pvalue
+    assert 0.05 / 3 < p < 0.05
+    alone = detect_drift("a/x", reference, moved, alpha=0.05, max_mean_drop=0.05)
+    assert alone.drifted and alone.p_adjusted is None
+    scores = {name: (reference, moved) for name in ("a/x", "b/x", "c/x")}
+    together = detect_drifts(scores, alpha=0.05, max_mean_drop=0.05)
+    assert [r.metric for r in together] == ["a/x", "b/x", "c/x"]
+    assert [r.drifted for r in together] == [False] * 3 and [r.p_adjusted for r in together] == pytest.approx([3 * p] * 3)
+    assert "Holm-adjusted p=" in together[0].reason and together[0].p_value == pytest.approx(p)
+    # a drop past twice the threshold needs no test; one score alone is decided as detect_drift decides it
+    scores["d/x"] = (reference, reference - 0.15)
+    assert [r.drifted for r in detect_drifts(scores, alpha=0.05, max_mean_drop=0.05)] == [False, False, False, True]
+    assert detect_drifts({"a/x": (reference, moved)}, alpha=0.05, max_mean_drop=0.05) == [alone]
+    # untestable scores (too few samples) are not counted among the tests
+    scores = {"a/x": (reference, moved), "tiny/x": ([0.5, 0.6], [0.1, 0.2])}
+    assert [r.p_adjusted for r in detect_drifts(scores, alpha=0.05, max_mean_drop=0.05)] == [None, None]

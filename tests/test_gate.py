@@ -155,6 +155,11 @@ def test_structured_checks_and_the_outcome_ci_acts_on():
         "limit": 0.5,
         "interval": None,
         "bound": None,
+        "category": None,
+        "p_value": None,
+        "n_shared": None,
+        "samples_needed": None,
+        "waiver": None,
         "verdict": "pass",
     }
     assert json.loads(json.dumps(worse.as_dict()))["outcome"] == "rejected"
@@ -166,3 +171,181 @@ def test_structured_checks_and_the_outcome_ci_acts_on():
     assert [c.verdict for c in missing.checks if not c.passed] == [NOT_JUDGED]
     below = decide(policy, {"lcm-mc": _result(_mc_records([0.2] * 5))}, None)
     assert below.outcome == REJECTED  # a failed floor decides, whatever else is missing
+
+
+# --- comparisons: three verdicts, the multiple-comparison correction, superiority ----------
+
+
+def test_adjusted_p_values_and_the_sample_estimate_by_hand():
+    from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, bootstrap_p_value, holm_adjusted, samples_to_decide
+
+    # sorted 0.01, 0.03, 0.04, 0.2 times 4, 3, 2, 1 = 0.04, 0.09, 0.08, 0.2; running maximum 0.04, 0.09, 0.09, 0.2
+    assert holm_adjusted([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert holm_adjusted([0.5, 0.4]) == pytest.approx([0.8, 0.8]) and holm_adjusted([]) == []  # 0.4·2, then max(0.5·1, 0.8)
+    assert bonferroni_adjusted([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16, 0.12, 0.8])
+    distribution = np.array([-0.3, -0.1, 0.0, 0.1, 0.2])
+    assert bootstrap_p_value(distribution, 0.0) == 0.6  # H1 < 0: the share >= 0 is the null's
+    assert bootstrap_p_value(distribution, 0.0, strict=False) == 0.4  # H1 <= 0: the share > 0
+    assert bootstrap_p_value(np.empty(0), 0.0) == 1.0
+    # half-width 0.04 against a gap of 0.03 on 100 samples: 100 * (4/3)^2 = 177.8
+    assert samples_to_decide(100, 0.03, 0.04) == 178 and samples_to_decide(100, -0.03, 0.04) == 178
+    assert samples_to_decide(100, 0.0, 0.04) is None and samples_to_decide(100, 0.05, 0.01) == 101
+
+
+def _mc_output(p_right, categories, prefix="s") -> EvaluatorOutput:
+    records = [{"id": f"{prefix}{i}", "p_mc": [p, 1 - p], "p_yes": [p, 1 - p], "answer": 0, "category": c} for i, (p, c) in enumerate(zip(p_right, categories))]
+    return _result(records)
+
+
+def _drifted_pair(shift: float, n: int = 40, copies: int = 1, categories=("a", "b", "c")):
+    """A champion and a candidate whose per-sample p of the right option is lower by
+    ``shift`` on average with noise, the same pattern in each category; ``copies`` repeats
+    every sample (the same data, more of it)."""
+    rng = np.random.default_rng(7)
+    base = rng.uniform(0.6, 0.95, n)
+    noise = rng.normal(0, 0.08, n)
+    candidate = np.clip(base - shift + noise - noise.mean(), 0.5, 1)
+    labels = [c for c in categories for _ in range(n * copies)]
+    return (
+        {"lcm-mc": _mc_output(list(np.tile(candidate, copies)) * len(categories), labels)},
+        {"lcm-mc": _mc_output(list(np.tile(base, copies)) * len(categories), labels)},
+    )
+
+
+def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
+    """Three per-category regression rules, each with p ≈ 0.026 of being worse than the
+    margin: alone each would reject; corrected over three comparisons none is shown."""
+    from vlgate.flows.gate import INCONCLUSIVE, REJECTED
+
+    candidate, champion = _drifted_pair(0.03)
+
+    def compared(correction):
+        policy = GatePolicy(required=["lcm-mc"], categories={"lcm-mc/lcm": {"max_drop": 0.01}}, correction=correction, resamples=400)
+        decision = decide(policy, candidate, champion)
+        return decision, [c for c in decision.checks if c.rule == "regression"]
+
+    uncorrected, raw = compared("none")
+    assert uncorrected.outcome == REJECTED and [c.verdict for c in raw] == ["fail"] * 3
+    assert [c.name for c in raw] == [f"lcm-mc/lcm[{c}] vs champion" for c in "abc"] and [c.category for c in raw] == list("abc")
+    p = raw[0].p_value
+    assert 0.05 / 3 < p <= 0.05 and {c.p_value for c in raw} == {p}
+    holm, corrected = compared("holm")
+    assert holm.outcome == INCONCLUSIVE and [c.verdict for c in corrected] == ["inconclusive"] * 3
+    assert [c.p_value for c in corrected] == pytest.approx([min(1.0, 3 * p)] * 3)  # equal p's: Holm is Bonferroni here
+    assert "holm-adjusted p" in corrected[0].detail and "over 3 comparisons" in corrected[0].detail
+    assert compared("bonferroni")[0].outcome == INCONCLUSIVE
+    # a clear regression is still found after the correction
+    clear, _ = _drifted_pair(0.05)
+    assert decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=400), clear, champion).outcome == REJECTED
+
+
+def test_an_inconclusive_comparison_says_how_many_samples_would_decide_and_that_many_do():
+    from vlgate.flows.gate import INCONCLUSIVE
+
+    policy = GatePolicy(required=["lcm-mc"], regressions={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=2000)
+    candidate, champion = _drifted_pair(0.02, categories=("a",))
+    decision = decide(policy, candidate, champion)
+    [check] = [c for c in decision.checks if c.rule == "regression"]
+    assert decision.outcome == INCONCLUSIVE and not decision.promote
+    assert check.verdict == "inconclusive" and check.interval[0] < -0.01 < check.interval[1]
+    needed = check.samples_needed
+    assert needed > 40 and f"about {needed} shared samples would decide" in check.detail
+    # the same data, as many samples as estimated: the interval no longer spans the margin
+    copies = -(-needed // 40)
+    more_candidate, more_champion = _drifted_pair(0.02, copies=copies, categories=("a",))
+    [decided] = [c for c in decide(policy, more_candidate, more_champion).checks if c.rule == "regression"]
+    assert decided.verdict == "fail" and decided.n_shared == 40 * copies
+
+
+def test_superiority_requires_the_candidate_shown_better():
+    from vlgate.flows.gate import PROMOTED, REJECTED
+
+    policy = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.0}}, resamples=500)
+    champion = {"lcm-mc": _result(_mc_records([0.8] * 30))}
+    same = decide(policy, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)  # non-inferior, but not better
+    [check] = [c for c in same.checks if c.rule == "superiority"]
+    assert same.outcome == REJECTED and check.name == "lcm-mc/lcm superiority" and check.verdict == "fail"
+    assert "not shown above +0" in check.detail
+    better = decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion)
+    assert better.outcome == PROMOTED and better.checks[-1].bound > 0
+    assert decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).promote  # a first version has nothing to beat
+    # a margin larger than the gain: shown not to clear it
+    strict = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.5}}, resamples=500)
+    assert decide(strict, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion).outcome == REJECTED
+
+
+def test_per_category_floors_with_only_and_min_samples():
+    # category a: the right option likely (accuracy 1), b: the wrong one (accuracy 0), 3 of them
+    output = _mc_output([0.9] * 6 + [0.3] * 3, ["a"] * 6 + ["b"] * 3)
+    candidate = {"lcm-mc": output}
+    every = decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.5}}), candidate, None)
+    assert [(c.name, c.verdict, c.candidate) for c in every.checks if c.category] == [("lcm-mc/acc[a] floor", "pass", 1.0), ("lcm-mc/acc[b] floor", "fail", 0.0)]
+    assert not every.promote and every.reasons == ["lcm-mc/acc[b] floor: 0.0000 >= 0.5 fails"]
+    assert decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.5, "only": ["a"]}}), candidate, None).promote
+    skipping = decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.5, "min_samples": 4}}), candidate, None)
+    assert skipping.promote and "skipped: 3 records < min_samples 4" in skipping.checks[-1].detail
+    missing = decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.5, "only": ["z"]}}), candidate, None)
+    assert missing.outcome == "could not judge" and missing.checks[-1].name == "lcm-mc/acc[z] floor"
+    # no categories in the records at all: fail closed
+    bare = decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.5}}), {"lcm-mc": _result(_mc_records([0.9] * 4))}, None)
+    assert bare.outcome == "could not judge"
+
+
+def test_a_waiver_lets_one_named_check_through_until_its_day_and_is_recorded():
+    from datetime import date
+
+    waiver = {"check": "lcm-mc/acc floor", "by": "alice@example.com", "reason": "relabelling (JIRA-123)", "until": "2026-12-31"}
+    policy = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.95, "lcm-mc/lcm": 0.0}, waivers=[waiver])
+    candidate = {"lcm-mc": _result(_mc_records([0.9] * 3 + [0.3]))}  # accuracy 0.75
+    decision = decide(policy, candidate, None, today=date(2026, 12, 31))
+    assert decision.promote and decision.outcome == "promoted"
+    waived = decision.checks[2]
+    assert waived.verdict == "waived" and waived.as_dict()["waiver"] == waiver
+    assert "lcm-mc/acc floor: 0.7500 >= 0.95 fails; WAIVED by alice@example.com until 2026-12-31: relabelling (JIRA-123)" in decision.reasons
+    assert decision.as_dict()["policy"]["waivers"] == [waiver]  # the policy judged with goes with the decision
+    expired = decide(policy, candidate, None, today=date(2027, 1, 1))
+    assert expired.outcome == "rejected" and expired.reasons == ["lcm-mc/acc floor: 0.7500 >= 0.95 fails (waiver by alice@example.com expired on 2026-12-31)"]
+    # waived and otherwise rejected: the waiver is shown beside the reasons that stand
+    worse = decide(policy.model_copy(update={"floors": {"lcm-mc/acc": 0.95, "lcm-mc/lcm": 0.99}}), candidate, None, today=date(2026, 12, 1))
+    assert worse.outcome == "rejected" and [r.split(":")[0] for r in worse.reasons] == ["lcm-mc/acc floor", "lcm-mc/lcm floor"]
+
+
+@pytest.mark.parametrize(
+    "policy, says",
+    [
+        ({"superiority": {"lcm-mc/n_reliable": {}}}, "superiority.lcm-mc/n_reliable has no better direction"),
+        ({"categories": {"lcm-mc/acc": {"only": ["a"]}}}, "a category rule needs floor, ceiling or max_drop"),
+        ({"categories": {"lcm-mc/accuracy": {"floor": 0.1}}}, "categories.lcm-mc/accuracy: lcm-mc has no metric 'accuracy'"),
+        ({"correction": "fdr"}, "correction: Input should be 'holm', 'bonferroni' or 'none'"),
+        ({"waivers": [{"check": "lcm-mc/acc vs champion", "by": "a", "reason": "b", "until": "2030-01-01"}]}, "waivers.0.check: the policy makes no check"),
+        ({"waivers": [{"check": "lcm-mc ran", "by": "", "reason": "b", "until": "2030-01-01"}]}, "waivers.0.by: String should have at least 1 character"),
+        ({"waivers": [{"check": "lcm-mc ran", "by": "a", "reason": "b", "until": "soon"}]}, "waivers.0.until: Input should be a valid date"),
+    ],
+)
+def test_policy_mistakes_are_refused_when_loaded(policy, says, tmp_path):
+    import yaml
+
+    from vlgate.config import ConfigError
+
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    with pytest.raises(ConfigError) as refused:
+        GatePolicy.from_file(path)
+    assert str(refused.value).startswith(f"gate policy {path}: ") and says in str(refused.value)
+
+
+def test_waivers_may_name_every_check_the_policy_makes():
+    policy = GatePolicy(
+        required=["lcm-mc"],
+        floors={"lcm-mc/acc": 0.5},
+        regressions={"lcm-mc/lcm": {"max_drop": 0.01}},
+        superiority={"lcm-mc/acc": {}},
+        categories={"lcm-mc/lcm": {"max_drop": 0.05, "floor": 0.2, "only": ["animals"]}},
+    )
+    for name in ["lcm-mc ran", "decc expectations", "lcm-mc/acc floor", "lcm-mc/lcm vs champion", "lcm-mc/acc superiority", "lcm-mc/lcm[animals] vs champion", "lcm-mc/lcm[animals] floor"]:
+        assert policy.makes_check(name), name
+    for name in ["lcm-mc/acc ceiling", "lcm-mc/lcm[vehicles] floor", "lcm-mc/lcm[animals] ceiling", "lcm-mc/acc[animals] floor"]:
+        assert not policy.makes_check(name), name
+    with pytest.raises(ValueError, match="needs decc, which the suite does not run"):
+        policy.model_copy(update={"required": ["lcm-mc", "decc"]}).check_suite(["lcm-mc"])
+    policy.check_suite(["lcm-mc", "decc"])

@@ -86,7 +86,6 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{announced.group(1)}/health", timeout=2)
 
-
     # what CI acts on: rejected (a rule failed on the numbers) exits 3, could not judge 4
     (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/n": 5}, "resamples": 200}))  # 4 items scored
     rejected = validate("tiny", "1")
@@ -95,6 +94,14 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     config = {"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}, "broken": {"suite": "no-such-suite.yaml", "policy": "gate.yaml"}}}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     tracking.register_checkpoint(tracking.connect(home), "broken", world / "checkpoints" / "vlm-steps3", home=home)
+    # a suite that does not load is bad input, found before anything runs or is recorded
+    missing = validate("broken", "1", "--json")
+    assert missing.returncode == 2 and f"suite {home / 'no-such-suite.yaml'}: no such file" in missing.stderr, missing.stderr[-3000:]
+    assert tracking.TAG_OUTCOME not in tracking.connect(home).get_model_version("broken", "1").tags
+    # data that is not there is found by the evaluator: it failed, so the version could not be judged
+    (home / "broken-suite.yaml").write_text(yaml.safe_dump({"name": "broken", "evaluators": {"lcm-mc": {"data": "no-such-data"}}}))
+    config["models"]["broken"]["suite"] = "broken-suite.yaml"
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     unjudged = validate("broken", "1", "--json")
     assert unjudged.returncode == 4, unjudged.stderr[-3000:]
     assert json.loads(unjudged.stdout)["outcome"] == "could not judge"

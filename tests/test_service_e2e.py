@@ -278,8 +278,60 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert tags[tracking.TAG_DECISION] == "rejected" and "lcm-mc/acc" in tags[tracking.TAG_REASONS]
     assert tracking.champion_version(client, "g") == "2"
     assert sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir()) == evaluated  # nothing evaluated again
+    # the policy judged with is recorded with the decision, as loaded and as its file
+    applied = json.loads(Path(client.download_artifacts(again["run_id"], "decision.json", str(home / "download"))).read_text())
+    assert applied["policy"]["floors"] == {"lcm-mc/acc": 0.999} and applied["policy_path"] == str(strict)
+    assert "config/strict.yaml" in {a.path for a in client.list_artifacts(again["run_id"], "config")}
+
+    # a waiver lets the failing floor through, on record: who, why, until when
+    waiver = {"check": "lcm-mc/acc floor", "by": "alice@example.com", "reason": "relabelling", "until": "2099-12-31"}
+    waived = home / "waived.yaml"
+    waived.write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/acc": 0.999}, "waivers": [waiver], "resamples": 200}))
+    assert main(["gate", "g", "1", "--policy", str(waived)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("g v1: promoted") and "  waived          lcm-mc/acc floor: " in printed and "WAIVED by alice@example.com until 2099-12-31: relabelling" in printed
 
     assert main(["gate", "g", "2", "--apply"]) == 2 and "is the champion" in capsys.readouterr().err
     tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-language-prior", home=home)
     assert main(["gate", "g", "3"]) == 2 and "no validation run yet" in capsys.readouterr().err
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
+
+
+def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny_world, capsys):
+    """Issue 17, item 6: an ad-hoc drift check is one command; its scores are tested with
+    a Holm correction; exit 0 no drift, 3 drifted, 4 could not check, 2 bad input."""
+    from vlgate.evaluators.world.datasets import build_unlabelled_batch
+
+    world, _ = tiny_world
+    reference = build_unlabelled_batch(home / "batches" / "reference", world / "checkpoints", n=24, seed=1)
+    clean = build_unlabelled_batch(home / "batches" / "clean", world / "checkpoints", n=24, seed=2)
+    shifted = build_unlabelled_batch(home / "batches" / "shifted", world / "checkpoints", n=24, seed=3, corruption=0.95)
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    configure(home, {"d": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}), "plain": (suite, {"required": ["lcm-mc"]})})
+    config = yaml.safe_load((home / "vlgate.yaml").read_text())
+    # the tiny world's barely trained champion moves little: GenCeption's GC falls by about 0.05 on the corrupted batch
+    config["models"]["d"]["drift"] = {"reference": str(reference), "batch": str(clean), "max_mean_drop": 0.02}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "d", world / "checkpoints" / "vlm-steps3", home=home)
+    capsys.readouterr()
+
+    assert main(["drift", "plain"]) == 2 and "has no drift section" in capsys.readouterr().err
+    assert main(["drift", "d", "--batch", str(home / "nope.yaml")]) == 2 and "no such file" in capsys.readouterr().err
+    assert main(["drift", "d"]) == 4 and "no champion yet" in capsys.readouterr().out
+
+    assert validate_pending(home, "d") == [("d", "1")] and tracking.champion_version(client, "d") == "1"
+    capsys.readouterr()
+    status = main(["drift", "d", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert (status, result["outcome"]) in ((0, "no drift"), (3, "drifted")) and result["version"] == "1"
+    # the registry's drift score of each label-free evaluator of the drift suite, tested together: Holm-adjusted
+    assert [check["metric"] for check in result["checks"]] == ["lcm-nb/lcm", "genception/gc", "decc/reliable_rate/multi"]
+    assert all(check["p_adjusted"] >= check["p_value"] for check in result["checks"])
+    run = client.get_run(result["run_id"])
+    assert run.data.tags["vlgate.kind"] == "drift" and run.data.tags["vlgate.batch"] == str(clean)
+
+    status = main(["drift", "d", "--batch", str(shifted)])
+    printed = capsys.readouterr().out
+    assert status == 3 and printed.startswith("d v1: drifted") and "\n  drifted  " in printed, printed

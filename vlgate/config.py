@@ -4,7 +4,7 @@ with one error line that names the file and the offending field."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -25,6 +25,13 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     return where + " ".join(str(problem).split())
 
 
+def _problem(error: Any) -> str:
+    """``loc: msg``; a model's own cross-field check (no location) names its field in its message."""
+    where = ".".join(map(str, error["loc"]))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
 def load_yaml_model(model_class: type[Model], path: str | Path, what: str) -> Model:
     """``model_class`` validated from the YAML at ``path``; ConfigError("{what} {path}: ...") otherwise."""
     try:
@@ -38,5 +45,4 @@ def load_yaml_model(model_class: type[Model], path: str | Path, what: str) -> Mo
     except yaml.YAMLError as error:
         raise ConfigError(f"{what} {path}: not valid YAML: {_yaml_problem(error)}") from None
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ConfigError(f"{what} {path}: {problems}") from None
+        raise ConfigError(f"{what} {path}: {'; '.join(_problem(e) for e in error.errors())}") from None

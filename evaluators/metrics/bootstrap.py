@@ -11,7 +11,7 @@ ratio metrics such as VLind's s_lp are bootstrapped as the ratio they are, not a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,10 @@ class PairedDifference:
     lower: float | None
     upper: float | None
     confidence: float
+    #: the resampled differences (empty when no interval could be drawn): tail
+    #: probabilities and intervals at other levels (a multiple-comparison correction's)
+    #: are read off it without resampling again
+    distribution: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
 
 
 def _value(statistic: Callable[[pd.DataFrame], float | None], frame: pd.DataFrame) -> float:
@@ -80,7 +84,51 @@ def paired_bootstrap_difference(
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     if not (np.isfinite(low) and np.isfinite(high)):
         return PairedDifference(n, value_a, value_b, difference, None, None, confidence)
-    return PairedDifference(n, value_a, value_b, difference, low, high, confidence)
+    return PairedDifference(n, value_a, value_b, difference, low, high, confidence, np.asarray(result.bootstrap_distribution, dtype=float))
+
+
+def bootstrap_p_value(distribution: np.ndarray, threshold: float, strict: bool = True) -> float:
+    """One-sided bootstrap p-value of H1: difference < ``threshold`` (``strict``) or
+    ≤ ``threshold``: the share of resampled differences on the null's side, ≥ or > the
+    threshold (Efron & Tibshirani 1993, §16.4, the percentile test: the percentile interval
+    at one-sided level 1 − α lies wholly below the threshold when this is at most α). No
+    resamples (no interval could be drawn): 1, nothing shown."""
+    if distribution.size == 0:
+        return 1.0
+    null_side = distribution >= threshold if strict else distribution > threshold
+    return float(np.mean(null_side))
+
+
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, eq. 2.1 read as adjusted values):
+    sorted ascending, p_(i) · (m − i + 1), made monotone by a running maximum, capped at
+    1. Rejecting where the adjusted value is ≤ α keeps the chance of any false rejection
+    among the m tests at most α, whatever their dependence."""
+    p = np.asarray(p_values, dtype=float)
+    m = p.size
+    if m == 0:
+        return []
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate(p[order] * (m - np.arange(m)))
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return [float(v) for v in adjusted]
+
+
+def bonferroni_adjusted(p_values: list[float]) -> list[float]:
+    """Bonferroni's adjusted p-values: m · p, capped at 1 (Holm is never less powerful)."""
+    return [min(1.0, float(p) * len(p_values)) for p in p_values]
+
+
+def samples_to_decide(n: int, gap: float, half_width: float) -> int | None:
+    """About how many shared samples would put a one-sided bound on the estimate's side of
+    a threshold ``gap`` away from it, with the same estimate and spread: the bound's
+    distance from the estimate (``half_width``) shrinks as 1/√n (a normal approximation),
+    so n' = ⌈n · (half_width / |gap|)²⌉. None when the estimate sits on the threshold: no
+    number of samples decides then."""
+    if gap == 0:
+        return None
+    return max(n + 1, int(np.ceil(n * (half_width / abs(gap)) ** 2)))
 
 
 def _finite(value: float) -> float | None:

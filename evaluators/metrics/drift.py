@@ -26,6 +26,12 @@ The first clause needs both a statistically detectable change of distribution an
 that matters; the second catches a large drop on a batch too small for the test to reach
 ``alpha``.
 
+Several scores tested at once (:func:`detect_drifts`, what the drift flow calls) have
+their KS p-values adjusted across the scores tested (Holm 1979, step-down; ``p_adjusted``)
+and the first clause uses the adjusted value, so checking more scores per batch does not
+raise more false alarms: the chance that any score of a batch is flagged by the test
+when none moved stays at most ``alpha``. The second clause has no test to correct.
+
 Too little data (fewer than ``min_samples`` values left in either sample after NaN values
 are dropped) gives ``drifted=False`` with means and statistics ``None`` and a reason that says
 the check was not testable and why. This is deliberately fail-open, unlike the promotion
@@ -36,11 +42,14 @@ it could not judge.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
+
+from vlgate.evaluators.metrics.bootstrap import holm_adjusted
 
 
 @dataclass
@@ -61,6 +70,8 @@ class DriftResult:
     mannwhitney_p: float | None
     drifted: bool
     reason: str
+    #: the KS p-value adjusted across the scores checked together (None: checked alone)
+    p_adjusted: float | None = None
 
     def as_dict(self) -> dict:
         """Plain dict (JSON-serialisable: floats, ints, bools, str, None)."""
@@ -98,8 +109,12 @@ def detect_drift(
     alpha: float = 0.01,
     max_mean_drop: float = 0.05,
     min_samples: int = 5,
+    p_adjusted: float | None = None,
 ) -> DriftResult:
     """Has the higher-is-better score ``metric`` drifted down from ``reference`` to ``current``?
+
+    ``p_adjusted``: this KS p-value adjusted for the other scores tested with it
+    (``detect_drifts`` computes it); the decision then uses it.
 
     NaN values (and ``None``) are dropped from both samples; ``n_reference``/``n_current``
     count what remains. With fewer than ``min_samples`` values in either sample the check
@@ -154,11 +169,12 @@ def detect_drift(
     # Mann–Whitney on two constant, identical samples has no variance: scipy gives NaN.
     mw_p = _finite_or_none(stats.mannwhitneyu(ref, cur, alternative="two-sided", method="auto").pvalue)
 
-    differ = p_value < alpha
+    differ = (p_value if p_adjusted is None else p_adjusted) < alpha
     large = drop > 2.0 * max_mean_drop
     drifted = (differ and drop > max_mean_drop) or large
 
-    ks_text = f"KS D={_fmt(statistic)}, p={_fmt(p_value)} {'<' if differ else '>='} alpha={alpha:g}"
+    adjusted_text = f", Holm-adjusted p={_fmt(p_adjusted)}" if p_adjusted is not None else ""
+    ks_text = f"KS D={_fmt(statistic)}, p={_fmt(p_value)}{adjusted_text} {'<' if differ else '>='} alpha={alpha:g}"
     means = f"mean {_fmt(mean_ref)} -> {_fmt(mean_cur)}"
     if large:
         reason = f"drifted: {means} fell by {_fmt(drop)} > 2*max_mean_drop={2 * max_mean_drop:g} ({ks_text})"
@@ -185,4 +201,25 @@ def detect_drift(
         mannwhitney_p=mw_p,
         drifted=bool(drifted),
         reason=reason,
+        p_adjusted=p_adjusted,
     )
+
+
+def detect_drifts(
+    scores: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    alpha: float = 0.01,
+    max_mean_drop: float = 0.05,
+    min_samples: int = 5,
+) -> list[DriftResult]:
+    """:func:`detect_drift` on every ``metric: (reference, current)`` pair of one batch,
+    with the KS p-values Holm-adjusted across the testable ones (see the module
+    docstring). One score alone is decided as :func:`detect_drift` decides it."""
+    alone = {metric: detect_drift(metric, reference, current, alpha, max_mean_drop, min_samples) for metric, (reference, current) in scores.items()}
+    tested = [metric for metric, result in alone.items() if result.p_value is not None]
+    if len(tested) < 2:
+        return list(alone.values())
+    adjusted = dict(zip(tested, holm_adjusted([float(alone[metric].p_value or 0.0) for metric in tested])))
+    return [
+        detect_drift(metric, reference, current, alpha, max_mean_drop, min_samples, p_adjusted=adjusted[metric]) if metric in adjusted else alone[metric]
+        for metric, (reference, current) in scores.items()
+    ]
