@@ -38,6 +38,8 @@ class ValidationReportData:
     started: datetime | None = None
     gate: dict[str, Any] = field(default_factory=dict)
     correlations: dict[str, Any] = field(default_factory=dict)
+    #: the versions' metrics the correlations were computed from (None: a run older than that file)
+    correlation_versions: pd.DataFrame | None = None
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: each evaluator's output as logged (records parsed once, in the downloaded folder)
     evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
@@ -82,6 +84,11 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
     for name, attribute in (("decision.json", "gate"), ("correlations.json", "correlations")):
         local = _download(client, data.run_id, name, scratch)
         setattr(data, attribute, (_read_json(local) if local else None) or {})
+    local = _download(client, data.run_id, "correlation_versions.json", scratch)
+    rows = _read_json(local) if local else None
+    if rows is not None:
+        data.correlation_versions = pd.DataFrame.from_dict(rows, orient="index", dtype=float)
+        data.correlation_versions.index.name = "version"
     gate = data.gate
     if gate.get("reasons") and len("\n".join(gate["reasons"])) > len("\n".join(data.reasons)):
         data.reasons = list(gate["reasons"])  # the tag may be truncated; decision.json has them all

@@ -15,7 +15,7 @@ import io
 import math
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from vlgate import tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.evaluators import registry
+from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
 
 LOW_LCM_EXAMPLES = 5
@@ -80,20 +81,23 @@ class Figure:
     name: str
     caption: str
     png: bytes
+    #: numbers the plot shows, for the page's data attributes (a correlation figure's
+    #: coefficients per y, as its legend prints them)
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def uri(self) -> str:
         return data_uri(self.png)
 
 
-def _figure(name: str, caption: str, build) -> Figure | None:
+def _figure(name: str, caption: str, build, data: dict[str, Any] | None = None) -> Figure | None:
     """A plot that cannot be drawn from what was logged is left out, not an error: the
     report of a failed or partial run must still render."""
     try:
         figure = build()
     except (KeyError, ValueError, IndexError):
         return None
-    return Figure(name, caption, plots.png(figure))
+    return Figure(name, caption, plots.png(figure), data or {})
 
 
 def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -215,19 +219,40 @@ def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[li
 
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
     """One figure per label-free metric against the labelled metrics the registry pairs it
-    with (the same pairs as the correlation table)."""
+    with: the same pairs, and for each pair the same rows (the versions that have both),
+    as the correlation table computed from ``versions``, so its legend's coefficients are
+    the table's."""
     paired: dict[str, list[str]] = {}
     for x, y in registry.correlated_pairs([str(c) for c in versions.columns]):
         if y in versions.columns:
             paired.setdefault(x, []).append(y)
     figures = []
     for x, present in paired.items():
-        both = versions[[x, *present]].dropna()
-        if len(both) < 3:  # coefficients need three versions
+        rows = versions.loc[versions[x].notna(), [x, *present]]
+        if int(rows[present].notna().sum().max()) < 3:  # coefficients need three versions
             continue
         name = f"correlation-{x.replace('/', '-')}"
-        figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", lambda both=both, x=x, present=present: plots.correlation_figure(both, x, present, labels=[f"v{v}" for v in both.index])))
+        shown = {y: {"versions": [str(v) for v in rows.index[rows[y].notna()]], **values} for y, values in correlate_table(rows, x, present).items()}
+        draw = lambda rows=rows, x=x, present=present: plots.correlation_figure(rows, x, present, labels=[f"v{v}" for v in rows.index])
+        figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", draw, shown))
     return [f for f in figures if f is not None]
+
+
+def version_correlation_figures(data: ValidationReportData, board: pd.DataFrame) -> list[Figure]:
+    """A version page's correlation figures, from the rows its correlation table was
+    computed from when it was validated (``correlation_versions.json``); for a run older
+    than that file, the versions up to this one."""
+    if data.correlation_versions is not None:
+        return correlation_figures(data.correlation_versions)
+    earlier = [v for v in board.index if _version_number(v) <= _version_number(data.version)]
+    return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]])
+
+
+def _version_number(version: str) -> float:
+    try:
+        return float(version)
+    except ValueError:
+        return math.inf
 
 
 @dataclass
@@ -290,8 +315,10 @@ class RenderedReport:
     figures: list[Figure]
 
 
-def render_version_report(data: ValidationReportData, shared: ModelFigures, drift: pd.DataFrame, tracking_uri: str) -> RenderedReport:
-    """The report page of one validated version."""
+def render_version_report(data: ValidationReportData, shared: ModelFigures, drift: pd.DataFrame, tracking_uri: str, correlations: list[Figure] | None = None) -> RenderedReport:
+    """The report page of one validated version; ``correlations``: its correlation figures
+    (``version_correlation_figures``; the model's current ones when not given)."""
+    correlations = shared.correlations if correlations is None else correlations
     sections = []
     all_figures: list[Figure] = []
     for name, output in data.evaluators.items():
@@ -311,13 +338,13 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
         sections.append({"name": name, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
-    all_figures += shared.correlations + ([shared.drift] if shared.drift else [])
+    all_figures += correlations + ([shared.drift] if shared.drift else [])
     html = _environment().get_template("report.html.j2").render(
         data=data,
         sections=sections,
         correlations=_correlation_rows(data.correlations),
         per_sample=_correlation_rows(data.gate.get("per_sample_correlations", {})),
-        correlation_figures=shared.correlations,
+        correlation_figures=correlations,
         drift_figure=shared.drift,
         drift=drift.tail(20).to_dict("records"),
         checks=data.gate.get("checks", []),
@@ -339,16 +366,29 @@ def leaderboard_metrics(columns: list[str]) -> list[str]:
     return shown
 
 
+def leaderboard_groups(metrics: list[str]) -> list[dict[str, Any]]:
+    """The leaderboard's metric columns grouped per evaluator, in registry order: each
+    group a small table of its own, so the groups wrap to the page's width and every
+    evaluator's headline stays in view."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    for metric in metrics:
+        evaluator, short = registry.split_metric(metric)
+        groups.setdefault(evaluator, []).append({"name": metric, "short": short})
+    titles = {d.name: d.title for d in registry.definitions()}
+    return [{"evaluator": name, "title": titles.get(name, name), "metrics": columns} for name, columns in groups.items()]
+
+
 def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
     """Every version of the model side by side: decision, champion, the key metrics."""
     headline = leaderboard_metrics([str(c) for c in board.columns])
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
+    groups = leaderboard_groups(headline or other[:12])
     rows = [{"version": version, **row} for version, row in board.iterrows()]
     figures = [f for f in (*shared.correlations, *shared.responses.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
         rows=rows,
-        metrics=headline or other[:12],
+        groups=groups,
         figures=figures,
         links=report_links or {},
         tracking_uri=tracking_uri,
@@ -387,7 +427,7 @@ def write_reports(client, model: str, versions: Iterable[str] | None, out: Path,
         shared = model_figures(board, drift)
         for version in wanted:
             data = load_validation(client, model, version, Path(scratch) / f"v{version}")
-            rendered = render_version_report(data, shared, drift, client.tracking_uri)
+            rendered = render_version_report(data, shared, drift, client.tracking_uri, version_correlation_figures(data, board))
             path = out / report_file_name(version)
             path.write_text(rendered.html, encoding="utf-8")
             written[version] = path

@@ -14,6 +14,7 @@ from vlgate import tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.flows.recording import log_metric_dict
 
 
 def version_table(client: Any, model_name: str, include_run: str | None = None) -> pd.DataFrame:
@@ -36,6 +37,25 @@ def correlate_across_versions(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
         both = table[[x, y]].dropna()
         result[f"{x}~{y}"] = correlations(both[x].to_numpy(float), both[y].to_numpy(float)) if len(both) >= 3 else {"n": len(both)}
     return result
+
+
+def correlated_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns that some correlated pair uses: what ``correlate_across_versions``
+    read, kept with its result so the report draws its figures from the same rows."""
+    used = list(dict.fromkeys(name for pair in registry.correlated_pairs([str(c) for c in table.columns]) for name in pair if name in table.columns))
+    return table[used]
+
+
+def log_correlations_across_versions(client: Any, run_id: str, table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The correlations across versions, computed once from ``table`` and logged with the
+    rows they were computed from: ``correlations.json``, ``correlation_versions.json``
+    ({version: {metric: value}}) and the coefficients as metrics."""
+    across = correlate_across_versions(table)
+    client.log_dict(run_id, across, "correlations.json")
+    used = correlated_columns(table)
+    client.log_dict(run_id, {str(v): {k: (None if pd.isna(x) else float(x)) for k, x in row.items()} for v, row in used.iterrows()}, "correlation_versions.json")
+    log_metric_dict(client, run_id, correlation_metrics(across))
+    return across
 
 
 def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> dict[str, dict[str, Any]]:

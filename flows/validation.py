@@ -26,7 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.flows.correlations import correlate_across_versions, correlate_with_champion, correlation_metrics, version_table
+from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
@@ -173,9 +173,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
     for output in outputs.values():
         log_evaluator(run_id, output)
-    across = correlate_across_versions(version_table(client, model_name, include_run=run_id))
-    client.log_dict(run_id, across, "correlations.json")
-    log_metric_dict(client, run_id, correlation_metrics(across))
+    across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
     decision = judge_and_promote(model_name, version, run_id, str(config.policy), outputs)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision["decision"])

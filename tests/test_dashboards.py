@@ -157,9 +157,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         (folder / "metrics.json").write_text(json.dumps(metrics))
         outcomes[name] = evaluation.check_evaluator(name, {"metrics": metrics, "n_items": len(rows)}, folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
-    across = correlations.correlate_across_versions(correlations.version_table(client, model, include_run=run_id))
-    client.log_dict(run_id, across, "correlations.json")
-    recording.log_metric_dict(client, run_id, correlations.correlation_metrics(across))
+    correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
     validation.judge_and_promote.fn(model, str(version), run_id, str(policy), outcomes)
     client.set_terminated(run_id, "FINISHED")
     return str(version)
@@ -271,6 +269,26 @@ def test_correlations_in_the_report_are_the_logged_ones(reports):
             assert float(shown) == pytest.approx(logged[f"{key}/{method}"], abs=5e-5)
     # every version has the same accuracy: the coefficient is undefined, shown as such, not as 0
     assert re.search(r"<td>lcm-mc/lcm vs lcm-mc/acc</td><td class=\"num\">–</td>", page)
+    # the figures are drawn from the rows the table was computed from: their legends' coefficients and versions are the table's
+    table = {row[0]: row[1:] for row in re.findall(r"<tr><td>([^<]+ vs [^<]+)</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td></tr>", page)}
+    figures = {name: json.loads(values) for name, values in re.findall(r"<figure id=\"figure-(correlation-[^\"]+)\" data-coefficients='([^']+)'>", page)}
+    assert figures and "correlation-lcm-mc-lcm" in figures
+    compared = 0
+    for name, by_y in figures.items():
+        for y, shown in by_y.items():
+            x = next(pair.split(" vs ")[0] for pair in table if pair.endswith(f" vs {y}") and pair.split(" vs ")[0].replace("/", "-") == name.removeprefix("correlation-"))
+            pearson, spearman, kendall, n = table[f"{x} vs {y}"]
+            assert shown["n"] == int(n) == len(shown["versions"]) == 4  # v4's table: the four versions validated by then
+            for method, cell in (("pearson", pearson), ("spearman", spearman), ("kendall", kendall)):
+                assert (shown[method] is None) == (cell == "–")
+                if shown[method] is not None:
+                    key = f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}"
+                    assert shown[method] == pytest.approx(logged[key], rel=1e-12) and float(cell) == pytest.approx(shown[method], abs=5e-5)
+            compared += 1
+    assert compared >= 3
+    # v2's page was validated with two versions: too few for a coefficient, so no figure, whatever the model has now
+    earlier = written.versions["2"].read_text()
+    assert "figure-correlation-" not in earlier and re.search(r"<td>lcm-mc/lcm vs lcm-mc/f1</td>(<td class=\"num\">–</td>){3}<td class=\"num\">2</td>", earlier)
 
 
 def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(reports):
@@ -286,6 +304,15 @@ def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(repo
     for version, row in rows:
         assert f'href="v{version}.html"' in row
         assert ('class="champion"' in row) == (version == "2")
+    # every evaluator's headline metrics, grouped per evaluator, each number the logged one
+    from vlgate.dashboards.report import leaderboard_metrics
+
+    headline = leaderboard_metrics([str(c) for c in board.columns])
+    assert {m.split("/")[0] for m in headline} == {"lcm-mc", "lcm-nb", "vlind", "genception", "decc"}
+    cells = re.findall(r'<tr data-version="(\d+)" data-evaluator="([^"]+)">(.*?)</tr>', page, flags=re.S)
+    shown = {(version, metric) for version, evaluator, row in cells for metric in re.findall(r'data-metric="([^"]+)"', row) if metric.startswith(f"{evaluator}/")}
+    assert shown == {(version, metric) for version in ("1", "2", "3", "4") for metric in headline}
+    for version, _, row in cells:
         for metric, value in data_values(row).items():
             assert value == pytest.approx(board.loc[version, metric], rel=1e-12)
     assert 'data-metric="lcm-mc/lcm"' in page and 'id="figure-drift-history"' in page
@@ -341,8 +368,13 @@ def test_report_and_leaderboard_render_in_headless_chromium(reports):
                 assert all(url.startswith(("file:", "data:")) for url in requests)
                 page.screenshot(path=str(ARTEFACTS / shot), full_page=False)
                 if path.name == "leaderboard.html":
-                    assert page.locator('tr[data-version="2"] .champion').is_visible()
-                    assert page.locator('tr[data-version="3"] .decision').inner_text() == "rejected"
+                    assert page.locator('#leaderboard tr[data-version="2"] .champion').is_visible()
+                    assert page.locator('#leaderboard tr[data-version="3"] .decision').inner_text() == "rejected"
+                    # every evaluator's headline column is in the window's width: nothing hidden behind a scroll bar
+                    headers = page.eval_on_selector_all("table.group th[title]", "ths => ths.map(th => { const b = th.getBoundingClientRect(); return [th.title, b.left, b.right, b.width]; })")
+                    assert {title.split("/")[0] for title, *_ in headers} == {"lcm-mc", "lcm-nb", "vlind", "genception", "decc"}
+                    assert all(left >= 0 and right <= 1200 and width > 0 for _, left, right, width in headers), headers
+                    page.screenshot(path=str(ARTEFACTS / "leaderboard-full.png"), full_page=True)
                 else:
                     decision = page.locator("#decision")
                     assert decision.is_visible() and decision.inner_text() == "REJECTED"
