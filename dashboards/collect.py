@@ -71,7 +71,7 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
         reasons=reasons.split("\n") if reasons else [],
         champion=tracking.champion_version(client, model_name),
         source=model_version.source,
-        description=model_version.description or "",
+        description=tracking.registered_description(model_version.description),
     )
     if not data.run_id:
         return data

@@ -294,6 +294,27 @@ def _print_decision(summary: dict[str, Any]) -> None:
         print(f"report: {summary['report']}")
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """A commented suite, policy and vlgate.yaml entry for one model, checked as validate checks them."""
+    from vlgate.flows.scaffold import ScaffoldError, write_starting_config
+    from vlgate.flows.settings import model_problem
+    from vlgate.home import vlgate_home
+
+    home = Path(args.dir) if args.dir else vlgate_home()
+    try:
+        written = write_starting_config(home, args.name, force=args.force)
+    except ScaffoldError as error:
+        raise UserError(str(error)) from None
+    problem = model_problem(home, args.name)
+    if problem:  # the templates load and agree with each other; this would be vlgate's own bug
+        raise RuntimeError(f"vlgate init wrote a configuration it cannot load: {problem}")
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: put your data where {home / args.name / 'suite.yaml'} says (or edit it), register a checkpoint with "
+          f"`vlgate register {args.name} CHECKPOINT_DIR`, and run `vlgate validate {args.name} 1` (or `vlgate serve`)")
+    return 0
+
+
 def cmd_drift(args: argparse.Namespace) -> int:
     """One drift check of the model's champion now, as the schedule runs it."""
     from vlgate import tracking
@@ -527,6 +548,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", help="folder for the pages")
     report.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
     report.set_defaults(handler=cmd_report)
+
+    init = commands.add_parser(
+        "init",
+        help="write a commented suite, gate policy and vlgate.yaml entry for one registered model",
+        description=(
+            "Writes NAME/suite.yaml (every evaluator, its data format in a comment), NAME/gate.yaml (floors and "
+            "non-inferiority on logical consistency and accuracy) and adds NAME to vlgate.yaml, under $VLGATE_HOME "
+            "or --dir. Existing suite and policy files are kept unless --force."
+        ),
+    )
+    init.add_argument("name")
+    init.add_argument("--dir", metavar="DIR", help="where (default: $VLGATE_HOME)")
+    init.add_argument("--force", action="store_true", help="overwrite the model's suite and policy")
+    init.set_defaults(handler=cmd_init)
 
     drift = commands.add_parser(
         "drift",

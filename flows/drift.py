@@ -68,7 +68,7 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     now = int(time.time() * 1000)
     metrics = []
     for evaluator, entry in evaluators.items():
-        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(entry.get("metrics", {}), evaluator)]
+        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(tracking.split_breakdowns(entry.get("metrics", {}))[0], evaluator)]
     for result in results:
         for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value", "p_adjusted"):
             value = getattr(result, key)

@@ -28,19 +28,24 @@ def fingerprint_digest(records: list[dict[str, Any]]) -> str:
 
 @task(name="log-evaluator", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
 def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
-    """Metrics ``EVALUATOR/METRIC``, the per-sample table, the raw outputs, the GX result
-    and the fingerprints' digest; retried while the tracking server is unreachable."""
+    """Set-level metrics ``EVALUATOR/METRIC``, each breakdown as an MLflow table
+    (``tables/EVALUATOR.by_FIELD.json``: a row per group), the per-sample table, the raw
+    outputs, the GX result and the fingerprints' digest (a tag: no compare-view axis);
+    retried while the tracking server is unreachable."""
     from mlflow.entities import Metric
 
     client = tracking.connect()
     now = int(time.time() * 1000)
     evaluator = output.evaluator
     if output.metrics:
-        metrics = [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(output.metrics, evaluator)]
+        top, breakdowns = tracking.split_breakdowns(output.metrics)
+        metrics = [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(top, evaluator)]
         for start in range(0, len(metrics), 500):
             client.log_batch(run_id, metrics=metrics[start : start + 500])
+        for by, groups in breakdowns.items():
+            client.log_table(run_id, data=tracking.breakdown_frame(by.removeprefix("by_"), groups), artifact_file=f"tables/{evaluator}.{by}.json")
     if output.records:
-        client.log_param(run_id, f"{evaluator}/fingerprints", fingerprint_digest(output.records))
+        client.set_tag(run_id, f"vlgate.fingerprints.{evaluator}", fingerprint_digest(output.records))
         if output.samples is not None:
             client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
     if output.records and output.folder is not None:
@@ -78,6 +83,16 @@ def ensure_validation_run(client: Any, claims: ClaimStore, model_name: str, vers
     claims.update(model_name, version, run_id=run_id)
     client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run_id)
     return run_id
+
+
+def link_validation_run(client: Any, model_name: str, version: str, experiment: str, run_id: str) -> None:
+    """The version's page in MLflow's UI names its registration run as its source; its
+    description gets a link to the validation run (a line of its own, once, after what
+    the training job wrote)."""
+    line = f"{tracking.VALIDATION_LINK}[{run_id}](#/experiments/{experiment}/runs/{run_id})"
+    description = client.get_model_version(model_name, version).description or ""
+    if line not in description:
+        client.update_model_version(model_name, version, description=f"{description.rstrip()}\n\n{line}".strip())
 
 
 def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None:

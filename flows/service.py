@@ -43,7 +43,7 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
                     "reasons": reasons.split("\n") if reasons else [],
                     "validation_run_id": version.tags.get(tracking.TAG_RUN),
                     "source": version.source,
-                    "description": version.description or "",
+                    "description": tracking.registered_description(version.description),
                 }
             )
         models.append({"name": registered.name, "champion": tracking.champion_version(client, registered.name), "versions": versions})

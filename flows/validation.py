@@ -29,7 +29,7 @@ from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
-from vlgate.flows.recording import champion_outputs, ensure_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
+from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
@@ -158,8 +158,13 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     from vlgate.evaluators.runners.suite import Suite
 
     suite = Suite.from_file(config.suite)
-    if not client.get_run(run_id).data.params:  # a resumed run has them already; params cannot be overwritten
-        params = {"suite": suite.name, "suite_path": str(config.suite), "policy_path": str(config.policy), "model_uri": f"models:/{model_name}/{version}"}
+    run = client.get_run(run_id)
+    link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
+    if not run.data.params:  # a resumed run has them already; params cannot be overwritten
+        # the compare view's axes: what differs between validations (paths and digests are tags)
+        params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
+        client.set_tag(run_id, "vlgate.suite_path", str(config.suite))
+        client.set_tag(run_id, "vlgate.policy_path", str(config.policy))
         client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")

@@ -12,7 +12,7 @@ from vlgate.flows.cli import main
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["drift"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["drift"], ["init"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])
@@ -171,3 +171,39 @@ def test_each_outcome_has_its_exit_status():
     from vlgate.flows.cli import _exit_status
 
     assert [_exit_status(o) for o in ("promoted", "rejected", "could not judge", "inconclusive")] == [0, 3, 4, 5]
+
+
+def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_there(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.flows.gate import GatePolicy
+    from vlgate.flows.settings import ServiceConfig, model_problem
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    assert main(["init", "my-vlm"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'my-vlm' / 'suite.yaml'}" in printed and "vlgate register my-vlm" in printed
+    assert model_problem(tmp_path, "my-vlm") is None
+    suite = Suite.from_file(tmp_path / "my-vlm" / "suite.yaml")
+    assert list(suite.evaluators) == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"] and suite.evaluators["lcm-mc"].data == tmp_path / "my-vlm" / "data" / "mc"
+    policy = GatePolicy.from_file(tmp_path / "my-vlm" / "gate.yaml")
+    assert policy.correction == "holm" and policy.regressions["lcm-mc/lcm"].max_drop == 0.02
+    assert "# VL-LCM on multiple-choice VQA" in (tmp_path / "my-vlm" / "suite.yaml").read_text()  # the formats are explained where they are used
+
+    # a second model joins the existing vlgate.yaml, whose comments and other settings stay
+    config = tmp_path / "vlgate.yaml"
+    config.write_text("# ours\nmodels:  # every model we gate\n  old: {suite: old/suite.yaml, policy: old/gate.yaml}\npoll_interval_s: 5\n")
+    assert main(["init", "second", "--dir", str(tmp_path)]) == 0
+    text = config.read_text()
+    assert text.startswith("# ours\nmodels:  # every model we gate\n") and "poll_interval_s: 5" in text
+    assert set(ServiceConfig.load(tmp_path).models) == {"old", "second"} and yaml.safe_load(text)["poll_interval_s"] == 5
+
+    # nothing is overwritten without --force; a name that is no folder name is refused
+    capsys.readouterr()
+    assert main(["init", "second"]) == 2 and "exists: --force overwrites" in capsys.readouterr().err
+    (tmp_path / "second" / "gate.yaml").write_text("floors: {}\n")
+    assert main(["init", "second", "--force"]) == 0 and "correction: holm" in (tmp_path / "second" / "gate.yaml").read_text()
+    assert main(["init", "../escape"]) == 2 and "a model name for vlgate init" in capsys.readouterr().err
+    config.write_text("models: {old: {suite: old/suite.yaml, policy: old/gate.yaml}}\n")
+    assert main(["init", "third"]) == 2 and "under models: by hand" in capsys.readouterr().err

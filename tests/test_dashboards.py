@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -231,11 +232,22 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     for reason in version.tags[tracking.TAG_REASONS].split("\n"):
         assert f"<li>{html.escape(reason)}</li>" in page
     assert "lcm-mc/lcm vs champion" in version.tags[tracking.TAG_REASONS]
-    logged = {tracking.logged_metric_name(k): v for k, v in client.get_run(version.tags[tracking.TAG_RUN]).data.metrics.items()}
+    run_id = version.tags[tracking.TAG_RUN]
+    logged = {tracking.logged_metric_name(k): v for k, v in client.get_run(run_id).data.metrics.items()}
+    # the breakdowns are logged as MLflow tables (a row per group), not as hundreds of metrics
+    for table in client.list_artifacts(run_id, "tables"):
+        evaluator, _, by = Path(table.path).stem.partition(".")
+        if by.startswith("by_"):
+            content = json.loads(Path(client.download_artifacts(run_id, table.path, str(Path(tempfile.mkdtemp())))).read_text())
+            for row in content["data"]:
+                cells = dict(zip(content["columns"], row))
+                group = cells.pop(by.removeprefix("by_"))
+                logged |= {f"{evaluator}/{by}/{group}/{name}": value for name, value in cells.items() if value is not None and value == value}
     shown = data_values(page)
     evaluator_metrics = {k: v for k, v in logged.items() if not k.startswith("correlation/")}
-    assert shown.keys() == evaluator_metrics.keys() and len(shown) > 40
-    assert all(shown[k] == pytest.approx(v, rel=1e-12) for k, v in evaluator_metrics.items())
+    assert shown.keys() == evaluator_metrics.keys() and len(shown) > 40 and any("/by_" in k for k in shown)
+    # MLflow writes a table's cells with ten decimals (pandas' to_json): metrics are exact
+    assert [(k, v, shown[k]) for k, v in evaluator_metrics.items() if shown[k] != (pytest.approx(v, abs=1e-10) if "/by_" in k else pytest.approx(v, rel=1e-12))] == []
     for section in ("evaluator-lcm-mc", "evaluator-lcm-nb", "evaluator-vlind", "evaluator-genception", "evaluator-decc", "correlations", "expectations", "drift"):
         assert f'id="{section}"' in page
     for figure in ("lcm-mc-response-distribution", "vlind-funnel", "genception-curves", "genception-chains", "decc-matrix", "correlation-lcm-mc-lcm", "drift-history"):

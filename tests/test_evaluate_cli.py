@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,19 @@ def test_a_suite_that_is_a_folder_or_not_utf8_is_one_line_and_exit_2(tmp_path, c
     assert main(["evaluate", "--model", "x", "--suite", str(suite), "--out", str(tmp_path / "o")]) == 2
     error = capsys.readouterr().err
     assert says in error and str(suite) in error and len(error.strip().splitlines()) == 1
+
+
+def test_the_shipped_example_data_of_every_format_runs_as_the_readme_says(tmp_path, capsys):
+    """evaluators/examples/data: two items of each data format, with a suite that runs on the
+    shipped world's checkpoints as it is (the README's quickstart points at it)."""
+    from vlgate.evaluators.loaders.dataset import load_dataset
+
+    examples = Path(__file__).parent.parent / "evaluators" / "examples" / "data"
+    for evaluator, folder, count in (("lcm-mc", "mc", 2), ("lcm-nb", "nb", 2), ("vlind", "vlind", 2), ("decc", "decc", 2), ("genception", "genception", 4)):
+        loaded = load_dataset(evaluator, examples / folder)
+        assert (len(loaded.items), loaded.errors) == (count, []), evaluator
+    model = Path(__file__).parent.parent / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps2000"
+    assert main(["evaluate", "--model", str(model), "--suite", str(examples / "suite.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [printed[e]["n"] for e in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")] == [2, 2, 2, 4, 2]
+    assert 0.0 <= printed["lcm-mc"]["lcm"] <= 1.0 and "gc@2" in printed["genception"]

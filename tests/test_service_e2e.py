@@ -81,7 +81,13 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
         assert "genception/gc_at_3" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"tables", "evaluators", "expectations", "decision.json", "correlations.json", "config"} <= artifacts
-        assert run.data.params["lcm-mc/fingerprints"]
+        # MLflow's UI: params are the compare view's axes, digests are tags, breakdowns are tables, the version links its run
+        assert run.data.params | {"suite": None} == {"suite": None, "backend": "transformers", "evaluators": "lcm-mc,lcm-nb,vlind,genception,decc", "policy": "gate-tiny.yaml", "model_uri": f"models:/tiny/{version}"}
+        assert len(run.data.tags["vlgate.fingerprints.lcm-mc"]) == 16 and run.data.tags["vlgate.policy_path"] == str(home / "gate-tiny.yaml")
+        assert not [name for name in run.data.metrics if "/by_" in name]
+        assert any(".by_" in a.path for a in client.list_artifacts(run.info.run_id, "tables"))
+        assert f"{tracking.VALIDATION_LINK}[{run.info.run_id}](#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in mv.description
+        assert client.get_experiment(run.info.experiment_id).tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
     assert tracking.champion_version(client, "tiny") == "2"
     decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tracking.TAG_RUN], "decision.json", str(home / "dl"))).read_text())
     assert decision["champion_before"] == "1" and decision["promote"] is True

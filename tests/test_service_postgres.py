@@ -181,6 +181,34 @@ def test_webhook_from_a_real_server_validates_and_moves_the_champion(service, ti
 
     assert metrics["lcm-mc/lcm"] == pytest.approx(json.loads(written)["lcm"], abs=1e-12)
     assert {"lcm-nb/lcm", "genception/gc_at_3", "decc/reliable_rate/multi", "vlind/s_ck"} <= set(metrics)
+    check_the_ui_view(tracking.connect(service).tracking_uri, "pg-model", str(version.version))
+
+
+def check_the_ui_view(url: str, name: str, version: str) -> None:
+    """What MLflow's UI reads, through the same REST API: the version links its validation
+    run; the experiment opens on its runs; headline metrics at top level, breakdowns as
+    tables; params worth comparing on (digests are tags)."""
+    import httpx
+
+    api = f"{url}/api/2.0/mlflow"
+    model_version = httpx.get(f"{api}/model-versions/get", params={"name": name, "version": version}).json()["model_version"]
+    tags = {tag["key"]: tag["value"] for tag in model_version.get("tags", [])}
+    run_id = tags[tracking.TAG_RUN]
+    run = httpx.get(f"{api}/runs/get", params={"run_id": run_id}).json()["run"]
+    experiment_id = run["info"]["experiment_id"]
+    assert f"{tracking.VALIDATION_LINK}[{run_id}](#/experiments/{experiment_id}/runs/{run_id})" in model_version["description"]
+    experiment = httpx.get(f"{api}/experiments/get", params={"experiment_id": experiment_id}).json()["experiment"]
+    assert {tag["key"]: tag["value"] for tag in experiment["tags"]}[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    metric_names = {metric["key"] for metric in run["data"]["metrics"]}
+    assert {"lcm-mc/lcm", "lcm-mc/acc", "lcm-nb/lcm", "vlind/s_ck", "genception/gc_at_3", "decc/reliable_rate/multi"} <= metric_names
+    assert not [m for m in metric_names if "/by_" in m] and len(metric_names) < 120
+    params = {param["key"]: param["value"] for param in run["data"]["params"]}
+    assert set(params) == {"suite", "backend", "evaluators", "policy", "model_uri"} and params["backend"] == "transformers"
+    run_tags = {tag["key"]: tag["value"] for tag in run["data"]["tags"]}
+    assert all(len(run_tags[f"vlgate.fingerprints.{e}"]) == 16 for e in params["evaluators"].split(","))
+    listed = httpx.get(f"{api}/artifacts/list", params={"run_id": run_id, "path": "tables"}).json()["files"]
+    tables = {Path(entry["path"]).name for entry in listed}
+    assert {"lcm-mc.json", "decc.json"} <= tables and any(".by_" in table for table in tables), tables
 
 
 def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_once(service, tiny_world, mlflow_server):

@@ -170,19 +170,27 @@ def model_versions(client, model_name: str) -> list[Any]:
     return sorted((version for version in found if version.name == model_name), key=lambda version: int(version.version))
 
 
+#: MLflow 3's UI opens an experiment on its GenAI overview unless told it holds model
+#: development runs; vlgate's experiments hold runs and nothing else
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def experiment_id(client, name: str, home: Path | None = None) -> str:
-    """The experiment's id, created on first use; on the embedded store its artifacts go
-    under ``$VLGATE_HOME/mlflow/artifacts`` (not the working directory)."""
+    """The experiment's id, created on first use (opening on its runs in MLflow's UI); on
+    the embedded store its artifacts go under ``$VLGATE_HOME/mlflow/artifacts`` (not the
+    working directory)."""
     from mlflow.exceptions import MlflowException
 
     existing = client.get_experiment_by_name(name)
     if existing is not None:
+        if EXPERIMENT_KIND_TAG not in existing.tags:  # made by an older vlgate
+            client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return existing.experiment_id
     location = None
     if embedded(client.tracking_uri):
         location = ((home or vlgate_home()).resolve() / "mlflow" / "artifacts" / hashlib.sha1(name.encode()).hexdigest()[:12]).as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:  # created meanwhile by another process
         return client.get_experiment_by_name(name).experiment_id
 
@@ -197,6 +205,33 @@ _INVALID = re.compile(r"[^/\w.\- :]")
 def mlflow_metric_name(name: str) -> str:
     """``genception/gc@3`` → ``genception/gc_at_3``; MLflow accepts only ``[/\\w.\\- :]``."""
     return _INVALID.sub("_", name.replace("@", "_at_"))
+
+
+#: the line vlgate adds to a registered version's description (flows/recording.py)
+VALIDATION_LINK = "vlgate validation run: "
+
+
+def registered_description(description: str | None) -> str:
+    """A version's description as its registration wrote it, without vlgate's link line."""
+    return "\n".join(line for line in (description or "").splitlines() if not line.startswith(VALIDATION_LINK)).strip()
+
+
+def split_breakdowns(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A metrics dict as its set-level metrics and its breakdowns (``by_<field>``: group →
+    metrics): the first are MLflow metrics, the second MLflow tables (a run with every
+    breakdown flattened carries hundreds of metrics)."""
+    top = {key: value for key, value in metrics.items() if not (key.startswith("by_") and isinstance(value, dict))}
+    return top, {key: value for key, value in metrics.items() if key not in top}
+
+
+def breakdown_frame(field: str, groups: dict[str, Any]) -> Any:
+    """One breakdown as a table: a row per group (the field's value first), a column per metric."""
+    import pandas as pd
+
+    def cell(value: Any) -> Any:  # numbers (None where undefined); anything else is not a metric
+        return value if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) else None
+
+    return pd.DataFrame([{field: str(group), **{key: cell(value) for key, value in values.items()}} for group, values in groups.items() if isinstance(values, dict)])
 
 
 def flatten_metrics(metrics: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
