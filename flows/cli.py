@@ -290,6 +290,8 @@ def _print_decision(summary: dict[str, Any]) -> None:
     checks = sorted(summary.get("checks", []), key=lambda check: check["verdict"] == "pass")
     for check in checks:
         print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
+    for warning in summary.get("warnings", []):
+        print(f"  {'warning':<15} {warning}")
     if summary.get("report"):
         print(f"report: {summary['report']}")
 

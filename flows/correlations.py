@@ -39,6 +39,38 @@ def correlate_across_versions(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return result
 
 
+#: versions in a row whose identical headline value is worth a warning
+IDENTICAL_RUN = 3
+
+
+def identical_across_versions(table: pd.DataFrame, version: str, last: int = IDENTICAL_RUN) -> list[str]:
+    """Warnings for the headline metrics whose value is exactly the same in each of the
+    ``last`` validated versions up to ``version`` (by version number): different models
+    rarely score alike to the last digit, so the evaluator may not be seeing the model
+    (a constant prompt, a broken parser). A warning, not a verdict: it blocks nothing."""
+
+    def number(v: Any) -> float:
+        try:
+            return float(v)
+        except ValueError:
+            return float("inf")
+
+    if str(version) not in table.index.astype(str):
+        return []
+    recent = sorted((str(v) for v in table.index if number(v) <= number(version)), key=number)[-last:]
+    if len(recent) < last:
+        return []
+    frame = table.set_axis(table.index.astype(str)).loc[recent]
+    warnings = []
+    for column in frame.columns:
+        spec = registry.metric(str(column))
+        values = frame[column]
+        if spec is not None and spec.headline and values.notna().all() and values.nunique() == 1:
+            shown = ", ".join(f"v{v}" for v in recent)
+            warnings.append(f"{column} is {values.iloc[0]:.6g} in each of {shown}: identical across the last {last} versions (does the evaluator see the model?)")
+    return warnings
+
+
 def correlated_columns(table: pd.DataFrame) -> pd.DataFrame:
     """The table's columns that some correlated pair uses: what ``correlate_across_versions``
     read, kept with its result so the report draws its figures from the same rows."""

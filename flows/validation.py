@@ -26,7 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, log_correlations_across_versions, version_table
+from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
@@ -54,7 +54,13 @@ def judge(model_name: str, version: str, run_id: str, policy_path: str, outputs:
         champion_version, champion = champion_outputs(client, model_name, version)
         decision = decide(GatePolicy.from_file(policy_path), outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
-        payload = decision.as_dict() | {"policy_path": policy_path, "champion_before": champion_version, "per_sample_correlations": per_sample}
+        warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
+        payload = decision.as_dict() | {
+            "warnings": warnings,
+            "policy_path": policy_path,
+            "champion_before": champion_version,
+            "per_sample_correlations": per_sample,
+        }
         label = "promoted" if decision.promote else "rejected"
         if record:
             client.log_dict(run_id, payload, "decision.json")  # with the policy judged with, as loaded
@@ -197,6 +203,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         "reasons": decision["reasons"],
         "checks": decision["checks"],
         "policy": decision["policy"],
+        "warnings": decision["warnings"],
         "correlations": across,
         "report": report,
     }

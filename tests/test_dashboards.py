@@ -253,6 +253,10 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     for figure in ("lcm-mc-response-distribution", "vlind-funnel", "genception-curves", "genception-chains", "decc-matrix", "correlation-lcm-mc-lcm", "drift-history"):
         assert f'id="figure-{figure}"' in page
     assert page.count('data-expectations="') == 5 and 'data-expectations="lcm-mc">passed<' in page
+    # the records of VLind, GenCeption, DeCC and NaturalBench are the same for every version here: warned, not blocked
+    warnings = page[page.index('id="warnings"') : page.index("</ul>", page.index('id="warnings"'))]
+    assert "vlind/s_ck is 0.833333 in each of v1, v2, v3: identical across the last 3 versions" in warnings
+    assert "lcm-mc/lcm is" not in warnings  # it differs between versions
 
 
 def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports):

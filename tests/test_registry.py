@@ -321,3 +321,25 @@ def test_genception_and_decc_runners_own_and_release_their_helper_models(tmp_pat
     assert isinstance(llm, TransformersBackend) and llm.model is not None
     runner.close()
     assert llm.model is None
+
+
+def test_a_headline_metric_identical_across_the_last_versions_is_a_warning():
+    import pandas as pd
+
+    from vlgate.flows.correlations import identical_across_versions
+
+    table = pd.DataFrame(
+        {
+            "genception/gc@3": [0.5, 0.6682, 0.6682, 0.6682],  # the same in v2..v4
+            "lcm-mc/lcm": [0.4, 0.5, 0.6, 0.7],
+            "lcm-mc/n_reliable": [3, 3, 3, 3],  # a count: not a headline, never a warning
+            "vlind/s_ck": [0.8, 0.8, None, 0.8],  # v3 has none: not three identical values
+        },
+        index=pd.Index(["1", "2", "3", "10"], name="version"),  # by number: 10 comes after 3
+    )
+    [warning] = identical_across_versions(table, "10")
+    assert warning.startswith("genception/gc@3 is 0.6682 in each of v2, v3, v10: identical across the last 3 versions")
+    assert identical_across_versions(table, "3") == []  # v1..v3: 0.5, 0.6682, 0.6682
+    assert identical_across_versions(table.loc[["2", "3"]], "3") == []  # fewer than three versions
+    assert identical_across_versions(table, "7") == []  # a version not in the table
+    assert [w.split(" is ")[0] for w in identical_across_versions(table, "2", last=2)] == ["vlind/s_ck"]  # v1, v2: 0.8 twice
