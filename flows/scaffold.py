@@ -41,7 +41,7 @@ evaluators:
   vlind: {{data: data/vlind}}
   # GenCeption: seed images in category folders, data/genception/CATEGORY/*.png; an image
   #   generator (a diffusers folder or HF id) and an image encoder (CLIP/ViT) close the loop
-  genception: {{data: data/genception, iterations: 3, generator: stabilityai/sdxl-turbo, encoder: openai/clip-vit-large-patch14}}
+  genception: {{data: data/genception, iterations: 3, generator: stabilityai/sdxl-turbo, encoder: openai/clip-vit-large-patch14, encoder_kind: clip}}
   # DeCC: data/decc/items.jsonl, {{"id", "image", "question", "options"?, "answer"?, "sub_questions"?}};
   #   an LLM agent judges the answers
   decc: {{data: data/decc, llm: Qwen/Qwen2.5-1.5B-Instruct}}

@@ -187,6 +187,7 @@ def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_ther
     assert model_problem(tmp_path, "my-vlm") is None
     suite = Suite.from_file(tmp_path / "my-vlm" / "suite.yaml")
     assert list(suite.evaluators) == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"] and suite.evaluators["lcm-mc"].data == tmp_path / "my-vlm" / "data" / "mc"
+    assert suite.evaluators["genception"].encoder_kind == "clip"  # a CLIP id is read as CLIP, not as the default ViT
     policy = GatePolicy.from_file(tmp_path / "my-vlm" / "gate.yaml")
     assert policy.correction == "holm" and policy.regressions["lcm-mc/lcm"].max_drop == 0.02
     assert "# VL-LCM on multiple-choice VQA" in (tmp_path / "my-vlm" / "suite.yaml").read_text()  # the formats are explained where they are used
