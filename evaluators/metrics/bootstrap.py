@@ -90,7 +90,7 @@ def paired_bootstrap_difference(
 def bootstrap_p_value(distribution: np.ndarray, threshold: float, strict: bool = True) -> float:
     """One-sided bootstrap p-value of H1: difference < ``threshold`` (``strict``) or
     ≤ ``threshold``: the share of resampled differences on the null's side, ≥ or > the
-    threshold (Efron & Tibshirani 1993, §16.4, the percentile test: the percentile interval
+    threshold (the percentile test of Efron & Tibshirani 1993, ch. 16: the percentile interval
     at one-sided level 1 − α lies wholly below the threshold when this is at most α). No
     resamples (no interval could be drawn): 1, nothing shown."""
     if distribution.size == 0:
@@ -100,7 +100,7 @@ def bootstrap_p_value(distribution: np.ndarray, threshold: float, strict: bool =
 
 
 def holm_adjusted(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979, eq. 2.1 read as adjusted values):
+    """Holm's step-down adjusted p-values (Holm 1979, the sequentially rejective test, read as adjusted values):
     sorted ascending, p_(i) · (m − i + 1), made monotone by a running maximum, capped at
     1. Rejecting where the adjusted value is ≤ α keeps the chance of any false rejection
     among the m tests at most α, whatever their dependence."""
