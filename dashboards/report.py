@@ -244,15 +244,9 @@ def version_correlation_figures(data: ValidationReportData, board: pd.DataFrame)
     than that file, the versions up to this one."""
     if data.correlation_versions is not None:
         return correlation_figures(data.correlation_versions)
-    earlier = [v for v in board.index if _version_number(v) <= _version_number(data.version)]
+    earlier = [v for v in board.index if tracking.version_number(v) <= tracking.version_number(data.version)]
     return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]])
 
-
-def _version_number(version: str) -> float:
-    try:
-        return float(version)
-    except ValueError:
-        return math.inf
 
 
 @dataclass

@@ -48,15 +48,9 @@ def identical_across_versions(table: pd.DataFrame, version: str, last: int = IDE
     ``last`` validated versions up to ``version`` (by version number): different models
     rarely score alike to the last digit, so the evaluator may not be seeing the model
     (a constant prompt, a broken parser). A warning, not a verdict: it blocks nothing."""
-
-    def number(v: Any) -> float:
-        try:
-            return float(v)
-        except ValueError:
-            return float("inf")
-
     if str(version) not in table.index.astype(str):
         return []
+    number = tracking.version_number
     recent = sorted((str(v) for v in table.index if number(v) <= number(version)), key=number)[-last:]
     if len(recent) < last:
         return []

@@ -155,6 +155,14 @@ def registered_models(client) -> list[Any]:
     return list(_pages(lambda token: client.search_registered_models(max_results=1000, page_token=token)))
 
 
+def version_number(version: Any) -> float:
+    """A registry version as a number for ordering (``"10"`` after ``"3"``); anything else last."""
+    try:
+        return float(version)
+    except (TypeError, ValueError):
+        return float("inf")
+
+
 def model_versions(client, model_name: str) -> list[Any]:
     """Every version of ``model_name``, oldest first. MLflow's filter strings have no escape
     character, so a name is quoted with the quote it does not contain; a name holding both
