@@ -55,6 +55,14 @@ class EvaluatorOutput:
         """The data set's item count (loaded or not): what a complete run has rows for."""
         return int(self.summary.get("n_items", len(self.records))) + int(self.summary.get("n_load_errors", 0))
 
+    @property
+    def protocol(self) -> str | None:
+        """The protocol the records were measured under (``evaluators/protocols.py``): the
+        most common, as validation keeps it; None when they name none (records from before
+        protocols, or from elsewhere)."""
+        named = [record.get("protocol") for record in self.records]
+        return max(set(named), key=named.count) if named else None
+
     @classmethod
     def failed(cls, evaluator: str, error: str) -> EvaluatorOutput:
         return cls(evaluator, error=error, summary={"error": error})

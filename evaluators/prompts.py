@@ -1,8 +1,10 @@
-"""Every prompt the runners send, in one place, with a version that goes into each
-record's fingerprint: change a template, bump :data:`PROMPT_VERSION`, and cached
-results are recomputed rather than silently mixed.
+"""Every prompt the runners send, in one place. Which of them a run sends is its
+evaluator's protocol (``evaluators/protocols.py``), whose name and version go into each
+record's fingerprint: change a template, bump its protocol's version, and cached results
+are recomputed rather than silently mixed.
 
-Sources: MMMU's MC instruction (VL-LCM App. C, "MC with default prompt") and its yes/no
+The ``vlgate`` protocol's prompts (the functions below without a benchmark in their name's
+docstring) are the ones the synthetic world's models are trained on. Sources: MMMU's MC instruction (VL-LCM App. C, "MC with default prompt") and its yes/no
 adaptation; NaturalBench's answer suffixes (its example.py ``SUFFIX_FOR_VQA``);
 VLind-Bench's four templates (its eval scripts: commonsense_TF for CK, simple_TF for VP,
 detailed_TF with the context for CB, detailed_TF for LP); GenCeption's P_Desc (paper
@@ -12,7 +14,9 @@ App. A, shortened to the instruction without the few-shot examples).
 
 from __future__ import annotations
 
-PROMPT_VERSION = "prompts-1"
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 OPTION_LETTERS = "ABCDEFGHIJ"
 
 MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
@@ -22,7 +26,7 @@ NATURALBENCH_MC_SUFFIX = "Please output the letter corresponding to the correct 
 TRUE_FALSE_INSTRUCTION = "Only respond in True or False."
 
 
-def mc_prompt(question: str, options: list[str] | tuple[str, ...]) -> str:
+def mc_prompt(question: str, options: Sequence[str]) -> str:
     """MMMU-style multiple choice: the question, lettered options, the letter instruction."""
     lines = [question] + [f"{OPTION_LETTERS[i]}. {option}" for i, option in enumerate(options)]
     return "\n".join(lines) + "\n" + MC_INSTRUCTION
@@ -133,3 +137,48 @@ def decc_reasoning(pairs: str, question: str, options: tuple[str, ...] | None) -
     if options:
         return f"Sub-questions and answers: {pairs} Question: {mc_prompt(question, options)}"
     return f"Sub-questions and answers: {pairs} Question: {question} Answer with a word or a number."
+
+
+# ---------------------------------------------------------------------------
+# Prompt sets: what one protocol of an evaluator asks (``evaluators/protocols.py``)
+
+
+@dataclass(frozen=True)
+class MultipleChoicePrompts:
+    """lcm-mc: the MC prompt over lettered options, and VL-LCM's yes/no probe of one option."""
+
+    multiple_choice: Callable[[str, Sequence[str]], str]
+    yes_no_probe: Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
+class NaturalBenchPrompts:
+    """lcm-nb: the yes/no test of (V_i, T_j), and the two kinds of MC test of VL-LCM §3.3."""
+
+    yes_no: Callable[[str, str], str]
+    choose_text: Callable[[tuple[str, str], str], str]
+    choose_image: Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
+class VlindPrompts:
+    """vlind: the four stages' templates."""
+
+    commonsense: Callable[[str], str]
+    object: Callable[[str], str]
+    context: Callable[[str, str], str]
+    image: Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class GenceptionPrompts:
+    """genception: P_Desc, and P_Gen built from a description."""
+
+    describe: str
+    generate: Callable[[str], str]
+
+
+VLGATE_MULTIPLE_CHOICE = MultipleChoicePrompts(mc_prompt, yes_no_probe)
+VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image)
+VLIND_BENCH = VlindPrompts(vlind_commonsense, vlind_object, vlind_context, vlind_image)
+GENCEPTION = GenceptionPrompts(GENCEPTION_DESCRIBE, genception_generate)

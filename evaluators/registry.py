@@ -7,7 +7,8 @@ Every other part of vlgate reads this table instead of keeping its own:
 * scoring (``evaluators/scoring.py``): ``schema``, ``per_sample``, ``aggregate``,
   ``group_field``, ``features`` (extra inputs kept with the records, e.g. GenCeption's);
 * the suite (``evaluators/runners/suite.py``): ``settings`` (the pydantic model of the
-  evaluator's suite entry), ``load_items`` and ``build_runner``;
+  evaluator's suite entry), ``protocols`` (``evaluators/protocols.py``; the first is the
+  default), ``load_items`` and ``build_runner``;
 * Great Expectations (``flows/expectations.py``): ``columns``, ``ordered_columns`` and
   every metric's range, ``required`` and ``count``;
 * the gate (``flows/gate.py``): a policy may name only metrics listed here, and a
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 
+from vlgate.evaluators import protocols as protocol_tables
 from vlgate.evaluators import schemas
 from vlgate.evaluators.metrics import decc, genception, lcm_mc, lcm_nb, vlind
 from vlgate.evaluators.runners import decc as decc_runner
@@ -68,7 +70,10 @@ class Metric:
     in the records (absent on unlabelled data); ``required``: defined on every complete
     run, so an undefined one fails the expectations; ``headline``: shown in the
     leaderboard and ``vlgate examples``; ``correlate_with``: the labelled metrics
-    (``EVALUATOR/METRIC``) this label-free one is correlated with across versions.
+    (``EVALUATOR/METRIC``) this label-free one is correlated with across versions;
+    ``max_share``: for a count, the share of ``n`` it may reach before Great
+    Expectations fails the run (e.g. unanswered questions: a backend losing the option
+    tokens must not pass as a model answering "no").
     """
 
     name: str
@@ -80,6 +85,7 @@ class Metric:
     headline: bool = False
     count: bool = False
     correlate_with: tuple[str, ...] = ()
+    max_share: float | None = None
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -97,8 +103,14 @@ class Metric:
         return bool(_PLACEHOLDER.search(self.name))
 
 
-def _count(name: str, labelled: bool = False) -> Metric:
-    return Metric(name, None, None, direction=None, count=True, labelled=labelled)
+def _count(name: str, labelled: bool = False, max_share: float | None = None) -> Metric:
+    return Metric(name, None, None, direction=None, count=True, labelled=labelled, max_share=max_share)
+
+
+#: Unanswered questions (a tie at the top of the options' probabilities, or an answer the
+#: benchmark's parser cannot read) allowed in a probability-scored run: a working backend
+#: has none, so more than this is a broken backend, not a model's finding
+UNANSWERED_CEILING = 0.05
 
 
 #: Metrics every evaluator's scoring produces: ``n`` (records scored), ``n_skipped``
@@ -170,6 +182,8 @@ class EvaluatorDefinition:
     columns: tuple[Column, ...]
     settings: type[EvaluatorSettings]
     build_runner: Callable[[Any, RunnerContext], Runner[Any, Any]]
+    #: its named protocols (what is asked, generation limits); the first is the default
+    protocols: tuple[protocol_tables.Protocol[Any], ...]
     #: (A, B): A >= B on every row, B being a later pipeline stage gated on A
     ordered_columns: tuple[tuple[str, str], ...] = ()
     #: the record field metrics are broken down by, where the records carry it
@@ -204,6 +218,10 @@ class EvaluatorDefinition:
         """The headline metrics among the names in ``metrics``, in the definition's order."""
         names = [name for name in metrics if isinstance(name, str)]
         return [name for metric in self.metrics if metric.headline for name in names if metric.matches(name)]
+
+    def protocol(self, name: str | None = None) -> protocol_tables.Protocol[Any]:
+        """The protocol called ``name`` (None: the default); UnknownProtocolError otherwise."""
+        return protocol_tables.choose(self.protocols, self.name, name)
 
     def required_metrics(self, values: dict[str, int]) -> list[Metric]:
         return [metric for metric in self.metrics if metric.required and (not metric.templated or values)]
@@ -317,6 +335,7 @@ register(
             Metric("confidence"),
             Metric("overconfidence", direction="lower"),
             _count("n_reliable"),
+            _count("n_unanswered", max_share=UNANSWERED_CEILING),
             _count("n_labelled", labelled=True),
             _count("n_reliable_correct", labelled=True),
         ),
@@ -325,6 +344,7 @@ register(
             Column("chosen", 0, None),
             Column("n_yes", 0, None),
             _boolean("reliable"),
+            _boolean("unanswered"),
             _indicator("correct", nullable=True),
             _indicator("j_correct", nullable=True),
             _probability("lc_gt", nullable=True),
@@ -332,6 +352,7 @@ register(
         ),
         settings=EvaluatorSettings,
         build_runner=lcm_runner.build_lcm_mc_runner,
+        protocols=protocol_tables.LCM_MC,
         group_field="category",
         drift_score=DriftScore("p_lc", "lcm"),
         champion_correlated="p_lc",
@@ -356,10 +377,12 @@ register(
             Metric("j_acc", labelled=True, headline=True),
             Metric("f1", labelled=True, headline=True),
             Metric("lcm_gt", labelled=True),
+            _count("n_unanswered", max_share=UNANSWERED_CEILING),
             _count("n_labelled", labelled=True),
         ),
         columns=(
             _probability("p_lc"),
+            _boolean("unanswered"),
             Column("yn_correct", 0, 4, nullable=True),
             Column("q_correct", 0, 2, nullable=True),
             Column("i_correct", 0, 2, nullable=True),
@@ -369,6 +392,7 @@ register(
         ),
         settings=lcm_runner.LcmNbSettings,
         build_runner=lcm_runner.build_lcm_nb_runner,
+        protocols=protocol_tables.LCM_NB,
         load_items=lcm_runner.load_nb_units,
         group_field="category",
         drift_score=DriftScore("p_lc", "lcm"),
@@ -394,8 +418,12 @@ register(
             Metric("s_lp", headline=True),
             Metric("acc_cb", headline=True),
             Metric("acc_lp", headline=True),
+            # no ceiling yet: the synthetic world's untrained VLMs answer VLind unparseably
+            # (issue 16 trains them to answer); the count is reported and gated on by policy
+            _count("n_unanswered"),
         ),
         columns=(
+            _boolean("unanswered"),
             _boolean("ck"),
             _boolean("vp"),
             _boolean("cb_raw"),
@@ -406,6 +434,7 @@ register(
         ordered_columns=(("ck", "cb"), ("cb_raw", "cb"), ("lp_raw", "lp")),
         settings=EvaluatorSettings,
         build_runner=vlind_runner.build_vlind_runner,
+        protocols=protocol_tables.VLIND,
         group_field="concept",
         report_figures=("vlind-funnel",),
         example="vlind.jsonl",
@@ -429,6 +458,7 @@ register(
         columns=(Column("category", text=True), Column("gc", -1.0, 1.0), Column("s@{t}", -1.0, 1.0)),
         settings=genception_runner.GenceptionSettings,
         build_runner=genception_runner.build_genception_runner,
+        protocols=protocol_tables.GENCEPTION,
         group_field="category",
         drift_score=DriftScore("gc", "gc"),
         template_values=_genception_template_values,
@@ -471,6 +501,7 @@ register(
         ),
         settings=decc_runner.DeccSettings,
         build_runner=decc_runner.build_decc_runner,
+        protocols=protocol_tables.DECC,
         group_field="category",
         drift_score=DriftScore("multi", "reliable_rate/multi"),
         report_figures=("decc-matrix",),

@@ -411,6 +411,22 @@ class ValidRecords:
         return [r.get(name) for r in self.records]
 
 
+def protocol_problems(records: list[dict[str, Any]]) -> dict[int, Problem]:
+    """One protocol per set (``evaluators/protocols.py``): records measured under another
+    protocol than most of the set's (or without one beside records with one) are named,
+    since their numbers are not comparable. A record's ``protocol`` must be a string."""
+    found = [record.get("protocol") for record in records]
+    problems: dict[int, Problem] = {row: ("protocol", f"must be a string, got {type(value).__name__}") for row, value in enumerate(found) if value is not None and not isinstance(value, str)}
+    named = [value if isinstance(value, str) else None for value in found]
+    if len(set(named)) > 1:
+        expected = max(set(named), key=lambda value: (named.count(value), value is not None))  # the most common; a tie goes to a named one
+        shown = lambda value: f"protocol {value!r}" if value is not None else "no protocol"
+        for row, value in enumerate(named):
+            if value != expected and row not in problems:
+                problems[row] = ("protocol", f"was measured under {shown(value)} but the other records under {shown(expected)}: score one protocol per set")
+    return problems
+
+
 def validate_against(schema: Schema, evaluator: str, parsed: ParsedLines, skip_invalid: bool = False, source: str = "records") -> ValidRecords:
     """Check parsed records against ``schema`` (the one of ``evaluator``).
 
@@ -447,6 +463,7 @@ def validate_against(schema: Schema, evaluator: str, parsed: ParsedLines, skip_i
         )
         rows[:] = [row for i, row in enumerate(rows) if i not in found]
 
+    drop(protocol_problems([parsed.records[row] for row in rows]))
     drop(schema.set_problems([parsed.records[row] for row in rows]))
     records = [parsed.records[row] for row in rows]
     arrays, numeric_problems = schema.arrays(records) if records else ({}, {})
@@ -460,6 +477,10 @@ def validate_against(schema: Schema, evaluator: str, parsed: ParsedLines, skip_i
     return ValidRecords(evaluator, records, [parsed.lines[row] for row in rows], arrays, errors)
 
 
+def _one_protocol(column: pa.ChunkedArray) -> bool:
+    return pa.types.is_string(column.type) and column.null_count == 0 and len(pc.unique(column)) <= 1
+
+
 def validate_file(schema: Schema, evaluator: str, path: str | Path, skip_invalid: bool = False) -> ValidRecords:
     """A JSONL file checked against ``schema``: column by column when the schema has a
     fast path and every record is plainly valid (a million lcm-mc records: about a
@@ -467,6 +488,8 @@ def validate_file(schema: Schema, evaluator: str, path: str | Path, skip_invalid
     exactly as :func:`validate_against` does, which names every problem."""
     data = Path(path).read_bytes()
     table = jsonl_table(data) if type(schema).columnar_arrays is not Schema.columnar_arrays else None
+    if table is not None and "protocol" in table.column_names and not _one_protocol(table.column("protocol")):
+        table = None  # the row path names the odd records
     arrays = schema.columnar_arrays(table) if table is not None else None
     if table is not None and arrays is not None:
         return ValidRecords(evaluator, None, list(range(1, table.num_rows + 1)), arrays, table=table)

@@ -15,7 +15,8 @@ Applied to every evaluator
     not null and is unique (per-sample comparisons against the champion join on
     it); every column of the evaluator's frame exists.
     metrics: the evaluator's label-free metrics exist, are not null and are in
-    range. They are the ones the gate and the unlabelled drift runs rely on, and
+    range (a count in [0, n], or up to its ``max_share`` of n: unanswered questions
+    of the LCM evaluators). They are the ones the gate and the unlabelled drift runs rely on, and
     an undefined one means the run cannot be judged (fail closed, as the gate
     does). ``n`` (when present) equals ``expected_rows``, since metrics over a
     partial set would not be comparable across versions; ``n_skipped`` (present
@@ -72,7 +73,9 @@ def _record_columns(definition: registry.EvaluatorDefinition, records: pd.DataFr
 
 
 def _bounds(metric: registry.Metric, expected_rows: int) -> tuple[float | None, float | None]:
-    return (0, expected_rows) if metric.count else (metric.low, metric.high)
+    if metric.count:
+        return (0, expected_rows if metric.max_share is None else math.floor(metric.max_share * expected_rows))
+    return (metric.low, metric.high)
 
 
 # ---------------------------------------------------------------------------

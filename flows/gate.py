@@ -425,6 +425,14 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
         if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
             checks[n] = comparison.check(False, "per-sample records missing for the candidate or the champion (fail closed)", judged=False)
             continue
+        if mine.protocol != theirs.protocol:
+            named = lambda protocol: f"protocol {protocol}" if protocol else "no protocol"
+            detail = (
+                f"not comparable: the candidate's {evaluator} records were measured under {named(mine.protocol)}, the champion's under {named(theirs.protocol)} "
+                "(fail closed; validate the champion again under the suite's protocol, or set the suite's protocol to the champion's)"
+            )
+            checks[n] = comparison.check(False, detail, judged=False)
+            continue
         mine_samples, their_samples = mine.samples, theirs.samples
         if comparison.ids is not None:
             mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]

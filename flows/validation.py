@@ -169,6 +169,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     if not run.data.params:  # a resumed run has them already; params cannot be overwritten
         # the compare view's axes: what differs between validations (paths and digests are tags)
         params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
+        params |= {f"protocol.{name}": protocol for name, protocol in suite.protocols().items()}
         client.set_tag(run_id, "vlgate.suite_path", str(config.suite))
         client.set_tag(run_id, "vlgate.policy_path", str(config.policy))
         client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])

@@ -65,7 +65,7 @@ def smoke_home(tiny_world, tmp_path):
     world, _ = tiny_world
     home = tmp_path / "home"
     home.mkdir()
-    (home / "suite.yaml").write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    (home / "suite.yaml").write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
     (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
     return home
 

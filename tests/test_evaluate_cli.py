@@ -89,7 +89,7 @@ def test_evaluate_runs_genception_and_decc_with_the_worlds_helper_models(tiny_wo
         tmp_path,
         world,
         "name: helpers\nbatch_size: 4\nevaluators:\n"
-        "  genception: {data: WORLD/data/genception, iterations: 2, generator: scene-renderer, encoder: WORLD/checkpoints/vit-encoder, limit: 3}\n"
+        "  genception: {data: WORLD/data/genception, iterations: 2, generator: scene-renderer, encoder: WORLD/checkpoints/vit-encoder, limit: 3, protocol: vlgate}\n"
         "  decc: {data: WORLD/data/decc, llm: WORLD/checkpoints/llm-agent, limit: 4}\n",
     )
     out = tmp_path / "out"

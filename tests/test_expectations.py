@@ -248,3 +248,16 @@ def test_vlind_undefined_later_stage_scores_are_not_a_data_failure_but_out_of_ra
     assert validate_evaluator_output("vlind", records, metrics | {"s_cb": None, "s_lp": None}, EXAMPLE_ROWS["vlind"]).success
     report = validate_evaluator_output("vlind", records, metrics | {"s_lp": 1.5}, EXAMPLE_ROWS["vlind"])
     assert not report.success and any("s_lp" in line for line in report.failures())
+
+
+@pytest.mark.parametrize("evaluator", ["lcm-mc", "lcm-nb"])
+def test_unanswered_questions_beyond_five_percent_fail_the_run(examples, evaluator):
+    # 24 and 16 records: floor(0.05 n) = 1 and 0 unanswered allowed (a backend losing the option tokens)
+    allowed = {"lcm-mc": 1, "lcm-nb": 0}[evaluator]
+    assert examples[evaluator][1]["n_unanswered"] == 0
+    assert _run(examples, evaluator, metrics={**examples[evaluator][1], "n_unanswered": allowed}).failures() == []
+    (failure,) = _run(examples, evaluator, metrics={**examples[evaluator][1], "n_unanswered": allowed + 1}).failures()
+    assert failure == f"{evaluator} metric 'n_unanswered' = {float(allowed + 1)!r} is outside [0.0, {float(allowed)}]"
+    # VLind's unparseable answers are counted but not capped (the untrained world answers none: issue 16)
+    vlind = {**examples["vlind"][1], "n_unanswered": EXAMPLE_ROWS["vlind"]}
+    assert _run(examples, "vlind", metrics=vlind).failures() == []

@@ -113,12 +113,33 @@ def test_padding_mixed_k_matches_separate_scoring():
     assert mixed["acc"] == pytest.approx(np.mean([m["acc"] for m in separate]))
 
 
-def test_ties_take_lowest_index():
-    # both options have equal P_LC; k̂ must be option 0, which is the answer → reliable and correct
+def test_ties_take_lowest_index_for_p_lc_but_a_tied_answer_is_unanswered():
+    # both options have equal P_LC; k̂ must be option 0 (SPEC: the lowest index on a tie)
     records = [{"id": "t", "p_mc": [0.6, 0.6], "p_yes": [0.9, 0.9], "answer": 0}]
     samples = lcm_mc.per_sample(np.array([[0.6, 0.6]]), np.array([[0.9, 0.9]]), np.array([0]))
     assert samples["chosen"].tolist() == [0]
-    assert _score(records)["acc"] == 1.0  # argmax p_mc tie → 0
+    # but the MC prompt itself has no answer: wrong, not option 0 by luck of the index (issue 13)
+    metrics = _score(records)
+    assert metrics["acc"] == 0.0 and metrics["n_unanswered"] == 1
+
+
+def test_unanswered_questions_are_wrong_and_counted():
+    # what the vLLM/HTTP backends return when no option token is among the logprobs: uniform
+    lost_mc = {"id": "a", "p_mc": [0.25, 0.25, 0.25, 0.25], "p_yes": [0.9, 0.1, 0.1, 0.1], "answer": 0}
+    # the answer's own probe lost (0.5): P_JYN(0) = sqrt(0.5 · 0.9) = 0.67 > 0.5 would be J-correct
+    lost_probe = {"id": "b", "p_mc": [0.7, 0.1, 0.1, 0.1], "p_yes": [0.5, 0.1, 0.1, 0.1], "answer": 0}
+    # a necessary probe lost: P_JYN(0) = sqrt(0.9 · 0.5) = 0.67 > 0.5 would be J-correct
+    lost_other = {"id": "c", "p_mc": [0.7, 0.1, 0.1, 0.1], "p_yes": [0.9, 0.5, 0.1, 0.1], "answer": 0}
+    answered = {"id": "d", "p_mc": [0.7, 0.1, 0.1, 0.1], "p_yes": [0.9, 0.1, 0.1, 0.1], "answer": 0}
+    assert np.sqrt(0.5 * 0.9) > 0.5
+    metrics = _score([lost_mc, lost_probe, lost_other, answered])
+    assert metrics["n_unanswered"] == 3
+    assert metrics["acc"] == pytest.approx(3 / 4)  # a: tied (argmax would say option 0, right)
+    assert metrics["j_acc"] == pytest.approx(2 / 4)  # a and d: every probe answered and P_JYN(0) > 0.5
+    samples = lcm_mc.per_sample(np.array([r["p_mc"] for r in (lost_mc, answered)]), np.array([r["p_yes"] for r in (lost_mc, answered)]), np.array([0, 0]))
+    assert samples["unanswered"].tolist() == [True, False] and samples["correct"].tolist() == [0.0, 1.0]
+    # P_LC is the paper's, on the probabilities as they are
+    assert samples["p_lc"][0] == pytest.approx(np.sqrt(0.25 * np.sqrt(0.9 * 0.9)))
 
 
 def test_per_category_breakdown():

@@ -76,7 +76,25 @@ def test_perfect_unit_scores_one_and_lcm_gt_le_lcm():
     assert (samples["lc_gt"] <= samples["p_lc"] + 1e-12).all()
 
 
+def test_an_undecided_yes_no_answer_is_wrong_whatever_the_label():
+    # y12 = 0.5: under c1 the expected answer is "no", and "p > 0.5 means yes" read it as a right "no"
+    undecided = {**UNIT, "p_yes": [[0.9, 0.5], [0.3, 0.8]]}
+    metrics = _score([{"id": "u1", **undecided, "answer": "c1"}])
+    assert metrics["n_unanswered"] == 1
+    assert metrics["acc"] == pytest.approx(3 / 4)
+    assert metrics["q_acc"] == pytest.approx(1 / 2)  # T2 is not right on both images
+    assert metrics["i_acc"] == pytest.approx(1 / 2)  # V1 is not right on both questions
+    assert metrics["g_acc"] == 0.0
+    # tests (a) (s=y11, n=y12) and (d) (s=y22, n=y12) lean on the undecided y12: not J-correct,
+    # although (a)'s sqrt(0.9 · 0.5) = 0.67 > 0.5; (b) and (c) are as before
+    assert metrics["j_acc"] == pytest.approx(2 / 4)
+    # a tie between the two options of an MC test is unanswered too (P_LC unchanged)
+    tied = {**UNIT, "p_text": [[0.5, 0.5], [0.4, 0.6]]}
+    assert _score([{"id": "u2", **tied, "answer": "c1"}])["n_unanswered"] == 1
+    assert _score([{"id": "u3", **UNIT, "answer": "c1"}])["n_unanswered"] == 0
+
+
 def test_unlabelled_units_have_only_lcm():
     metrics = _score([{"id": "u", **UNIT, "answer": None}, {"id": "v", **UNIT}])
-    assert set(metrics) == {"n", "lcm"}
+    assert set(metrics) == {"n", "lcm", "n_unanswered"}
     assert metrics["lcm"] == pytest.approx(np.mean(LC_C1))

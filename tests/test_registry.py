@@ -16,6 +16,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.runners.store import RecordStore
@@ -82,13 +83,14 @@ def build_coin_runner(settings: CoinSettings, context: RunnerContext) -> Runner[
         probs = context.vlm.choice_probs([ChoiceRequest((), f"Heads or tails? ({item})", ("heads", "tails")) for item, _ in batch])
         return [{"id": item, "p_heads": float(p[0]), "answer": "heads"} for (item, _), p in zip(batch, probs)]
 
-    return Runner("coin", {"vlm": context.vlm.info.digest}, "coin-1", lambda item: None, compute, settings={"flips": settings.flips})
+    return Runner("coin", {"vlm": context.vlm.info.digest}, context.chosen(COIN_PROTOCOLS).as_run(), lambda item: None, compute, settings={"flips": settings.flips})
 
 
 def load_coins(settings: CoinSettings, out: Path) -> tuple[list[str], list[ItemError]]:
     return [f"flip-{n}" for n in range(settings.flips)], []
 
 
+COIN_PROTOCOLS = (Protocol("coin", 1, "this test", None), Protocol("fair-coin", 1, "this test", None))
 COIN = registry.EvaluatorDefinition(
     name="coin",
     title="A coin-flip toy",
@@ -102,6 +104,7 @@ COIN = registry.EvaluatorDefinition(
     columns=(registry.Column("confidence", 0.5, 1.0), registry.Column("correct", values=(0, 1), nullable=True)),
     settings=CoinSettings,
     build_runner=build_coin_runner,
+    protocols=COIN_PROTOCOLS,
     load_items=load_coins,
     drift_score=registry.DriftScore("confidence", "confidence"),
 )

@@ -159,7 +159,14 @@ def test_the_suites_iterations_and_description_length_reach_the_vlm(world, seed_
         runner.close()
     assert len(result.records[0]["s"]) == 2
     assert [request.max_new_tokens for request in vlm.requests] == [7, 7]  # one description per iteration
-    assert runner.settings["max_new_tokens"] == 7  # and in the fingerprint of every record
+    # a changed limit is a changed protocol: in every record and its fingerprint
+    assert runner.protocol == "genception-1+description=7" and result.records[0]["protocol"] == "genception-1+description=7"
+    unchanged = GenceptionSettings(data=tmp_path, encoder=str(paths["vit"]), description_max_new_tokens=512, protocol="genception")
+    assert unchanged.protocol_overrides() == {"description": 512}
+    from vlgate.evaluators import registry
+
+    assert registry.get("genception").protocol(unchanged.protocol).as_run(**unchanged.protocol_overrides()) == "genception-1"  # the protocol's own limit
+    assert registry.get("genception").protocol("vlgate").as_run(**unchanged.protocol_overrides()) == "vlgate-1+description=512"
 
 
 def test_a_generator_returning_the_seed_gives_similarity_one_at_every_step(world, encoder, seed_items, tmp_path):

@@ -194,7 +194,9 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
     world, _ = tiny_world
     suite = home / "suite.yaml"
     suite.write_text(
-        yaml.safe_dump({"name": "sharded", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 12}, "lcm-nb": {"data": str(world / "data" / "nb"), "limit": 6}}})
+        yaml.safe_dump(
+            {"name": "sharded", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 12, "protocol": "vlgate"}, "lcm-nb": {"data": str(world / "data" / "nb"), "limit": 6, "protocol": "vlgate"}}}
+        )
     )
     (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc", "lcm-nb"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
     config = {"models": {"tiny": {"suite": str(suite), "policy": "gate.yaml"}}, "evaluation": {"runner": "dask", "workers": 2, "shards": 2}}
@@ -229,7 +231,7 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
     the claim is final (a time limit is not a transient fault)."""
     world, _ = tiny_world
     suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
     configure(home, {"slow": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
     config = yaml.safe_load((home / "vlgate.yaml").read_text()) | {"evaluation": {"task_timeout_s": 0.05}}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
@@ -249,7 +251,7 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     a run is bad input (exit 2)."""
     world, _ = tiny_world
     suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
     lenient = {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200}
     configure(home, {"g": (suite, lenient)})
     client = tracking.connect(home)
@@ -313,7 +315,7 @@ def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny
     clean = build_unlabelled_batch(home / "batches" / "clean", world / "checkpoints", n=24, seed=2)
     shifted = build_unlabelled_batch(home / "batches" / "shifted", world / "checkpoints", n=24, seed=3, corruption=0.95)
     suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
     configure(home, {"d": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}), "plain": (suite, {"required": ["lcm-mc"]})})
     config = yaml.safe_load((home / "vlgate.yaml").read_text())
     # the tiny world's barely trained champion moves little: GenCeption's GC falls by about 0.05 on the corrupted batch

@@ -217,7 +217,7 @@ def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
     world, _ = tiny_world
     data = world / "data" / "mc"
     suite = service / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(data), "limit": 4}}}))
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(data), "limit": 4, "protocol": "vlgate"}}}))
     configure(service, "many", suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200})
     from vlgate.registry_hooks.webhook import ensure_webhook
 
@@ -263,7 +263,7 @@ def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_
     no verdict), and once the server is back the poller's take-over validates it, once."""
     world, _ = tiny_world
     suite = service / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4}}}))
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
     configure(service, "outage", suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})
     config = yaml.safe_load((service / "vlgate.yaml").read_text()) | {"registry_wait_s": 1, "retry_after_s": 1}
     (service / "vlgate.yaml").write_text(yaml.safe_dump(config))

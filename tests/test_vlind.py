@@ -75,3 +75,13 @@ def test_pipeline_equations_directly():
 )
 def test_answer_parser_matches_the_benchmark(text, expected):
     assert vlind.parse_true_false(text) is expected
+
+
+def test_unparseable_answers_fail_their_test_and_are_counted():
+    # C's CB answer is unparseable (the benchmark's parser finds no true/false): its CB fails, and C counts
+    metrics = _score(INSTANCES)
+    assert metrics["n_unanswered"] == 1
+    one_lost_lp = {"id": "E", "concept": "color", "ck": [T, F], "vp": [T, F], "cb": [T, F], "lp": [[T, F], [T, N]]}
+    metrics = _score([*INSTANCES, one_lost_lp])
+    assert metrics["n_unanswered"] == 2
+    assert metrics["acc_lp"] == pytest.approx((0.5 + 1 + 1 + 2 / 3 + 0.5) / 5)  # E's second image fails

@@ -19,6 +19,19 @@ def f1_of_accuracies(acc: float, j_acc: float) -> float:
     return 0.0 if total == 0 else 2.0 * acc * j_acc / total
 
 
+def tied_at_top(probabilities: np.ndarray) -> np.ndarray:
+    """Rows of an (N, K) array whose highest probability two or more options share: the
+    model gave no answer. A benchmark's parser finds no option in such an answer, and a
+    backend that saw none of the option tokens returns the uniform vector."""
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    return (probabilities == probabilities.max(axis=1, keepdims=True)).sum(axis=1) > 1
+
+
+def undecided(p_yes: np.ndarray) -> np.ndarray:
+    """Yes/no probabilities of exactly 0.5: neither answer (the two-option case of :func:`tied_at_top`)."""
+    return np.asarray(p_yes, dtype=np.float64) == 0.5
+
+
 def mean_or_none(values) -> float | None:
     """Mean of a non-empty array as a float; None (JSON null) when there is nothing to average."""
     array = np.asarray(values, dtype=np.float64)

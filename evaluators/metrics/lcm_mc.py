@@ -5,6 +5,15 @@ fewer than K options are padded with zeros on the right, which leaves every
 quantity below unchanged: a padded option has P_MC = 0 so its P_LC is 0, its
 P_YN = 0 adds 1 − 0 = 1 to the necessity minimum (a no-op) and it never counts
 as a "yes". ``answer`` is an int array with −1 where the label is unknown.
+
+Unanswered (issue 13; every protocol, as the benchmarks count an answer their parser cannot
+read): an MC prompt whose highest probability two options share, or a yes/no probe at
+exactly 0.5, has no answer — what the vLLM and HTTP backends return when none of the option
+tokens is among the model's log-probabilities. Such a sample is counted (``unanswered``,
+``n_unanswered``) and its answer is wrong: ``correct`` for a tied MC prompt, ``j_correct``
+for any unanswered probe (the joint yes/no answer needs every probe answered), instead of
+a tie silently becoming the first option or "no". P_LC and the response distribution stay
+the paper's, on the probabilities as they are.
 Eq. 2 (P_MC) and Eq. 3 (P_YN) are the record's ``p_mc`` and ``p_yes`` themselves:
 the runners compute them from the model's next-token distribution.
 """
@@ -14,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none
+from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, tied_at_top, undecided
 
 
 def sufficient_probability(p_yes: np.ndarray) -> np.ndarray:
@@ -54,9 +63,9 @@ def logical_consistency(option_lc: np.ndarray) -> np.ndarray:
 def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.DataFrame:
     """Per-sample quantities from which every set-level metric of SPEC §2.1 is a mean or a count.
 
-    Columns: ``p_lc``, ``chosen`` (arg-max of P_LC), ``n_yes``, ``reliable`` and,
-    where the label is known (``answer >= 0``), ``correct``, ``j_correct``,
-    ``lc_gt``, ``reliable_correct`` (NaN where unknown).
+    Columns: ``p_lc``, ``chosen`` (arg-max of P_LC), ``n_yes``, ``reliable``,
+    ``unanswered`` and, where the label is known (``answer >= 0``), ``correct``,
+    ``j_correct``, ``lc_gt``, ``reliable_correct`` (NaN where unknown).
     """
     p_mc = np.asarray(p_mc, dtype=np.float64)
     p_yes = np.asarray(p_yes, dtype=np.float64)
@@ -73,11 +82,13 @@ def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.Da
             "reliable": reliable,
         }
     )
+    mc_unanswered, probe_unanswered = tied_at_top(p_mc), undecided(p_yes).any(axis=1)
+    frame["unanswered"] = mc_unanswered | probe_unanswered
     answer = np.asarray(answer)
     labelled = answer >= 0
     safe_answer = np.where(labelled, answer, 0)
-    frame["correct"] = np.where(labelled, np.argmax(p_mc, axis=1) == safe_answer, np.nan)
-    frame["j_correct"] = np.where(labelled, p_jyn[rows, safe_answer] > 0.5, np.nan)
+    frame["correct"] = np.where(labelled, (np.argmax(p_mc, axis=1) == safe_answer) & ~mc_unanswered, np.nan)
+    frame["j_correct"] = np.where(labelled, (p_jyn[rows, safe_answer] > 0.5) & ~probe_unanswered, np.nan)
     frame["lc_gt"] = np.where(labelled, option_lc[rows, safe_answer], np.nan)
     frame["reliable_correct"] = np.where(labelled, reliable & (chosen == safe_answer), np.nan)
     return frame
@@ -93,6 +104,7 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
         "confidence": mean_or_none(n_yes == 1),
         "overconfidence": mean_or_none(n_yes >= 2),
         "n_reliable": int(samples["reliable"].sum()),
+        "n_unanswered": int(samples["unanswered"].sum()),
     }
     labelled = samples["correct"].notna()
     if labelled.any():

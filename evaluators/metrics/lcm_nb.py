@@ -4,6 +4,13 @@ A unit has images V1, V2 and statements T1, T2. Arrays per unit (N units):
 ``p_yes[n, i, j]`` = P(yes | V_i, T_j); ``p_text[n, i, j]`` = P(choose T_j | V_i)
 (MC tests (a), (b)); ``p_image[n, j, i]`` = P(choose V_i | T_j) (tests (c), (d));
 ``answer`` = 0 for c1 (V1–T1 and V2–T2 are the "yes" pairs), 1 for c2, −1 unknown.
+
+Unanswered (as in :mod:`.lcm_mc`): a yes/no probability of exactly 0.5 or an MC test whose
+two options tie has no answer. A unit with one is counted (``unanswered``,
+``n_unanswered``); an unanswered yes/no test is wrong whatever the label (NaturalBench's
+parser reads no "yes" or "no" in such an answer, and its scoring counts that as wrong), so
+it fails its Q-, I- and G-Acc groups too, and an MC test whose yes/no pair has one is not
+J-correct.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none
+from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, undecided
 
 #: The four MC tests as (name, x, x', s, n): x is the option c1 makes correct, x'
 #: the other one, s the sufficient and n the necessary yes/no test for c1. Each
@@ -70,10 +77,14 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
         "p_image": np.asarray(p_image, dtype=np.float64),
     }
     pick = lambda ref: arrays[ref[0]][:, ref[1], ref[2]]
+    yes_no_unanswered = undecided(arrays["p_yes"])  # (N, image i, statement j)
+    mc_unanswered = (arrays["p_text"][:, :, 0] == arrays["p_text"][:, :, 1]).any(axis=1) | (arrays["p_image"][:, :, 0] == arrays["p_image"][:, :, 1]).any(axis=1)
+    pair_answered = lambda ref: ~yes_no_unanswered[:, ref[1], ref[2]]
     answer = np.asarray(answer)
     is_c2 = answer == 1
-    lc_tests, lc_gt_tests, jyn_gt_tests = [], [], []
+    lc_tests, lc_gt_tests, jyn_gt_tests, pairs_answered = [], [], [], []
     for _name, x, x_other, s, n in MC_TESTS:
+        pairs_answered.append(pair_answered(s) & pair_answered(n))
         mc_c1, mc_c2 = mc_probabilities(pick(x), pick(x_other))
         jyn_c1, jyn_c2 = joint_yes_no_probabilities(pick(s), pick(n))
         lc_c1, lc_c2 = choice_consistency(mc_c1, jyn_c1), choice_consistency(mc_c2, jyn_c2)
@@ -81,25 +92,26 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
         lc_gt_tests.append(np.where(is_c2, lc_c2, lc_c1))
         jyn_gt_tests.append(np.where(is_c2, jyn_c2, jyn_c1))
     frame = pd.DataFrame({"p_lc": unit_consistency(np.stack(lc_tests, axis=1))})
+    frame["unanswered"] = yes_no_unanswered.any(axis=(1, 2)) | mc_unanswered
 
     labelled = answer >= 0
     # Under c1 the "yes" pairs are (V1,T1) and (V2,T2); under c2 the other two.
     expected_yes = np.array([[True, False], [False, True]])[None, :, :] ^ is_c2[:, None, None]
-    right = (arrays["p_yes"] > 0.5) == expected_yes  # (N, image i, statement j)
+    right = ((arrays["p_yes"] > 0.5) == expected_yes) & ~yes_no_unanswered  # (N, image i, statement j)
     unknown = lambda values: np.where(labelled, values, np.nan)
     frame["yn_correct"] = unknown(right.sum(axis=(1, 2)))
     frame["q_correct"] = unknown(right.all(axis=1).sum(axis=1))  # statement right on both images
     frame["i_correct"] = unknown(right.all(axis=2).sum(axis=1))  # image right on both statements
     frame["g_correct"] = unknown(right.all(axis=(1, 2)))
     # Eq. 9's threshold is open in the paper; sqrt makes it the same test as Eq. 5 (SPEC §2.2).
-    frame["j_correct"] = unknown((np.sqrt(np.stack(jyn_gt_tests, axis=1)) > 0.5).sum(axis=1))
+    frame["j_correct"] = unknown(((np.sqrt(np.stack(jyn_gt_tests, axis=1)) > 0.5) & np.stack(pairs_answered, axis=1)).sum(axis=1))
     frame["lc_gt"] = unknown(np.stack(lc_gt_tests, axis=1).mean(axis=1))
     return frame
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     """Set-level metrics of SPEC §2.2 from :func:`per_sample`; labelled ones only where labels exist."""
-    metrics: dict[str, float | int | None] = {"n": int(len(samples)), "lcm": mean_or_none(samples["p_lc"])}
+    metrics: dict[str, float | int | None] = {"n": int(len(samples)), "lcm": mean_or_none(samples["p_lc"]), "n_unanswered": int(samples["unanswered"].sum())}
     labelled = samples[samples["yn_correct"].notna()]
     if len(labelled):
         acc = float(labelled["yn_correct"].mean() / 4)

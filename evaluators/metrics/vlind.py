@@ -77,7 +77,9 @@ def pipeline_score(indicators: np.ndarray, eligible: np.ndarray | int) -> float 
 
 def per_sample(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, lp_instance: np.ndarray) -> pd.DataFrame:
     """Per-instance indicators: ``ck``, ``vp``, ``cb_raw`` (CB test alone),
-    ``cb`` (Eq. 3), ``lp_raw`` and ``lp`` (mean over images, raw and Eq. 4)."""
+    ``cb`` (Eq. 3), ``lp_raw`` and ``lp`` (mean over images, raw and Eq. 4), and
+    ``unanswered``: one of the instance's answers could not be parsed (such a test
+    fails, as in the benchmark's scoring; this counts them)."""
     n = len(ck)
     p_ck = commonsense_knowledge(ck)
     p_vp = visual_perception(vp)
@@ -91,8 +93,15 @@ def per_sample(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, l
             "cb": p_cb,
             "lp_raw": language_prior(lp, lp_instance, n, np.ones(n, dtype=bool)),
             "lp": language_prior(lp, lp_instance, n, p_cb & p_vp),
+            "unanswered": unanswered(ck, vp, cb, lp, lp_instance),
         }
     )
+
+
+def unanswered(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, lp_instance: np.ndarray) -> np.ndarray:
+    """Instances with at least one unparseable answer in any of the four tests."""
+    lp_unparsed = np.bincount(lp_instance, weights=(lp == UNPARSED).any(axis=1), minlength=len(ck)) > 0
+    return (ck == UNPARSED).any(axis=1) | (vp == UNPARSED).any(axis=1) | (cb == UNPARSED).any(axis=1) | lp_unparsed
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
@@ -106,4 +115,5 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
         "s_lp": pipeline_score(samples["lp"], samples["cb"] & samples["vp"]),
         "acc_cb": pipeline_score(samples["cb_raw"], n),
         "acc_lp": pipeline_score(samples["lp_raw"], n),
+        "n_unanswered": int(samples["unanswered"].sum()),
     }

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
+from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.store import RecordStore, fingerprint
 
 Item = TypeVar("Item")
@@ -34,18 +35,29 @@ class EvaluatorSettings(BaseModel):
     data: Path
     format: str = "auto"
     limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
+    protocol: str | None = Field(default=None, description="the evaluator's named protocol (evaluators/protocols.py); default: the benchmark's released code")
+
+    def protocol_overrides(self) -> dict[str, int | None]:
+        """The protocol's generation limits this entry changes, by kind (None: unchanged)."""
+        return {}
 
 
 @dataclass
 class RunnerContext:
     """What a runner factory gets besides its settings: the candidate model, where the
-    run writes (``out/EVALUATOR/``), the suite's load policy for helper models, and the
-    machine's model cache (helper caches shared by every candidate live beside it)."""
+    run writes (``out/EVALUATOR/``), the suite's load policy for helper models, the
+    machine's model cache (helper caches shared by every candidate live beside it), and
+    the protocol the suite chose (None: the evaluator's default)."""
 
     vlm: VisionLanguageBackend
     out: Path
     policy: LoadPolicy
     cache_dir: Path | None = None
+    protocol: Protocol[Any] | None = None
+
+    def chosen(self, protocols: tuple[Protocol[Any], ...]) -> Protocol[Any]:
+        """The suite's protocol, else the first (default) of the evaluator's ``protocols``."""
+        return self.protocol if self.protocol is not None else protocols[0]
 
     @property
     def shared_cache(self) -> Path:
@@ -67,11 +79,12 @@ class RunResult:
 class Runner(Generic[Item, Prepared]):
     """``prepare`` reads an item's inputs (images) and may raise :class:`ItemLoadError`;
     ``compute`` turns a batch of prepared items into one record each (without
-    ``fingerprint``, which the loop adds)."""
+    ``fingerprint`` and ``protocol``, which the loop adds). ``protocol`` is the protocol
+    as run (``Protocol.as_run``)."""
 
     evaluator: str
     models: dict[str, str]
-    prompt_version: str
+    protocol: str
     prepare: Callable[[Item], Prepared]
     compute: Callable[[list[tuple[Item, Prepared]]], list[dict[str, Any]]]
     settings: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +98,7 @@ class Runner(Generic[Item, Prepared]):
             self.owned.pop().close()
 
     def key(self, item: Item) -> str:
-        return fingerprint(self.models, self.evaluator, self.prompt_version, item, self.settings)
+        return fingerprint(self.models, self.evaluator, self.protocol, item, self.settings)
 
     def run(self, items: Sequence[Item], store: RecordStore, batch_size: int = 8, progress: bool = True) -> RunResult:
         keys = [self.key(item) for item in items]
@@ -104,7 +117,7 @@ class Runner(Generic[Item, Prepared]):
             if batch:
                 records = self.compute([(item, prepared) for _, item, prepared in batch])
                 for (index, _, _), record in zip(batch, records):
-                    record["fingerprint"] = keys[index]
+                    record["protocol"], record["fingerprint"] = self.protocol, keys[index]
                 store.append(records)
                 result.computed += len(records)
             bar.update(len(todo[start : start + batch_size]))

@@ -58,16 +58,18 @@ import numpy as np
 from PIL import Image
 from pydantic import Field
 
-from vlgate.evaluators import prompts
+from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import DeccItem, open_image
 from vlgate.evaluators.metrics.decc import normalise_answer
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
-ANSWER_MAX_NEW_TOKENS = 16
-SUB_ANSWER_MAX_NEW_TOKENS = 8
-DECOMPOSITION_MAX_NEW_TOKENS = 96
+#: DeCC has one protocol (``protocols.DECC``): its generation limits
+PROTOCOL = protocols.DECC[0]
+ANSWER_MAX_NEW_TOKENS = PROTOCOL.limit("answer")
+SUB_ANSWER_MAX_NEW_TOKENS = PROTOCOL.limit("sub_answer")
+DECOMPOSITION_MAX_NEW_TOKENS = PROTOCOL.limit("decomposition")
 YES_NO = ("Yes", "No")
 
 # "Pre-question 1: ...", "Additional Sub-question 2 - ...", "Sub-question 3) ...", "1. ...", "- ..."
@@ -328,13 +330,10 @@ def decc_runner(
     return Runner(
         "decc",
         {"vlm": vlm.info.digest, "llm": llm.info.digest, "decomposer": decomposer.info.digest},
-        prompts.PROMPT_VERSION,
+        PROTOCOL.as_run(),
         lambda item: open_image(item.image, item.id, "image"),
         compute,
-        settings={
-            "max_sub_questions": max_sub_questions,
-            "max_new_tokens": {"answer": ANSWER_MAX_NEW_TOKENS, "sub_answer": SUB_ANSWER_MAX_NEW_TOKENS, "decomposition": DECOMPOSITION_MAX_NEW_TOKENS},
-        },
+        settings={"max_sub_questions": max_sub_questions},
     )
 
 

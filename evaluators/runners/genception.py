@@ -48,16 +48,14 @@ import numpy as np
 from PIL import Image
 from pydantic import Field
 
-from vlgate.evaluators import prompts
+from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import GenceptionItem, open_image
 from vlgate.evaluators.metrics.genception import cosine_similarity
+from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
-#: Q_t's token budget. The paper's P_Desc allows up to 500 words; descriptions are bounded
-#: so a run's cost is predictable (and the world's tiny VLMs ramble otherwise).
-DESCRIPTION_MAX_NEW_TOKENS = 96
 _UNSAFE_PATH_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -169,16 +167,19 @@ def genception_runner(
     artifacts_dir: Path,
     seed: int = 0,
     feature_cache_dir: Path | None = None,
-    max_new_tokens: int = DESCRIPTION_MAX_NEW_TOKENS,
+    protocol: Protocol[prompts.GenceptionPrompts] = protocols.GENCEPTION[0],
+    max_new_tokens: int | None = None,
 ) -> Runner[GenceptionItem, Image.Image]:
     """The GenCeption runner. ``feature_cache_dir`` (default ``artifacts_dir/../feature-cache``)
-    should be shared by every candidate evaluated with this encoder."""
+    should be shared by every candidate evaluated with this encoder; ``max_new_tokens``
+    overrides the protocol's description length."""
     if iterations < 1:
         raise ValueError(f"GenCeption needs T >= 1 iterations, got {iterations}")
     artifacts_dir = Path(artifacts_dir)
     cache_root = feature_cache_dir if feature_cache_dir is not None else artifacts_dir.parent / "feature-cache"
     seed_cache = SeedFeatureCache(cache_root, encoder)
     generations = GenerationCache(Path(cache_root) / "generations", generator, encoder)
+    description_tokens = protocol.limit("description", max_new_tokens)
 
     def compute(batch: list[tuple[GenceptionItem, Image.Image]]) -> list[dict[str, Any]]:
         items = [item for item, _ in batch]
@@ -189,8 +190,8 @@ def genception_runner(
         similarities = np.zeros((len(items), iterations))
         previous = [image for _, image in batch]
         for t in range(1, iterations + 1):
-            described = vlm.generate([GenerateRequest((image,), prompts.GENCEPTION_DESCRIBE, max_new_tokens) for image in previous])
-            generated, step_features = generations.draw([prompts.genception_generate(text) for text in described], seed)
+            described = vlm.generate([GenerateRequest((image,), protocol.prompts.describe, description_tokens) for image in previous])
+            generated, step_features = generations.draw([protocol.prompts.generate(text) for text in described], seed)
             features.append(step_features)
             # Algorithm 1 line 8: against z⁽⁰⁾; clipped because rounding can leave 1 + 1e-7
             similarities[:, t - 1] = np.clip(cosine_similarity(seed_features, features[-1]), -1.0, 1.0)
@@ -224,10 +225,10 @@ def genception_runner(
     runner = Runner(
         "genception",
         {"vlm": vlm.info.digest, "generator": generator.info.digest, "encoder": encoder.info.digest},
-        prompts.PROMPT_VERSION,
+        protocol.as_run(description=max_new_tokens),
         lambda item: open_image(item.image, item.id, "image"),
         compute,
-        settings={"iterations": iterations, "seed": seed, "max_new_tokens": max_new_tokens},
+        settings={"iterations": iterations, "seed": seed},
     )
     return runner
 
@@ -261,13 +262,17 @@ class GenceptionSettings(EvaluatorSettings):
     model_fields_with_paths = ("encoder", "generator")
 
     iterations: int = Field(default=3, ge=1)
-    #: the released code generates up to 512 tokens (genception/exp_llava.py, exp_gpt.py);
-    #: 96 keeps the synthetic world's small VLM quick: set it to compare with the leaderboard
-    description_max_new_tokens: int = Field(default=DESCRIPTION_MAX_NEW_TOKENS, ge=1, le=8192)
+    #: None: the protocol's (512 under ``genception``, as the released code generates; 96
+    #: under ``vlgate``, what the world's small VLM can write); another value changes the
+    #: protocol as run (``genception-1+description=256``)
+    description_max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
     generator: str = "scene-renderer"
     encoder: str
     encoder_kind: Literal["vit", "clip"] = "vit"
     seed: int = 0
+
+    def protocol_overrides(self) -> dict[str, int | None]:
+        return {"description": self.description_max_new_tokens}
 
 
 def build_genception_runner(settings: GenceptionSettings, context: RunnerContext) -> Runner[GenceptionItem, Image.Image]:
@@ -294,6 +299,7 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
         artifacts_dir=context.out / "genception" / "artifacts",
         seed=settings.seed,
         feature_cache_dir=context.shared_cache / "genception",
+        protocol=context.chosen(protocols.GENCEPTION),
         max_new_tokens=settings.description_max_new_tokens,
     )
     runner.owned += [encoder, generator]

@@ -19,27 +19,29 @@ from typing import Any
 from PIL import Image
 from pydantic import Field
 
-from vlgate.evaluators import prompts
+from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import ChoiceRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, McItem, NbUnit, open_image
+from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 
 YES_NO = ("Yes", "No")
 TWO_LETTERS = ("A", "B")
 
 
-def lcm_mc_requests(item: McItem, image: Image.Image) -> list[ChoiceRequest]:
-    """The MC prompt first, then the K yes/no probes in option order; all K+1 start with the
-    image and the question, which is their shared prefix."""
+def lcm_mc_requests(item: McItem, image: Image.Image, asked: prompts.MultipleChoicePrompts = prompts.VLGATE_MULTIPLE_CHOICE) -> list[ChoiceRequest]:
+    """The MC prompt first, then the K yes/no probes in option order, as the protocol's
+    prompt set ``asked`` words them. All K+1 repeat the image and the question; the
+    question is their shared prefix where every prompt starts with it."""
     letters = tuple(prompts.OPTION_LETTERS[: len(item.options)])
-    requests = [ChoiceRequest((image,), prompts.mc_prompt(item.question, item.options), letters, shared_prefix=item.question)]
-    requests += [ChoiceRequest((image,), prompts.yes_no_probe(item.question, option), YES_NO, shared_prefix=item.question) for option in item.options]
-    return requests
+    texts = [asked.multiple_choice(item.question, item.options)] + [asked.yes_no_probe(item.question, option) for option in item.options]
+    shared = item.question if all(text.startswith(item.question) for text in texts) else None
+    return [ChoiceRequest((image,), texts[0], letters, shared_prefix=shared)] + [ChoiceRequest((image,), text, YES_NO, shared_prefix=shared) for text in texts[1:]]
 
 
-def lcm_mc_runner(vlm: VisionLanguageBackend) -> Runner[McItem, Image.Image]:
+def lcm_mc_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.MultipleChoicePrompts] = protocols.LCM_MC[0]) -> Runner[McItem, Image.Image]:
     def compute(batch: list[tuple[McItem, Image.Image]]) -> list[dict[str, Any]]:
-        requests = [request for item, image in batch for request in lcm_mc_requests(item, image)]
+        requests = [request for item, image in batch for request in lcm_mc_requests(item, image, protocol.prompts)]
         probabilities = iter(vlm.choice_probs(requests))
         records = []
         for item, _ in batch:
@@ -59,24 +61,24 @@ def lcm_mc_runner(vlm: VisionLanguageBackend) -> Runner[McItem, Image.Image]:
             )
         return records
 
-    return Runner("lcm-mc", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, lambda item: open_image(item.image, item.id, "image"), compute)
+    return Runner("lcm-mc", {"vlm": vlm.info.digest}, protocol.as_run(), lambda item: open_image(item.image, item.id, "image"), compute)
 
 
-def lcm_nb_requests(unit: NbUnit, images: tuple[Image.Image, Image.Image]) -> list[ChoiceRequest]:
-    """y11, y12, y21, y22, then a (V1), b (V2), then u (T1), w (T2)."""
+def lcm_nb_requests(unit: NbUnit, images: tuple[Image.Image, Image.Image], asked: prompts.NaturalBenchPrompts = prompts.VLGATE_NATURALBENCH) -> list[ChoiceRequest]:
+    """y11, y12, y21, y22, then a (V1), b (V2), then u (T1), w (T2), as the protocol's prompt set ``asked`` words them."""
     kind = unit.text_kind
-    requests = [ChoiceRequest((images[i],), prompts.naturalbench_yes_no(unit.texts[j], kind), YES_NO) for i in range(2) for j in range(2)]
-    requests += [ChoiceRequest((images[i],), prompts.naturalbench_choose_text(unit.texts, kind), TWO_LETTERS) for i in range(2)]
-    requests += [ChoiceRequest(images, prompts.naturalbench_choose_image(unit.texts[j], kind), TWO_LETTERS) for j in range(2)]
+    requests = [ChoiceRequest((images[i],), asked.yes_no(unit.texts[j], kind), YES_NO) for i in range(2) for j in range(2)]
+    requests += [ChoiceRequest((images[i],), asked.choose_text(unit.texts, kind), TWO_LETTERS) for i in range(2)]
+    requests += [ChoiceRequest(images, asked.choose_image(unit.texts[j], kind), TWO_LETTERS) for j in range(2)]
     return requests
 
 
-def lcm_nb_runner(vlm: VisionLanguageBackend) -> Runner[NbUnit, tuple[Image.Image, Image.Image]]:
+def lcm_nb_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.NaturalBenchPrompts] = protocols.LCM_NB[0]) -> Runner[NbUnit, tuple[Image.Image, Image.Image]]:
     def prepare(unit: NbUnit) -> tuple[Image.Image, Image.Image]:
         return (open_image(unit.images[0], unit.id, "images[0]"), open_image(unit.images[1], unit.id, "images[1]"))
 
     def compute(batch: list[tuple[NbUnit, tuple[Image.Image, Image.Image]]]) -> list[dict[str, Any]]:
-        requests = [request for unit, images in batch for request in lcm_nb_requests(unit, images)]
+        requests = [request for unit, images in batch for request in lcm_nb_requests(unit, images, protocol.prompts)]
         probabilities = vlm.choice_probs(requests)
         records = []
         for n, (unit, _) in enumerate(batch):
@@ -95,7 +97,7 @@ def lcm_nb_runner(vlm: VisionLanguageBackend) -> Runner[NbUnit, tuple[Image.Imag
             )
         return records
 
-    return Runner("lcm-nb", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, prepare, compute)
+    return Runner("lcm-nb", {"vlm": vlm.info.digest}, protocol.as_run(), prepare, compute)
 
 
 class LcmNbSettings(EvaluatorSettings):
@@ -103,11 +105,11 @@ class LcmNbSettings(EvaluatorSettings):
 
 
 def build_lcm_mc_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[McItem, Image.Image]:
-    return lcm_mc_runner(context.vlm)
+    return lcm_mc_runner(context.vlm, context.chosen(protocols.LCM_MC))
 
 
 def build_lcm_nb_runner(settings: LcmNbSettings, context: RunnerContext) -> Runner[NbUnit, tuple[Image.Image, Image.Image]]:
-    return lcm_nb_runner(context.vlm)
+    return lcm_nb_runner(context.vlm, context.chosen(protocols.LCM_NB))
 
 
 def load_nb_units(settings: LcmNbSettings, out: Path) -> tuple[list[NbUnit], list[ItemError]]:

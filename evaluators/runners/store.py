@@ -54,14 +54,15 @@ def item_digest(item: Any) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def fingerprint(models: dict[str, str], evaluator: str, prompt_version: str, item: Any, settings: dict[str, Any] | None = None) -> str:
+def fingerprint(models: dict[str, str], evaluator: str, protocol: str, item: Any, settings: dict[str, Any] | None = None) -> str:
     """The key a record is stored and reused under. ``models`` maps a role (vlm, llm,
-    generator, encoder, decomposer) to its digest; ``settings`` holds anything else that
-    changes the result (e.g. GenCeption's T)."""
+    generator, encoder, decomposer) to its digest; ``protocol`` is the protocol as run
+    (``Protocol.as_run``); ``settings`` holds anything else that changes the result (e.g.
+    GenCeption's T)."""
     payload = {
         "models": dict(sorted(models.items())),
         "evaluator": evaluator,
-        "prompts": prompt_version,
+        "protocol": protocol,
         "parsers": PARSER_VERSION,
         "item": item_digest(item),
         "settings": settings or {},

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from vlgate.config import load_yaml_model
-from vlgate.evaluators import registry
+from vlgate.evaluators import protocols, registry
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
@@ -66,7 +66,17 @@ class Suite(BaseModel):
             return value
         known = tuple((definition.name, definition.settings) for definition in registry.definitions())
         parsed = _settings_model(known).model_validate(value)
-        return {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
+        entries = {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
+        for name, entry in entries.items():
+            try:
+                registry.get(name).protocol(entry.protocol)
+            except protocols.UnknownProtocolError as error:
+                raise ValueError(f"evaluators.{name}.protocol: {error}") from None
+        return entries
+
+    def protocols(self) -> dict[str, str]:
+        """Each evaluator's protocol as its records will carry it (``Protocol.as_run``)."""
+        return {name: registry.get(name).protocol(spec.protocol).as_run(**spec.protocol_overrides()) for name, spec in self.evaluators.items()}
 
     @classmethod
     def from_file(cls, path: str | Path) -> Suite:
@@ -139,12 +149,16 @@ def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any]
 def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, out: Path, suite: Suite, cache_dir: Path | None = None) -> Runner[Any, Any]:
     """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
     releases the helper models it loaded)."""
-    return registry.get(name).build_runner(spec, RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir))
+    definition = registry.get(name)
+    context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol))
+    return definition.build_runner(spec, context)
 
 
-def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any]) -> dict[str, Any]:
-    """One evaluator's summary entry: its records finished and scored (``finish_evaluator``) and the counts."""
+def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any], protocol: str) -> dict[str, Any]:
+    """One evaluator's summary entry: its records finished and scored (``finish_evaluator``),
+    the counts, and the protocol it ran under."""
     return {
+        "protocol": protocol,
         "metrics": finish_evaluator(result, out),
         "n_items": n_items,
         "n_load_errors": n_load_errors,
@@ -180,7 +194,7 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
                 finally:
                     runner.close()
                 result.errors = load_errors + result.errors
-                entry = finished_entry(result, out, len(items), len(load_errors), runner.models)
+                entry = finished_entry(result, out, len(items), len(load_errors), runner.models, runner.protocol)
             except Exception as error:  # one evaluator's failure must not discard the others' results
                 entry = {"error": f"{type(error).__name__}: {error}"}
             summary["evaluators"][name] = entry
@@ -231,6 +245,7 @@ def run_evaluator_shard(
         "reused": result.reused,
         "computed": result.computed,
         "models": runner.models,
+        "protocol": runner.protocol,
         "worker": f"{socket.gethostname()}:{os.getpid()}",
     }
 
@@ -256,5 +271,5 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[dict[str,
     item_errors = [ItemError(**error) for shard in shards for error in shard["item_errors"]]
     reused, computed = sum(shard["reused"] for shard in shards), sum(shard["computed"] for shard in shards)
     result = RunResult(evaluator, records, errors=load_errors + item_errors, reused=reused, computed=computed)
-    entry = finished_entry(result, out, len(items), len(load_errors), shards[0]["models"])
+    entry = finished_entry(result, out, len(items), len(load_errors), shards[0]["models"], shards[0]["protocol"])
     return entry | {"shard_workers": [shard["worker"] for shard in sorted(shards, key=lambda shard: shard["shard"])]}

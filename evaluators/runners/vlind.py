@@ -16,36 +16,37 @@ from typing import Any
 
 from PIL import Image
 
-from vlgate.evaluators import prompts
+from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError, VlindItem, open_image
 from vlgate.evaluators.metrics.vlind import parse_true_false
+from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 
-MAX_NEW_TOKENS = 16
 
-
-def vlind_requests(item: VlindItem, factual: Image.Image, counterfactual: list[Image.Image]) -> list[tuple[str, GenerateRequest]]:
+def vlind_requests(
+    item: VlindItem, factual: Image.Image, counterfactual: list[Image.Image], asked: prompts.VlindPrompts = prompts.VLIND_BENCH, max_new_tokens: int = 16
+) -> list[tuple[str, GenerateRequest]]:
     """(test name, request) in record order: ck×2, vp×2, cb×2, then lp×2 per counterfactual image."""
     s_cf, s_fact, best = item.true_statement, item.false_statement, counterfactual[0]
 
     def ask(name: str, image: Image.Image, text: str) -> tuple[str, GenerateRequest]:
-        return name, GenerateRequest((image,), text, MAX_NEW_TOKENS)
+        return name, GenerateRequest((image,), text, max_new_tokens)
 
     requests = [
-        ask("ck", factual, prompts.vlind_commonsense(s_fact)),
-        ask("ck", factual, prompts.vlind_commonsense(s_cf)),
-        ask("vp", best, prompts.vlind_object(item.existent_noun)),
-        ask("vp", best, prompts.vlind_object(item.non_existent_noun)),
-        ask("cb", best, prompts.vlind_context(item.context, s_cf)),
-        ask("cb", best, prompts.vlind_context(item.context, s_fact)),
+        ask("ck", factual, asked.commonsense(s_fact)),
+        ask("ck", factual, asked.commonsense(s_cf)),
+        ask("vp", best, asked.object(item.existent_noun)),
+        ask("vp", best, asked.object(item.non_existent_noun)),
+        ask("cb", best, asked.context(item.context, s_cf)),
+        ask("cb", best, asked.context(item.context, s_fact)),
     ]
     for image in counterfactual:
-        requests += [ask("lp", image, prompts.vlind_image(s_cf)), ask("lp", image, prompts.vlind_image(s_fact))]
+        requests += [ask("lp", image, asked.image(s_cf)), ask("lp", image, asked.image(s_fact))]
     return requests
 
 
-def vlind_runner(vlm: VisionLanguageBackend) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
+def vlind_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.VlindPrompts] = protocols.VLIND[0]) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
     def prepare(item: VlindItem) -> tuple[Image.Image, list[Image.Image]]:
         if not item.counterfactual_images:
             raise ItemLoadError(ItemError(str(item.factual_image.parent), item.id, "counterfactual_images", "no counterfactual image"))
@@ -54,7 +55,8 @@ def vlind_runner(vlm: VisionLanguageBackend) -> Runner[VlindItem, tuple[Image.Im
         return factual, counterfactual
 
     def compute(batch: list[tuple[VlindItem, tuple[Image.Image, list[Image.Image]]]]) -> list[dict[str, Any]]:
-        per_item = [vlind_requests(item, factual, counterfactual) for item, (factual, counterfactual) in batch]
+        limit = protocol.limit("answer")
+        per_item = [vlind_requests(item, factual, counterfactual, protocol.prompts, limit) for item, (factual, counterfactual) in batch]
         texts = iter(vlm.generate([request for requests in per_item for _, request in requests]))
         records = []
         for (item, _), requests in zip(batch, per_item):
@@ -68,8 +70,8 @@ def vlind_runner(vlm: VisionLanguageBackend) -> Runner[VlindItem, tuple[Image.Im
             records.append(record)
         return records
 
-    return Runner("vlind", {"vlm": vlm.info.digest}, prompts.PROMPT_VERSION, prepare, compute)
+    return Runner("vlind", {"vlm": vlm.info.digest}, protocol.as_run(), prepare, compute)
 
 
 def build_vlind_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
-    return vlind_runner(context.vlm)
+    return vlind_runner(context.vlm, context.chosen(protocols.VLIND))

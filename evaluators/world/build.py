@@ -61,15 +61,17 @@ PRIOR_STEPS = {"small": 300, "medium": 600}
 
 #: The suite that runs every evaluator on the world's data (``vlgate evaluate --suite WORLD/suite.yaml``).
 WORLD_SUITE = """\
-# Every evaluator on the synthetic world's data; paths are relative to this file.
+# Every evaluator on the synthetic world's data; paths are relative to this file. The
+# world's models are trained on vlgate's own prompts, so every evaluator runs under the
+# vlgate protocol (evaluators/protocols.py), not the benchmarks' released ones.
 name: synthetic-world
 batch_size: 8
 evaluators:
-  lcm-mc: {data: data/mc}
-  lcm-nb: {data: data/nb}
-  vlind: {data: data/vlind}
-  genception: {data: data/genception, iterations: 3, generator: scene-renderer, encoder: checkpoints/vit-encoder}
-  decc: {data: data/decc, llm: checkpoints/llm-agent}
+  lcm-mc: {data: data/mc, protocol: vlgate}
+  lcm-nb: {data: data/nb, protocol: vlgate}
+  vlind: {data: data/vlind, protocol: vlgate}
+  genception: {data: data/genception, iterations: 3, generator: scene-renderer, encoder: checkpoints/vit-encoder, protocol: vlgate}
+  decc: {data: data/decc, llm: checkpoints/llm-agent, protocol: vlgate}
 """
 
 

@@ -248,9 +248,9 @@ DRIFT_SUITE = """\
 name: {name}
 batch_size: 8
 evaluators:
-  lcm-nb: {{data: yesno, pair_seed: {seed}}}
-  genception: {{data: genception, iterations: 2, generator: scene-renderer, encoder: {encoder}}}
-  decc: {{data: decc, llm: {llm}}}
+  lcm-nb: {{data: yesno, pair_seed: {seed}, protocol: vlgate}}
+  genception: {{data: genception, iterations: 2, generator: scene-renderer, encoder: {encoder}, protocol: vlgate}}
+  decc: {{data: decc, llm: {llm}, protocol: vlgate}}
 """
 
 

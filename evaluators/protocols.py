@@ -1,0 +1,121 @@
+"""Named evaluation protocols: for each evaluator, what is asked, with which generation
+limits, following which benchmark's released evaluation code (SPEC §2, "Protocols").
+
+A suite picks one per evaluator (``protocol: NAME``; the first listed is the default, the
+benchmark authors' own code where there is one). What it fixes:
+
+* the prompt text (a prompt set of ``evaluators/prompts.py``);
+* generation limits (``max_new_tokens`` per kind of generated answer; a suite may change
+  one, and the protocol as run then says so: ``genception-1+description=96``);
+* everything else that is the same under every protocol is stated once in the metric
+  modules and the SPEC: an unanswered question (a tie at the top of the options'
+  probabilities, or an answer the benchmark's parser cannot read) is wrong, and is counted
+  (``n_unanswered``).
+
+The protocol as run is written into every record (``protocol``) and its fingerprint, logged
+as the run's MLflow param ``protocol.EVALUATOR``, and checked by the gate: a rule that
+compares a candidate with a champion measured under another protocol fails closed with
+the two protocols named, so numbers from different protocols are never compared silently.
+A record set that mixes protocols is refused when scored, naming the odd records.
+
+``differences`` lists, per protocol, what vlgate still does differently from the code it
+follows, on purpose; the README's "Protocols" section shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from vlgate.evaluators import prompts
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Protocol(Generic[P]):
+    """One named way to run an evaluator. ``follows`` names the released code it
+    reproduces (repository and file); ``prompts`` is its prompt set; ``max_new_tokens`` its
+    generation limits by kind; ``differences`` what vlgate still does otherwise, on purpose."""
+
+    name: str
+    version: int
+    follows: str
+    prompts: P
+    max_new_tokens: Mapping[str, int] = field(default_factory=dict)
+    differences: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``NAME-VERSION``: what records, fingerprints and MLflow carry."""
+        return f"{self.name}-{self.version}"
+
+    def limit(self, kind: str, override: int | None = None) -> int:
+        """The generation limit of ``kind``, or the suite's ``override`` of it."""
+        return override if override is not None else self.max_new_tokens[kind]
+
+    def as_run(self, **overrides: int | None) -> str:
+        """The protocol as run: its id, then every generation limit the suite changed
+        (``genception-1+description=96``), so a changed limit is a different protocol."""
+        changed = {kind: value for kind, value in overrides.items() if value is not None and value != self.max_new_tokens.get(kind)}
+        return self.id + "".join(f"+{kind}={value}" for kind, value in sorted(changed.items()))
+
+
+class UnknownProtocolError(ValueError):
+    pass
+
+
+def choose(protocols: tuple[Protocol[Any], ...], evaluator: str, name: str | None) -> Protocol[Any]:
+    """The protocol called ``name`` (None: the default, the first) among an evaluator's."""
+    if name is None:
+        return protocols[0]
+    for protocol in protocols:
+        if name in (protocol.name, protocol.id):
+            return protocol
+    known = ", ".join(protocol.name for protocol in protocols)
+    raise UnknownProtocolError(f"{evaluator} has no protocol {name!r} (it has {known})")
+
+
+#: The world's prompts: what the synthetic world's models are trained on, so the world's
+#: suite runs every evaluator under it.
+VLGATE = "vlgate"
+
+_VLGATE_DIFFERENCES = ("vlgate's own prompts, which the synthetic world's models are trained on: no benchmark's numbers to compare with",)
+
+LCM_MC: tuple[Protocol[prompts.MultipleChoicePrompts], ...] = (
+    Protocol(VLGATE, 1, "vlgate (VL-LCM paper App. C: MMMU's MC instruction and its yes/no adaptation)", prompts.VLGATE_MULTIPLE_CHOICE, differences=_VLGATE_DIFFERENCES),
+)
+
+LCM_NB: tuple[Protocol[prompts.NaturalBenchPrompts], ...] = (
+    Protocol(VLGATE, 1, "vlgate (NaturalBench's answer suffixes; VL-LCM paper §3.3's MC tests)", prompts.VLGATE_NATURALBENCH, differences=_VLGATE_DIFFERENCES),
+)
+
+VLIND: tuple[Protocol[prompts.VlindPrompts], ...] = (
+    Protocol(VLGATE, 1, "vlgate (VLind-Bench's templates with 16-token answers)", prompts.VLIND_BENCH, {"answer": 16}, differences=_VLGATE_DIFFERENCES),
+)
+
+GENCEPTION: tuple[Protocol[prompts.GenceptionPrompts], ...] = (
+    Protocol(
+        "genception",
+        1,
+        "EQTPartners/GenCeption genception/exp_llava.py, genception/evaluation.py",
+        prompts.GENCEPTION,
+        {"description": 512},
+        differences=(
+            "T must be the same for every record of a set (the released gc_score keeps chains of T-1 iterations and scores them as GC@(T-1))",
+        ),
+    ),
+    Protocol(VLGATE, 1, "vlgate (GenCeption's prompts with 96-token descriptions, what the world's small VLM can write)", prompts.GENCEPTION, {"description": 96}, differences=_VLGATE_DIFFERENCES),
+)
+
+DECC: tuple[Protocol[None], ...] = (
+    Protocol(
+        VLGATE,
+        1,
+        "vlgate (DeCC paper App. A's decomposition and reasoning prompts without their few-shot examples; the paper released no evaluation code)",
+        None,
+        {"answer": 16, "sub_answer": 8, "decomposition": 96},
+        differences=("the few-shot examples of the paper's prompts are left out",),
+    ),
+)

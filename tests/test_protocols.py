@@ -1,0 +1,132 @@
+"""Named protocols (issue 13, SPEC §2 "Protocols"): chosen per evaluator in the suite, carried
+by every record and its fingerprint, refused when mixed in one set, and never compared
+across by the gate."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vlgate.config import ConfigError
+from vlgate.evaluators import protocols, registry
+from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
+from vlgate.evaluators.loaders.items import McItem
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.runners.lcm import lcm_mc_runner
+from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.runners.suite import Suite
+from vlgate.evaluators.schemas import InvalidRecordsError
+from vlgate.evaluators.scoring import score, score_file, validate
+from vlgate.flows.gate import GatePolicy, decide
+
+
+class Uniform(VisionLanguageBackend):
+    """Every option equally likely: what a backend that lost the option tokens returns."""
+
+    info = BackendInfo(name="uniform", model="uniform", digest="sha256:uniform")
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def choice_probs(self, requests):
+        self.prompts += [request.prompt for request in requests]
+        return [np.full(len(request.options), 1.0 / len(request.options)) for request in requests]
+
+    def generate(self, requests):
+        raise AssertionError("not used")
+
+
+def _suite(tmp_path, entries: dict) -> Suite:
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps({"name": "s", "evaluators": entries}))  # JSON is YAML
+    return Suite.from_file(path)
+
+
+def test_every_evaluator_has_a_default_protocol_and_names_what_it_follows():
+    for definition in registry.definitions():
+        default = definition.protocol()
+        assert default is definition.protocols[0] and default.follows
+        assert [p.id for p in definition.protocols] == [f"{p.name}-{p.version}" for p in definition.protocols]
+        assert len({p.name for p in definition.protocols}) == len(definition.protocols)
+        assert definition.protocol("vlgate").name == "vlgate"  # the world's prompts, for every evaluator
+
+
+def test_a_suite_names_a_protocol_per_evaluator_and_an_unknown_one_is_refused(tmp_path):
+    data = tmp_path / "mc"
+    suite = _suite(tmp_path, {"lcm-mc": {"data": str(data), "protocol": "vlgate"}, "genception": {"data": str(data), "encoder": "e", "description_max_new_tokens": 96}})
+    assert suite.protocols() == {"lcm-mc": "vlgate-1", "genception": "genception-1+description=96"}
+    assert _suite(tmp_path, {"genception": {"data": str(data), "encoder": "e", "protocol": "vlgate"}}).protocols() == {"genception": "vlgate-1"}
+    with pytest.raises(ConfigError) as refused:
+        _suite(tmp_path, {"lcm-mc": {"data": str(data), "protocol": "lmms"}})
+    message = str(refused.value)
+    assert "evaluators.lcm-mc.protocol" in message and "lcm-mc has no protocol 'lmms'" in message and "vlgate" in message
+
+
+def test_records_carry_the_protocol_and_a_protocol_change_is_a_new_fingerprint(tmp_path):
+    from PIL import Image
+
+    image = tmp_path / "x.png"
+    Image.new("RGB", (8, 8)).save(image)
+    item = McItem("q1", image, "What is it?", ("a cat", "a dog"), 0)
+    other = protocols.Protocol("other", 1, "this test", protocols.LCM_MC[0].prompts)
+    runs = {}
+    for protocol in (protocols.LCM_MC[0], other):
+        runner = lcm_mc_runner(Uniform(), protocol)
+        result = runner.run([item], RecordStore(tmp_path / f"{protocol.name}.jsonl"), progress=False)
+        runs[protocol.name] = result.records[0]
+    assert runs["vlgate"]["protocol"] == "vlgate-1" and runs["other"]["protocol"] == "other-1"
+    assert runs["vlgate"]["fingerprint"] != runs["other"]["fingerprint"]
+    # and the uniform answers are unanswered questions, counted and wrong
+    metrics = score(validate("lcm-mc", parse_jsonl([json.dumps(runs["vlgate"])])))
+    assert metrics["n_unanswered"] == 1 and metrics["acc"] == 0.0
+
+
+def _records(protocol_of) -> list[dict]:
+    return [{"id": f"s{n}", "p_mc": [0.8, 0.2], "p_yes": [0.8, 0.2], "answer": 0, **({"protocol": protocol_of(n)} if protocol_of(n) else {})} for n in range(5)]
+
+
+@pytest.mark.parametrize(
+    "protocol_of, odd, says",
+    [
+        (lambda n: "lmms-eval-1" if n == 3 else "mmmu-1", ["s3"], "was measured under protocol 'lmms-eval-1' but the other records under protocol 'mmmu-1'"),
+        (lambda n: None if n == 0 else "mmmu-1", ["s0"], "was measured under no protocol but the other records under protocol 'mmmu-1'"),
+        (lambda n: 7 if n == 1 else "mmmu-1", ["s1"], "must be a string, got int"),
+    ],
+)
+def test_a_set_mixing_protocols_names_the_odd_records_on_both_paths(tmp_path, protocol_of, odd, says):
+    records = _records(protocol_of)
+    with pytest.raises(InvalidRecordsError) as refused:
+        validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))
+    assert [error.record_id for error in refused.value.errors] == odd and says in str(refused.value)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(InvalidRecordsError) as from_file:  # the column-by-column fast path declines it
+        score_file("lcm-mc", path)
+    assert [error.record_id for error in from_file.value.errors] == odd
+    # one protocol throughout (or none at all) is fine, on both paths
+    for same in (lambda n: "mmmu-1", lambda n: None):
+        path.write_text("".join(json.dumps(r) + "\n" for r in _records(same)))
+        assert score_file("lcm-mc", path)[0]["n"] == 5
+
+
+def _output(protocol: str | None, p: float) -> EvaluatorOutput:
+    records = [{"id": f"s{n}", "p_mc": [p, 1 - p], "p_yes": [p, 1 - p], "answer": 0, **({"protocol": protocol} if protocol else {})} for n in range(30)]
+    return EvaluatorOutput.from_records("lcm-mc", records, score(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))))
+
+
+POLICY = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5}, regressions={"lcm-mc/lcm": {"max_drop": 0.02}}, resamples=300)
+
+
+@pytest.mark.parametrize("champion_protocol, named", [("lmms-eval-1", "protocol lmms-eval-1"), (None, "no protocol")])
+def test_the_gate_never_compares_numbers_from_different_protocols(champion_protocol, named):
+    candidate = {"lcm-mc": _output("mmmu-1", 0.9)}
+    decision = decide(POLICY, candidate, {"lcm-mc": _output(champion_protocol, 0.9)})
+    (check,) = [c for c in decision.checks if c.name == "lcm-mc/lcm vs champion"]
+    assert not check.passed and not check.judged
+    assert f"the candidate's lcm-mc records were measured under protocol mmmu-1, the champion's under {named}" in check.detail
+    assert decision.outcome == "could not judge" and not decision.promote
+    # the same protocol on both sides is compared as before
+    assert decide(POLICY, candidate, {"lcm-mc": _output("mmmu-1", 0.9)}).promote
