@@ -82,7 +82,9 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"tables", "evaluators", "expectations", "decision.json", "correlations.json", "config"} <= artifacts
         # MLflow's UI: params are the compare view's axes, digests are tags, breakdowns are tables, the version links its run
-        assert run.data.params | {"suite": None} == {"suite": None, "backend": "transformers", "evaluators": "lcm-mc,lcm-nb,vlind,genception,decc", "policy": "gate-tiny.yaml", "model_uri": f"models:/tiny/{version}"}
+        protocols = {f"protocol.{name}": "vlgate-1" for name in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")}  # the world's suite
+        expected_params = {"suite": None, "backend": "transformers", "evaluators": "lcm-mc,lcm-nb,vlind,genception,decc", "policy": "gate-tiny.yaml", "model_uri": f"models:/tiny/{version}"}
+        assert run.data.params | {"suite": None} == expected_params | protocols
         assert len(run.data.tags["vlgate.fingerprints.lcm-mc"]) == 16 and run.data.tags["vlgate.policy_path"] == str(home / "gate-tiny.yaml")
         assert not [name for name in run.data.metrics if "/by_" in name]
         assert any(".by_" in a.path for a in client.list_artifacts(run.info.run_id, "tables"))

@@ -203,7 +203,9 @@ def check_the_ui_view(url: str, name: str, version: str) -> None:
     assert {"lcm-mc/lcm", "lcm-mc/acc", "lcm-nb/lcm", "vlind/s_ck", "genception/gc_at_3", "decc/reliable_rate/multi"} <= metric_names
     assert not [m for m in metric_names if "/by_" in m] and len(metric_names) < 120
     params = {param["key"]: param["value"] for param in run["data"]["params"]}
-    assert set(params) == {"suite", "backend", "evaluators", "policy", "model_uri"} and params["backend"] == "transformers"
+    protocols = {f"protocol.{name}" for name in params["evaluators"].split(",")}
+    assert set(params) == {"suite", "backend", "evaluators", "policy", "model_uri"} | protocols and params["backend"] == "transformers"
+    assert {params[name] for name in protocols} == {"vlgate-1"}  # the world's suite runs every evaluator under vlgate's prompts
     run_tags = {tag["key"]: tag["value"] for tag in run["data"]["tags"]}
     assert all(len(run_tags[f"vlgate.fingerprints.{e}"]) == 16 for e in params["evaluators"].split(","))
     listed = httpx.get(f"{api}/artifacts/list", params={"run_id": run_id, "path": "tables"}).json()["files"]

@@ -42,7 +42,9 @@ from vlgate.evaluators.world.datasets import build_datasets
 #: 6: trained with BUILD_THREADS torch threads (format 5 depended on the machine's count).
 #: 7: the shortcut version's probes follow an answer prior, at a tenth of the learning rate;
 #:    the manifest lists every file's sha256.
-WORLD_FORMAT = 7
+#: 8: the world's suite runs every evaluator under the vlgate protocol (the prompts its
+#:    models are trained on); weights unchanged.
+WORLD_FORMAT = 8
 #: The default world as built once and committed (see the module docstring).
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
