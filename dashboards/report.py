@@ -322,6 +322,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
         sections.append(
             {
                 "name": name,
+                "protocol": output.protocol,
                 "metrics": overall,
                 "breakdowns": breakdowns,
                 "expectations": data.expectations.get(name),
@@ -331,7 +332,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
             }
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
-        sections.append({"name": name, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
+        sections.append({"name": name, "protocol": None, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
     all_figures += correlations + ([shared.drift] if shared.drift else [])
     html = _environment().get_template("report.html.j2").render(
         data=data,

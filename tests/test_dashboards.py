@@ -136,6 +136,7 @@ def version_records(power: float) -> dict[str, list[dict]]:
         record["p_yes"] = _squash(record["p_yes"], power).tolist()
         record["question"] = f"What is shown in {record['id']}?"
         record["options"] = ["red", "green", "blue", "grey"][: len(record["p_mc"])]
+        record["protocol"] = "vlgate-1"  # the other examples' records name no protocol
     return records
 
 
@@ -253,6 +254,7 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     for figure in ("lcm-mc-response-distribution", "vlind-funnel", "genception-curves", "genception-chains", "decc-matrix", "correlation-lcm-mc-lcm", "drift-history"):
         assert f'id="figure-{figure}"' in page
     assert page.count('data-expectations="') == 5 and 'data-expectations="lcm-mc">passed<' in page
+    assert page.count('data-protocol="') == 1 and '<code data-protocol="lcm-mc">vlgate-1</code>' in page  # what the records name
     # the records of VLind, GenCeption, DeCC and NaturalBench are the same for every version here: warned, not blocked
     warnings = page[page.index('id="warnings"') : page.index("</ul>", page.index('id="warnings"'))]
     assert "vlind/s_ck is 0.833333 in each of v1, v2, v3: identical across the last 3 versions" in warnings
