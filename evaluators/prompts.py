@@ -58,6 +58,41 @@ def naturalbench_choose_image(text: str, text_kind: str) -> str:
     return f"{ask}\nA. The first image\nB. The second image\n{NATURALBENCH_MC_SUFFIX}"
 
 
+def _naturalbench_question(text: str, text_kind: str) -> str:
+    """A statement asked about as a yes/no question (vlgate's units may hold statements;
+    NaturalBench's hold questions, which pass unchanged)."""
+    return f"Is the following statement true for the image? {text}" if text_kind == "statement" else text
+
+
+def _naturalbench_options(ask: str, options: tuple[str, str]) -> str:
+    """An MC question in NaturalBench's own layout (its multiple_choice questions:
+    ``"<stem>?\nOption: A:<opt>; B:<opt>;"``)."""
+    return f"{ask}\nOption: A:{options[0]}; B:{options[1]};"
+
+
+def _naturalbench_choose_text_question(texts: tuple[str, str], text_kind: str) -> str:
+    ask = "Which question has the answer yes for this image?" if text_kind == "question" else "Which statement is true for this image?"
+    return _naturalbench_options(ask, texts)
+
+
+def _naturalbench_choose_image_question(text: str, text_kind: str) -> str:
+    ask = f"For which image is the answer to this question yes: {text}" if text_kind == "question" else f"For which image is this statement true: {text}"
+    return _naturalbench_options(ask, ("The first image", "The second image"))
+
+
+def naturalbench_released(separator: str) -> NaturalBenchPrompts:
+    """NaturalBench's prompts as a released harness builds them: the question, ``separator``,
+    then the question type's suffix (``SUFFIX_FOR_VQA``). The authors' ``naturalbench_vqa.py``
+    concatenates with no separator (``"Is the cat on the mat?Please answer Yes or No."``),
+    lmms-eval's ``naturalbench_doc_to_text`` with one space. VL-LCM's MC tests (§3.3) are
+    asked as NaturalBench's own multiple_choice questions, with that suffix."""
+    return NaturalBenchPrompts(
+        yes_no=lambda text, kind: _naturalbench_question(text, kind) + separator + NATURALBENCH_YES_NO_SUFFIX,
+        choose_text=lambda texts, kind: _naturalbench_choose_text_question(texts, kind) + separator + NATURALBENCH_MC_SUFFIX,
+        choose_image=lambda text, kind: _naturalbench_choose_image_question(text, kind) + separator + NATURALBENCH_MC_SUFFIX,
+    )
+
+
 def vlind_commonsense(statement: str) -> str:
     """CK (VLind-Bench commonsense_TF), asked with the factual image."""
     return f"Statement: {statement}\nBased on the common sense, is the given statement true or false? {TRUE_FALSE_INSTRUCTION}"
@@ -180,5 +215,7 @@ class GenceptionPrompts:
 
 VLGATE_MULTIPLE_CHOICE = MultipleChoicePrompts(mc_prompt, yes_no_probe)
 VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image)
+NATURALBENCH_AUTHORS = naturalbench_released("")
+NATURALBENCH_LMMS_EVAL = naturalbench_released(" ")
 VLIND_BENCH = VlindPrompts(vlind_commonsense, vlind_object, vlind_context, vlind_image)
 GENCEPTION = GenceptionPrompts(GENCEPTION_DESCRIBE, genception_generate)

@@ -87,7 +87,30 @@ LCM_MC: tuple[Protocol[prompts.MultipleChoicePrompts], ...] = (
     Protocol(VLGATE, 1, "vlgate (VL-LCM paper App. C: MMMU's MC instruction and its yes/no adaptation)", prompts.VLGATE_MULTIPLE_CHOICE, differences=_VLGATE_DIFFERENCES),
 )
 
+#: What every NaturalBench protocol does otherwise than the released harnesses, on purpose.
+_NATURALBENCH_DIFFERENCES = (
+    "answers are the first token's probabilities over the option tokens (Yes/No, A/B), not parsed from generated text; "
+    "a tie is unanswered and wrong, as the harnesses' extract_answer returning -1 is",
+    "the answer pattern is read from the data (c1 / c2) instead of assuming Yes, No, No, Yes for (Q0,I0), (Q0,I1), (Q1,I0), (Q1,I1)",
+    "multiple_choice units are not read yet (the harnesses pool them with the yes_no units)",
+    "VL-LCM's four MC tests (paper §3.3) are added, asked as NaturalBench multiple_choice questions",
+)
+
 LCM_NB: tuple[Protocol[prompts.NaturalBenchPrompts], ...] = (
+    Protocol(
+        "naturalbench",
+        1,
+        "Baiqi-Li/NaturalBench naturalbench_vqa.py (question and SUFFIX_FOR_VQA concatenated; get_scores)",
+        prompts.NATURALBENCH_AUTHORS,
+        differences=_NATURALBENCH_DIFFERENCES,
+    ),
+    Protocol(
+        "lmms-eval",
+        1,
+        "EvolvingLMMs-Lab/lmms-eval lmms_eval/tasks/naturalbench/utils.py (naturalbench_doc_to_text: question, a space, the suffix)",
+        prompts.NATURALBENCH_LMMS_EVAL,
+        differences=(*_NATURALBENCH_DIFFERENCES, "plain accuracy is reported too (lmms-eval's naturalbench_Acc is registered as naturalbench_ACC and never aggregated)"),
+    ),
     Protocol(VLGATE, 1, "vlgate (NaturalBench's answer suffixes; VL-LCM paper §3.3's MC tests)", prompts.VLGATE_NATURALBENCH, differences=_VLGATE_DIFFERENCES),
 )
 

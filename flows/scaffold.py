@@ -23,7 +23,9 @@ from vlgate.flows.settings import CONFIG_FILE
 SUITE = """\
 # What every registered version of {name} is evaluated on (vlgate init; format:
 # evaluators/runners/suite.py). Paths are relative to this file. Leave out an evaluator
-# you have no data for, and remove it from gate.yaml's `required` too.
+# you have no data for, and remove it from gate.yaml's `required` too. Each evaluator runs
+# under its benchmark's released evaluation protocol (prompts, generation limits); another
+# is one setting away, e.g. `protocol: lmms-eval` (the names: README "Protocols").
 name: {name}
 batch_size: 8
 backend: transformers          # transformers (the checkpoint in-process), vllm (vLLM's engine), openai (an OpenAI-compatible server)

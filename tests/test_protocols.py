@@ -130,3 +130,33 @@ def test_the_gate_never_compares_numbers_from_different_protocols(champion_proto
     assert decision.outcome == "could not judge" and not decision.promote
     # the same protocol on both sides is compared as before
     assert decide(POLICY, candidate, {"lcm-mc": _output("mmmu-1", 0.9)}).promote
+
+
+def _nb_prompts(protocol: str, unit_texts=("Is the cat on the mat?", "Is the cat under the mat?"), kind="question") -> list[str]:
+    from PIL import Image
+
+    from vlgate.evaluators.loaders.items import NbUnit
+    from vlgate.evaluators.runners.lcm import lcm_nb_requests
+
+    images = (Image.new("RGB", (4, 4)), Image.new("RGB", (4, 4), "white"))
+    unit = NbUnit("u", (None, None), unit_texts, "c1", None, kind)  # type: ignore[arg-type]
+    return [request.prompt for request in lcm_nb_requests(unit, images, registry.get("lcm-nb").protocol(protocol).prompts)]
+
+
+def test_naturalbench_prompts_are_the_released_harnesses_character_by_character():
+    # Baiqi-Li/NaturalBench naturalbench_vqa.py: item["Question_0"] + SUFFIX_FOR_VQA["yes_no"], no separator
+    authors = _nb_prompts("naturalbench")
+    assert authors[:4] == ["Is the cat on the mat?Please answer Yes or No.", "Is the cat under the mat?Please answer Yes or No."] * 2  # y11, y12, y21, y22
+    # VL-LCM's MC tests in NaturalBench's multiple_choice layout ("...?\nOption: A:...; B:...;") and suffix
+    assert authors[4] == "Which question has the answer yes for this image?\nOption: A:Is the cat on the mat?; B:Is the cat under the mat?;Please output the letter corresponding to the correct option."
+    assert authors[6] == "For which image is the answer to this question yes: Is the cat on the mat?\nOption: A:The first image; B:The second image;Please output the letter corresponding to the correct option."
+    # lmms-eval's naturalbench_doc_to_text: question + " " + suffix
+    lmms = _nb_prompts("lmms-eval")
+    assert lmms[0] == "Is the cat on the mat? Please answer Yes or No."
+    assert lmms[5] == "Which question has the answer yes for this image?\nOption: A:Is the cat on the mat?; B:Is the cat under the mat?; Please output the letter corresponding to the correct option."
+    # vlgate's (the world's) stays as the world was trained on it
+    assert _nb_prompts("vlgate")[0] == "Is the cat on the mat? Please answer Yes or No."
+    assert _nb_prompts("vlgate")[4] == "Which question has the answer yes for this image?\nA. Is the cat on the mat?\nB. Is the cat under the mat?\nPlease output the letter corresponding to the correct option."
+    # statements (vlgate's own units) are asked about as questions
+    assert _nb_prompts("naturalbench", ("A cat sits.", "A dog sits."), "statement")[0] == "Is the following statement true for the image? A cat sits.Please answer Yes or No."
+    assert registry.get("lcm-nb").protocol().name == "naturalbench"  # the authors' code is the default
