@@ -160,3 +160,21 @@ def test_naturalbench_prompts_are_the_released_harnesses_character_by_character(
     # statements (vlgate's own units) are asked about as questions
     assert _nb_prompts("naturalbench", ("A cat sits.", "A dog sits."), "statement")[0] == "Is the following statement true for the image? A cat sits.Please answer Yes or No."
     assert registry.get("lcm-nb").protocol().name == "naturalbench"  # the authors' code is the default
+
+
+def test_the_readme_names_every_protocol_and_what_it_follows():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Protocols") :]
+    section = section[: section.index("\n## ")]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    current = None
+    documented: set[tuple[str, str]] = set()
+    for row in rows[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        current = cells[0] or current
+        documented.add((current, cells[1].strip("`")))
+    for definition in registry.definitions():
+        for protocol in definition.protocols:
+            assert (definition.name, protocol.name) in documented or (protocol.name == "vlgate" and ("every evaluator", "vlgate") in documented), (definition.name, protocol.name)
