@@ -32,6 +32,22 @@ def mc_prompt(question: str, options: Sequence[str]) -> str:
     return "\n".join(lines) + "\n" + MC_INSTRUCTION
 
 
+def mmmu_authors_prompt(question: str, options: Sequence[str]) -> str:
+    """MMMU's MC prompt as the authors' ``mmmu/utils/data_utils.py::construct_prompt`` builds it
+    with ``configs/llava1.5.yaml``: the question, each option as ``(A) text`` on its own
+    line, a blank line, the instruction. ``<image N>`` placeholders stay as written."""
+    lettered = "".join(f"({OPTION_LETTERS[i]}) {option}\n" for i, option in enumerate(options))
+    return f"{question}\n{lettered}\n{MC_INSTRUCTION}"
+
+
+def mmmu_lmms_eval_prompt(question: str, options: Sequence[str]) -> str:
+    """MMMU's MC prompt as lmms-eval's ``tasks/mmmu/utils.py::construct_prompt`` builds it
+    (``mmmu_val``'s default kwargs): the question, ``A. text`` lines, a blank line, the
+    instruction; placeholders stay as written (``interleaved_format: false``)."""
+    lettered = "\n".join(f"{OPTION_LETTERS[i]}. {option}" for i, option in enumerate(options))
+    return f"{question}\n{lettered}\n\n{MC_INSTRUCTION}"
+
+
 def yes_no_probe(question: str, option: str) -> str:
     """VL-LCM's yes/no test of one option (the MC prompt adapted, App. C): the question,
     then whether this option is its answer."""
@@ -214,6 +230,8 @@ class GenceptionPrompts:
 
 
 VLGATE_MULTIPLE_CHOICE = MultipleChoicePrompts(mc_prompt, yes_no_probe)
+MMMU_AUTHORS = MultipleChoicePrompts(mmmu_authors_prompt, yes_no_probe)
+MMMU_LMMS_EVAL = MultipleChoicePrompts(mmmu_lmms_eval_prompt, yes_no_probe)
 VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image)
 NATURALBENCH_AUTHORS = naturalbench_released("")
 NATURALBENCH_LMMS_EVAL = naturalbench_released(" ")

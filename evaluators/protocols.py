@@ -83,7 +83,30 @@ VLGATE = "vlgate"
 
 _VLGATE_DIFFERENCES = ("vlgate's own prompts, which the synthetic world's models are trained on: no benchmark's numbers to compare with",)
 
+#: What every MMMU protocol does otherwise than the released harnesses, on purpose.
+_MMMU_DIFFERENCES = (
+    "answers are the first token's probabilities over the option letters, not parsed from generated text (the authors' "
+    "code samples with 5 beams, 128 tokens); a tie is unanswered and wrong, where parse_multi_choice_response picks a "
+    "random letter (seed 42), right with chance 1/K",
+    "VL-LCM's K yes/no probes (paper App. C) are added: the question, then 'Is the answer \"OPTION\"? Please answer yes or no.'",
+    "one image per question: multi-image questions are not read yet (the authors' code passes image_1 alone, lmms-eval every image referenced)",
+)
+
 LCM_MC: tuple[Protocol[prompts.MultipleChoicePrompts], ...] = (
+    Protocol(
+        "mmmu",
+        1,
+        "MMMU-Benchmark/MMMU mmmu/utils/data_utils.py construct_prompt with configs/llava1.5.yaml; utils/eval_utils.py (accuracy weighted by count)",
+        prompts.MMMU_AUTHORS,
+        differences=_MMMU_DIFFERENCES,
+    ),
+    Protocol(
+        "lmms-eval",
+        1,
+        "EvolvingLMMs-Lab/lmms-eval lmms_eval/tasks/mmmu/utils.py construct_prompt (mmmu_val's default kwargs)",
+        prompts.MMMU_LMMS_EVAL,
+        differences=_MMMU_DIFFERENCES,
+    ),
     Protocol(VLGATE, 1, "vlgate (VL-LCM paper App. C: MMMU's MC instruction and its yes/no adaptation)", prompts.VLGATE_MULTIPLE_CHOICE, differences=_VLGATE_DIFFERENCES),
 )
 

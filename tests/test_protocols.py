@@ -77,10 +77,10 @@ def test_records_carry_the_protocol_and_a_protocol_change_is_a_new_fingerprint(t
         runner = lcm_mc_runner(Uniform(), protocol)
         result = runner.run([item], RecordStore(tmp_path / f"{protocol.name}.jsonl"), progress=False)
         runs[protocol.name] = result.records[0]
-    assert runs["vlgate"]["protocol"] == "vlgate-1" and runs["other"]["protocol"] == "other-1"
-    assert runs["vlgate"]["fingerprint"] != runs["other"]["fingerprint"]
+    assert runs["mmmu"]["protocol"] == "mmmu-1" and runs["other"]["protocol"] == "other-1"
+    assert runs["mmmu"]["fingerprint"] != runs["other"]["fingerprint"]
     # and the uniform answers are unanswered questions, counted and wrong
-    metrics = score(validate("lcm-mc", parse_jsonl([json.dumps(runs["vlgate"])])))
+    metrics = score(validate("lcm-mc", parse_jsonl([json.dumps(runs["mmmu"])])))
     assert metrics["n_unanswered"] == 1 and metrics["acc"] == 0.0
 
 
@@ -178,3 +178,30 @@ def test_the_readme_names_every_protocol_and_what_it_follows():
     for definition in registry.definitions():
         for protocol in definition.protocols:
             assert (definition.name, protocol.name) in documented or (protocol.name == "vlgate" and ("every evaluator", "vlgate") in documented), (definition.name, protocol.name)
+
+
+def _mc_prompts(protocol: str) -> list[str]:
+    from PIL import Image
+
+    from vlgate.evaluators.runners.lcm import lcm_mc_requests
+
+    item = McItem("q", None, "Which of the following is shown in <image 1>?", ("a cat", "a dog", "a <image 2> bird"), 0)  # type: ignore[arg-type]
+    return [request.prompt for request in lcm_mc_requests(item, Image.new("RGB", (4, 4)), registry.get("lcm-mc").protocol(protocol).prompts)]
+
+
+def test_mmmu_prompts_are_the_released_harnesses_character_by_character():
+    # MMMU-Benchmark/MMMU construct_prompt + configs/llava1.5.yaml (its YAML folds to "{}\n{}\nAnswer ..."), options "(A) text\n"
+    authors = _mc_prompts("mmmu")
+    assert authors[0] == (
+        "Which of the following is shown in <image 1>?\n(A) a cat\n(B) a dog\n(C) a <image 2> bird\n\nAnswer with the option's letter from the given choices directly."
+    )
+    # lmms-eval mmmu_val: f"{question}\n{A. text lines}\n\n{mc_prompt}", placeholders kept (interleaved_format false)
+    assert _mc_prompts("lmms-eval")[0] == (
+        "Which of the following is shown in <image 1>?\nA. a cat\nB. a dog\nC. a <image 2> bird\n\nAnswer with the option's letter from the given choices directly."
+    )
+    # vlgate's: no blank line before the instruction (what the world is trained on)
+    assert _mc_prompts("vlgate")[0] == "Which of the following is shown in <image 1>?\nA. a cat\nB. a dog\nC. a <image 2> bird\nAnswer with the option's letter from the given choices directly."
+    # VL-LCM's yes/no probes are the same under every protocol, and every prompt starts with the question (the shared prefix)
+    assert authors[1:] == ['Which of the following is shown in <image 1>?\nIs the answer "a cat"? Please answer yes or no.', *authors[2:]]
+    assert authors[3] == 'Which of the following is shown in <image 1>?\nIs the answer "a <image 2> bird"? Please answer yes or no.'
+    assert registry.get("lcm-mc").protocol().name == "mmmu"
