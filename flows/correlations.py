@@ -86,12 +86,13 @@ def log_correlations_across_versions(client: Any, run_id: str, table: pd.DataFra
 
 def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> dict[str, dict[str, Any]]:
     """The candidate's per-sample scores (VL-LCM's P_LC: the registry's
-    ``champion_correlated``) against the champion's on their shared samples."""
+    ``champion_correlated``) against the champion's on their shared samples; not where
+    the two were measured under different protocols (their scores answer other prompts)."""
     result: dict[str, dict[str, Any]] = {}
     for evaluator, mine in candidate.items():
         column = registry.get(evaluator).champion_correlated
         theirs = (champion or {}).get(evaluator)
-        if column is None or mine.samples is None or theirs is None or theirs.samples is None:
+        if column is None or mine.samples is None or theirs is None or theirs.samples is None or mine.protocol != theirs.protocol:
             continue
         result[f"{evaluator}/{column}~champion"] = paired_sample_correlations(mine.samples, theirs.samples, column)
     return result

@@ -205,3 +205,17 @@ def test_mmmu_prompts_are_the_released_harnesses_character_by_character():
     assert authors[1:] == ['Which of the following is shown in <image 1>?\nIs the answer "a cat"? Please answer yes or no.', *authors[2:]]
     assert authors[3] == 'Which of the following is shown in <image 1>?\nIs the answer "a <image 2> bird"? Please answer yes or no.'
     assert registry.get("lcm-mc").protocol().name == "mmmu"
+
+
+def test_per_sample_correlation_with_the_champion_only_within_one_protocol():
+    from vlgate.flows.correlations import correlate_with_champion
+
+    candidate = {"lcm-mc": _output("mmmu-1", 0.9)}
+    varied = _output("mmmu-1", 0.9)
+    varied.samples = varied.samples.assign(p_lc=np.linspace(0.1, 0.9, len(varied.samples)))
+    candidate["lcm-mc"].samples = candidate["lcm-mc"].samples.assign(p_lc=np.linspace(0.2, 1.0, len(varied.samples)))
+    same = correlate_with_champion(candidate, {"lcm-mc": varied})
+    assert same["lcm-mc/p_lc~champion"]["pearson"] == pytest.approx(1.0)
+    other = _output("lmms-eval-1", 0.9)
+    other.samples = varied.samples
+    assert correlate_with_champion(candidate, {"lcm-mc": other}) == {}
