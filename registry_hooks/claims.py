@@ -53,6 +53,9 @@ STATES = ("claimed", "running", "done", "failed")
 FINAL_STATES = ("done", "failed")
 #: The longest wait before a validation stopped by a transient fault runs again.
 RETRY_CAP_S = 1800.0
+#: PostgreSQL advisory lock held while the tables are created or updated (any fixed number
+#: that no other application on the database uses for its own lock; "vlgate" in ASCII).
+SCHEMA_LOCK_KEY = 0x766C67617465
 
 metadata = sa.MetaData()
 
@@ -134,17 +137,44 @@ class ClaimStore:
                 connection.exec_driver_sql("PRAGMA journal_mode=WAL")
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
-        metadata.create_all(self.engine)
-        self._add_missing_columns()
+        with self._schema_lock() as connection:
+            metadata.create_all(connection)
+            self._add_missing_columns(connection)
 
-    def _add_missing_columns(self) -> None:
+    @contextlib.contextmanager
+    def _schema_lock(self) -> Iterator[sa.Connection]:
+        """A connection holding the database's schema lock until the block ends. Every
+        process (the receiver, the poller, each flow, ``vlgate status``) opens the store, and
+        "create the tables unless they exist" checks, then creates: two processes opening a
+        fresh database at once both saw no table, and one failed with "table already
+        exists". So the check and the creation happen under one lock: PostgreSQL's
+        transaction-scoped advisory lock (its DDL is transactional), SQLite's write lock
+        (``BEGIN IMMEDIATE``; the driver's own transaction handling is off for this block,
+        since it would not begin one before DDL)."""
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.connect() as connection:
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                try:
+                    yield connection
+                except BaseException:
+                    connection.exec_driver_sql("ROLLBACK")
+                    raise
+                connection.exec_driver_sql("COMMIT")
+            return
+        with self.engine.begin() as connection:
+            if self.engine.dialect.name == "postgresql":
+                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            yield connection
+
+    @staticmethod
+    def _add_missing_columns(connection: sa.Connection) -> None:
         """Columns added after a state database was created (``registered_at``)."""
-        present = {column["name"] for column in sa.inspect(self.engine).get_columns(claims_table.name)}
+        present = {column["name"] for column in sa.inspect(connection).get_columns(claims_table.name)}
         for column in claims_table.columns:
             if column.name not in present:
-                kind = column.type.compile(dialect=self.engine.dialect)
-                with self.engine.begin() as connection:
-                    connection.exec_driver_sql(f"ALTER TABLE {claims_table.name} ADD COLUMN {column.name} {kind}")
+                kind = column.type.compile(dialect=connection.dialect)
+                connection.exec_driver_sql(f"ALTER TABLE {claims_table.name} ADD COLUMN {column.name} {kind}")
 
     @classmethod
     def for_home(cls, home: Path, **kwargs) -> ClaimStore:

@@ -76,3 +76,34 @@ def child_env():
     vlgate child process that must find its own under its VLGATE_HOME."""
     inherited = ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH")
     return {k: v for k, v in os.environ.items() if k not in inherited}
+
+
+#: A child process that opens the claim store at ``sys.argv[2]`` (a Unix time), as a
+#: freshly started receiver, poller or flow does, and prints "ok" or the error's first line.
+_OPEN_STORE = """
+import sys, time
+from vlgate.registry_hooks.claims import ClaimStore
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+try:
+    ClaimStore(sys.argv[1])
+    print("ok")
+except Exception as error:
+    print(type(error).__name__, str(error).splitlines()[0])
+"""
+
+
+@pytest.fixture
+def open_stores_at_once():
+    """``open(url, processes)``: that many processes open the state database at ``url`` at
+    the same moment (a service starting its receiver, poller and flows together); the
+    list of what each printed."""
+    import subprocess
+    import sys
+    import time
+
+    def open_stores(url: str, processes: int = 6) -> list[str]:
+        start = time.time() + 8  # every child has imported SQLAlchemy by then
+        children = [subprocess.Popen([sys.executable, "-c", _OPEN_STORE, url, str(start)], stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        return [child.communicate(timeout=120)[0].strip() for child in children]
+
+    return open_stores

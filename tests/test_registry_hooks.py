@@ -55,6 +55,16 @@ def test_exactly_one_of_many_concurrent_claims_wins(claims):
     assert claims.claim("m", "2", via="poller") is True  # another version is its own claim
 
 
+def test_processes_opening_a_fresh_state_database_at_once_all_succeed(tmp_path, open_stores_at_once):
+    """A service starting its receiver, poller and flows together on a new home: each
+    creates the tables it finds missing, and without a lock the losers failed with "table
+    already exists"."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    assert open_stores_at_once(url) == ["ok"] * 6
+    claims = ClaimStore(url)
+    assert claims.claim("m", "1", via="poller") is True and claims.get("m", "1").state == "claimed"
+
+
 def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
     claims.claim("m", "1", via="webhook")
     assert claims.take_over_expired("m", "1") is False  # lease still running

@@ -124,6 +124,25 @@ def service(mlflow_server, tmp_path, monkeypatch, tiny_world):
     return tmp_path
 
 
+def test_processes_opening_a_fresh_state_database_at_once_all_succeed(open_stores_at_once):
+    """As on SQLite (test_registry_hooks): several processes creating vlgate's tables in a
+    new PostgreSQL database at once; without the advisory lock some got "relation already exists"."""
+    import psycopg2
+
+    database = f"vlgate_state_{secrets.token_hex(4)}"
+    admin = psycopg2.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {database}")
+    try:
+        assert open_stores_at_once(f"{PG}/{database}") == ["ok"] * 6
+        claims = ClaimStore(f"{PG}/{database}")
+        assert claims.claim("m", "1", via="poller") is True and claims.claim("m", "1", via="webhook") is False
+        claims.engine.dispose()
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        admin.close()
+
+
 def start_receiver(dispatcher: Dispatcher, secret: str):
     import uvicorn
 
