@@ -29,6 +29,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -102,6 +103,11 @@ def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300, max_
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
         if not isinstance(payload, dict):
             return JSONResponse({"error": "body is not a JSON object"}, status_code=400)
+        # the state database (and the registry, for "is it configured") block: in a worker
+        # thread, so a database waiting on a lock never stalls the event loop (/healthz, other deliveries)
+        return await run_in_threadpool(deliver, delivery_id, payload)
+
+    def deliver(delivery_id: str, payload: dict) -> JSONResponse:
         claims = dispatcher.claims
         if claims.delivery_seen(delivery_id):
             return JSONResponse({"duplicate_delivery": delivery_id}, status_code=200)

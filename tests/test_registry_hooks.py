@@ -296,6 +296,36 @@ def test_a_delivery_that_failed_midway_is_handled_when_mlflow_retries_it(claims,
     assert recorder.started == [("m", "1")]
 
 
+def test_a_state_database_waiting_on_a_lock_does_not_stall_the_receiver(tmp_path):
+    """Another process holds the state database's write lock (a long transaction, a
+    migration): a delivery waits for it, and meanwhile /healthz and the refusal of a bad
+    delivery still answer at once. The receiver called the database on its event loop, so
+    one waiting delivery stalled every request."""
+    import sqlite3
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
+    recorder = Recorder()
+    holder = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    with Receiver(Dispatcher(claims, start=recorder)) as receiver, ThreadPoolExecutor(1) as pool:
+        holder.execute("BEGIN EXCLUSIVE")
+        body, headers = _delivery(delivery_id="waits")
+        waiting = pool.submit(httpx.post, receiver.url, content=body, headers=headers, timeout=60)
+        time.sleep(1.0)  # the delivery is inside the receiver, waiting for the lock
+        assert not waiting.done()
+        started = time.monotonic()
+        assert httpx.get(receiver.url.replace(PATH, "/healthz"), timeout=5).json() == {"ok": True}
+        assert httpx.post(receiver.url, content=b"{}", headers={SIGNATURE_HEADER: "v1,forged"}, timeout=5).status_code == 401
+        assert time.monotonic() - started < 2.0
+        holder.execute("COMMIT")
+        response = waiting.result(timeout=60)
+        assert response.status_code == 202 and response.json()["claimed"] is True
+    holder.close()
+    assert recorder.started == [("m", "1")]
+
+
 def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives(tmp_path):
     """Two workers share the state database; the first one's flow runs for three leases.
     The second worker's takeover sweep (the poller's resume_expired) finds nothing to take
