@@ -2,6 +2,7 @@
 tiny diffusion pipeline, the description parser, and the generator and encoder backends."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -317,3 +318,32 @@ def test_diffusers_generator_refuses_pickles_and_code(diffusion_path, tmp_path):
         weights.rename(weights.with_suffix(".bin"))
     with pytest.raises(BackendError, match="pickles only"):
         DiffusersGenerator.load(pickled)
+
+
+def test_a_stock_stable_diffusion_layout_with_its_safety_checker_loads_under_the_default_policy(diffusion_path, tmp_path):
+    """Stable Diffusion 1.x/2.x name their safety checker by diffusers' own pipeline module
+    (``["stable_diffusion", "StableDiffusionSafetyChecker"]``): that is diffusers' code, so the
+    default policy loads it, with no need to switch the remote-code guard off for the suite.
+    A name outside diffusers' pipelines (an installed module such as ``json``) is still refused."""
+    from diffusers import DiffusionPipeline
+    from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
+    from transformers import CLIPConfig, CLIPImageProcessor
+
+    torch.manual_seed(0)
+    tiny = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    checker = StableDiffusionSafetyChecker(CLIPConfig(text_config=tiny, vision_config=tiny | {"image_size": 32, "patch_size": 16}, projection_dim=8))
+    stock = DiffusionPipeline.from_pretrained(
+        diffusion_path, safety_checker=checker, feature_extractor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    )
+    stock.save_pretrained(tmp_path / "sd-stock", safe_serialization=True)
+    index = json.loads((tmp_path / "sd-stock" / "model_index.json").read_text())
+    assert index["safety_checker"] == ["stable_diffusion", "StableDiffusionSafetyChecker"]
+    loaded = DiffusersGenerator.load(tmp_path / "sd-stock", device="cpu", num_inference_steps=2)
+    assert type(loaded.pipeline.safety_checker).__name__ == "StableDiffusionSafetyChecker"
+    assert loaded.generate_images(["a red circle"], seed=0)[0].size == (32, 32)  # the pipeline's own size, through its safety checker
+
+    named = tmp_path / "sd-json"
+    shutil.copytree(tmp_path / "sd-stock", named)
+    (named / "model_index.json").write_text(json.dumps(index | {"safety_checker": ["json", "JSONDecoder"]}))
+    with pytest.raises(BackendError, match="code shipped with it"):
+        DiffusersGenerator.load(named)

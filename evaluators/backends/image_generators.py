@@ -25,9 +25,22 @@ from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, mod
 from vlgate.evaluators.world.renderer import renderer_digest, scene_from_description
 from vlgate.evaluators.world.scenes import render
 
-#: Libraries whose classes a pipeline's model_index.json may name; anything else is code
-#: shipped with the checkpoint.
+#: Libraries whose classes a pipeline's model_index.json may name; besides these, diffusers'
+#: own pipeline modules (see :func:`is_diffusers_pipeline_module`); anything else is code
+#: shipped with the checkpoint or a module diffusers was never meant to import.
 PIPELINE_LIBRARIES = ("diffusers", "transformers", None)
+
+
+def is_diffusers_pipeline_module(library: object) -> bool:
+    """Whether ``library`` names a module inside ``diffusers.pipelines``, which is how
+    diffusers itself resolves such a name (Stable Diffusion 1.x/2.x name their safety checker
+    ``["stable_diffusion", "StableDiffusionSafetyChecker"]``): diffusers' code, not the checkpoint's."""
+    if not isinstance(library, str) or not library.isidentifier():
+        return False
+    from diffusers import pipelines
+
+    module = getattr(pipelines, library, None)
+    return getattr(module, "__name__", "").startswith("diffusers.pipelines.")
 
 
 class SceneRendererGenerator(ImageGenerator):
@@ -44,8 +57,8 @@ class SceneRendererGenerator(ImageGenerator):
 
 def check_pipeline_index(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
     """Refuse a diffusers pipeline that would import code shipped with it: a component from
-    a library other than diffusers/transformers, or a custom pipeline class (a ``.py``
-    file in the folder). :func:`check_checkpoint` covers the components' own configs."""
+    a library other than diffusers/transformers (or one of diffusers' own pipeline
+    modules), or a custom pipeline class (a ``.py`` file in the folder). :func:`check_checkpoint` covers the components' own configs."""
     index_path = path / "model_index.json"
     if not index_path.is_file():
         raise BackendError(f"checkpoint {path}: no model_index.json; not a diffusers pipeline folder")
@@ -55,7 +68,9 @@ def check_pipeline_index(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
         index = json.loads(index_path.read_text())
     except ValueError as error:
         raise BackendError(f"checkpoint {path}: model_index.json is not valid JSON ({error})") from error
-    foreign = sorted(name for name, value in index.items() if isinstance(value, list) and value and value[0] not in PIPELINE_LIBRARIES)
+    foreign = sorted(
+        name for name, value in index.items() if isinstance(value, list) and value and value[0] not in PIPELINE_LIBRARIES and not is_diffusers_pipeline_module(value[0])
+    )
     code = sorted(str(p.relative_to(path)) for p in path.rglob("*.py"))
     if foreign or code:
         raise BackendError(
