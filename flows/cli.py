@@ -189,6 +189,10 @@ def cmd_register(args: argparse.Namespace) -> int:
     folder = Path(args.checkpoint)
     if not folder.is_dir():
         raise UserError(f"{folder}: not a checkpoint folder")
+    try:
+        tracking.check_uploadable(folder)
+    except tracking.CheckpointError as error:
+        raise UserError(str(error)) from None
     home = prepare_environment()
     _require_tracking(home)
     version = tracking.register_checkpoint(tracking.connect(home), args.name, folder, description=args.description or "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vlgate import tracking
@@ -200,3 +202,31 @@ def test_a_server_that_does_not_answer_is_transient_and_a_refusal_is_not(monkeyp
     from prefect.task_engine import TaskRunTimeoutError
 
     assert not tracking.transient(TaskRunTimeoutError("Task run exceeded timeout of 1.0 second(s)"))  # the task's own limit: final
+
+
+def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads_nothing(tmp_path, monkeypatch, capsys):
+    """``vlgate register`` uploaded what links pointed at: a checkpoint with ``notes.txt ->
+    ~/.ssh/id_ed25519`` put the key into the artifact store. A link inside the folder is fine."""
+    from vlgate.flows.cli import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY")
+    checkpoint = _checkpoint(tmp_path / "ckpt", "linked")
+    (checkpoint / "notes.txt").symlink_to(secret)
+    assert main(["register", "m", str(checkpoint)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "notes.txt" in error[0] and str(secret) in error[0]
+    client = tracking.connect(home)
+    assert tracking.model_versions(client, "m") == []
+    assert [run for experiment in client.search_experiments() for run in client.search_runs([experiment.experiment_id])] == []
+
+    (checkpoint / "notes.txt").unlink()
+    (checkpoint / "alias.json").symlink_to(checkpoint / "config.json")  # inside: uploaded as its content
+    assert main(["register", "m", str(checkpoint)]) == 0
+    [version] = tracking.model_versions(client, "m")
+    downloaded = Path(client.download_artifacts(version.run_id, "checkpoint", str(tmp_path / "down")))
+    assert sorted(p.name for p in downloaded.iterdir()) == ["alias.json", "config.json"]
+    assert (downloaded / "alias.json").read_text() == (checkpoint / "config.json").read_text()

@@ -252,15 +252,51 @@ def flatten_metrics(metrics: dict[str, Any], prefix: str) -> Iterator[tuple[str,
             yield mlflow_metric_name(name), float(value)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be registered as it is (bad input: exit 2)."""
+
+
+def links_leaving(folder: Path) -> list[tuple[Path, Path]]:
+    """Every symbolic link under ``folder`` (as ``os.walk`` meets them, which is how MLflow
+    uploads a folder) whose target lies outside it, or does not exist: (link, target)."""
+    root = Path(folder).resolve()
+    leaving = []
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.exists() or not target.is_relative_to(root):
+                    leaving.append((path, target))
+    return leaving
+
+
+def check_uploadable(folder: Path) -> None:
+    """CheckpointError unless every file MLflow would upload from ``folder`` lies inside it."""
+    leaving = links_leaving(folder)
+    if leaving:
+        link, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise CheckpointError(
+            f"{folder}: {link.relative_to(folder)} links to {target}, outside the checkpoint{more}; nothing was uploaded. "
+            "Register a copy with its links resolved (cp -rL), or download with --local-dir"
+        )
+
+
 def register_checkpoint(client, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None):
     """Log a checkpoint folder to a run and register it as a new version of ``model_name``
     (a tracking server refuses a version whose source is a bare local path, so the
     checkpoint goes into the run's artifacts first). Idempotent per checkpoint content:
-    the same weights registered twice give the existing version back."""
+    the same weights registered twice give the existing version back.
+
+    A folder with a link out of it is refused before anything is uploaded: MLflow copies a
+    linked file's content, so ``secrets -> ~/.ssh/id_ed25519`` would land in the artifact
+    store for everyone who can read the model. Links inside the folder are fine."""
     from mlflow.exceptions import MlflowException
 
     from vlgate.evaluators.backends.loading import model_digest
 
+    check_uploadable(folder)
     digest = model_digest(folder)
     try:
         client.create_registered_model(model_name)
