@@ -106,18 +106,24 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
     return data
 
 
-def artifact_path(folder: Path | None, evaluator: str, recorded: str | None) -> Path | None:
+def artifact_path(folder: Path | None, evaluator: str, recorded: str | None, data_roots: tuple[Path, ...] = ()) -> Path | None:
     """A file a record names by the path it had on the worker (``…/EVALUATOR/x/y.png``),
     found in the downloaded evaluator folder; or the recorded path itself where it still
-    exists (data files such as seed images are not artifacts)."""
+    exists inside one of ``data_roots`` (data files such as seed images are not artifacts).
+    Nothing else is opened: a record is data from a worker, and a report that followed any
+    path it names would put that file (``/home/…/.ssh``, another team's images) on a page
+    logged for everyone who can read the run."""
     if not recorded:
         return None
     parts = Path(recorded).parts
     if folder is not None and evaluator in parts:
         inside = folder.joinpath(*parts[len(parts) - parts[::-1].index(evaluator) :])
-        if inside.is_file():
+        if inside.is_file() and inside.resolve().is_relative_to(folder.resolve()):
             return inside
-    return Path(recorded) if Path(recorded).is_file() else None
+    path = Path(recorded)
+    if path.is_absolute() and path.is_file() and any(path.resolve().is_relative_to(root.resolve()) for root in data_roots):
+        return path
+    return None
 
 
 def leaderboard(client, model_name: str) -> pd.DataFrame:

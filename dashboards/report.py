@@ -100,7 +100,7 @@ def _figure(name: str, caption: str, build, data: dict[str, Any] | None = None) 
     return Figure(name, caption, plots.png(figure), data or {})
 
 
-def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
     """Paper App. H: the samples with the lowest P_LC, with what the model was asked and
     the probabilities it gave, for a person to look at (MC-VQA records carry ``p_mc``,
     NaturalBench units the 2×2 matrices)."""
@@ -115,7 +115,7 @@ def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict
                 {"text": f"({chr(65 + k)}) {option}", "p_mc": record["p_mc"][k], "p_yes": record["p_yes"][k], "answer": record.get("answer") == k, "chosen": int(row.chosen) == k}
                 for k, option in enumerate(options)
             ]
-            images = [thumbnail(artifact_path(output.folder, evaluator, record.get("image")))]
+            images = [thumbnail(artifact_path(output.folder, evaluator, record.get("image"), image_roots))]
             prompt = record.get("question", "")
         else:
             labels = ["T1", "T2"]
@@ -123,7 +123,7 @@ def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict
                 {"text": f"{labels[j]}: {text}", "p_yes": [record["p_yes"][i][j] for i in range(2)], "p_image": record["p_image"][j], "answer": False, "chosen": False}
                 for j, text in enumerate(record.get("texts") or ["", ""])
             ]
-            images = [thumbnail(artifact_path(output.folder, evaluator, path)) for path in record.get("images", [])]
+            images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in record.get("images", [])]
             # SPEC §2.2: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
             label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(str(record.get("answer")), "unlabelled")
             chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
@@ -132,7 +132,7 @@ def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame) -> list[dict
     return examples
 
 
-def genception_chains(output: EvaluatorOutput, frame: pd.DataFrame) -> list[plots.ImageChain]:
+def genception_chains(output: EvaluatorOutput, frame: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> list[plots.ImageChain]:
     by_id = {str(r["id"]): r for r in output.records}
     ordered = frame.sort_values("gc")
     chosen = pd.concat([ordered.head(CHAIN_EXAMPLES), ordered.tail(CHAIN_EXAMPLES)]).drop_duplicates("id")
@@ -143,8 +143,8 @@ def genception_chains(output: EvaluatorOutput, frame: pd.DataFrame) -> list[plot
             plots.ImageChain(
                 id=str(row.id),
                 gc=float(row.gc),
-                seed=artifact_path(output.folder, output.evaluator, record.get("seed")),
-                images=[artifact_path(output.folder, output.evaluator, path) for path in record.get("images", [])],
+                seed=artifact_path(output.folder, output.evaluator, record.get("seed"), image_roots),
+                images=[artifact_path(output.folder, output.evaluator, path, image_roots) for path in record.get("images", [])],
                 s=list(record["s"]),
             )
         )
@@ -165,7 +165,7 @@ def _response_distribution(output: EvaluatorOutput, frame: pd.DataFrame | None, 
 
 
 def _low_p_lc_examples(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    return [], (_low_lcm_examples(output, frame) if frame is not None else [])
+    return [], (_low_lcm_examples(output, frame, shared.image_roots) if frame is not None else [])
 
 
 def _vlind_funnel(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
@@ -185,7 +185,7 @@ def _genception_chains(output: EvaluatorOutput, frame: pd.DataFrame | None, shar
     if frame is None:
         return [], []
     caption = "Image chains seed → X¹ … Xᵀ of the lowest and highest GC"
-    return [_figure("genception-chains", caption, lambda: plots.genception_chain_figure(genception_chains(output, frame)))], []
+    return [_figure("genception-chains", caption, lambda: plots.genception_chain_figure(genception_chains(output, frame, shared.image_roots)))], []
 
 
 def _decc_matrix(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
@@ -258,15 +258,19 @@ class ModelFigures:
     #: evaluator → its response distribution across versions (paper Fig. 2)
     responses: dict[str, Figure | None]
     drift: Figure | None
+    #: the folders besides a run's artifacts that its records' images may be shown from
+    #: (the model's suite's data; ``collect.artifact_path``)
+    image_roots: tuple[Path, ...] = ()
 
 
-def model_figures(board: pd.DataFrame, drift: pd.DataFrame) -> ModelFigures:
+def model_figures(board: pd.DataFrame, drift: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> ModelFigures:
     caption = "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)"
     with_responses = [d.name for d in registry.definitions() if "response-distribution" in d.report_figures]
     return ModelFigures(
         correlations=correlation_figures(board),
         responses={name: _figure(f"{name}-response-distribution", caption, lambda name=name: plots.response_distribution_figure(board, name)) for name in with_responses},
         drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
+        image_roots=image_roots,
     )
 
 
@@ -409,17 +413,20 @@ def report_file_name(version: str) -> str:
     return f"v{version}.html"
 
 
-def write_reports(client, model: str, versions: Iterable[str] | None, out: Path, log_to_mlflow: bool = True) -> WrittenReports:
+def write_reports(
+    client, model: str, versions: Iterable[str] | None, out: Path, log_to_mlflow: bool = True, image_roots: tuple[Path, ...] = ()
+) -> WrittenReports:
     """The reports of ``versions`` (every validated version when ``None``) and the model's
     leaderboard, written under ``out``; with ``log_to_mlflow`` each version's report and
-    plots go to its validation run (``report/``) and the leaderboard with it."""
+    plots go to its validation run (``report/``) and the leaderboard with it. Images are
+    shown from the runs' artifacts and from ``image_roots`` only (the model's data folders)."""
     out.mkdir(parents=True, exist_ok=True)
     board = leaderboard(client, model)
     wanted = [str(v) for v in versions] if versions is not None else [v for v in board.index if board.loc[v, "run_id"]]
     written: dict[str, Path] = {}
     with tempfile.TemporaryDirectory() as scratch:
         drift = drift_history(client, model, Path(scratch) / "drift")
-        shared = model_figures(board, drift)
+        shared = model_figures(board, drift, image_roots)
         for version in wanted:
             data = load_validation(client, model, version, Path(scratch) / f"v{version}")
             rendered = render_version_report(data, shared, drift, client.tracking_uri, version_correlation_figures(data, board))

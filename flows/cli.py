@@ -388,7 +388,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vlgate.dashboards.report import write_reports
 
     out = Path(args.out) if args.out else home / "reports" / args.model
-    written = write_reports(client, args.model, [str(args.version)] if args.version is not None else None, out, log_to_mlflow=not args.no_log)
+    from vlgate.flows.settings import report_image_roots
+
+    versions = [str(args.version)] if args.version is not None else None
+    written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(home, args.model))
     _print_json({"leaderboard": str(written.leaderboard), "reports": {v: str(p) for v, p in written.versions.items()}})
     return 0
 

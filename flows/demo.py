@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlgate import tracking
-from vlgate.flows.settings import CONFIG_FILE, prepare_environment
+from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
 
 MODEL_NAME = "world-vlm"
 #: (checkpoint folder in the world, what the version is), registered in this order
@@ -151,7 +151,7 @@ def _run_demo(console: Console, home: Path) -> int:
 
     # regenerated now so that every page has the drift checks and the final leaderboard
     with console.status("reports (plots, HTML, leaderboard)…"):
-        reports = write_reports(client, MODEL_NAME, None, home / "reports" / MODEL_NAME)
+        reports = write_reports(client, MODEL_NAME, None, home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
     table, rejections = results_table(client, home)
     console.print(table)
     for line in rejections:

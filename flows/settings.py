@@ -176,6 +176,22 @@ def config_problem(config: ModelConfig) -> str | None:
     return None
 
 
+def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
+    """The folders a report may show images from besides the run's own artifacts: the data
+    of the suite the model is configured with (its records name images there: MC items,
+    GenCeption seeds). None when the model's configuration does not load."""
+    from vlgate.evaluators.runners.suite import Suite
+
+    config = ServiceConfig.load(home).for_model(model_name)
+    if config is None:
+        return ()
+    try:
+        suite = Suite.from_file(config.suite)
+    except ValueError:
+        return ()
+    return tuple(sorted({spec.data if spec.data.is_dir() else spec.data.parent for spec in suite.evaluators.values()}))
+
+
 def prepare_environment(home: Path | None = None) -> Path:
     """Point Prefect's local state into ``VLGATE_HOME`` (unless the user configured Prefect)
     before Prefect is imported; returns the resolved home."""

@@ -30,7 +30,7 @@ from vlgate.flows.correlations import correlate_with_champion, correlation_metri
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment
+from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
 
 
@@ -94,7 +94,8 @@ def publish_report(model_name: str, version: str) -> str:
     model's leaderboard, also kept under ``$VLGATE_HOME/reports/MODEL/``."""
     from vlgate.dashboards.report import write_reports
 
-    written = write_reports(tracking.connect(), model_name, [version], prepare_environment() / "reports" / model_name)
+    home = prepare_environment()
+    written = write_reports(tracking.connect(), model_name, [version], home / "reports" / model_name, image_roots=report_image_roots(home, model_name))
     return str(written.versions[version])
 
 

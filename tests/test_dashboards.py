@@ -273,6 +273,44 @@ def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports
     assert f"What is shown in {lowest['id'].iloc[0]}?" in section
 
 
+def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(tmp_path):
+    """A record is data from a worker: the report followed any path it named and embedded
+    the file in a page logged for everyone who can read the run. Now only the run's
+    downloaded artifacts and the model's data folders are opened."""
+    from PIL import Image
+
+    from vlgate.dashboards.collect import artifact_path
+    from vlgate.dashboards.report import _low_lcm_examples, thumbnail
+    from vlgate.evaluators.output import EvaluatorOutput
+
+    def image(path: Path, colour: tuple[int, int, int]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), colour).save(path)
+        return path
+
+    artifacts, data = tmp_path / "run" / "lcm-mc", tmp_path / "data"
+    logged = image(artifacts / "images" / "x.png", (255, 0, 0))
+    in_data = image(data / "images" / "y.png", (0, 255, 0))
+    secret = image(tmp_path / "private" / "z.png", (0, 0, 255))
+    (data / "images" / "link.png").symlink_to(secret)
+    roots = (data,)
+    assert artifact_path(artifacts, "lcm-mc", "/worker/out/lcm-mc/images/x.png", roots) == logged
+    assert artifact_path(artifacts, "lcm-mc", str(in_data), roots) == in_data
+    assert artifact_path(artifacts, "lcm-mc", str(secret), roots) is None  # exists, but outside every root
+    assert artifact_path(artifacts, "lcm-mc", "/worker/out/lcm-mc/../../private/z.png", roots) is None  # climbs out of the artifacts
+    assert artifact_path(artifacts, "lcm-mc", str(data / "images" / "link.png"), roots) is None  # a link out of the data
+    assert artifact_path(artifacts, "lcm-mc", str(in_data), ()) is None  # no data folders configured: artifacts only
+
+    records = [
+        {"id": name, "p_mc": [0.6, 0.4], "p_yes": [0.3, 0.6], "answer": 0, "image": str(path)}
+        for name, path in (("data", in_data), ("secret", secret))
+    ]
+    frame = per_sample_frame(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records)))
+    output = EvaluatorOutput("lcm-mc", records=records, samples=frame, folder=artifacts)
+    shown = {example["id"]: example["images"] for example in _low_lcm_examples(output, frame, roots)}
+    assert shown == {"data": [thumbnail(in_data)], "secret": []}
+
+
 def test_correlations_in_the_report_are_the_logged_ones(reports):
     client, written = reports
     run_id = client.get_model_version("shapes", "4").tags["vlgate.validation_run_id"]
