@@ -21,7 +21,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate.evaluators.backends.base import BackendError
 
@@ -39,6 +39,11 @@ class LoadPolicy(BaseModel):
 
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    #: limits on rendering the checkpoint's chat template (``backends/chat_templates.py``):
+    #: seconds per render, memory it may take, characters it may produce
+    chat_template_timeout_s: float = Field(default=10.0, gt=0)
+    chat_template_memory_mb: int = Field(default=512, ge=64)
+    chat_template_max_chars: int = Field(default=1_000_000, ge=1)
 
 
 def resolve_model(reference: str | Path, cache_dir: Path | None = None, policy: LoadPolicy = LoadPolicy()) -> Path:

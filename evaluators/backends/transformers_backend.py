@@ -1,7 +1,9 @@
 """The transformers backend: VLMs through ``AutoModelForImageTextToText``/``AutoProcessor``,
 text-only LLMs (DeCC's LLM agent) through ``AutoModelForCausalLM``/``AutoTokenizer``.
 
-- Chat templates come from the checkpoint; prompts are the user turn, images first.
+- Chat templates come from the checkpoint; prompts are the user turn, images first. They
+  are rendered in a child process with time, memory and size limits (``chat_templates.py``):
+  a template is the checkpoint author's program.
 - :meth:`choice_probs` reads the next-token distribution at the assistant turn
   (``logits_to_keep=1``, one forward pass) and sums the probabilities of every token
   that spells each option (``A``/`` A``/``a``...), then renormalises over the options.
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
+from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, TemplateRenderError, template_variables
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
 
@@ -31,11 +34,26 @@ from vlgate.evaluators.backends.options import option_token_ids
 class TransformersBackend(VisionLanguageBackend):
     """One loaded transformers model. Use :meth:`load`."""
 
-    def __init__(self, model: Any, processor: Any, tokenizer: Any, info: BackendInfo, has_vision: bool, batch_size: int = 16):
+    def __init__(
+        self, model: Any, processor: Any, tokenizer: Any, info: BackendInfo, has_vision: bool, batch_size: int = 16, policy: LoadPolicy = LoadPolicy()
+    ):
         self.model, self.processor, self.tokenizer = model, processor, tokenizer
         self.info, self.has_vision, self.batch_size = info, has_vision, batch_size
         self.device = next(model.parameters()).device
         self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
+        template = chat_template_of(processor)
+        self.template = (
+            ChatTemplateRenderer(
+                info.model,
+                template,
+                template_variables(tokenizer),
+                timeout_s=policy.chat_template_timeout_s,
+                memory_mb=policy.chat_template_memory_mb,
+                max_chars=policy.chat_template_max_chars,
+            )
+            if template is not None
+            else None
+        )
 
     @classmethod
     def load(
@@ -73,7 +91,7 @@ class TransformersBackend(VisionLanguageBackend):
             device=device,
             extra={"architecture": type(model).__name__, "dtype": str(dtype).removeprefix("torch."), "path": str(path)},
         )
-        return cls(model, processor, tokenizer, info, has_vision, batch_size)
+        return cls(model, processor, tokenizer, info, has_vision, batch_size, policy)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -81,14 +99,16 @@ class TransformersBackend(VisionLanguageBackend):
         """The user turn (images first, then the text) through the checkpoint's chat template."""
         content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
         messages = [{"role": "user", "content": content}]
-        if self.has_vision:
-            return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        if self.tokenizer.chat_template is None:
+        if self.template is None:
+            if self.has_vision:
+                raise BackendError(f"model {self.info.model}: its processor has no chat template")
             return prompt
+        if self.has_vision:
+            return self.template.render(messages)
         try:
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception:  # templates written for string content only
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+            return self.template.render(messages)
+        except TemplateRenderError:  # templates written for string content only
+            return self.template.render([{"role": "user", "content": prompt}])
 
     def _encode(self, texts: list[str], images: list[list[Any]]) -> dict[str, torch.Tensor]:
         flat = [image for row in images for image in row]
@@ -220,5 +240,16 @@ class TransformersBackend(VisionLanguageBackend):
 
     def close(self) -> None:
         self.model = None
+        if self.template is not None:
+            self.template.close()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def chat_template_of(owner: Any) -> str | None:
+    """The template ``apply_chat_template`` would render for ``owner`` (a processor or a
+    tokenizer): its own, or the one named "default" among several; None without one."""
+    template = getattr(owner, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template if isinstance(template, str) else None

@@ -1,0 +1,198 @@
+"""A checkpoint's chat template, rendered in a child process with limits.
+
+A chat template is a Jinja program written by whoever published the checkpoint.
+transformers renders it in Jinja's sandbox, which keeps it away from Python's internals
+but not from looping, or from building a string of gigabytes: rendered in the evaluating
+process, such a template hangs a worker thread that nothing can stop (a task's time limit
+abandons the thread, it does not end it) or takes the machine's memory. So vlgate renders
+it in a child process of its own, where the limits are the operating system's:
+
+* time: each render must finish within ``timeout_s``, else the child is killed;
+* memory: the child's address space may grow by ``memory_mb`` past what it holds once it
+  has imported its code (``RLIMIT_AS``), else the render fails with MemoryError;
+* size: a rendered text over ``max_chars`` characters is refused.
+
+Past a limit the render is a :class:`TemplateLimitError` (a :class:`BackendError`) naming
+the model and the limit: the evaluator fails, and the version cannot be judged (the gate
+fails closed). A template that raises (``raise_exception``, an unsupported message layout)
+is a :class:`TemplateRenderError`, which a caller may answer by trying another layout.
+
+The child renders with transformers' own ``render_jinja_template``, given what
+``apply_chat_template`` gives it (the resolved template string, the conversation, and the
+tokenizer's special tokens as variables), so the text is the same as in process;
+``tests/test_chat_templates.py`` pins that on the world's checkpoints. The child imports
+only transformers' chat-template module (about a second, 60 MB), and starts on the first
+render.
+
+Protocol (JSON Lines on the child's stdin and stdout): first ``{"template", "variables",
+"memory_mb", "max_chars"}``; then one ``{"conversation"}`` per render, answered by
+``{"text"}`` or ``{"error", "kind"}`` (kind ``template``, ``memory`` or ``size``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from vlgate.evaluators.backends.base import BackendError
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MEMORY_MB = 512
+DEFAULT_MAX_CHARS = 1_000_000
+
+
+class TemplateLimitError(BackendError):
+    """A chat template went past a limit (time, memory or size): the checkpoint's fault."""
+
+
+class TemplateRenderError(ValueError):
+    """A chat template raised while rendering one conversation."""
+
+
+def template_variables(tokenizer: Any) -> dict[str, Any]:
+    """The variables ``apply_chat_template`` renders with besides the conversation: the
+    tokenizer's special tokens (``bos_token``, ``eos_token``, ...), as plain strings."""
+    return {name: str(value) if not isinstance(value, list) else [str(v) for v in value] for name, value in tokenizer.special_tokens_map.items()}
+
+
+class ChatTemplateRenderer:
+    """Renders conversations through one template in a limited child process (started on
+    first use, started again after a kill). Thread-safe: renders are serialised."""
+
+    def __init__(
+        self,
+        model: str,
+        template: str,
+        variables: dict[str, Any],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        memory_mb: int = DEFAULT_MEMORY_MB,
+        max_chars: int = DEFAULT_MAX_CHARS,
+    ):
+        self.model, self.template, self.variables = model, template, variables
+        self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
+        self._child: subprocess.Popen[bytes] | None = None
+        self._pending = b""
+        self._starting = False  # a new child's first answer also waits for its imports
+        self._lock = threading.Lock()
+
+    def render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        request = {"conversation": conversation, "add_generation_prompt": add_generation_prompt}
+        with self._lock:
+            child = self._start()
+            assert child.stdin is not None
+            try:
+                child.stdin.write(json.dumps(request).encode() + b"\n")
+                child.stdin.flush()
+            except BrokenPipeError:
+                pass  # the child died; reading says how
+            answer = self._read_line(child)
+        if "text" in answer:
+            return str(answer["text"])
+        if answer.get("kind") == "template":
+            raise TemplateRenderError(f"model {self.model}: its chat template raised: {answer['error']}")
+        raise TemplateLimitError(f"model {self.model}: its chat template {answer['error']}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "_child", None) is not None:
+            self._stop()
+
+    # -- the child -------------------------------------------------------------------------
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "vlgate.evaluators.backends.chat_templates"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        assert child.stdin is not None
+        setup = {"template": self.template, "variables": self.variables, "memory_mb": self.memory_mb, "max_chars": self.max_chars}
+        child.stdin.write(json.dumps(setup).encode() + b"\n")
+        child.stdin.flush()
+        self._child, self._pending, self._starting = child, b"", True
+        return child
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+
+    def _read_line(self, child: subprocess.Popen[bytes]) -> dict[str, Any]:
+        """The child's next answer; the first render's wait also covers the child's start."""
+        assert child.stdout is not None
+        deadline = time.monotonic() + self.timeout_s + (STARTUP_S if self._starting else 0.0)
+        descriptor = child.stdout.fileno()
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            ready = select.select([descriptor], [], [], max(remaining, 0.0))[0] if remaining > 0 else []
+            if not ready:
+                self._stop()
+                raise TemplateLimitError(f"model {self.model}: its chat template did not finish within {self.timeout_s:g} s and was stopped")
+            chunk = os.read(descriptor, 1 << 16)
+            if not chunk:
+                code = child.wait()
+                self._stop()
+                raise TemplateLimitError(f"model {self.model}: the process rendering its chat template ended (exit {code}) before answering")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        self._starting = False
+        return json.loads(line)
+
+
+#: What a child may take to import its code and answer for the first time, on top of the
+#: render's own limit (a busy 2-core machine imports slowly).
+STARTUP_S = 60.0
+
+
+def _serve() -> None:
+    """The child: read the set-up, cap the address space, then answer renders until stdin closes."""
+    import resource
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    setup = json.loads(sys.stdin.buffer.readline())
+    with open("/proc/self/statm") as statm:
+        held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = held + int(setup["memory_mb"]) * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            # (rendered texts, generation indices); transformers annotates it as str
+            rendered = render_jinja_template(
+                conversations=[request["conversation"]],
+                chat_template=setup["template"],
+                add_generation_prompt=request["add_generation_prompt"],
+                **setup["variables"],
+            )
+            text = rendered[0][0]
+            if len(text) > setup["max_chars"]:
+                answer: dict[str, Any] = {"error": f"rendered {len(text):,} characters (limit {setup['max_chars']:,})", "kind": "size"}
+            else:
+                answer = {"text": text}
+        except MemoryError:
+            answer = {"error": f"needed more than {setup['memory_mb']} MB to render", "kind": "memory"}
+        except Exception as error:  # a template's own failure: the caller decides
+            answer = {"error": f"{type(error).__name__}: {error}", "kind": "template"}
+        out.write(json.dumps(answer).encode() + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    _serve()
