@@ -7,7 +7,9 @@ The ``vlgate`` protocol's prompts (the functions below without a benchmark in th
 docstring) are the ones the synthetic world's models are trained on. Sources: MMMU's MC instruction (VL-LCM App. C, "MC with default prompt") and its yes/no
 adaptation; NaturalBench's answer suffixes (its example.py ``SUFFIX_FOR_VQA``);
 VLind-Bench's four templates (its eval scripts: commonsense_TF for CK, simple_TF for VP,
-detailed_TF with the context for CB, detailed_TF for LP); GenCeption's P_Desc (paper
+detailed_TF with the context for CB, detailed_TF for LP; character for character the text of
+klee972/VLind-Bench ``eval/gpt4o_eval.py``, so the ``vlind-bench`` protocol asks the same);
+GenCeption's P_Desc (paper
 Table 1) and generation prompt (§3); DeCC's decomposition and reasoning prompts (paper
 App. A, shortened to the instruction without the few-shot examples).
 """
@@ -235,5 +237,7 @@ MMMU_LMMS_EVAL = MultipleChoicePrompts(mmmu_lmms_eval_prompt, yes_no_probe)
 VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image)
 NATURALBENCH_AUTHORS = naturalbench_released("")
 NATURALBENCH_LMMS_EVAL = naturalbench_released(" ")
+#: VLind-Bench's templates as klee972/VLind-Bench eval/gpt4o_eval.py writes them: both vlind
+#: protocols ask these (the world's models are trained on them)
 VLIND_BENCH = VlindPrompts(vlind_commonsense, vlind_object, vlind_context, vlind_image)
 GENCEPTION = GenceptionPrompts(GENCEPTION_DESCRIBE, genception_generate)

@@ -6,7 +6,9 @@ benchmark authors' own code where there is one). What it fixes:
 
 * the prompt text (a prompt set of ``evaluators/prompts.py``);
 * generation limits (``max_new_tokens`` per kind of generated answer; a suite may change
-  one, and the protocol as run then says so: ``genception-1+description=96``);
+  one, and the protocol as run then says so: ``genception-1+description=96``); likewise an
+  inclusion rule of the benchmark's scoring that a suite changes
+  (``vlind-bench-1+style=cartoon+vote_threshold=3``);
 * everything else that is the same under every protocol is stated once in the metric
   modules and the SPEC: an unanswered question (a tie at the top of the options'
   probabilities, or an answer the benchmark's parser cannot read) is wrong, and is counted
@@ -55,9 +57,10 @@ class Protocol(Generic[P]):
         """The generation limit of ``kind``, or the suite's ``override`` of it."""
         return override if override is not None else self.max_new_tokens[kind]
 
-    def as_run(self, **overrides: int | None) -> str:
-        """The protocol as run: its id, then every generation limit the suite changed
-        (``genception-1+description=96``), so a changed limit is a different protocol."""
+    def as_run(self, **overrides: int | str | None) -> str:
+        """The protocol as run: its id, then every generation limit (or inclusion rule) the
+        suite changed (``genception-1+description=96``), so a changed limit is a different
+        protocol. None, or a limit's own value, is no change."""
         changed = {kind: value for kind, value in overrides.items() if value is not None and value != self.max_new_tokens.get(kind)}
         return self.id + "".join(f"+{kind}={value}" for kind, value in sorted(changed.items()))
 
@@ -137,8 +140,43 @@ LCM_NB: tuple[Protocol[prompts.NaturalBenchPrompts], ...] = (
     Protocol(VLGATE, 1, "vlgate (NaturalBench's answer suffixes; VL-LCM paper §3.3's MC tests)", prompts.VLGATE_NATURALBENCH, differences=_VLGATE_DIFFERENCES),
 )
 
+#: What both VLind protocols do otherwise than score_pipeline.py, on purpose.
+_VLIND_SCORING_DIFFERENCES = (
+    "a pipeline score with nothing to average over (s_cb where no instance passed CK, s_lp where none passed CK, VP and CB; "
+    "overall or per concept) is null, where score_pipeline.py reports 0",
+    "an instance with no image at the vote threshold is reported as an item error (n_item_errors) where the released "
+    "scripts skip it silently; neither scores it",
+)
+
 VLIND: tuple[Protocol[prompts.VlindPrompts], ...] = (
-    Protocol(VLGATE, 1, "vlgate (VLind-Bench's templates with 16-token answers)", prompts.VLIND_BENCH, {"answer": 16}, differences=_VLGATE_DIFFERENCES),
+    Protocol(
+        "vlind-bench",
+        1,
+        "klee972/VLind-Bench eval/gpt4o_eval.py (prompt types commonsense_TF, simple_TF, detailed_TF, detailed_TF for CK, VP, CB, LP; "
+        "factual image 0 for CK, best_img_id for VP and CB, each image with enough votes for LP; infer_true_or_false), "
+        "eval/instructblip_eval.py (greedy, max_new_tokens=64: the released script for an open-weights model), "
+        "eval/score_pipeline.py (vote_thres 2, style, pipeline scores and raw accuracies)",
+        prompts.VLIND_BENCH,
+        {"answer": 64},
+        differences=(
+            "the image comes before the text in the user turn (every vlgate backend's layout), decoded and re-encoded by the "
+            "backend; gpt4o_eval.py sends the text part first and the JPEG file as it is, instructblip_eval.py gives both to "
+            "InstructBLIP's processor",
+            "answers are cut at 64 new tokens, greedy, as instructblip_eval.py generates; gpt4o_eval.py asks its API for up to "
+            "4096 tokens at temperature 0, so a model that writes True or False only after 64 tokens is unanswered here",
+            "instructblip_eval.py's own prompts (the instruction first, 'Based on common sense', no 'Forget real-world common "
+            "sense' sentence), which the paper used for InstructBLIP alone, are not offered",
+            *_VLIND_SCORING_DIFFERENCES,
+        ),
+    ),
+    Protocol(
+        VLGATE,
+        1,
+        "vlgate (VLind-Bench's templates with 16-token answers)",
+        prompts.VLIND_BENCH,
+        {"answer": 16},
+        differences=(*_VLGATE_DIFFERENCES, *_VLIND_SCORING_DIFFERENCES),
+    ),
 )
 
 GENCEPTION: tuple[Protocol[prompts.GenceptionPrompts], ...] = (

@@ -19,9 +19,16 @@ from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 
 
 def _tree_state(path: Path) -> list[tuple[str, int, int]]:
+    """(name, size, time) of every data file under ``path``: a file, a folder, or a glob of
+    one split's release tables (``MMMU/*/validation-*.parquet``)."""
+    from vlgate.evaluators.loaders.tables import glob_files, has_glob
+
     path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return [(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    if has_glob(path) and not path.exists():
+        files, base = glob_files(path), Path(path.anchor)
+    else:
+        files, base = ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())), path.parent
+    return [(str(p.relative_to(base)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
 def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:

@@ -179,17 +179,22 @@ def config_problem(config: ModelConfig) -> str | None:
 def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
     """The folders a report may show images from besides the run's own artifacts: the data
     of the suite the model is configured with (its records name images there: MC items,
-    GenCeption seeds). None when the model's configuration does not load."""
+    GenCeption seeds), and the home's cache of images extracted from release tables
+    (parquet, arrow). Only the cache when the model's configuration does not load."""
+    from vlgate.evaluators.loaders.tables import image_cache_dir
     from vlgate.evaluators.runners.suite import Suite
 
+    cache = image_cache_dir()
     config = ServiceConfig.load(home).for_model(model_name)
     if config is None:
-        return ()
+        return (cache,)
     try:
         suite = Suite.from_file(config.suite)
     except ValueError:
-        return ()
-    return tuple(sorted({spec.data if spec.data.is_dir() else spec.data.parent for spec in suite.evaluators.values()}))
+        return (cache,)
+    # a data path may be a glob of one split's tables (MMMU/*/validation-*.parquet): its first fixed folder
+    folders = {next((parent for parent in (spec.data, *spec.data.parents) if parent.is_dir()), spec.data) for spec in suite.evaluators.values()}
+    return (cache, *sorted(folders))
 
 
 def prepare_environment(home: Path | None = None) -> Path:

@@ -23,7 +23,6 @@ from vlgate.evaluators.loaders import (
     units_from_pairing,
 )
 from vlgate.evaluators.loaders.common import FieldProblem
-from vlgate.evaluators.loaders.mmmu import strip_placeholders
 from vlgate.evaluators.loaders.naturalbench import answer_from_pattern
 from vlgate.evaluators.world.datasets import build_datasets
 
@@ -88,6 +87,7 @@ def test_world_vlind_decc_and_genception_fields(world):
         )  # fmt: skip
         assert item.factual_image == world / "vlind" / row["factual_image"]
         assert item.counterfactual_images == tuple(world / "vlind" / p for p in row["counterfactual_images"])
+        assert item.best_image == item.counterfactual_images[0]  # the local format's best image is its first
     decc = load_dataset("decc", world / "decc").items
     first, row = decc[0], read_jsonl(world / "decc" / "items.jsonl")[0]
     assert (first.options, first.answer, first.sub_questions) == (("yes", "no"), row["answer"], tuple(row["sub_questions"]))
@@ -167,8 +167,9 @@ def test_mmmu_rows(tmp_path):
     ]  # fmt: skip
     dataset = load_dataset("lcm-mc", write_jsonl(tmp_path / "mmmu_validation.jsonl", rows), "mmmu")
     assert dataset.items == [
-        McItem("validation_Physics_1", tmp_path / "images" / "q1.png", "What is the net force on the block?", ("2 N", "4 N", "6 N", "8 N"), 1, "Mechanics"),
-        McItem("validation_Art_Theory_12", tmp_path / "images" / "q2.png", "Refer to, which style is it?", ("Baroque", "Cubism"), None, "Art_Theory"),
+        # the question as written, placeholders included: the released harnesses ask it so
+        McItem("validation_Physics_1", tmp_path / "images" / "q1.png", "<image 1> What is the net force on the block?", ("2 N", "4 N", "6 N", "8 N"), 1, "Mechanics"),
+        McItem("validation_Art_Theory_12", tmp_path / "images" / "q2.png", "Refer to <image 1> , which style is it?", ("Baroque", "Cubism"), None, "Art_Theory"),
     ]
     errors = {e.item_id: e for e in dataset.errors}
     assert (errors["q3"].field, errors["q4"].field, errors["q5"].field, errors["q6"].field) == ("image_2", "image_1", "options", "answer")
@@ -179,12 +180,6 @@ def test_mmmu_rows(tmp_path):
     (tmp_path / "mmmu.json").write_text(json.dumps(rows))
     again = load_dataset("lcm-mc", tmp_path)
     assert again.items == dataset.items and {e.source for e in again.errors if e.item_id == "q3"} == {f"{tmp_path / 'mmmu.json'}[2]"}
-
-
-def test_strip_placeholders():
-    assert strip_placeholders("<image 1> What is this?") == "What is this?"
-    assert strip_placeholders("Is <image 2> larger than <image 3> ?") == "Is larger than?"
-    assert strip_placeholders("Line one <image 1>\n  line two") == "Line one\nline two"
 
 
 # (Image_0_Question_0, Image_0_Question_1, Image_1_Question_0, Image_1_Question_1) → answer, by hand:
@@ -269,7 +264,8 @@ def test_vlind_bench_release_layout(tmp_path):
     cf = root / "images" / "counterfactual" / "color" / f"3_{instances[0]['context']}"
     assert item.id == "color-3" and (item.true_statement, item.false_statement) == ("The banana is blue.", "The banana is yellow.")
     assert (item.existent_noun, item.non_existent_noun, item.context) == ("banana", "car", instances[0]["context"])
-    assert item.counterfactual_images == (cf / "2.jpg", cf / "5.jpg", cf / "10.jpg")  # best first, then accepted by id
+    assert item.best_image == cf / "2.jpg"  # VP and CB
+    assert item.counterfactual_images == (cf / "2.jpg", cf / "5.jpg", cf / "10.jpg")  # LP: the accepted images, by id
     assert item.factual_image == root / "images" / "factual" / "color" / "3_Bananas are yellow." / "0.jpg"
     errors = {e.item_id: e for e in dataset.errors}
     assert errors["color-4"].field == "aggregated_human_label_good_images" and "2 or more votes" in errors["color-4"].message
@@ -277,14 +273,17 @@ def test_vlind_bench_release_layout(tmp_path):
     assert errors["color-4"].source == f"{root / 'data.json'}[1]"
 
 
-def test_vlind_bench_folder_fallbacks_and_best_not_accepted(tmp_path):
+def test_vlind_bench_folder_fallbacks_and_a_missing_best_image(tmp_path):
     instances = [vlind_instance(7, {"0": 2}), vlind_instance(8, {"0": 2, "1": 1}, best="1")]
     root = write_vlind_bench(tmp_path, instances)
     write_image(root / "counterfactual" / "color" / "7_context renamed by the file system" / "0.png")  # no images/ level, .png
     write_image(root / "factual" / "color" / "7_Bananas are yellow." / "0.jpg")
+    write_image(root / "counterfactual" / "color" / f"8_{instances[1]['context']}" / "0.jpg")  # 8's best image (1) is not there
+    write_image(root / "factual" / "color" / "8_Bananas are yellow." / "0.jpg")
     dataset = load_dataset("vlind", root / "data.json", "vlind-bench")
     assert [item.counterfactual_images for item in dataset.items] == [(root / "counterfactual" / "color" / "7_context renamed by the file system" / "0.png",)]
     assert [(e.item_id, e.field) for e in dataset.errors] == [("color-8", "best_img_id")]
+    assert "image file not found" in dataset.errors[0].message
 
 
 def test_mme_category_folders(tmp_path):

@@ -31,7 +31,7 @@ def world_items(tiny_world):
     vlind = [
         VlindItem(
             r["id"], r["concept"], r["context"], r["true_statement"], r["false_statement"], r["existent_noun"], r["non_existent_noun"],
-            data / "vlind" / r["factual_image"], tuple(data / "vlind" / p for p in r["counterfactual_images"]),
+            data / "vlind" / r["factual_image"], data / "vlind" / r["counterfactual_images"][0], tuple(data / "vlind" / p for p in r["counterfactual_images"]),
         )
         for r in _rows(data / "vlind", "items.jsonl")[:3]
     ]

@@ -8,7 +8,9 @@
 
 One module per format documents the files and fields it reads: :mod:`.local` (the project's
 own, as the synthetic world writes it), :mod:`.mmmu`, :mod:`.naturalbench`,
-:mod:`.vlind_bench`, :mod:`.mme`, :mod:`.aokvqa`.
+:mod:`.vlind_bench`, :mod:`.mme`, :mod:`.aokvqa`. :mod:`.tables` reads the Hugging Face
+release layouts (parquet, ``save_to_disk`` arrow) into the same rows, embedded images
+extracted once into ``$VLGATE_HOME/image-cache``.
 """
 
 from vlgate.evaluators.loaders.dataset import EVALUATORS, FORMATS, detect_format, load_dataset

@@ -51,9 +51,31 @@ class Row:
 
 @dataclass
 class Rows:
+    """The rows of a data set. ``path`` is the data file (or, for a release layout of several
+    table files, their folder joined with ``*.parquet``/``*.arrow``, so that its parent is
+    still the folder); ``layout`` is ``"json"`` for JSON / JSON Lines, else ``"parquet"`` or
+    ``"arrow"`` (:mod:`.tables`)."""
+
     rows: list[Row]
     errors: list[ItemError]
     path: Path
+    layout: str = "json"
+
+
+@dataclass(frozen=True)
+class EmbeddedImage:
+    """An image cell of a release table (:mod:`.tables`), already written to a file: the file
+    to read, or why there is none (no bytes, bytes that are no image). Image fields of a table
+    row hold one of these where a JSON row holds a path."""
+
+    path: Path | None
+    problem: str | None = None
+    sha256: str | None = None
+
+    def checked(self, field: str, verify: bool = True) -> Path:
+        if self.path is None:
+            raise FieldProblem(field, self.problem or "no image")
+        return check_image(self.path, field, verify)
 
 
 def read_rows(path: Path) -> Rows:
@@ -172,7 +194,10 @@ def check_image(path: Path, field: str, verify: bool = True) -> Path:
 
 
 def image_field(row: dict[str, Any], name: str, base: Path, verify: bool, label: str | None = None) -> Path:
-    """A path field naming an image relative to ``base``, checked."""
+    """A path field naming an image relative to ``base`` (or a table's :class:`EmbeddedImage`), checked."""
+    value = row.get(name)
+    if isinstance(value, EmbeddedImage):
+        return value.checked(label or name, verify)
     return check_image(resolve(base, text(row, name)), label or name, verify)
 
 

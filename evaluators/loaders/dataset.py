@@ -4,18 +4,25 @@ items a runner consumes.
 | evaluator | formats (module) | item |
 | --- | --- | --- |
 | ``lcm-mc`` | ``vlgate`` (:mod:`.local`), ``mmmu`` (:mod:`.mmmu`) | McItem |
-| ``lcm-nb`` | ``vlgate``, ``naturalbench`` (:mod:`.naturalbench`) | NbUnit |
+| ``lcm-nb`` | ``vlgate``, ``naturalbench``, ``naturalbench-lmms-eval`` (:mod:`.naturalbench`) | NbUnit |
 | ``vlind`` | ``vlgate``, ``vlind-bench`` (:mod:`.vlind_bench`) | VlindItem |
-| ``genception`` | ``vlgate``, ``mme`` (both :mod:`.mme`: category folders) | GenceptionItem |
+| ``genception`` | ``vlgate`` (category folders), ``mme`` (category folders, or lmms-eval's MME parquet; :mod:`.mme`) | GenceptionItem |
 | ``decc`` | ``vlgate``, ``aokvqa`` (:mod:`.aokvqa`) | DeccItem |
 | ``yes-no`` | ``vlgate`` | YesNoItem (input of :func:`.pairing.pair_unlabelled`) |
 
-``path`` is the data file, or a folder holding it: the format's usual file name there
-(``items.jsonl``/``units.jsonl`` for vlgate, ``data.json`` for vlind-bench), else the only
-``.jsonl``/``.json`` file in the folder. A synthetic world's root folder works too (its
-``mc/``, ``nb/``, ... sub-folder is used). ``format="auto"`` looks at the first row's fields
-(e.g. ``Image_0`` → naturalbench, ``image_1`` or a letter answer → mmmu, ``choices`` →
-aokvqa, ``best_img_id`` → vlind-bench, otherwise the local format when its fields are there).
+A format names the fields of a row; the rows come from JSON / JSON Lines or from a Hugging
+Face release layout (parquet, or ``save_to_disk`` arrow files, images embedded; :mod:`.tables`),
+whichever ``path`` holds. ``path`` is the data file, or a folder holding it: the format's usual
+file name there (``items.jsonl``/``units.jsonl`` for vlgate, ``data.json`` for vlind-bench),
+else the release layout when the folder holds ``.parquet``/``.arrow`` files (sub-folders
+included), else the only ``.jsonl``/``.json`` file in the folder; or a glob pattern of
+``.parquet``/``.arrow`` files (one split of a release, e.g. ``MMMU/*/validation-*.parquet``).
+A synthetic world's root folder works too (its ``mc/``, ``nb/``, ... sub-folder is used).
+``format="auto"`` looks at the first row's fields (e.g. ``Image_0`` → naturalbench,
+``Index`` + ``Image`` + ``Question`` → naturalbench-lmms-eval, ``image_1`` or a letter answer →
+mmmu, ``choices`` → aokvqa, ``best_img_id`` → vlind-bench, otherwise the local format when its
+fields are there); for genception, a release layout is MME's parquet, a folder otherwise
+category folders.
 
 An unknown evaluator or format, a format that does not apply to the evaluator, a path that
 does not exist, or a data file that cannot be read at all is a ValueError; a bad item is one
@@ -28,17 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vlgate.evaluators.loaders import aokvqa, local, mmmu, naturalbench, vlind_bench
+from vlgate.evaluators.loaders import aokvqa, local, mmmu, naturalbench, tables, vlind_bench
 from vlgate.evaluators.loaders.common import Rows, read_rows
 from vlgate.evaluators.loaders.items import LoadedDataset
-from vlgate.evaluators.loaders.mme import load_categories
+from vlgate.evaluators.loaders.mme import load_categories, load_mme_table
 
 Loader = Callable[..., LoadedDataset]
 
 #: evaluator → {format: loader(rows, verify)}; genception's loaders take a folder instead.
 FORMATS: dict[str, dict[str, Loader]] = {
     "lcm-mc": {"vlgate": local.load_mc, "mmmu": mmmu.load_mmmu},
-    "lcm-nb": {"vlgate": local.load_nb, "naturalbench": naturalbench.load_naturalbench},
+    "lcm-nb": {"vlgate": local.load_nb, "naturalbench": naturalbench.load_naturalbench, "naturalbench-lmms-eval": naturalbench.load_naturalbench_lmms_eval},
     "vlind": {"vlgate": local.load_vlind, "vlind-bench": vlind_bench.load_vlind_bench},
     "genception": {"vlgate": load_categories, "mme": load_categories},
     "decc": {"vlgate": local.load_decc, "aokvqa": aokvqa.load_aokvqa},
@@ -50,7 +57,11 @@ ALIASES = {"yesno": "yes-no", "yes_no": "yes-no"}
 #: format="auto": (format, test on the first row), tried in order.
 DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
     "lcm-mc": [("vlgate", lambda row: local.looks_local("lcm-mc", row)), ("mmmu", mmmu.looks_mmmu)],
-    "lcm-nb": [("naturalbench", naturalbench.looks_naturalbench), ("vlgate", lambda row: local.looks_local("lcm-nb", row))],
+    "lcm-nb": [
+        ("naturalbench", naturalbench.looks_naturalbench),
+        ("naturalbench-lmms-eval", naturalbench.looks_naturalbench_lmms_eval),
+        ("vlgate", lambda row: local.looks_local("lcm-nb", row)),
+    ],
     "vlind": [("vlgate", lambda row: local.looks_local("vlind", row)), ("vlind-bench", vlind_bench.looks_vlind_bench)],
     "decc": [("aokvqa", aokvqa.looks_aokvqa), ("vlgate", lambda row: local.looks_local("decc", row))],
     "yes-no": [("vlgate", lambda row: local.looks_local("yes-no", row))],
@@ -58,6 +69,9 @@ DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
 
 #: The file a folder of each format is expected to hold (otherwise: its only .jsonl/.json file).
 DEFAULT_FILES = {"vlgate": local.DATA_FILES, "vlind-bench": {"vlind": vlind_bench.DATA_FILE}}
+
+#: The options a format's loader takes besides (rows, verify): VLind-Bench's inclusion rules.
+FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {"vlind-bench": ("vote_threshold", "style")}
 
 
 def _evaluator_name(evaluator: str) -> str:
@@ -75,6 +89,16 @@ def _check_format(evaluator: str, format: str) -> None:
     if format in known:
         raise ValueError(f"format {format!r} does not apply to evaluator {evaluator!r}; its formats are {choices}")
     raise ValueError(f"unknown format {format!r}; evaluator {evaluator!r} reads {choices}")
+
+
+def release_files(evaluator: str, format: str, path: Path) -> list[Path]:
+    """The release layout's table files at ``path`` ([]: read JSON): a ``.parquet``/``.arrow``
+    file, or a folder holding such files and not the format's usual JSON data file."""
+    if path.is_dir():
+        formats = [format] if format != "auto" else list(FORMATS[evaluator])
+        if any((path / DEFAULT_FILES[name][evaluator]).is_file() for name in formats if evaluator in DEFAULT_FILES.get(name, {})):
+            return []
+    return tables.table_files(path)
 
 
 def data_file(evaluator: str, format: str, path: Path) -> Path:
@@ -108,19 +132,34 @@ def detect_format(evaluator: str, rows: Rows) -> str:
     raise ValueError(f"{rows.rows[0].source}: cannot tell the format for {evaluator} from the fields {sorted(first)}; pass format= one of {choices}")
 
 
-def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True) -> LoadedDataset:
+def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: Any) -> LoadedDataset:
     """The items of the data set at ``path`` for ``evaluator``, and one ItemError per bad item.
 
     ``verify_images`` (default on) opens and verifies every image at load time (see
-    :mod:`.common` for what that costs and catches); off, only existence is checked."""
+    :mod:`.common` for what that costs and catches); off, only existence is checked.
+    ``options`` go to the format's loader (``FORMAT_OPTIONS``: ``vote_threshold`` and
+    ``style`` for vlind-bench); one the data's format does not take is a ValueError."""
     evaluator = _evaluator_name(evaluator)
     _check_format(evaluator, format)
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not tables.has_glob(path):
         raise ValueError(f"{evaluator} data {path}: no such file or folder")
-    path = local.world_path(evaluator, path)
+    if path.exists():
+        path = local.world_path(evaluator, path)
+        files = [] if evaluator == "genception" and format == "vlgate" else release_files(evaluator, format, path)
+    else:
+        files = tables.glob_files(path)
     if evaluator == "genception":
-        return load_categories(path, verify_images)
-    rows = read_rows(data_file(evaluator, format, path))
+        if options:
+            raise ValueError(f"{path}: genception's category folders take no loader options (got {', '.join(sorted(options))})")
+        if files and format == "vlgate":
+            raise ValueError(f"{path}: genception's vlgate format is category folders; lmms-eval's MME parquet is format mme")
+        return load_mme_table(tables.read_table_rows(path, files), verify_images) if files else load_categories(path, verify_images)
+    rows = tables.read_table_rows(path, files) if files else read_rows(data_file(evaluator, format, path))
     chosen = detect_format(evaluator, rows) if format == "auto" else format
-    return FORMATS[evaluator][chosen](rows, verify_images)
+    unknown = sorted(set(options) - set(FORMAT_OPTIONS.get(chosen, ())))
+    if unknown:
+        takes = [name for name, known in FORMAT_OPTIONS.items() if set(unknown) <= set(known)]
+        where = f"the {' or '.join(takes)} format only" if takes else "no format"
+        raise ValueError(f"{rows.path}: {', '.join(unknown)} apply to {where}; this {evaluator} data is in the {chosen} format")
+    return FORMATS[evaluator][chosen](rows, verify_images, **options)

@@ -43,7 +43,11 @@ class NbUnit:
 
 @dataclass(frozen=True)
 class VlindItem:
-    """VLind-Bench (SPEC §2.3): s_cf is ``true_statement``, s_fact is ``false_statement``."""
+    """VLind-Bench (SPEC §2.3): s_cf is ``true_statement``, s_fact is ``false_statement``.
+    ``best_image`` is the counterfactual image VP and CB ask about; ``counterfactual_images``
+    are the accepted ones, one LP pair each. The benchmark's own files may name a best image
+    that is not among the accepted ones (its evaluation scripts still use it for VP and CB);
+    the local format's best image is the first of its list."""
 
     id: str
     concept: str
@@ -53,6 +57,7 @@ class VlindItem:
     existent_noun: str
     non_existent_noun: str
     factual_image: Path
+    best_image: Path
     counterfactual_images: tuple[Path, ...]
 
 

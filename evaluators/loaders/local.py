@@ -22,7 +22,8 @@ Example lines::
 
 ``statements`` give units with ``text_kind="statement"``, ``questions`` (yes/no questions)
 ``text_kind="question"``. Extra fields (the world's ``sub_answers``, for instance) are ignored.
-The first counterfactual image of a VLind item is its best one (used for VP and CB).
+The first counterfactual image of a VLind item is its best one (``best_image``: VP and CB ask
+about it); LP asks about every listed image, the best one included.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def load_vlind(rows: Rows, verify: bool = True) -> LoadedDataset[VlindItem]:
         values = {name: text(row, name) for name in fields}
         factual = image_field(row, "factual_image", base, verify)
         counterfactual = image_list_field(row, "counterfactual_images", base, verify)
-        return VlindItem(str(row["id"]), **values, factual_image=factual, counterfactual_images=counterfactual)
+        return VlindItem(str(row["id"]), **values, factual_image=factual, best_image=counterfactual[0], counterfactual_images=counterfactual)
 
     return load_rows("vlind", rows, parse)
 

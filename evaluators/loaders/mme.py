@@ -15,14 +15,28 @@ folder holding none is not a category and is passed over (an ``eval_tool/`` fold
 Item id = ``"{category}/{file stem}"`` (unique even when two categories reuse a file name);
 items come in category order, then file-name order. An image that is not readable is one
 error for that item, with the file as its source.
+
+**lmms-eval's MME on the Hub** (``lmms-lab/MME``: ``data/test-0000K-of-00004-HASH.parquet``,
+read by :mod:`.tables`; columns as lmms-eval's ``tasks/mme`` reads them): one row per
+question, two questions (a "yes" and a "no" one) per image, so rows are grouped by
+``question_id``, which names the image (``"code_reasoning/0020.png"``, lmms-eval's unit of
+MME's pairwise scoring). Read: ``question_id``, ``category``, ``image`` (embedded);
+``question`` and ``answer`` are not (GenCeption needs the seed image only). One item per
+``question_id``: id ``"{category}/{file stem of question_id}"`` and the category as the
+category folders give them, in the same order (category, then file name). Rows of one
+``question_id`` must agree on category and image (the same bytes, or the same pixels);
+otherwise, or when a field is missing or the image unreadable, that item is one error
+naming the first row and the field.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from vlgate.evaluators.loaders.common import FieldProblem, check_image, image_files
+from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, check_image, image_field, image_files, text
 from vlgate.evaluators.loaders.items import GenceptionItem, ItemError, LoadedDataset
+from vlgate.evaluators.loaders.tables import same_image
 
 
 def category_images(folder: Path) -> list[Path]:
@@ -55,3 +69,44 @@ def load_categories(root: Path, verify: bool = True) -> LoadedDataset[Genception
             seen.add(item_id)
             dataset.items.append(GenceptionItem(item_id, folder.name, image))
     return dataset
+
+
+def load_mme_table(rows: Rows, verify: bool = True) -> LoadedDataset[GenceptionItem]:
+    """lmms-lab/MME's rows (see the module docstring) → one GenceptionItem per image."""
+    dataset: LoadedDataset[GenceptionItem] = LoadedDataset("genception", [], list(rows.errors), str(rows.path))
+    groups: dict[str, list[Row]] = {}
+    for row in rows.rows:
+        question_id = row.data.get("question_id")
+        if not isinstance(question_id, str) or not question_id.strip():
+            dataset.errors.append(ItemError(row.source, None, "question_id", "missing" if question_id is None else f"expected a non-empty string, got {question_id!r}"))
+            continue
+        groups.setdefault(question_id.strip(), []).append(row)
+    found: list[tuple[tuple[str, str], GenceptionItem]] = []
+    seen: dict[str, str] = {}
+    for question_id, members in groups.items():
+        first = members[0]
+        stem = Path(question_id).stem
+        item_id = None
+        try:
+            category = text(first.data, "category")
+            item_id = f"{category}/{stem}"
+            if item_id in seen:
+                raise FieldProblem("question_id", f"duplicate id {item_id!r} (question_id {seen[item_id]!r} has the same category and file stem)")
+            for other in members[1:]:
+                if _category(other.data) != category:
+                    raise FieldProblem("category", f"rows of question_id {question_id!r} disagree: {category!r} at {first.source}, {other.data.get('category')!r} at {other.source}")
+                if not same_image(first.data.get("image"), other.data.get("image")):
+                    raise FieldProblem("image", f"rows of question_id {question_id!r} hold different images ({first.source}, {other.source})")
+            image = image_field(first.data, "image", rows.path.parent, verify)
+        except FieldProblem as problem:
+            dataset.errors.append(ItemError(first.source, item_id or question_id, problem.field, problem.message))
+            continue
+        seen[item_id] = question_id
+        found.append(((category, Path(question_id).name), GenceptionItem(item_id, category, image)))
+    dataset.items = [item for _, item in sorted(found, key=lambda entry: entry[0])]
+    return dataset
+
+
+def _category(row: dict[str, Any]) -> str | None:
+    value = row.get("category")
+    return value.strip() if isinstance(value, str) else None

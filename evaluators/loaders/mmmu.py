@@ -4,9 +4,9 @@ A local copy of MMMU (or a data set laid out like it): a ``.jsonl`` file (one ro
 ``.json`` file (a list of rows), with image paths relative to the file's folder. Fields read:
 
 - ``id``: kept as a string.
-- ``question``: MMMU's ``<image 1>``-style placeholders are stripped (the image is given to
-  the model separately), then runs of spaces collapsed and a space left before punctuation
-  removed.
+- ``question``: as written, MMMU's ``<image 1>``-style placeholders included: both released
+  harnesses ask it so (the authors' ``construct_prompt``; lmms-eval with
+  ``interleaved_format: false``), and the protocols' prompts (``evaluators/prompts.py``) are theirs.
 - ``options``: a list of strings, or MMMU's Python-literal string such as ``"['1.5', '2']"``;
   at least two. An empty list (MMMU's open questions) is an error for that item.
 - ``answer``: the correct option's letter ("A", "B", ...); missing, null, "" or "?" (hidden
@@ -17,12 +17,24 @@ A local copy of MMMU (or a data set laid out like it): a ``.jsonl`` file (one ro
 - ``category`` if present, else ``subfield``, else the subject taken from an MMMU id such as
   ``validation_Art_Theory_12`` → ``Art_Theory``.
 
+**The Hub release** (``MMMU/MMMU``: one config per subject, ``Art/validation-00000-of-00001.parquet``,
+``dev``/``validation``/``test`` splits, images embedded in ``image_1`` … ``image_7``; read by
+:mod:`.tables`; point ``data:`` at one split, e.g. ``MMMU/*/validation-*.parquet``): the same
+fields are read the same way, except the category, which is MMMU's breakdown, the subject:
+``category`` if present, else the subject of the id (``validation_Art_1`` → ``Art``, the
+config the row comes from, as the authors' and lmms-eval's scoring take it), else
+``subfield``. Not read: ``explanation``, ``img_type``, ``topic_difficulty``,
+``question_type`` (an ``open`` question has options ``"[]"`` and is the error above).
+Several images: the authors' ``mmmu/`` harness gives the model ``image_1`` only and
+lmms-eval every image its prompt names; an :class:`McItem` holds one image and the lcm-mc
+runner sends ``(image,)``, so such rows stay errors.
+
 Example row::
 
     {"id": "validation_Physics_3", "question": "<image 1> What is the net force on the block?",
      "options": "['2 N', '4 N', '6 N', '8 N']", "answer": "B", "image_1": "images/validation_Physics_3_1.png"}
 
-→ ``McItem(id="validation_Physics_3", question="What is the net force on the block?",
+→ ``McItem(id="validation_Physics_3", question="<image 1> What is the net force on the block?",
 options=("2 N", "4 N", "6 N", "8 N"), answer=1, category="Physics")``.
 """
 
@@ -37,17 +49,8 @@ from vlgate.evaluators.loaders.items import LoadedDataset, McItem
 
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 IMAGE_FIELDS = ("image",) + tuple(f"image_{n}" for n in range(1, 8))
-_PLACEHOLDER = re.compile(r"<image\s*\d+>", re.IGNORECASE)
 _MMMU_ID = re.compile(r"^(?:dev|validation|test)_(.+)_\d+$")
 UNLABELLED_ANSWERS = ("", "?")
-
-
-def strip_placeholders(question: str) -> str:
-    """The question without ``<image N>`` placeholders, whitespace tidied."""
-    stripped = _PLACEHOLDER.sub("", question)
-    stripped = re.sub(r"[ \t]+", " ", stripped)
-    stripped = re.sub(r" +([,.;:?!])", r"\1", stripped)
-    return "\n".join(line.strip() for line in stripped.strip().splitlines())
 
 
 def parse_options(value: Any) -> tuple[str, ...]:
@@ -85,8 +88,19 @@ def category_of(row: dict[str, Any]) -> str | None:
     return match.group(1) if match else None
 
 
+def subject_of(row: dict[str, Any]) -> str | None:
+    """The release's category: ``category``, else the id's subject, else ``subfield``."""
+    if isinstance(row.get("category"), str) and row["category"].strip():
+        return row["category"].strip()
+    match = _MMMU_ID.match(str(row.get("id", "")))
+    if match:
+        return match.group(1)
+    return row["subfield"].strip() if isinstance(row.get("subfield"), str) and row["subfield"].strip() else None
+
+
 def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     base = rows.path.parent
+    category = category_of if rows.layout == "json" else subject_of
 
     def parse(row: dict[str, Any]) -> McItem:
         if "options" not in row:
@@ -99,10 +113,7 @@ def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
         if len(used) > 1:
             raise FieldProblem(used[1], f"{len(used)} images ({', '.join(used)}); lcm-mc gives the model exactly one image per item")
         image = image_field(row, used[0], base, verify)
-        question = strip_placeholders(text(row, "question"))
-        if not question:
-            raise FieldProblem("question", "empty once the <image N> placeholders are stripped")
-        return McItem(str(row["id"]), image, question, options, answer, category_of(row))
+        return McItem(str(row["id"]), image, text(row, "question"), options, answer, category(row))
 
     return load_rows("lcm-mc", rows, parse)
 

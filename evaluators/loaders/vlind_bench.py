@@ -18,30 +18,46 @@ names), the one folder under ``{concept}/`` whose name starts with ``{context_id
   ``existent_noun``, ``non-existent_noun`` (``non_existent_noun`` also accepted);
 - ``context_id`` and ``factual_context`` (for the folders; without ``factual_context`` the
   factual folder is found by its ``{context_id}_`` prefix alone);
-- ``best_img_id``: the counterfactual image for VP and CB;
+- ``best_img_id``: the counterfactual image for VP and CB (``best_image``);
 - ``aggregated_human_label_good_images``: ``{image_id: votes}``; the images with at least
-  ``vote_threshold`` (2, the benchmark's default) votes are the accepted ones, used for LP.
+  ``vote_threshold`` votes (2, the benchmark's default) are the accepted ones, used for LP
+  (``counterfactual_images``, in image-id order).
 - the id: ``id`` if present, else ``"{concept}-{context_id}"`` (the image folders are per
   concept, so a context id alone need not be unique).
 
-``counterfactual_images`` = the best image first (the runner's VP/CB image), then the other
-accepted images in image-id order. Errors for one instance: no image with enough votes (the
-benchmark's scoring skips those instances; here they are reported), and a best image that is
-not among the accepted ones (the item type cannot keep it out of LP).
+Which instances and images count is the benchmark's (klee972/VLind-Bench ``eval/gpt4o_eval.py``
+and ``eval/instructblip_eval.py`` ask the questions, ``eval/score_pipeline.py`` scores them):
+
+- VP and CB ask about the best image whether or not it is accepted (the evaluation scripts
+  read ``best_img_id`` alone); LP asks about the accepted images only, so a best image below
+  the vote threshold is in VP and CB but not in LP.
+- ``style`` (``score_pipeline.py``'s ``--style``) keeps the accepted images of one style: ids
+  0-3 are photorealistic, 4-7 illustrations, 8-11 cartoons; ``all`` (the default) is ids 0-11,
+  as there. An instance with accepted images but none of the style is left out, as the
+  benchmark's scoring leaves it out (a selection, not an error); VP and CB still use its best
+  image, whatever that image's style.
+- An instance with no accepted image at all is one item error (the benchmark's scripts skip
+  it silently; here it is reported, and scored by neither).
+
+Errors for one instance (one ItemError each, naming the field): a missing field, no image with
+enough votes, an image file that is not there (``best_img_id`` for the best image,
+``aggregated_human_label_good_images['ID']`` for an accepted one).
 
 Example instance::
 
     {"concept": "color", "context_id": 3, "context": "In this world, bananas are blue.",
      "factual_context": "Bananas are yellow.", "true_statement": "The banana is blue.",
      "false_statement": "The banana is yellow.", "existent_noun": "banana", "non-existent_noun": "car",
-     "best_img_id": "2", "aggregated_human_label_good_images": {"0": 1, "2": 3, "5": 2}}
+     "best_img_id": "0", "aggregated_human_label_good_images": {"0": 1, "2": 3, "5": 2}}
 
 → ``VlindItem(id="color-3", factual_image=.../factual/color/3_Bananas are yellow./0.jpg,
-counterfactual_images=(.../2.jpg, .../5.jpg), ...)``.
+best_image=.../0.jpg, counterfactual_images=(.../2.jpg, .../5.jpg), ...)``: image 0 (one vote)
+is asked about in VP and CB, images 2 and 5 in LP.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +66,15 @@ from vlgate.evaluators.loaders.items import LoadedDataset, VlindItem
 
 DATA_FILE = "data.json"
 DEFAULT_VOTE_THRESHOLD = 2
+DEFAULT_STYLE = "all"
+#: ``score_pipeline.py``'s ``--style``: the image ids each style keeps (twelve images per
+#: context, four of each style, in this order; ``all`` is the twelve)
+STYLES: dict[str, tuple[str, ...]] = {
+    "photorealistic": ("0", "1", "2", "3"),
+    "illustration": ("4", "5", "6", "7"),
+    "cartoon": ("8", "9", "10", "11"),
+    "all": tuple(str(i) for i in range(12)),
+}
 
 
 def images_root(data_file: Path) -> Path:
@@ -94,8 +119,25 @@ def instance_id(row: dict[str, Any]) -> Any:
     return f"{row['concept']}-{row['context_id']}"
 
 
-def load_vlind_bench(rows: Rows, verify: bool = True, vote_threshold: int = DEFAULT_VOTE_THRESHOLD) -> LoadedDataset[VlindItem]:
+def _outside_style(row: dict[str, Any], threshold: int, style: tuple[str, ...]) -> bool:
+    """An instance with accepted images but none of ``style``: the benchmark's scoring leaves
+    it out. (One with malformed votes or no accepted image at all is left to the parser,
+    which reports it.)"""
+    try:
+        accepted = accepted_image_ids(row.get("aggregated_human_label_good_images"), threshold)
+    except FieldProblem:
+        return False
+    return bool(accepted) and not any(image_id in style for image_id in accepted)
+
+
+def load_vlind_bench(rows: Rows, verify: bool = True, vote_threshold: int = DEFAULT_VOTE_THRESHOLD, style: str = DEFAULT_STYLE) -> LoadedDataset[VlindItem]:
+    """The instances of a VLind-Bench ``data.json``, with the benchmark's inclusion rules
+    (module docstring): images with ``vote_threshold`` or more votes, of ``style``."""
+    if style not in STYLES:
+        raise ValueError(f"unknown VLind-Bench style {style!r}; expected one of {', '.join(STYLES)}")
+    kept_ids = STYLES[style]
     root = images_root(rows.path)
+    rows = dataclasses.replace(rows, rows=[row for row in rows.rows if not _outside_style(row.data, vote_threshold, kept_ids)])
 
     def parse(row: dict[str, Any]) -> VlindItem:
         concept, context = text(row, "concept"), text(row, "context")
@@ -107,23 +149,21 @@ def load_vlind_bench(rows: Rows, verify: bool = True, vote_threshold: int = DEFA
         context_id = str(row["context_id"])
         if row.get("best_img_id") is None:
             raise FieldProblem("best_img_id", "missing")
-        best = str(row["best_img_id"])
+        best_id = str(row["best_img_id"])
         if "aggregated_human_label_good_images" not in row:
             raise FieldProblem("aggregated_human_label_good_images", "missing")
         accepted = accepted_image_ids(row["aggregated_human_label_good_images"], vote_threshold)
         if not accepted:
             raise FieldProblem("aggregated_human_label_good_images", f"no counterfactual image has {vote_threshold} or more votes (the benchmark skips such instances)")
-        if best not in accepted:
-            raise FieldProblem("best_img_id", f"best image {best!r} is not among the accepted images {accepted}")
+        considered = [image_id for image_id in accepted if image_id in kept_ids]  # not empty: _outside_style left the others out
         cf_folder = instance_folder(root / "counterfactual", concept, context_id, context, "context")
-        ordered = [best] + [image_id for image_id in accepted if image_id != best]
-        field_names = ["best_img_id"] + [f"aggregated_human_label_good_images[{image_id!r}]" for image_id in ordered[1:]]
-        counterfactual = tuple(image_in(cf_folder, image_id, name, verify) for image_id, name in zip(ordered, field_names))
+        best = image_in(cf_folder, best_id, "best_img_id", verify)  # VP and CB, accepted or not
+        counterfactual = tuple(image_in(cf_folder, image_id, f"aggregated_human_label_good_images[{image_id!r}]", verify) for image_id in considered)
         factual_context = text(row, "factual_context", optional=True)  # names the folder; the id prefix finds it too
         factual = image_in(instance_folder(root / "factual", concept, context_id, factual_context, "factual_context"), "0", "factual_context", verify)
         return VlindItem(
             str(instance_id(row)), concept, context, statements["true_statement"], statements["false_statement"],
-            statements["existent_noun"], non_existent, factual, counterfactual,
+            statements["existent_noun"], non_existent, factual, best, counterfactual,
         )  # fmt: skip
 
     return load_rows("vlind", rows, parse, id_field="context_id", id_of=instance_id)

@@ -70,7 +70,10 @@ def language_prior(lp: np.ndarray, lp_instance: np.ndarray, n_instances: int, ga
 
 def pipeline_score(indicators: np.ndarray, eligible: np.ndarray | int) -> float | None:
     """Eq. 5: S_T = (1 / M_T) Σ_i P_T^i, with M_T the number of instances that
-    reached test T (None where no instance did)."""
+    reached test T (None where no instance did, overall or in one concept of
+    ``by_concept``: there is nothing to average; the benchmark's
+    ``eval/score_pipeline.py`` reports 0 there, which reads as a model failing
+    every instance)."""
     denominator = float(np.sum(eligible))
     return ratio_or_none(np.sum(indicators), denominator)
 

@@ -5,7 +5,7 @@ batch by batch, and write each batch as it completes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -37,8 +37,9 @@ class EvaluatorSettings(BaseModel):
     limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
     protocol: str | None = Field(default=None, description="the evaluator's named protocol (evaluators/protocols.py); default: the benchmark's released code")
 
-    def protocol_overrides(self) -> dict[str, int | None]:
-        """The protocol's generation limits this entry changes, by kind (None: unchanged)."""
+    def protocol_overrides(self) -> Mapping[str, int | str | None]:
+        """The protocol's generation limits (or the benchmark's inclusion rules) this entry
+        changes, by kind (None: unchanged)."""
         return {}
 
 

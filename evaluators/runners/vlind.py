@@ -4,31 +4,44 @@ parsed the way the benchmark parses them (first word that is exactly true/false)
 Each test is a pair: the statement that should be judged True first, the one that
 should be judged False second.
 - CK: factual image, common-sense template; s_fact (``false_statement``) then s_cf.
-- VP: the best (first) counterfactual image; the existent noun, then the non-existent.
+- VP: the best counterfactual image (``best_image``); the existent noun, then the non-existent.
 - CB: the best counterfactual image with the context; s_cf then s_fact.
-- LP: every accepted counterfactual image; s_cf then s_fact.
+- LP: every accepted counterfactual image (``counterfactual_images``); s_cf then s_fact.
 The generated texts are kept in the record (``responses``) for review.
+
+The suite's entry may change the benchmark's inclusion rules for its own release format
+(``vote_threshold``, ``style``: :mod:`vlgate.evaluators.loaders.vlind_bench`); a changed rule is
+part of the protocol as run (``vlind-bench-1+vote_threshold=3``), so its numbers are never
+compared with the default's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
 
 from PIL import Image
+from pydantic import Field
 
 from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError, VlindItem, open_image
+from vlgate.evaluators.loaders.vlind_bench import DEFAULT_STYLE, DEFAULT_VOTE_THRESHOLD
 from vlgate.evaluators.metrics.vlind import parse_true_false
 from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 
+#: What a runner opens per item: the factual image, the best counterfactual image (VP, CB)
+#: and the accepted counterfactual images (LP)
+VlindImages = tuple[Image.Image, Image.Image, list[Image.Image]]
+
 
 def vlind_requests(
-    item: VlindItem, factual: Image.Image, counterfactual: list[Image.Image], asked: prompts.VlindPrompts = prompts.VLIND_BENCH, max_new_tokens: int = 16
+    item: VlindItem, factual: Image.Image, best: Image.Image, counterfactual: list[Image.Image], asked: prompts.VlindPrompts = prompts.VLIND_BENCH, max_new_tokens: int = 64
 ) -> list[tuple[str, GenerateRequest]]:
-    """(test name, request) in record order: ck×2, vp×2, cb×2, then lp×2 per counterfactual image."""
-    s_cf, s_fact, best = item.true_statement, item.false_statement, counterfactual[0]
+    """(test name, request) in record order: ck×2, vp×2, cb×2, then lp×2 per accepted counterfactual image."""
+    s_cf, s_fact = item.true_statement, item.false_statement
 
     def ask(name: str, image: Image.Image, text: str) -> tuple[str, GenerateRequest]:
         return name, GenerateRequest((image,), text, max_new_tokens)
@@ -46,17 +59,27 @@ def vlind_requests(
     return requests
 
 
-def vlind_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.VlindPrompts] = protocols.VLIND[0]) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
-    def prepare(item: VlindItem) -> tuple[Image.Image, list[Image.Image]]:
+def vlind_runner(
+    vlm: VisionLanguageBackend, protocol: Protocol[prompts.VlindPrompts] = protocols.VLIND[0], overrides: Mapping[str, int | str | None] | None = None
+) -> Runner[VlindItem, VlindImages]:
+    """``overrides``: the suite's changes to the protocol (``VlindSettings.protocol_overrides``),
+    which the records' ``protocol`` names."""
+
+    def prepare(item: VlindItem) -> VlindImages:
         if not item.counterfactual_images:
             raise ItemLoadError(ItemError(str(item.factual_image.parent), item.id, "counterfactual_images", "no counterfactual image"))
         factual = open_image(item.factual_image, item.id, "factual_image")
-        counterfactual = [open_image(path, item.id, f"counterfactual_images[{i}]") for i, path in enumerate(item.counterfactual_images)]
-        return factual, counterfactual
+        opened: dict[Path, Image.Image] = {}
+        counterfactual = []
+        for i, path in enumerate(item.counterfactual_images):
+            opened[path] = open_image(path, item.id, f"counterfactual_images[{i}]")
+            counterfactual.append(opened[path])
+        best = opened[item.best_image] if item.best_image in opened else open_image(item.best_image, item.id, "best_image")
+        return factual, best, counterfactual
 
-    def compute(batch: list[tuple[VlindItem, tuple[Image.Image, list[Image.Image]]]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[VlindItem, VlindImages]]) -> list[dict[str, Any]]:
         limit = protocol.limit("answer")
-        per_item = [vlind_requests(item, factual, counterfactual, protocol.prompts, limit) for item, (factual, counterfactual) in batch]
+        per_item = [vlind_requests(item, factual, best, counterfactual, protocol.prompts, limit) for item, (factual, best, counterfactual) in batch]
         texts = iter(vlm.generate([request for requests in per_item for _, request in requests]))
         records = []
         for (item, _), requests in zip(batch, per_item):
@@ -70,8 +93,41 @@ def vlind_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.VlindPro
             records.append(record)
         return records
 
-    return Runner("vlind", {"vlm": vlm.info.digest}, protocol.as_run(), prepare, compute)
+    return Runner("vlind", {"vlm": vlm.info.digest}, protocol.as_run(**(overrides or {})), prepare, compute)
 
 
-def build_vlind_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[VlindItem, tuple[Image.Image, list[Image.Image]]]:
-    return vlind_runner(context.vlm, context.chosen(protocols.VLIND))
+class VlindSettings(EvaluatorSettings):
+    """The vlind entry of a suite. ``vote_threshold`` and ``style`` are the benchmark's
+    inclusion rules (``eval/score_pipeline.py``'s ``--vote_thres`` and ``--style``) and apply
+    to its own release format only (``format: vlind-bench``); the local format lists its
+    images itself."""
+
+    vote_threshold: int | None = Field(
+        default=None, ge=0, description=f"an image counts (LP) with this many reviewers' votes or more; default: the benchmark's {DEFAULT_VOTE_THRESHOLD}"
+    )
+    style: Literal["all", "photorealistic", "illustration", "cartoon"] | None = Field(
+        default=None, description=f"only the accepted images of one style (ids 0-3, 4-7, 8-11) count; default: {DEFAULT_STYLE!r}"
+    )
+
+    def loader_options(self) -> dict[str, Any]:
+        """The inclusion rules this entry sets, for the vlind-bench loader."""
+        return {name: value for name, value in (("vote_threshold", self.vote_threshold), ("style", self.style)) if value is not None}
+
+    def protocol_overrides(self) -> dict[str, int | str | None]:
+        """A rule other than the benchmark's default names itself in the protocol as run."""
+        return {
+            "vote_threshold": self.vote_threshold if self.vote_threshold not in (None, DEFAULT_VOTE_THRESHOLD) else None,
+            "style": self.style if self.style not in (None, DEFAULT_STYLE) else None,
+        }
+
+
+def load_vlind_items(settings: VlindSettings, out: Path) -> tuple[list[VlindItem], list[ItemError]]:
+    """The instances to run (and the loader's per-item errors), under the entry's inclusion rules."""
+    from vlgate.evaluators.loaders import load_dataset
+
+    dataset = load_dataset("vlind", settings.data, settings.format, **settings.loader_options())
+    return dataset.items[: settings.limit], dataset.errors
+
+
+def build_vlind_runner(settings: VlindSettings, context: RunnerContext) -> Runner[VlindItem, VlindImages]:
+    return vlind_runner(context.vlm, context.chosen(protocols.VLIND), settings.protocol_overrides())
