@@ -231,7 +231,7 @@ class LcmNbSchema(Schema):
             elif not (isinstance(value, list) and len(value) == 2 and all(isinstance(row, list) and len(row) == 2 for row in value)):
                 yield (name, "must be a 2x2 nested list [[.., ..], [.., ..]]")
         answer = record.get("answer")
-        if answer is not None and answer not in NB_LABELS:
+        if answer is not None and (not isinstance(answer, str) or answer not in NB_LABELS):
             yield ("answer", f"unknown label {shown(answer)}: expected 'c1', 'c2' or null")
 
     def arrays(self, records):

@@ -65,6 +65,9 @@ def test_duplicate_ids():
         ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]]}, "p_yes", "2x2"),
         ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 2.0]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]]}, "p_yes", "row 1: entry 1 2.0 is outside"),
         ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 0.4]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]], "answer": "c3"}, "answer", "unknown label 'c3'"),
+        # an unhashable label was a TypeError traceback (exit 1), not a line naming the field
+        ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 0.4]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]], "answer": ["c1"]}, "answer", "unknown label ['c1']"),
+        ("lcm-nb", {"id": 1, "p_yes": [[0.1, 0.2], [0.3, 0.4]], "p_text": [[0.5, 0.5], [0.5, 0.5]], "p_image": [[0.5, 0.5], [0.5, 0.5]], "answer": {"c": 1}}, "answer", "unknown label {'c': 1}"),
         ("vlind", {"id": 1, "concept": "c", "ck": [True], "vp": [True, False], "cb": [True, False], "lp": [[True, False]]}, "ck", "must be a pair"),
         ("vlind", {"id": 1, "concept": "c", "ck": [True, "yes"], "vp": [True, False], "cb": [True, False], "lp": [[True, False]]}, "ck", "true, false or null"),
         ("vlind", {"id": 1, "concept": "c", "ck": [True, False], "vp": [True, False], "cb": [True, False], "lp": []}, "lp", "non-empty"),
