@@ -34,7 +34,7 @@ from vlgate.evaluators.backends.options import (
     option_token_ids,
     probabilities_from_logprobs,
 )
-from vlgate.evaluators.backends.vllm_offline import VllmBackend, accepts_field, chat_conversation
+from vlgate.evaluators.backends.vllm_offline import VllmBackend, accepts_field, engine_prompt
 
 LETTERS = ("A", "B", "C", "D")
 log = math.log
@@ -380,7 +380,7 @@ class ParamsTopKOnly:
 
 
 class FakeLLM:
-    """``LLM.chat`` over a fixed next-token distribution (token id → probability), returning
+    """``LLM.generate`` over a fixed next-token distribution (token id → probability), returning
     what vLLM returns: the requested ids (or the top k) and the sampled token."""
 
     def __init__(self, distribution: dict[int, float], tokenizer):
@@ -389,8 +389,8 @@ class FakeLLM:
     def get_tokenizer(self):
         return self.tokenizer
 
-    def chat(self, conversations, sampling_params, use_tqdm=True):
-        self.calls.append((conversations, sampling_params))
+    def generate(self, prompts, sampling_params, use_tqdm=True, tokenization_kwargs=None):
+        self.calls.append((prompts, sampling_params, tokenization_kwargs))
         outputs = []
         for params in sampling_params:
             ranked = sorted(self.distribution, key=self.distribution.get, reverse=True)
@@ -446,15 +446,25 @@ def test_vllm_warns_when_no_option_is_in_the_top_k(caplog):
     assert "request 0: no token of the options ['A', 'B']" in caplog.text
 
 
-def test_vllm_conversations_put_images_first_and_generate_is_greedy():
+def test_vllm_gets_the_text_vlgate_rendered_with_its_images_and_generate_is_greedy():
+    """vLLM is handed the chat template's rendering (vlgate's, in its limited child process),
+    the images as multi-modal data, and no special tokens to add: the template wrote them."""
+    from vlgate.evaluators.backends.base import BackendInfo
+    from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer
+
     image = solid((9, 9, 9))
-    assert chat_conversation((image,), "Describe it.") == [
-        {"role": "user", "content": [{"type": "image_pil", "image_pil": image}, {"type": "text", "text": "Describe it."}]}
-    ]
-    assert chat_conversation((), "Hi.") == [{"role": "user", "content": "Hi."}]
-    backend, llm = fake_backend(ParamsWithTokenIds, {1: 1.0})
-    assert backend.generate([GenerateRequest((image,), "Describe it.", max_new_tokens=7)]) == ["generated"]
-    (params,) = llm.calls[0][1]
+    assert engine_prompt("USER: <image>Describe it.", (image,)) == {"prompt": "USER: <image>Describe it.", "multi_modal_data": {"image": [image]}}
+    assert engine_prompt("Hi.", ()) == {"prompt": "Hi."}
+    template = "{% for m in messages %}USER: {% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endfor %} ASSISTANT:"
+    llm = FakeLLM({1: 1.0}, TOKENS)
+    backend = VllmBackend(llm, ParamsWithTokenIds, BackendInfo("vllm", "fake", "sha256:0"), template=ChatTemplateRenderer("fake", template, {}), has_vision=True)
+    try:
+        assert backend.generate([GenerateRequest((image, image), "Describe it.", max_new_tokens=7)]) == ["generated"]
+    finally:
+        backend.close()
+    (prompts, (params,), tokenization) = llm.calls[0]
+    assert prompts == [{"prompt": "USER: <image><image>Describe it. ASSISTANT:", "multi_modal_data": {"image": [image, image]}}]
+    assert tokenization == {"add_special_tokens": False}
     assert params.max_tokens == 7 and params.temperature == 0.0 and params.logprobs is None
 
 
@@ -465,9 +475,17 @@ def test_vllm_missing_says_how_to_install(monkeypatch, tmp_path):
 
 
 def tiny_checkpoint(folder: Path, **config) -> Path:
+    """A text-only checkpoint folder a stand-in engine "loads": a config, weights' bytes, and a
+    real word-level tokenizer (the backend reads the chat template with transformers)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"} | config))
     (folder / "model.safetensors").write_bytes(b"weights")
+    words = Tokenizer(models.WordLevel({"<unk>": 0, "hi": 1}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>").save_pretrained(folder)
     return folder
 
 

@@ -38,9 +38,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from vlgate.evaluators.backends.base import BackendError
+from vlgate.evaluators.backends.loading import LoadPolicy
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 512
@@ -59,6 +61,49 @@ def template_variables(tokenizer: Any) -> dict[str, Any]:
     """The variables ``apply_chat_template`` renders with besides the conversation: the
     tokenizer's special tokens (``bos_token``, ``eos_token``, ...), as plain strings."""
     return {name: str(value) if not isinstance(value, list) else [str(v) for v in value] for name, value in tokenizer.special_tokens_map.items()}
+
+
+def chat_template_of(owner: Any) -> str | None:
+    """The template ``apply_chat_template`` would render for ``owner`` (a processor or a
+    tokenizer): its own, or the one named "default" among several; None without one."""
+    template = getattr(owner, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template if isinstance(template, str) else None
+
+
+def renderer_for(model: str, owners: Sequence[Any], tokenizer: Any, policy: LoadPolicy) -> ChatTemplateRenderer | None:
+    """A renderer of the first template among ``owners`` (processor, then tokenizer), with
+    the tokenizer's special tokens and the load policy's limits; None when none has one."""
+    template = next((found for found in map(chat_template_of, owners) if found is not None), None)
+    if template is None:
+        return None
+    return ChatTemplateRenderer(
+        model,
+        template,
+        template_variables(tokenizer),
+        timeout_s=policy.chat_template_timeout_s,
+        memory_mb=policy.chat_template_memory_mb,
+        max_chars=policy.chat_template_max_chars,
+    )
+
+
+def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int, model: str, has_vision: bool) -> str:
+    """One request's text as every local backend sends it: the user turn (images first, then
+    the text) through the checkpoint's chat template; a template written for string content
+    only (it raises on parts) gets the text as a string; a text-only model without a
+    template gets the bare prompt. Both backends build it here, so they send the same text."""
+    messages = [{"role": "user", "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]}]
+    if renderer is None:
+        if has_vision:
+            raise BackendError(f"model {model}: its processor has no chat template")
+        return prompt
+    if has_vision:
+        return renderer.render(messages)
+    try:
+        return renderer.render(messages)
+    except TemplateRenderError:
+        return renderer.render([{"role": "user", "content": prompt}])
 
 
 class ChatTemplateRenderer:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
-from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, TemplateRenderError, template_variables
+from vlgate.evaluators.backends.chat_templates import renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
 
@@ -41,19 +41,7 @@ class TransformersBackend(VisionLanguageBackend):
         self.info, self.has_vision, self.batch_size = info, has_vision, batch_size
         self.device = next(model.parameters()).device
         self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
-        template = chat_template_of(processor)
-        self.template = (
-            ChatTemplateRenderer(
-                info.model,
-                template,
-                template_variables(tokenizer),
-                timeout_s=policy.chat_template_timeout_s,
-                memory_mb=policy.chat_template_memory_mb,
-                max_chars=policy.chat_template_max_chars,
-            )
-            if template is not None
-            else None
-        )
+        self.template = renderer_for(info.model, [processor], tokenizer, policy)
 
     @classmethod
     def load(
@@ -97,18 +85,7 @@ class TransformersBackend(VisionLanguageBackend):
 
     def chat_text(self, prompt: str, n_images: int) -> str:
         """The user turn (images first, then the text) through the checkpoint's chat template."""
-        content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
-        messages = [{"role": "user", "content": content}]
-        if self.template is None:
-            if self.has_vision:
-                raise BackendError(f"model {self.info.model}: its processor has no chat template")
-            return prompt
-        if self.has_vision:
-            return self.template.render(messages)
-        try:
-            return self.template.render(messages)
-        except TemplateRenderError:  # templates written for string content only
-            return self.template.render([{"role": "user", "content": prompt}])
+        return user_turn(self.template, prompt, n_images, self.info.model, self.has_vision)
 
     def _encode(self, texts: list[str], images: list[list[Any]]) -> dict[str, torch.Tensor]:
         flat = [image for row in images for image in row]
@@ -245,11 +222,3 @@ class TransformersBackend(VisionLanguageBackend):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-
-def chat_template_of(owner: Any) -> str | None:
-    """The template ``apply_chat_template`` would render for ``owner`` (a processor or a
-    tokenizer): its own, or the one named "default" among several; None without one."""
-    template = getattr(owner, "chat_template", None)
-    if isinstance(template, dict):
-        template = template.get("default")
-    return template if isinstance(template, str) else None

@@ -4,8 +4,13 @@ on a GPU machine, ``make .venv-vllm`` for the CPU build (README, "vLLM").
 - Loading goes through the same gate as the transformers backend: :func:`resolve_model`,
   :func:`check_checkpoint`, ``trust_remote_code`` from the :class:`LoadPolicy`, and
   safetensors only (``load_format="safetensors"``) unless the policy allows pickles.
-- :meth:`VllmBackend.choice_probs` runs one greedy token per request through
-  ``LLM.chat`` (the checkpoint's chat template; images first, then the text) and reads the
+- Prompts are rendered by vlgate, not by vLLM: the checkpoint's chat template (images
+  first, then the text) in a child process with time, memory and size limits
+  (``chat_templates.py``; a template is the checkpoint author's program, and vLLM would run
+  it in this process with none), exactly as the transformers backend renders them; the
+  text goes to ``LLM.generate`` with the images as multi-modal data and no special tokens
+  added (the template writes them), which is what ``LLM.chat`` does after rendering.
+- :meth:`VllmBackend.choice_probs` runs one greedy token per request and reads the
   logprobs of the first position. vLLM computes them from the raw logits, before
   ``allowed_token_ids`` or structured-output masks, so they are the model's distribution;
   the option probabilities are the summed probabilities of each option's token ids
@@ -54,6 +59,7 @@ import numpy as np
 from PIL import Image
 
 from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
+from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_masses_from_token_ids, option_token_ids
 
@@ -137,21 +143,27 @@ def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
             ) from error
 
 
-def chat_conversation(images: Sequence[Image.Image], prompt: str) -> list[dict]:
-    """The user turn for ``LLM.chat``: PIL images first (``image_pil`` parts), then the text;
-    a plain string without images (text-only chat templates expect it)."""
-    if not images:
-        return [{"role": "user", "content": prompt}]
-    content: list[dict] = [{"type": "image_pil", "image_pil": image} for image in images]
-    return [{"role": "user", "content": content + [{"type": "text", "text": prompt}]}]
+def engine_prompt(text: str, images: Sequence[Image.Image]) -> dict[str, Any]:
+    """One request for ``LLM.generate``: the rendered text, and its images as multi-modal data."""
+    return {"prompt": text, "multi_modal_data": {"image": list(images)}} if images else {"prompt": text}
 
 
 class VllmBackend(VisionLanguageBackend):
     """One model in a ``vllm.LLM`` engine. Use :meth:`load`; the constructor takes an engine
     and vLLM's ``SamplingParams`` class (tests pass stand-ins)."""
 
-    def __init__(self, llm: Any, sampling_params_class: Any, info: BackendInfo, top_logprobs: int = 20, shared: SharedEngine | None = None):
+    def __init__(
+        self,
+        llm: Any,
+        sampling_params_class: Any,
+        info: BackendInfo,
+        top_logprobs: int = 20,
+        shared: SharedEngine | None = None,
+        template: ChatTemplateRenderer | None = None,
+        has_vision: bool = False,
+    ):
         self.llm, self.sampling_params_class, self.info = llm, sampling_params_class, info
+        self.template, self.has_vision = template, has_vision
         self.shared = shared  # None: this backend owns its engine (tests build it directly)
         self._lock = shared.lock if shared is not None else threading.Lock()
         self.top_logprobs = top_logprobs
@@ -180,6 +192,10 @@ class VllmBackend(VisionLanguageBackend):
         path = resolve_model(reference, cache_dir, policy)
         check_checkpoint(path, policy)
         check_architecture(reference, path, vllm)
+        if "tokenization_kwargs" not in inspect.signature(vllm.LLM.generate).parameters:
+            version = getattr(vllm, "__version__", "unknown")
+            raise BackendError(f"model {reference}: vLLM {version} is too old: vlgate renders chat templates itself and needs LLM.generate(tokenization_kwargs=...)")
+        template, has_vision = _chat_template(str(reference), path, policy)
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
         if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary
@@ -198,20 +214,22 @@ class VllmBackend(VisionLanguageBackend):
         extra = {"path": str(path), "vllm": getattr(vllm, "__version__", "unknown"), "top_logprobs": str(top_logprobs)}
         extra |= {key: str(value) for key, value in sorted(engine_kwargs.items()) if isinstance(value, (str, int, float, bool))}
         info = BackendInfo(name="vllm", model=str(reference), digest=digest, device=_device_type(), extra=extra)
-        backend = cls(shared.llm, vllm.SamplingParams, info, top_logprobs, shared)
+        backend = cls(shared.llm, vllm.SamplingParams, info, top_logprobs, shared, template, has_vision)
         info.extra["option_logprobs"] = "exact (logprob_token_ids)" if backend.exact_option_logprobs else f"top-{top_logprobs}"
         return backend
 
     # -- requests --------------------------------------------------------------------------
 
-    def _chat(self, conversations: list[list[dict]], params: list[Any], what: str) -> list[Any]:
+    def _run(self, requests: Sequence[ChoiceRequest | GenerateRequest], params: list[Any], what: str) -> list[Any]:
         if self.llm is None:
             raise BackendError(f"vLLM ({self.info.model}): the backend is closed")
+        prompts = [engine_prompt(user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision), r.images) for r in requests]
         try:
             with self._lock:
-                return list(self.llm.chat(conversations, sampling_params=params, use_tqdm=False))
+                # the template wrote the special tokens; LLM.chat tokenizes its rendering the same way
+                return list(self.llm.generate(prompts, sampling_params=params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}))
         except Exception as error:  # vLLM's validation errors are ValueErrors; engine failures vary
-            raise BackendError(f"vLLM ({self.info.model}): {what} of {len(conversations)} requests failed: {error}") from error
+            raise BackendError(f"vLLM ({self.info.model}): {what} of {len(prompts)} requests failed: {error}") from error
 
     def _ids_of(self, options: tuple[str, ...]) -> list[list[int]]:
         if options not in self._option_ids:
@@ -229,9 +247,7 @@ class VllmBackend(VisionLanguageBackend):
         if not requests:
             return []
         option_ids = [self._ids_of(tuple(r.options)) for r in requests]
-        outputs = self._chat(
-            [chat_conversation(r.images, r.prompt) for r in requests], [self._choice_params(ids) for ids in option_ids], "choice scoring"
-        )
+        outputs = self._run(requests, [self._choice_params(ids) for ids in option_ids], "choice scoring")
         results = []
         for index, (request, ids, output) in enumerate(zip(requests, option_ids, outputs)):
             first = _first_position_logprobs(output, index)
@@ -248,7 +264,7 @@ class VllmBackend(VisionLanguageBackend):
         if not requests:
             return []
         params = [self.sampling_params_class(max_tokens=r.max_new_tokens, temperature=0.0) for r in requests]
-        outputs = self._chat([chat_conversation(r.images, r.prompt) for r in requests], params, "generation")
+        outputs = self._run(requests, params, "generation")
         return [output.outputs[0].text.strip() for output in outputs]
 
     def close(self) -> None:
@@ -256,6 +272,8 @@ class VllmBackend(VisionLanguageBackend):
         llm, self.llm = self.llm, None
         if llm is None:
             return
+        if self.template is not None:
+            self.template.close()
         shared, self.shared = self.shared, None
         if shared is not None:
             with _ENGINES_LOCK:
@@ -264,6 +282,21 @@ class VllmBackend(VisionLanguageBackend):
                     return
                 _ENGINES.pop(shared.key, None)
         shutdown_engine(llm)
+
+
+def _chat_template(model: str, path: Path, policy: LoadPolicy) -> tuple[ChatTemplateRenderer | None, bool]:
+    """The checkpoint's chat template as the transformers backend finds it (a VLM's
+    processor, a text-only model's tokenizer), and whether the model takes images."""
+    from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+
+    common = {"trust_remote_code": policy.trust_remote_code}
+    try:
+        has_vision = hasattr(AutoConfig.from_pretrained(path, **common), "vision_config")
+        processor = AutoProcessor.from_pretrained(path, **common) if has_vision else AutoTokenizer.from_pretrained(path, **common)
+    except (OSError, ValueError, KeyError) as error:
+        raise BackendError(f"model {model}: transformers could not read its processor from {path}: {error}") from error
+    tokenizer = processor.tokenizer if has_vision else processor
+    return renderer_for(model, [processor], tokenizer, policy), has_vision
 
 
 def _first_position_logprobs(output: Any, index: int) -> dict[int, float]:
