@@ -16,6 +16,7 @@ App. A, shortened to the instruction without the few-shot examples).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,34 @@ def mmmu_lmms_eval_prompt(question: str, options: Sequence[str]) -> str:
     return f"{question}\n{lettered}\n\n{MC_INSTRUCTION}"
 
 
+#: MMMU's image placeholders as lmms-eval's ``mmmu_doc_to_visual`` finds them
+MMMU_IMAGE_PLACEHOLDER = re.compile(r"<image (\d+)>")
+
+
+def every_image(question: str, options: Sequence[str], n_images: int) -> tuple[int, ...]:
+    """Which of an item's images (0-based, in number order) a request carries: all of them."""
+    return tuple(range(n_images))
+
+
+def mmmu_authors_images(question: str, options: Sequence[str], n_images: int) -> tuple[int, ...]:
+    """The authors' harness (``mmmu/utils/data_utils.py::process_single_sample``): ``image_1``
+    alone, whatever the question names. (Its other branch, options holding several
+    ``<img='path'>`` tags, gives no image and a random letter; the Hub release writes
+    ``<image N>``, which that pattern never matches, so vlgate has no such items.)"""
+    return (0,)
+
+
+def mmmu_lmms_eval_images(question: str, options: Sequence[str], n_images: int) -> tuple[int, ...]:
+    """lmms-eval (``tasks/mmmu/utils.py::mmmu_doc_to_visual``): every image named by an
+    ``<image N>`` placeholder of the question or the options, each once, in NUMBER order
+    (it sorts the names ``image_N``), not in order of appearance. Where the text names none
+    of the item's images, all of them (lmms-eval would send none); a placeholder naming an
+    image the item lacks is passed over (lmms-eval would fail on it)."""
+    named = {int(n) for text in (question, *options) for n in MMMU_IMAGE_PLACEHOLDER.findall(text)}
+    chosen = tuple(n - 1 for n in sorted(named) if 1 <= n <= n_images)
+    return chosen or every_image(question, options, n_images)
+
+
 def yes_no_probe(question: str, option: str) -> str:
     """VL-LCM's yes/no test of one option (the MC prompt adapted, App. C): the question,
     then whether this option is its answer."""
@@ -64,16 +93,35 @@ def naturalbench_yes_no(text: str, text_kind: str) -> str:
     return f"{text} {NATURALBENCH_YES_NO_SUFFIX}"
 
 
+def naturalbench_multiple_choice(question: str) -> str:
+    """A NaturalBench multiple_choice question (its options written in it) and the MC suffix,
+    joined as ``naturalbench_yes_no`` joins the yes/no suffix."""
+    return f"{question} {NATURALBENCH_MC_SUFFIX}"
+
+
+def _choose_text_ask(text_kind: str) -> str:
+    """The stem of VL-LCM's text-choice test. ``text_kind`` "multiple_choice" is a
+    NaturalBench multiple_choice unit's question, whose answer playing "yes" is "A"."""
+    if text_kind == "multiple_choice":
+        return "Which question has the answer A for this image?"
+    return "Which question has the answer yes for this image?" if text_kind == "question" else "Which statement is true for this image?"
+
+
+def _choose_image_ask(text: str, text_kind: str) -> str:
+    """The stem of VL-LCM's image-choice test (``text_kind`` as in :func:`_choose_text_ask`)."""
+    if text_kind == "multiple_choice":
+        return f"For which image is the answer to this question A: {text}"
+    return f"For which image is the answer to this question yes: {text}" if text_kind == "question" else f"For which image is this statement true: {text}"
+
+
 def naturalbench_choose_text(texts: tuple[str, str], text_kind: str) -> str:
     """MC test on one image choosing between T1 and T2 (VL-LCM tests (a), (b))."""
-    ask = "Which question has the answer yes for this image?" if text_kind == "question" else "Which statement is true for this image?"
-    return f"{ask}\nA. {texts[0]}\nB. {texts[1]}\n{NATURALBENCH_MC_SUFFIX}"
+    return f"{_choose_text_ask(text_kind)}\nA. {texts[0]}\nB. {texts[1]}\n{NATURALBENCH_MC_SUFFIX}"
 
 
 def naturalbench_choose_image(text: str, text_kind: str) -> str:
     """MC test on one text choosing between V1 and V2, both given (tests (c), (d))."""
-    ask = f"For which image is the answer to this question yes: {text}" if text_kind == "question" else f"For which image is this statement true: {text}"
-    return f"{ask}\nA. The first image\nB. The second image\n{NATURALBENCH_MC_SUFFIX}"
+    return f"{_choose_image_ask(text, text_kind)}\nA. The first image\nB. The second image\n{NATURALBENCH_MC_SUFFIX}"
 
 
 def _naturalbench_question(text: str, text_kind: str) -> str:
@@ -89,23 +137,24 @@ def _naturalbench_options(ask: str, options: tuple[str, str]) -> str:
 
 
 def _naturalbench_choose_text_question(texts: tuple[str, str], text_kind: str) -> str:
-    ask = "Which question has the answer yes for this image?" if text_kind == "question" else "Which statement is true for this image?"
-    return _naturalbench_options(ask, texts)
+    return _naturalbench_options(_choose_text_ask(text_kind), texts)
 
 
 def _naturalbench_choose_image_question(text: str, text_kind: str) -> str:
-    ask = f"For which image is the answer to this question yes: {text}" if text_kind == "question" else f"For which image is this statement true: {text}"
-    return _naturalbench_options(ask, ("The first image", "The second image"))
+    return _naturalbench_options(_choose_image_ask(text, text_kind), ("The first image", "The second image"))
 
 
 def naturalbench_released(separator: str) -> NaturalBenchPrompts:
     """NaturalBench's prompts as a released harness builds them: the question, ``separator``,
     then the question type's suffix (``SUFFIX_FOR_VQA``). The authors' ``naturalbench_vqa.py``
     concatenates with no separator (``"Is the cat on the mat?Please answer Yes or No."``),
-    lmms-eval's ``naturalbench_doc_to_text`` with one space. VL-LCM's MC tests (§3.3) are
-    asked as NaturalBench's own multiple_choice questions, with that suffix."""
+    lmms-eval's ``naturalbench_doc_to_text`` with one space. A multiple_choice unit's question
+    (its options already written in it) is joined the same way to the MC suffix
+    (``"…B:no;Please output the letter corresponding to the correct option."``). VL-LCM's MC
+    tests (§3.3) are asked as NaturalBench's own multiple_choice questions, with that suffix."""
     return NaturalBenchPrompts(
         yes_no=lambda text, kind: _naturalbench_question(text, kind) + separator + NATURALBENCH_YES_NO_SUFFIX,
+        multiple_choice=lambda question: question + separator + NATURALBENCH_MC_SUFFIX,
         choose_text=lambda texts, kind: _naturalbench_choose_text_question(texts, kind) + separator + NATURALBENCH_MC_SUFFIX,
         choose_image=lambda text, kind: _naturalbench_choose_image_question(text, kind) + separator + NATURALBENCH_MC_SUFFIX,
     )
@@ -198,19 +247,26 @@ def decc_reasoning(pairs: str, question: str, options: tuple[str, ...] | None) -
 
 @dataclass(frozen=True)
 class MultipleChoicePrompts:
-    """lcm-mc: the MC prompt over lettered options, and VL-LCM's yes/no probe of one option."""
+    """lcm-mc: the MC prompt over lettered options, VL-LCM's yes/no probe of one option, and
+    which of a multi-image item's images every one of its requests carries: ``images(question,
+    options, n_images)`` gives 0-based indices into the item's images in number order
+    (``McItem.images``). A single-image item carries its image under every rule."""
 
     multiple_choice: Callable[[str, Sequence[str]], str]
     yes_no_probe: Callable[[str, str], str]
+    images: Callable[[str, Sequence[str], int], tuple[int, ...]] = every_image
 
 
 @dataclass(frozen=True)
 class NaturalBenchPrompts:
-    """lcm-nb: the yes/no test of (V_i, T_j), and the two kinds of MC test of VL-LCM §3.3."""
+    """lcm-nb: the yes/no test of (V_i, T_j), and the two kinds of MC test of VL-LCM §3.3;
+    ``multiple_choice`` asks (V_i, T_j) of a NaturalBench multiple_choice unit, whose MC tests
+    get ``"multiple_choice"`` as their text kind."""
 
     yes_no: Callable[[str, str], str]
     choose_text: Callable[[tuple[str, str], str], str]
     choose_image: Callable[[str, str], str]
+    multiple_choice: Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -232,9 +288,9 @@ class GenceptionPrompts:
 
 
 VLGATE_MULTIPLE_CHOICE = MultipleChoicePrompts(mc_prompt, yes_no_probe)
-MMMU_AUTHORS = MultipleChoicePrompts(mmmu_authors_prompt, yes_no_probe)
-MMMU_LMMS_EVAL = MultipleChoicePrompts(mmmu_lmms_eval_prompt, yes_no_probe)
-VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image)
+MMMU_AUTHORS = MultipleChoicePrompts(mmmu_authors_prompt, yes_no_probe, mmmu_authors_images)
+MMMU_LMMS_EVAL = MultipleChoicePrompts(mmmu_lmms_eval_prompt, yes_no_probe, mmmu_lmms_eval_images)
+VLGATE_NATURALBENCH = NaturalBenchPrompts(naturalbench_yes_no, naturalbench_choose_text, naturalbench_choose_image, naturalbench_multiple_choice)
 NATURALBENCH_AUTHORS = naturalbench_released("")
 NATURALBENCH_LMMS_EVAL = naturalbench_released(" ")
 #: VLind-Bench's templates as klee972/VLind-Bench eval/gpt4o_eval.py writes them: both vlind

@@ -170,16 +170,18 @@ def test_mmmu_rows(tmp_path):
         # the question as written, placeholders included: the released harnesses ask it so
         McItem("validation_Physics_1", tmp_path / "images" / "q1.png", "<image 1> What is the net force on the block?", ("2 N", "4 N", "6 N", "8 N"), 1, "Mechanics"),
         McItem("validation_Art_Theory_12", tmp_path / "images" / "q2.png", "Refer to <image 1> , which style is it?", ("Baroque", "Cubism"), None, "Art_Theory"),
+        # a multi-image question keeps every image, in number order (tests/test_mmmu_images.py)
+        McItem("q3", tmp_path / "images" / "q3a.png", "Compare <image 1> and <image 2>.", ("same", "different"), 0, None, (tmp_path / "images" / "q3b.png",)),
     ]
     errors = {e.item_id: e for e in dataset.errors}
-    assert (errors["q3"].field, errors["q4"].field, errors["q5"].field, errors["q6"].field) == ("image_2", "image_1", "options", "answer")
-    assert "2 images" in errors["q3"].message and "no image" in errors["q4"].message and "open questions" in errors["q5"].message
-    assert errors["q3"].source == f"{tmp_path / 'mmmu_validation.jsonl'}:3"
+    assert (errors["q4"].field, errors["q5"].field, errors["q6"].field) == ("image_1", "options", "answer")
+    assert "no image" in errors["q4"].message and "open questions" in errors["q5"].message
+    assert errors["q4"].source == f"{tmp_path / 'mmmu_validation.jsonl'}:4"
     # the same rows as a JSON list load the same way (auto-detected), errors named by list index
     (tmp_path / "mmmu_validation.jsonl").unlink()
     (tmp_path / "mmmu.json").write_text(json.dumps(rows))
     again = load_dataset("lcm-mc", tmp_path)
-    assert again.items == dataset.items and {e.source for e in again.errors if e.item_id == "q3"} == {f"{tmp_path / 'mmmu.json'}[2]"}
+    assert again.items == dataset.items and {e.source for e in again.errors if e.item_id == "q4"} == {f"{tmp_path / 'mmmu.json'}[3]"}
 
 
 # (Image_0_Question_0, Image_0_Question_1, Image_1_Question_0, Image_1_Question_1) → answer, by hand:
@@ -229,8 +231,10 @@ def test_naturalbench_rows(tmp_path):
     assert dataset.items == [
         NbUnit("0", (tmp_path / "images/0_0.jpg", tmp_path / "images/0_1.jpg"), ("Is it dark?", "Is it bright?"), "c1", None, "question"),
         NbUnit("1", (tmp_path / "images/1_0.jpg", tmp_path / "images/1_1.jpg"), ("Is it dark?", "Is it bright?"), "c2", None, "question"),
+        # multiple_choice units are read too, "A" in "Yes"'s place (tests/test_naturalbench_mc.py)
+        NbUnit("3", (tmp_path / "images/3_0.jpg", tmp_path / "images/3_1.jpg"), ("Is it dark?", "Is it bright?"), "c1", None, "question", "multiple_choice", ("A", "B")),
     ]
-    assert [(e.item_id, e.field) for e in dataset.errors] == [("2", "Image_*_Question_*"), ("3", "Question_Type")]
+    assert [(e.item_id, e.field) for e in dataset.errors] == [("2", "Image_*_Question_*")]
     assert "not a NaturalBench pattern" in dataset.errors[0].message
 
 

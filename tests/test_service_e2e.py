@@ -113,6 +113,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
     # GenCeption chains' images (seed from the data, X^t from the run's artifacts) resolve
     from vlgate.dashboards.collect import load_validation
     from vlgate.dashboards.report import genception_chains
+    from vlgate.flows.settings import report_image_roots
 
     run_id = third.tags[tracking.TAG_RUN]
     assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
@@ -120,7 +121,8 @@ def test_registered_versions_are_validated_logged_and_gated(home, tiny_world):
     page = (home / "reports" / "tiny" / "v3.html").read_text()
     assert 'class="decision rejected">REJECTED<' in page and 'id="figure-genception-chains"' in page
     data = load_validation(client, "tiny", "3", home / "dl-report")
-    chains = genception_chains(data.evaluators["genception"], data.evaluators["genception"].samples)
+    # images from the model's configured data only (the report is given those folders)
+    chains = genception_chains(data.evaluators["genception"], data.evaluators["genception"].samples, report_image_roots(home, "tiny"))
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
 
     # vlgate status --json reports every decision and the champion

@@ -18,7 +18,13 @@ from PIL import Image, UnidentifiedImageError
 
 @dataclass(frozen=True)
 class McItem:
-    """VL-LCM on multiple-choice VQA (SPEC §2.1): one image, a question, K options."""
+    """VL-LCM on multiple-choice VQA (SPEC §2.1): an image, a question, K options.
+
+    ``more_images`` are a multi-image question's further images (MMMU's ``image_2`` …
+    ``image_7``, in number order; ``image`` is ``image_1``); which of :attr:`images` a request
+    carries is the protocol's rule (``MultipleChoicePrompts.images``). It enters the item's
+    content hash only when set (``digest: "unless-default"``, ``runners/store.item_digest``),
+    so a single-image item keeps the fingerprint it had before multi-image questions were read."""
 
     id: str
     image: Path
@@ -26,12 +32,25 @@ class McItem:
     options: tuple[str, ...]
     answer: int | None = None
     category: str | None = None
+    more_images: tuple[Path, ...] = field(default=(), metadata={"digest": "unless-default"})
+
+    @property
+    def images(self) -> tuple[Path, ...]:
+        """Every image of the item in number order: ``image``, then ``more_images``."""
+        return (self.image, *self.more_images)
 
 
 @dataclass(frozen=True)
 class NbUnit:
     """VL-LCM on NaturalBench format (SPEC §2.2): images (V1, V2), texts (T1, T2).
-    ``text_kind`` is "question" (NaturalBench's yes/no questions) or "statement"."""
+    ``text_kind`` is "question" (NaturalBench's yes/no questions) or "statement".
+
+    ``question_type`` is NaturalBench's ``Question_Type``: "yes_no", or "multiple_choice"
+    (each T_j carries its own options and is answered by a letter). ``options`` are the
+    answers each (V_i, T_j) is asked over, the one playing "yes" first: None for yes_no
+    (Yes/No), ("A", "B") for multiple_choice. Both are left out of the unit's content hash
+    while they hold their defaults, so a yes_no unit's digest (and every record's
+    fingerprint) is what it was before they existed (``runners/store.item_digest``)."""
 
     id: str
     images: tuple[Path, Path]
@@ -39,6 +58,8 @@ class NbUnit:
     answer: str | None = None  # "c1" | "c2"
     category: str | None = None
     text_kind: str = "question"
+    question_type: str = field(default="yes_no", metadata={"digest": "unless-default"})
+    options: tuple[str, str] | None = field(default=None, metadata={"digest": "unless-default"})
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,12 @@ A local copy of MMMU (or a data set laid out like it): a ``.jsonl`` file (one ro
   at least two. An empty list (MMMU's open questions) is an error for that item.
 - ``answer``: the correct option's letter ("A", "B", ...); missing, null, "" or "?" (hidden
   test answers) means unlabelled. A list of letters (several correct answers) is an error.
-- the image: ``image`` or MMMU's ``image_1`` … ``image_7`` (null or "" when unused); exactly
-  one must be set: lcm-mc gives the model one image, so rows with several images are errors,
-  as are rows with none.
+- the images: ``image``, or MMMU's ``image_1`` … ``image_7`` (null or "" when unused): at least
+  one. A multi-image question keeps every one that is set, in number order (``McItem.image``
+  is ``image_1``, ``McItem.more_images`` the rest); they must be ``image_1`` … ``image_k``
+  without a gap, since the question's ``<image N>`` placeholders name them. A row setting
+  ``image`` and an ``image_N`` is an error, and so is each bad image (named by its field).
+  Which of them a request carries is the protocol's rule (``MultipleChoicePrompts.images``).
 - ``category`` if present, else ``subfield``, else the subject taken from an MMMU id such as
   ``validation_Art_Theory_12`` → ``Art_Theory``.
 
@@ -25,9 +28,10 @@ fields are read the same way, except the category, which is MMMU's breakdown, th
 config the row comes from, as the authors' and lmms-eval's scoring take it), else
 ``subfield``. Not read: ``explanation``, ``img_type``, ``topic_difficulty``,
 ``question_type`` (an ``open`` question has options ``"[]"`` and is the error above).
-Several images: the authors' ``mmmu/`` harness gives the model ``image_1`` only and
-lmms-eval every image its prompt names; an :class:`McItem` holds one image and the lcm-mc
-runner sends ``(image,)``, so such rows stay errors.
+Several images: all are loaded; the authors' ``mmmu/`` harness gives the model ``image_1``
+only (``process_single_sample``) and lmms-eval every image its prompt names, in number
+order (``mmmu_doc_to_visual``): the ``mmmu`` and ``lmms-eval`` protocols send those, and
+``vlgate`` sends all of an item's images (``evaluators/prompts.py``).
 
 Example row::
 
@@ -109,11 +113,16 @@ def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
         answer = parse_answer(row.get("answer"), len(options))
         used = [name for name in IMAGE_FIELDS if row.get(name) not in (None, "")]
         if not used:
-            raise FieldProblem("image_1", "no image (neither 'image' nor 'image_1' is set); lcm-mc needs one image per item")
+            raise FieldProblem("image_1", "no image (neither 'image' nor 'image_1' is set); lcm-mc needs an image per item")
         if len(used) > 1:
-            raise FieldProblem(used[1], f"{len(used)} images ({', '.join(used)}); lcm-mc gives the model exactly one image per item")
-        image = image_field(row, used[0], base, verify)
-        return McItem(str(row["id"]), image, text(row, "question"), options, answer, category(row))
+            if used[0] == "image":
+                raise FieldProblem(used[1], f"both 'image' and {used[1]!r} are set; a row names its images one way or the other")
+            numbered = IMAGE_FIELDS[1 : len(used) + 1]
+            if tuple(used) != numbered:
+                gap = next(name for name in numbered if name not in used)
+                raise FieldProblem(gap, f"not set, but {', '.join(used)} are; a multi-image question's images are image_1, image_2, ... without a gap (its <image N> placeholders name them)")
+        images = [image_field(row, name, base, verify) for name in used]
+        return McItem(str(row["id"]), images[0], text(row, "question"), options, answer, category(row), tuple(images[1:]))
 
     return load_rows("lcm-mc", rows, parse)
 

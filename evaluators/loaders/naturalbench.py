@@ -10,15 +10,24 @@ the file's folder. One row per unit; fields read (the Hub columns, which the aut
 - ``Index`` (or ``id``): the unit id, kept as a string.
 - ``Image_0``, ``Image_1``: V1, V2.   ``Question_0``, ``Question_1``: T1, T2.
 - ``Image_0_Question_0``, ``Image_1_Question_0``, ``Image_0_Question_1``,
-  ``Image_1_Question_1``: "Yes" / "No" (any case) for each image–question pair.
+  ``Image_1_Question_1``: "Yes" / "No" (any case) for each image–question pair of a yes_no
+  unit, "A" / "B" (any case) for a multiple_choice unit.
 - ``Question_Type`` (the dataset card once printed it as ``Question Type``; both are read):
-  only ``yes_no`` units are read (missing means yes_no). ``multiple_choice`` units (each
-  question carries its options, "…\\nOption: A:…; B:…;", and the four answers
-  are "A"/"B") are one error each: the authors' harness pools them with yes_no by reading "A"
-  as yes, which SPEC §2.2's metric math would score unchanged, but lcm-nb's runner asks every
-  (V_i, T_j) as a yes/no question and its VL-LCM MC tests choose the question the image says
-  "yes" to, so an A/B question has no ``p_yes`` to record until the runner and the protocols'
-  prompt sets ask it with NaturalBench's MC suffix and options (A, B).
+  ``yes_no`` (missing means yes_no) or ``multiple_choice`` (each question carries its
+  options, "…\\nOption: A:…; B:…;"); any other value is an error for that unit. A
+  multiple_choice unit is ``NbUnit(question_type="multiple_choice", options=("A", "B"))``:
+  the runner asks each (V_i, T_j) with the MC suffix and reads P over "A" and "B", and
+  "A" plays the role of "Yes" everywhere (``p_yes`` is P(A), c1/c2 from the A/B pattern).
+
+  Why "A" is "yes": both released harnesses (Baiqi-Li/NaturalBench ``naturalbench_vqa.py``,
+  lmms-eval ``tasks/naturalbench/utils.py``) map an answer to 1 when it says "yes" (yes_no)
+  or "A" (multiple_choice) and to 0 for "no" / "B" (``extract_answer``), and ``get_scores``
+  compares those 1/0 with one fixed pattern for every unit of either type: q0_i0 = 1,
+  q0_i1 = 0, q1_i0 = 0, q1_i1 = 1. So a multiple_choice unit's gold answers are laid out as
+  a yes_no unit's with A for Yes and B for No, and the paper (VL-LCM §3.3) says the same: "the
+  answer (a1) is 'yes' or 'A' on one image, and (a2) 'no' or 'B' on another". vlgate reads
+  the pattern from each unit's own gold answers (below) rather than assuming it, as it does
+  for yes_no units; a release laid out as the harnesses assume reads as c1 throughout.
 - ``category`` if present (NaturalBench has none; its ``Source`` is not a category).
 
 The answer follows SPEC §2.2: c1 when (V1,T1) and (V2,T2) are the "yes" pairs, c2 when
@@ -26,11 +35,12 @@ The answer follows SPEC §2.2: c1 when (V1,T1) and (V2,T2) are the "yes" pairs, 
 
 | Image_0_Question_0 | Image_0_Question_1 | Image_1_Question_0 | Image_1_Question_1 | answer |
 | --- | --- | --- | --- | --- |
-| Yes | No | No | Yes | c1 |
-| No | Yes | Yes | No | c2 |
+| Yes (A) | No (B) | No (B) | Yes (A) | c1 |
+| No (B) | Yes (A) | Yes (A) | No (B) | c2 |
 | (all four missing or empty) | | | | None (unlabelled) |
 
-Any other pattern (e.g. all "Yes") is an error for that unit: it is not a NaturalBench unit.
+Any other pattern (e.g. all "Yes"), or a yes_no unit answered A/B (or the reverse), is an
+error for that unit: it is not a NaturalBench unit.
 
 Example row::
 
@@ -38,7 +48,9 @@ Example row::
      "Question_0": "Is the dog asleep?", "Question_1": "Is the dog awake?",
      "Image_0_Question_0": "Yes", "Image_1_Question_0": "No", "Image_0_Question_1": "No", "Image_1_Question_1": "Yes"}
 
-→ ``NbUnit(id="7", texts=("Is the dog asleep?", "Is the dog awake?"), answer="c1", text_kind="question")``.
+→ ``NbUnit(id="7", texts=("Is the dog asleep?", "Is the dog awake?"), answer="c1", text_kind="question")``;
+the same row with ``"Question_Type": "multiple_choice"`` and answers "A", "B", "B", "A" →
+``NbUnit(..., answer="c1", question_type="multiple_choice", options=("A", "B"))``.
 
 **lmms-eval's variant** (``BaiqiL/NaturalBench-lmms-eval``, split ``test``, 7,600 rows; the
 fields lmms-eval's ``tasks/naturalbench`` reads): one row per (image, question) pair with
@@ -55,6 +67,7 @@ one error; otherwise the regrouped unit is read as a release row is.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -65,21 +78,29 @@ from vlgate.evaluators.loaders.tables import same_image
 #: (image i, question j) answer fields, in the order y11, y12, y21, y22 of SPEC §2.2.
 ANSWER_FIELDS = ("Image_0_Question_0", "Image_0_Question_1", "Image_1_Question_0", "Image_1_Question_1")
 PATTERNS = {("yes", "no", "no", "yes"): "c1", ("no", "yes", "yes", "no"): "c2"}
+#: Question_Type → its two answers, the one that plays "yes" first (the harnesses' extract_answer: 1 for yes / A, 0 for no / B).
+ANSWERS = {"yes_no": ("Yes", "No"), "multiple_choice": ("A", "B")}
+#: What a multiple_choice unit is asked over (NbUnit.options); yes_no units keep the default, None (Yes/No).
+MC_OPTIONS = ANSWERS["multiple_choice"]
 
 
-def answer_from_pattern(answers: dict[str, Any]) -> str | None:
-    """c1 / c2 from the four Yes/No answers (keyed by ANSWER_FIELDS); None when all are absent."""
+def answer_from_pattern(answers: dict[str, Any], question_type: str = "yes_no") -> str | None:
+    """c1 / c2 from the four answers (keyed by ANSWER_FIELDS): Yes/No for a yes_no unit, A/B
+    (A in Yes's place) for a multiple_choice one; None when all are absent."""
     values = [answers.get(name) for name in ANSWER_FIELDS]
     if all(value is None or (isinstance(value, str) and not value.strip()) for value in values):
         return None
+    yes, no = ANSWERS[question_type]
+    as_yes_no = {yes.lower(): "yes", no.lower(): "no"}
     for name, value in zip(ANSWER_FIELDS, values):
-        if not isinstance(value, str) or value.strip().lower() not in ("yes", "no"):
-            raise FieldProblem(name, f"expected 'Yes' or 'No', got {value!r}")
-    pattern = tuple(str(value).strip().lower() for value in values)
+        if not isinstance(value, str) or value.strip().lower() not in as_yes_no:
+            raise FieldProblem(name, f"expected {yes!r} or {no!r}{'' if question_type == 'yes_no' else ' (multiple_choice)'}, got {value!r}")
+    pattern = tuple(as_yes_no[str(value).strip().lower()] for value in values)
     if pattern not in PATTERNS:
         shown = ", ".join(f"{name}={value}" for name, value in zip(ANSWER_FIELDS, values))
         raise FieldProblem(
-            "Image_*_Question_*", f"answers {shown} are not a NaturalBench pattern: one image must say Yes to exactly the question the other says No to"
+            "Image_*_Question_*",
+            f"answers {shown} are not a NaturalBench pattern: one image must say {yes} to exactly the question the other says {no} to",
         )
     return PATTERNS[pattern]
 
@@ -93,15 +114,13 @@ def load_naturalbench(rows: Rows, verify: bool = True) -> LoadedDataset[NbUnit]:
 
     def parse(row: dict[str, Any]) -> NbUnit:
         kind = question_type(row)
-        if kind != "yes_no":
-            raise FieldProblem(
-                "Question_Type",
-                f"{kind!r} units are not read: lcm-nb asks each image-question pair as yes/no, and these questions are answered A/B",
-            )
+        if not isinstance(kind, str) or kind not in ANSWERS:
+            raise FieldProblem("Question_Type", f"expected 'yes_no' or 'multiple_choice', got {kind!r}")
         texts = (text(row, "Question_0"), text(row, "Question_1"))
-        answer = answer_from_pattern(row)
+        answer = answer_from_pattern(row, kind)
         images = (image_field(row, "Image_0", base, verify), image_field(row, "Image_1", base, verify))
-        return NbUnit(str(unit_id(row)), images, texts, answer, text(row, "category", optional=True), "question")
+        unit = NbUnit(str(unit_id(row)), images, texts, answer, text(row, "category", optional=True), "question")
+        return unit if kind == "yes_no" else dataclasses.replace(unit, question_type=kind, options=MC_OPTIONS)
 
     return load_rows("lcm-nb", rows, parse, id_field="Index", id_of=unit_id)
 

@@ -36,7 +36,10 @@ def file_digest(path: Path, _cache: dict[tuple[str, int, int], str] = _FILE_DIGE
 
 def item_digest(item: Any) -> str:
     """A content hash of a loader item: every field, with image paths replaced by the
-    images' bytes' hashes (the same item moved to another folder keeps its digest)."""
+    images' bytes' hashes (the same item moved to another folder keeps its digest). A field
+    added to an item type later, marked ``metadata={"digest": "unless-default"}``, counts
+    only where it differs from its default, so the items that existed before it keep their
+    digests (and their records' fingerprints)."""
 
     def canonical(value: Any) -> Any:
         if isinstance(value, Path):
@@ -50,7 +53,10 @@ def item_digest(item: Any) -> str:
             return {str(k): canonical(v) for k, v in sorted(value.items())}
         return value
 
-    fields = {f.name: canonical(getattr(item, f.name)) for f in dataclasses.fields(item)} if dataclasses.is_dataclass(item) else canonical(item)
+    def counted(f: dataclasses.Field[Any]) -> bool:
+        return f.metadata.get("digest") != "unless-default" or getattr(item, f.name) != f.default
+
+    fields = {f.name: canonical(getattr(item, f.name)) for f in dataclasses.fields(item) if counted(f)} if dataclasses.is_dataclass(item) else canonical(item)
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
