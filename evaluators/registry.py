@@ -435,7 +435,6 @@ register(
         settings=vlind_runner.VlindSettings,
         build_runner=vlind_runner.build_vlind_runner,
         protocols=protocol_tables.VLIND,
-        load_items=vlind_runner.load_vlind_items,
         group_field="concept",
         report_figures=("vlind-funnel",),
         example="vlind.jsonl",

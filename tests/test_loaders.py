@@ -433,3 +433,41 @@ def test_natconbench_units_follow_appendix_b(tmp_path):
     assert natconbench_units(list(reversed(mc + tf)), seed=3) == (units, pairing)
     from_mc, _ = natconbench_units([McItem("x1", img("x1"), "Which?", ("up", "down"), 0, "c"), McItem("x2", img("x2"), "Which?", ("up", "down"), 1, "c")], 0)
     assert sorted(from_mc[0].texts) == ['Which? Is the answer "down"?', 'Which? Is the answer "up"?']
+
+
+def test_genceptions_own_flat_example_folder_is_one_category(tmp_path):
+    """EQTPartners/GenCeption's datasets/examples/ holds its images directly (no category
+    folders), and its exp_llava.py --dataset reads that folder as one set."""
+    examples = tmp_path / "examples"
+    write_image(examples / "000000061658.jpg")
+    write_image(examples / "000000338560.jpg")
+    write_image(examples / "count" / "1.png")  # a category folder beside them still is one
+    dataset = load_dataset("genception", examples)
+    assert [(item.id, item.category, item.image) for item in dataset.items] == [
+        ("examples/000000061658", "examples", examples / "000000061658.jpg"),
+        ("examples/000000338560", "examples", examples / "000000338560.jpg"),
+        ("count/1", "count", examples / "count" / "1.png"),
+    ]
+
+
+def test_aokvqa_with_coco_in_its_own_folder_as_its_readme_sets_it_up(tmp_path):
+    """A-OKVQA's README: the questions under $AOKVQA_DIR, COCO under $COCO_DIR/{split}2017/.
+    The suite's decc entry names the COCO folder (relative to the suite); an unknown option
+    for another format is refused."""
+    import yaml
+
+    from vlgate.evaluators.runners.suite import Suite, load_items
+
+    aokvqa, coco = tmp_path / "datasets" / "aokvqa", tmp_path / "datasets" / "coco"
+    write_image(coco / "val2017" / "000000000139.jpg")
+    aokvqa.mkdir(parents=True)
+    rows = [{"split": "val", "image_id": 139, "question_id": "q1", "question": "What room is this?", "choices": ["kitchen", "bath"], "correct_choice_idx": 0}]
+    (aokvqa / "aokvqa_v1p0_val.json").write_text(json.dumps(rows))
+    assert [e.field for e in load_dataset("decc", aokvqa).errors] == ["image_id"]  # COCO is not beside the questions
+    suite_file = tmp_path / "suite.yaml"
+    suite_file.write_text(yaml.safe_dump({"name": "s", "evaluators": {"decc": {"data": "datasets/aokvqa", "llm": "llm", "coco_dir": "datasets/coco"}}}))
+    spec = Suite.from_file(suite_file).evaluators["decc"]
+    items, errors = load_items("decc", spec, tmp_path / "out")
+    assert errors == [] and [(i.id, i.image, i.answer) for i in items] == [("q1", coco / "val2017" / "000000000139.jpg", "kitchen")]
+    with pytest.raises(ValueError, match="coco_dir apply to the aokvqa format only"):
+        load_dataset("decc", aokvqa, "vlgate", coco_dir=coco)

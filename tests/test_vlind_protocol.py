@@ -20,7 +20,7 @@ from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest, Vision
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.runners.suite import Suite, load_items
-from vlgate.evaluators.runners.vlind import VlindSettings, load_vlind_items, vlind_runner
+from vlgate.evaluators.runners.vlind import VlindSettings, vlind_runner
 from vlgate.evaluators.scoring import score, validate
 
 # ---- the authors' text, by hand -------------------------------------------------------
@@ -132,7 +132,7 @@ def test_the_world_suite_names_vlgate_for_vlind():
 
 def _asked(protocol_name: str | None, tmp_path: Path) -> list[GenerateRequest]:
     root = release(tmp_path / "release", [instance(3, {"0": 1, "2": 3, "5": 2}, best="0")])
-    items, errors = load_vlind_items(settings(root), tmp_path / "out")
+    items, errors = load_items("vlind", settings(root), tmp_path / "out")
     assert not errors
     backend = Scripted()
     runner = vlind_runner(backend, registry.get("vlind").protocol(protocol_name))
@@ -157,7 +157,7 @@ def test_prompts_images_and_generation_limit_are_the_authors_character_by_charac
 
 def test_records_carry_the_protocol_and_a_protocol_or_rule_change_is_a_new_fingerprint(tmp_path):
     root = release(tmp_path / "release", [instance(3, {"0": 2, "1": 3}, best="1")])
-    items, _ = load_vlind_items(settings(root), tmp_path / "out")
+    items, _ = load_items("vlind", settings(root), tmp_path / "out")
     runs = {}
     for name, protocol, overrides in (
         ("default", protocols.VLIND[0], None),
@@ -195,7 +195,7 @@ def test_the_suite_sets_the_inclusion_rules_and_the_protocol_as_run_names_a_chan
 def test_a_best_image_below_the_vote_threshold_is_asked_about_in_vp_and_cb_but_not_lp(tmp_path):
     # instance 3: best image 0 has one vote (not accepted); images 2 and 5 are accepted
     root = release(tmp_path / "release", [instance(3, {"0": 1, "2": 3, "5": 2}, best="0")])
-    (item,), errors = load_vlind_items(settings(root), tmp_path / "out")
+    (item,), errors = load_items("vlind", settings(root), tmp_path / "out")
     folder = root / "images" / "counterfactual" / "color" / f"3_{CONTEXT}"
     assert not errors and item.best_image == folder / "0.png" and item.counterfactual_images == (folder / "2.png", folder / "5.png")
     backend = Scripted()
@@ -207,15 +207,15 @@ def test_the_vote_threshold_comes_from_the_suite(tmp_path):
     root = release(tmp_path / "release", [instance(3, {"0": 1, "2": 3, "5": 2}, best="2"), instance(4, {"0": 2, "1": 2}, best="0")])
     folder = root / "images" / "counterfactual" / "color" / f"3_{CONTEXT}"
     # the benchmark's default, 2
-    items, errors = load_vlind_items(settings(root), tmp_path / "out")
+    items, errors = load_items("vlind", settings(root), tmp_path / "out")
     assert [item.id for item in items] == ["color-3", "color-4"] and not errors
     assert items[0].counterfactual_images == (folder / "2.png", folder / "5.png")
     # 3: only image 2 of instance 3; instance 4 has no image with 3 votes, an item error naming the field
-    items, errors = load_vlind_items(settings(root, vote_threshold=3), tmp_path / "out")
+    items, errors = load_items("vlind", settings(root, vote_threshold=3), tmp_path / "out")
     assert [(item.id, item.counterfactual_images) for item in items] == [("color-3", (folder / "2.png",))]
     assert [(e.item_id, e.field) for e in errors] == [("color-4", "aggregated_human_label_good_images")] and "3 or more votes" in errors[0].message
     # 1: image 0 too
-    items, _ = load_vlind_items(settings(root, vote_threshold=1), tmp_path / "out")
+    items, _ = load_items("vlind", settings(root, vote_threshold=1), tmp_path / "out")
     assert items[0].counterfactual_images == (folder / "0.png", folder / "2.png", folder / "5.png")
     # through the suite and the registry (load_items names the entry's rules)
     suite = _suite(tmp_path, {"data": str(root), "vote_threshold": 3})
@@ -230,14 +230,14 @@ def test_the_style_filter_keeps_one_styles_images_and_leaves_out_instances_witho
         [instance(3, {"1": 2, "5": 3, "9": 2, "10": 3}, best="1"), instance(4, {"2": 3, "6": 2}, best="2"), instance(5, {"0": 1}, best="0")],
     )
     folder = root / "images" / "counterfactual" / "color" / f"3_{CONTEXT}"
-    items, errors = load_vlind_items(settings(root, style="cartoon"), tmp_path / "out")
+    items, errors = load_items("vlind", settings(root, style="cartoon"), tmp_path / "out")
     # instance 3 keeps its cartoons for LP and its (photorealistic) best image for VP and CB; instance 4 has no
     # cartoon and is left out, not an error; instance 5 has no accepted image at all, an error whatever the style
     assert [(item.id, item.best_image, item.counterfactual_images) for item in items] == [("color-3", folder / "1.png", (folder / "9.png", folder / "10.png"))]
     assert [(e.item_id, e.field) for e in errors] == [("color-5", "aggregated_human_label_good_images")]
-    items, _ = load_vlind_items(settings(root, style="illustration"), tmp_path / "out")
+    items, _ = load_items("vlind", settings(root, style="illustration"), tmp_path / "out")
     assert [(item.id, len(item.counterfactual_images)) for item in items] == [("color-3", 1), ("color-4", 1)]
-    items, _ = load_vlind_items(settings(root), tmp_path / "out")  # all
+    items, _ = load_items("vlind", settings(root), tmp_path / "out")  # all
     assert [(item.id, len(item.counterfactual_images)) for item in items] == [("color-3", 4), ("color-4", 2)]
 
 
@@ -248,10 +248,10 @@ def test_the_inclusion_rules_are_refused_for_the_local_format(tmp_path):
     row = {"id": "v1", "concept": "color", "context": CONTEXT, "true_statement": S_CF, "false_statement": S_FACT, "existent_noun": "banana",
            "non_existent_noun": "car", "factual_image": "x.png", "counterfactual_images": ["x.png"]}  # fmt: skip
     local.write_text(json.dumps(row) + "\n")
-    (item,), _ = load_vlind_items(VlindSettings(data=local), tmp_path / "out")
+    (item,), _ = load_items("vlind", VlindSettings(data=local), tmp_path / "out")
     assert item.best_image == item.counterfactual_images[0] == image
     with pytest.raises(ValueError, match="vote_threshold apply to the vlind-bench format only; this vlind data is in the vlgate format"):
-        load_vlind_items(VlindSettings(data=local, vote_threshold=3), tmp_path / "out")
+        load_items("vlind", VlindSettings(data=local, vote_threshold=3), tmp_path / "out")
 
 
 # ---- aggregation: a per-concept score over nothing is null ----------------------------

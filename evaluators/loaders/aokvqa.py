@@ -9,8 +9,10 @@ A local copy of A-OKVQA: its ``.json`` file (a list, e.g. ``aokvqa_v1p0_val.json
   DeCC format (missing or null, as in A-OKVQA's test split: unlabelled).
 - the image: an explicit ``image`` path if the row has one, else ``image_id`` (an integer)
   → ``images/{image_id:012d}.jpg``, else COCO's own layout ``{split}2017/{image_id:012d}.jpg``
-  when the row has ``split`` (A-OKVQA's rows do: "train", "val", "test"). Relative to the
-  data file's folder.
+  when the row has ``split`` (A-OKVQA's rows do: "train", "val", "test"): in ``coco_dir``
+  when the suite's decc entry names one (A-OKVQA's README keeps COCO in its own folder,
+  ``$COCO_DIR``, beside ``$AOKVQA_DIR``), else in the data file's folder. Relative paths are
+  the data file's folder's.
 
 Not read: ``direct_answers``, ``difficult_direct_answer``, ``rationales``. A-OKVQA has no
 sub-questions, so ``sub_questions`` is None and DeCC's decomposer writes them.
@@ -34,21 +36,21 @@ from vlgate.evaluators.loaders.common import FieldProblem, Rows, check_image, fi
 from vlgate.evaluators.loaders.items import DeccItem, LoadedDataset
 
 
-def coco_image(row: dict[str, Any], base: Path, verify: bool) -> Path:
+def coco_image(row: dict[str, Any], base: Path, verify: bool, coco_dir: Path | None = None) -> Path:
     if row.get("image") is not None:
         return image_field(row, "image", base, verify)
     image_id = integer(row, "image_id")
     name = f"{image_id:012d}.jpg"
     candidates = [base / "images" / name]
     if isinstance(row.get("split"), str):
-        candidates.append(base / f"{row['split']}2017" / name)
+        candidates += [folder / f"{row['split']}2017" / name for folder in ((coco_dir,) if coco_dir is not None else ()) + (base,)]
     found = first_existing(candidates)
     if found is None:
         raise FieldProblem("image_id", f"image file not found: {' or '.join(str(c) for c in candidates)}")
     return check_image(found, "image_id", verify)
 
 
-def load_aokvqa(rows: Rows, verify: bool = True) -> LoadedDataset[DeccItem]:
+def load_aokvqa(rows: Rows, verify: bool = True, coco_dir: Path | None = None) -> LoadedDataset[DeccItem]:
     base = rows.path.parent
 
     def parse(row: dict[str, Any]) -> DeccItem:
@@ -60,7 +62,7 @@ def load_aokvqa(rows: Rows, verify: bool = True) -> LoadedDataset[DeccItem]:
                 raise FieldProblem("correct_choice_idx", f"{index} is not an index into the {len(choices)} choices")
             answer = choices[index]
         question = text(row, "question")
-        return DeccItem(str(row["question_id"]), coco_image(row, base, verify), question, choices, answer, None)
+        return DeccItem(str(row["question_id"]), coco_image(row, base, verify, coco_dir), question, choices, answer, None)
 
     return load_rows("decc", rows, parse, id_field="question_id")
 

@@ -70,8 +70,9 @@ DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
 #: The file a folder of each format is expected to hold (otherwise: its only .jsonl/.json file).
 DEFAULT_FILES = {"vlgate": local.DATA_FILES, "vlind-bench": {"vlind": vlind_bench.DATA_FILE}}
 
-#: The options a format's loader takes besides (rows, verify): VLind-Bench's inclusion rules.
-FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {"vlind-bench": ("vote_threshold", "style")}
+#: The options a format's loader takes besides (rows, verify): VLind-Bench's inclusion rules,
+#: A-OKVQA's COCO folder.
+FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {"vlind-bench": ("vote_threshold", "style"), "aokvqa": ("coco_dir",)}
 
 
 def _evaluator_name(evaluator: str) -> str:

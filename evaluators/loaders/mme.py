@@ -12,6 +12,9 @@ text files and any other file are ignored)::
 Read: every sub-folder of ROOT that holds ``.png``, ``.jpg`` or ``.jpeg`` files (suffix in any
 case, hidden files skipped), directly or in ``images/``; category = the folder's name. A
 folder holding none is not a category and is passed over (an ``eval_tool/`` folder, say).
+Images directly in ROOT are the category named after ROOT: GenCeption's own example folder
+(EQTPartners/GenCeption ``datasets/examples/*.jpg``, which its ``exp_llava.py --dataset``
+reads as one set) is flat.
 Item id = ``"{category}/{file stem}"`` (unique even when two categories reuse a file name);
 items come in category order, then file-name order. An image that is not readable is one
 error for that item, with the file as its source.
@@ -52,6 +55,8 @@ def load_categories(root: Path, verify: bool = True) -> LoadedDataset[Genception
         raise ValueError(f"{root}: GenCeption data is a folder of category folders, not a file")
     dataset: LoadedDataset[GenceptionItem] = LoadedDataset("genception", [], [], str(root))
     categories = [(folder, category_images(folder)) for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    # GenCeption's own example folder (datasets/examples/*.jpg) is flat: the folder is the category
+    categories = [(root, image_files(root)), *categories]
     categories = [(folder, images) for folder, images in categories if images]
     if not categories:
         raise ValueError(f"{root}: no category folder with .png/.jpg/.jpeg images (expected ROOT/CATEGORY/*.png or ROOT/CATEGORY/images/*.jpg)")

@@ -42,6 +42,11 @@ class EvaluatorSettings(BaseModel):
         changes, by kind (None: unchanged)."""
         return {}
 
+    def loader_options(self) -> dict[str, Any]:
+        """What this entry tells its data set's loader besides the path and format
+        (``loaders.dataset.FORMAT_OPTIONS``): none by default."""
+        return {}
+
 
 @dataclass
 class RunnerContext:

@@ -338,10 +338,16 @@ def decc_runner(
 
 
 class DeccSettings(EvaluatorSettings):
-    model_fields_with_paths = ("llm", "decomposer")
+    model_fields_with_paths = ("llm", "decomposer", "coco_dir")
 
     llm: str
     decomposer: str | None = Field(default=None, description="a VLM that writes sub-questions; default: the items' own, else the candidate")
+    coco_dir: str | None = Field(
+        default=None, description="A-OKVQA (format aokvqa): the COCO folder holding {split}2017/, as A-OKVQA's README sets it up ($COCO_DIR); default: beside the data file"
+    )
+
+    def loader_options(self) -> dict[str, Any]:
+        return {"coco_dir": Path(self.coco_dir)} if self.coco_dir else {}
 
 
 def build_decc_runner(settings: DeccSettings, context: RunnerContext) -> Runner[DeccItem, Image.Image]:

@@ -142,7 +142,7 @@ def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any]
     own = registry.get(name).load_items
     if own is not None:
         return own(spec, out)
-    dataset = load_dataset(name, spec.data, spec.format)
+    dataset = load_dataset(name, spec.data, spec.format, **spec.loader_options())
     return dataset.items[: spec.limit], dataset.errors
 
 

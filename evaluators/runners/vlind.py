@@ -121,13 +121,5 @@ class VlindSettings(EvaluatorSettings):
         }
 
 
-def load_vlind_items(settings: VlindSettings, out: Path) -> tuple[list[VlindItem], list[ItemError]]:
-    """The instances to run (and the loader's per-item errors), under the entry's inclusion rules."""
-    from vlgate.evaluators.loaders import load_dataset
-
-    dataset = load_dataset("vlind", settings.data, settings.format, **settings.loader_options())
-    return dataset.items[: settings.limit], dataset.errors
-
-
 def build_vlind_runner(settings: VlindSettings, context: RunnerContext) -> Runner[VlindItem, VlindImages]:
     return vlind_runner(context.vlm, context.chosen(protocols.VLIND), settings.protocol_overrides())
