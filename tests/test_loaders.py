@@ -168,7 +168,8 @@ def test_mmmu_rows(tmp_path):
     dataset = load_dataset("lcm-mc", write_jsonl(tmp_path / "mmmu_validation.jsonl", rows), "mmmu")
     assert dataset.items == [
         # the question as written, placeholders included: the released harnesses ask it so
-        McItem("validation_Physics_1", tmp_path / "images" / "q1.png", "<image 1> What is the net force on the block?", ("2 N", "4 N", "6 N", "8 N"), 1, "Mechanics"),
+        # the category is MMMU's breakdown, the subject (of the id), before the finer subfield
+        McItem("validation_Physics_1", tmp_path / "images" / "q1.png", "<image 1> What is the net force on the block?", ("2 N", "4 N", "6 N", "8 N"), 1, "Physics"),
         McItem("validation_Art_Theory_12", tmp_path / "images" / "q2.png", "Refer to <image 1> , which style is it?", ("Baroque", "Cubism"), None, "Art_Theory"),
         # a multi-image question keeps every image, in number order (tests/test_mmmu_images.py)
         McItem("q3", tmp_path / "images" / "q3a.png", "Compare <image 1> and <image 2>.", ("same", "different"), 0, None, (tmp_path / "images" / "q3b.png",)),

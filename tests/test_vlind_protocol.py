@@ -189,6 +189,21 @@ def test_the_suite_sets_the_inclusion_rules_and_the_protocol_as_run_names_a_chan
     assert "evaluators.vlind.style" in str(refused.value)
 
 
+def test_the_suite_sets_the_answer_length_and_the_protocol_as_run_names_it(tmp_path):
+    """gpt4o_eval.py lets the API write up to 4096 tokens where instructblip_eval.py stops at
+    64: the suite chooses, and a changed limit is another protocol as run."""
+    data = str(tmp_path / "release")
+    assert _suite(tmp_path, {"data": data, "answer_max_new_tokens": 64}).protocols() == {"vlind": "vlind-bench-1"}  # the default, said aloud
+    spec = _suite(tmp_path, {"data": data, "answer_max_new_tokens": 4096}).evaluators["vlind"]
+    assert _suite(tmp_path, {"data": data, "answer_max_new_tokens": 4096}).protocols() == {"vlind": "vlind-bench-1+answer=4096"}
+    root = release(tmp_path / "release", [instance(3, {"0": 2}, best="0")])
+    items, _ = load_items("vlind", settings(root), tmp_path / "out")
+    backend = Scripted()
+    result = vlind_runner(backend, protocols.VLIND[0], spec.protocol_overrides()).run(items, RecordStore(tmp_path / "long.jsonl"), progress=False)
+    assert {request.max_new_tokens for request in backend.requests} == {4096}
+    assert result.records[0]["protocol"] == "vlind-bench-1+answer=4096"
+
+
 # ---- inclusion: the best image, the vote threshold, the style -------------------------
 
 

@@ -17,16 +17,15 @@ A local copy of MMMU (or a data set laid out like it): a ``.jsonl`` file (one ro
   without a gap, since the question's ``<image N>`` placeholders name them. A row setting
   ``image`` and an ``image_N`` is an error, and so is each bad image (named by its field).
   Which of them a request carries is the protocol's rule (``MultipleChoicePrompts.images``).
-- ``category`` if present, else ``subfield``, else the subject taken from an MMMU id such as
-  ``validation_Art_Theory_12`` → ``Art_Theory``.
+- the category, MMMU's breakdown (its subject, as the authors' and lmms-eval's scoring take
+  it): ``category`` if present, else the subject of an MMMU id (``validation_Art_Theory_12``
+  → ``Art_Theory``), else ``subfield``.
 
 **The Hub release** (``MMMU/MMMU``: one config per subject, ``Art/validation-00000-of-00001.parquet``,
 ``dev``/``validation``/``test`` splits, images embedded in ``image_1`` … ``image_7``; read by
 :mod:`.tables`; point ``data:`` at one split, e.g. ``MMMU/*/validation-*.parquet``): the same
-fields are read the same way, except the category, which is MMMU's breakdown, the subject:
-``category`` if present, else the subject of the id (``validation_Art_1`` → ``Art``, the
-config the row comes from, as the authors' and lmms-eval's scoring take it), else
-``subfield``. Not read: ``explanation``, ``img_type``, ``topic_difficulty``,
+fields are read the same way (the subject of ``validation_Art_1`` is ``Art``, the config the
+row comes from). Not read: ``explanation``, ``img_type``, ``topic_difficulty``,
 ``question_type`` (an ``open`` question has options ``"[]"`` and is the error above).
 Several images: all are loaded; the authors' ``mmmu/`` harness gives the model ``image_1``
 only (``process_single_sample``) and lmms-eval every image its prompt names, in number
@@ -84,16 +83,8 @@ def parse_answer(value: Any, n_options: int) -> int | None:
     return OPTION_LETTERS.index(letter)
 
 
-def category_of(row: dict[str, Any]) -> str | None:
-    for name in ("category", "subfield"):
-        if isinstance(row.get(name), str) and row[name].strip():
-            return row[name].strip()
-    match = _MMMU_ID.match(str(row.get("id", "")))
-    return match.group(1) if match else None
-
-
 def subject_of(row: dict[str, Any]) -> str | None:
-    """The release's category: ``category``, else the id's subject, else ``subfield``."""
+    """MMMU's breakdown: ``category``, else the id's subject, else ``subfield``."""
     if isinstance(row.get("category"), str) and row["category"].strip():
         return row["category"].strip()
     match = _MMMU_ID.match(str(row.get("id", "")))
@@ -104,7 +95,6 @@ def subject_of(row: dict[str, Any]) -> str | None:
 
 def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     base = rows.path.parent
-    category = category_of if rows.layout == "json" else subject_of
 
     def parse(row: dict[str, Any]) -> McItem:
         if "options" not in row:
@@ -122,7 +112,7 @@ def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
                 gap = next(name for name in numbered if name not in used)
                 raise FieldProblem(gap, f"not set, but {', '.join(used)} are; a multi-image question's images are image_1, image_2, ... without a gap (its <image N> placeholders name them)")
         images = [image_field(row, name, base, verify) for name in used]
-        return McItem(str(row["id"]), images[0], text(row, "question"), options, answer, category(row), tuple(images[1:]))
+        return McItem(str(row["id"]), images[0], text(row, "question"), options, answer, subject_of(row), tuple(images[1:]))
 
     return load_rows("lcm-mc", rows, parse)
 

@@ -78,7 +78,8 @@ def vlind_runner(
         return factual, best, counterfactual
 
     def compute(batch: list[tuple[VlindItem, VlindImages]]) -> list[dict[str, Any]]:
-        limit = protocol.limit("answer")
+        answer_limit = (overrides or {}).get("answer")
+        limit = protocol.limit("answer", answer_limit if isinstance(answer_limit, int) else None)
         per_item = [vlind_requests(item, factual, best, counterfactual, protocol.prompts, limit) for item, (factual, best, counterfactual) in batch]
         texts = iter(vlm.generate([request for requests in per_item for _, request in requests]))
         records = []
@@ -108,6 +109,10 @@ class VlindSettings(EvaluatorSettings):
     style: Literal["all", "photorealistic", "illustration", "cartoon"] | None = Field(
         default=None, description=f"only the accepted images of one style (ids 0-3, 4-7, 8-11) count; default: {DEFAULT_STYLE!r}"
     )
+    #: None: the protocol's (64 under ``vlind-bench``, as instructblip_eval.py generates; 16
+    #: under ``vlgate``); another value changes the protocol as run (``vlind-bench-1+answer=4096``,
+    #: gpt4o_eval.py's API limit)
+    answer_max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
 
     def loader_options(self) -> dict[str, Any]:
         """The inclusion rules this entry sets, for the vlind-bench loader."""
@@ -116,6 +121,7 @@ class VlindSettings(EvaluatorSettings):
     def protocol_overrides(self) -> dict[str, int | str | None]:
         """A rule other than the benchmark's default names itself in the protocol as run."""
         return {
+            "answer": self.answer_max_new_tokens,
             "vote_threshold": self.vote_threshold if self.vote_threshold not in (None, DEFAULT_VOTE_THRESHOLD) else None,
             "style": self.style if self.style not in (None, DEFAULT_STYLE) else None,
         }
