@@ -30,22 +30,26 @@ name: {name}
 batch_size: 8
 backend: transformers          # transformers (the checkpoint in-process), vllm (vLLM's engine), openai (an OpenAI-compatible server)
 policy: {{trust_remote_code: false, allow_pickle: false}}   # what an untrusted checkpoint may run: nothing
+# (its chat template is rendered apart, with limits: chat_template_timeout_s 10, chat_template_memory_mb 512)
 evaluators:
   # VL-LCM on multiple-choice VQA: one JSON object per line in data/mc/items.jsonl,
   #   {{"id", "image", "question", "options": [K >= 2], "answer"?: 0-based int, "category"?}}
-  #   (or an A-OKVQA / MMMU / MME release folder: evaluators/loaders/)
+  #   (or MMMU's release, JSON or the Hub's parquet, one split: data: MMMU/*/validation-*.parquet)
   lcm-mc: {{data: data/mc}}
   # VL-LCM on NaturalBench units: data/nb/units.jsonl,
   #   {{"id", "images": [V1, V2], "statements": [T1, T2], "answer"?: "c1"|"c2", "category"?}}
+  #   (or NaturalBench's release, BaiqiL/NaturalBench parquet: yes/no and multiple-choice units)
   lcm-nb: {{data: data/nb}}
   # VLind-Bench: data/vlind/items.jsonl, {{"id", "concept", "context", "true_statement",
   #   "false_statement", "existent_noun", "non_existent_noun", "factual_image", "counterfactual_images"}}
+  #   (or VLind-Bench's release: format: vlind-bench, with vote_threshold, style, answer_max_new_tokens)
   vlind: {{data: data/vlind}}
   # GenCeption: seed images in category folders, data/genception/CATEGORY/*.png; an image
   #   generator (a diffusers folder or HF id) and an image encoder (CLIP/ViT) close the loop
+  #   (or lmms-lab/MME's parquet, or one flat folder of images)
   genception: {{data: data/genception, iterations: 3, generator: stabilityai/sdxl-turbo, encoder: openai/clip-vit-large-patch14, encoder_kind: clip}}
   # DeCC: data/decc/items.jsonl, {{"id", "image", "question", "options"?, "answer"?, "sub_questions"?}};
-  #   an LLM agent judges the answers
+  #   an LLM agent judges the answers (or A-OKVQA: format: aokvqa, coco_dir: COCO's own folder)
   decc: {{data: data/decc, llm: Qwen/Qwen2.5-1.5B-Instruct}}
 """
 
