@@ -8,7 +8,7 @@
 
 One module per format documents the files and fields it reads: :mod:`.local` (the project's
 own, as the synthetic world writes it), :mod:`.mmmu`, :mod:`.naturalbench`,
-:mod:`.vlind_bench`, :mod:`.mme`, :mod:`.aokvqa`. :mod:`.tables` reads the Hugging Face
+:mod:`.vlind_bench`, :mod:`.mme`, :mod:`.aokvqa`, :mod:`.easyvqa`. :mod:`.tables` reads the Hugging Face
 release layouts (parquet, ``save_to_disk`` arrow) into the same rows, embedded images
 extracted once into ``$VLGATE_HOME/image-cache``.
 """

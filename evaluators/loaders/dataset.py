@@ -3,26 +3,30 @@ items a runner consumes.
 
 | evaluator | formats (module) | item |
 | --- | --- | --- |
-| ``lcm-mc`` | ``vlgate`` (:mod:`.local`), ``mmmu`` (:mod:`.mmmu`) | McItem |
+| ``lcm-mc`` | ``vlgate`` (:mod:`.local`), ``mmmu`` (:mod:`.mmmu`), ``easy-vqa`` (:mod:`.easyvqa`) | McItem |
 | ``lcm-nb`` | ``vlgate``, ``naturalbench``, ``naturalbench-lmms-eval`` (:mod:`.naturalbench`) | NbUnit |
 | ``vlind`` | ``vlgate``, ``vlind-bench`` (:mod:`.vlind_bench`) | VlindItem |
 | ``genception`` | ``vlgate`` (category folders), ``mme`` (category folders, or lmms-eval's MME parquet; :mod:`.mme`) | GenceptionItem |
 | ``decc`` | ``vlgate``, ``aokvqa`` (:mod:`.aokvqa`) | DeccItem |
-| ``yes-no`` | ``vlgate`` | YesNoItem (input of :func:`.pairing.pair_unlabelled`) |
+| ``yes-no`` | ``vlgate``, ``easy-vqa`` (its yes/no questions) | YesNoItem (input of :func:`.pairing.pair_unlabelled`) |
 
 A format names the fields of a row; the rows come from JSON / JSON Lines or from a Hugging
 Face release layout (parquet, or ``save_to_disk`` arrow files, images embedded; :mod:`.tables`),
 whichever ``path`` holds. ``path`` is the data file, or a folder holding it: the format's usual
-file name there (``items.jsonl``/``units.jsonl`` for vlgate, ``data.json`` for vlind-bench),
+file name there (``items.jsonl``/``units.jsonl`` for vlgate, ``data.json`` for vlind-bench,
+``questions.json`` for easy-vqa),
 else the release layout when the folder holds ``.parquet``/``.arrow`` files (sub-folders
 included), else the only ``.jsonl``/``.json`` file in the folder; or a glob pattern of
 ``.parquet``/``.arrow`` files (one split of a release, e.g. ``MMMU/*/validation-*.parquet``).
 A synthetic world's root folder works too (its ``mc/``, ``nb/``, ... sub-folder is used).
 ``format="auto"`` looks at the first row's fields (e.g. ``Image_0`` → naturalbench,
 ``Index`` + ``Image`` + ``Question`` → naturalbench-lmms-eval, ``image_1`` or a letter answer →
-mmmu, ``choices`` → aokvqa, ``best_img_id`` → vlind-bench, otherwise the local format when its
-fields are there); for genception, a release layout is MME's parquet, a folder otherwise
-category folders.
+mmmu, ``choices`` → aokvqa, ``best_img_id`` → vlind-bench, ``question`` + ``image_id`` without
+``image``/``options`` → easy-vqa, otherwise the local format when its fields are there); for
+genception, a release layout is MME's parquet, a folder otherwise category folders. A format
+whose data file holds rows that are not JSON objects reads them itself (``ROW_READERS``:
+easy-VQA's ``questions.json`` is a list of ``[question, answer, image_id]`` lists), when it is
+the format asked for, or with ``format="auto"`` when the file has that shape.
 
 An unknown evaluator or format, a format that does not apply to the evaluator, a path that
 does not exist, or a data file that cannot be read at all is a ValueError; a bad item is one
@@ -35,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vlgate.evaluators.loaders import aokvqa, local, mmmu, naturalbench, tables, vlind_bench
+from vlgate.evaluators.loaders import aokvqa, easyvqa, local, mmmu, naturalbench, tables, vlind_bench
 from vlgate.evaluators.loaders.common import Rows, read_rows
 from vlgate.evaluators.loaders.items import LoadedDataset
 from vlgate.evaluators.loaders.mme import load_categories, load_mme_table
@@ -44,19 +48,19 @@ Loader = Callable[..., LoadedDataset]
 
 #: evaluator → {format: loader(rows, verify)}; genception's loaders take a folder instead.
 FORMATS: dict[str, dict[str, Loader]] = {
-    "lcm-mc": {"vlgate": local.load_mc, "mmmu": mmmu.load_mmmu},
+    "lcm-mc": {"vlgate": local.load_mc, "mmmu": mmmu.load_mmmu, "easy-vqa": easyvqa.load_easy_vqa_mc},
     "lcm-nb": {"vlgate": local.load_nb, "naturalbench": naturalbench.load_naturalbench, "naturalbench-lmms-eval": naturalbench.load_naturalbench_lmms_eval},
     "vlind": {"vlgate": local.load_vlind, "vlind-bench": vlind_bench.load_vlind_bench},
     "genception": {"vlgate": load_categories, "mme": load_categories},
     "decc": {"vlgate": local.load_decc, "aokvqa": aokvqa.load_aokvqa},
-    "yes-no": {"vlgate": local.load_yes_no},
+    "yes-no": {"vlgate": local.load_yes_no, "easy-vqa": easyvqa.load_easy_vqa_yes_no},
 }
 EVALUATORS = tuple(FORMATS)
 ALIASES = {"yesno": "yes-no", "yes_no": "yes-no"}
 
 #: format="auto": (format, test on the first row), tried in order.
 DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
-    "lcm-mc": [("vlgate", lambda row: local.looks_local("lcm-mc", row)), ("mmmu", mmmu.looks_mmmu)],
+    "lcm-mc": [("vlgate", lambda row: local.looks_local("lcm-mc", row)), ("mmmu", mmmu.looks_mmmu), ("easy-vqa", easyvqa.looks_easy_vqa)],
     "lcm-nb": [
         ("naturalbench", naturalbench.looks_naturalbench),
         ("naturalbench-lmms-eval", naturalbench.looks_naturalbench_lmms_eval),
@@ -64,11 +68,14 @@ DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
     ],
     "vlind": [("vlgate", lambda row: local.looks_local("vlind", row)), ("vlind-bench", vlind_bench.looks_vlind_bench)],
     "decc": [("aokvqa", aokvqa.looks_aokvqa), ("vlgate", lambda row: local.looks_local("decc", row))],
-    "yes-no": [("vlgate", lambda row: local.looks_local("yes-no", row))],
+    "yes-no": [("vlgate", lambda row: local.looks_local("yes-no", row)), ("easy-vqa", easyvqa.looks_easy_vqa)],
 }
 
 #: The file a folder of each format is expected to hold (otherwise: its only .jsonl/.json file).
-DEFAULT_FILES = {"vlgate": local.DATA_FILES, "vlind-bench": {"vlind": vlind_bench.DATA_FILE}}
+DEFAULT_FILES = {"vlgate": local.DATA_FILES, "vlind-bench": {"vlind": vlind_bench.DATA_FILE}, "easy-vqa": dict.fromkeys(("lcm-mc", "yes-no"), easyvqa.DATA_FILE)}
+
+#: Formats whose data file holds rows that are not JSON objects: (does a file hold them?, read them).
+ROW_READERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path], Rows]]] = {"easy-vqa": (easyvqa.holds_question_lists, easyvqa.read_questions)}
 
 #: The options a format's loader takes besides (rows, verify): VLind-Bench's inclusion rules,
 #: A-OKVQA's COCO folder.
@@ -117,8 +124,19 @@ def data_file(evaluator: str, format: str, path: Path) -> Path:
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise ValueError(f"{path}: no .jsonl or .json data file for {evaluator}")
+        splits = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith(".") and any(q.is_file() and q.suffix in (".jsonl", ".json") for q in p.iterdir()))
+        hint = f" (its sub-folders {', '.join(splits)} hold one: point at one of them)" if splits else ""
+        raise ValueError(f"{path}: no .jsonl or .json data file for {evaluator}{hint}")
     raise ValueError(f"{path}: {len(candidates)} data files ({', '.join(p.name for p in candidates)}); pass the one to read")
+
+
+def read_data_rows(evaluator: str, format: str, file: Path) -> Rows:
+    """The rows of a JSON / JSON Lines data file: a ``ROW_READERS`` format's own reader when it
+    is the format asked for (or ``format="auto"`` and the file has its shape), else :func:`read_rows`."""
+    for name, (holds, read) in ROW_READERS.items():
+        if name in FORMATS[evaluator] and format in (name, "auto") and holds(file):
+            return read(file)
+    return read_rows(file)
 
 
 def detect_format(evaluator: str, rows: Rows) -> str:
@@ -156,7 +174,7 @@ def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, veri
         if files and format == "vlgate":
             raise ValueError(f"{path}: genception's vlgate format is category folders; lmms-eval's MME parquet is format mme")
         return load_mme_table(tables.read_table_rows(path, files), verify_images) if files else load_categories(path, verify_images)
-    rows = tables.read_table_rows(path, files) if files else read_rows(data_file(evaluator, format, path))
+    rows = tables.read_table_rows(path, files) if files else read_data_rows(evaluator, format, data_file(evaluator, format, path))
     chosen = detect_format(evaluator, rows) if format == "auto" else format
     unknown = sorted(set(options) - set(FORMAT_OPTIONS.get(chosen, ())))
     if unknown:
