@@ -110,11 +110,21 @@ def cmd_correlate(args: argparse.Namespace) -> int:
 
 
 def cmd_make_world(args: argparse.Namespace) -> int:
+    import contextlib
+    import time
+
     from vlgate.evaluators.world.build import build_world
+    from vlgate.flows.progress import WorldBuildProgress, duration
     from vlgate.home import vlgate_home
 
     out = Path(args.out) if args.out else vlgate_home() / "world"
-    manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code, architecture=args.architecture)
+    started = time.monotonic()
+    phases = None if args.quiet else WorldBuildProgress(out)  # a line on stderr per phase and per checkpoint saved; stdout stays JSON
+    with phases or contextlib.nullcontext():
+        manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code, architecture=args.architecture, on_phase=phases)
+    if not args.quiet:
+        how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "trained"
+        print(f"make-world: {out} {how} in {duration(time.monotonic() - started)}", file=sys.stderr)
     _print_json({"world": str(out)} | manifest)
     return 0
 
@@ -443,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     make_world.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
     make_world.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
     make_world.add_argument("--from-code", action="store_true", help="train every checkpoint here instead of copying the world that ships with vlgate (minutes)")
+    make_world.add_argument("--quiet", action="store_true", help="no progress lines on stderr (each phase of a training, with its time)")
     make_world.add_argument(
         "--architecture", choices=("llava", "idefics3"), default="llava",
         help="the VLM family's architecture: idefics3 is the one the vLLM backend serves on a CPU (always trained here)",

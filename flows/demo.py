@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlgate import tracking
+from vlgate.flows import progress
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
 
 MODEL_NAME = "world-vlm"
@@ -120,7 +121,9 @@ def _run_demo(console: Console, home: Path) -> int:
     from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 
     console.rule("1. the synthetic world")
-    manifest = build_world(home / "world", "small", seed=0)
+    # copied in seconds; trained (minutes) only where the shipped world is not the one asked for
+    with progress.WorldBuildProgress(home / "world", write=lambda line: console.print(f"  {line}", markup=False, highlight=False)) as phases:
+        manifest = build_world(home / "world", "small", seed=0, on_phase=phases)
     how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "built"
     console.print(f"world under {home / 'world'} ({how})")
     write_demo_config(home)
@@ -136,10 +139,12 @@ def _run_demo(console: Console, home: Path) -> int:
     from vlgate.flows.validation import validate_model_version
 
     dispatcher = Dispatcher(claims, workers=1, start=validate_model_version, configured=lambda name: name == MODEL_NAME)
-    claimed = poll_once(client, dispatcher)
-    dispatcher.resume_expired()
-    console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
-    with console.status("validating (evaluators → Great Expectations → MLflow → correlations → gate)…"):
+    # listening before the first flow starts: each version's stages and evaluators' items (flows/progress.py)
+    with progress.display(console) as shown:
+        claimed = poll_once(client, dispatcher)
+        resumed = dispatcher.resume_expired()
+        console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
+        shown.queue(progress.subject(*key) for key in claimed + resumed)
         dispatcher.wait()
     dispatcher.close()
 
@@ -197,7 +202,7 @@ def run_drift_checks(home: Path, console: Console) -> list[dict]:
         return []
     suites = build_drift_batches(home)
     checks = []
-    with console.status("scoring the champion on the reference and the new batches…"):
+    with progress.display(console):  # the champion's items on the reference and on each batch
         for name in ("incoming-clean", "incoming-shifted"):
             checks.append(drift_check(MODEL_NAME, batch=str(suites[name])) | {"batch_name": name})
     return checks

@@ -26,15 +26,19 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators import registry
+from vlgate.flows import progress
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
 
 @task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
-def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str) -> dict[str, Any]:
-    """The champion's records on one batch (resumable: fingerprinted records are reused)."""
+def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> dict[str, Any]:
+    """The champion's records on one batch (resumable: fingerprinted records are reused);
+    its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
     from vlgate.evaluators.runners.suite import Suite, run_suite
 
-    return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir))
+    progress.stage(shown_as, progress.SCORING, part=part)
+    items_done = progress.suite_counter(shown_as, part)
+    return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done)
 
 
 def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
@@ -117,12 +121,15 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
         raise ValueError(f"registered model {model_name!r} has no champion yet: nothing to check for drift")
     model_uri = f"models:/{model_name}/{champion}"
     batch_suite = Path(batch) if batch else drift.batch
+    shown_as = progress.subject(model_name, str(champion), drift_batch=batch_suite.parent.name)
+    progress.stage(shown_as, progress.STARTED)
     folder = home / "drift" / model_name / f"v{champion}"
     cache = str(home / "model-cache")
     reference_out = folder / f"reference-{_suite_key(drift.reference)}"
-    reference = score_batch(model_uri, str(drift.reference), str(reference_out), cache)
+    reference = score_batch(model_uri, str(drift.reference), str(reference_out), cache, shown_as, "reference")
     current_out = folder / f"batch-{_suite_key(batch_suite)}"
-    current = score_batch(model_uri, str(batch_suite), str(current_out), cache)
+    current = score_batch(model_uri, str(batch_suite), str(current_out), cache, shown_as, "new batch")
+    progress.stage(shown_as, progress.TESTING)
 
     scores = {}
     for definition in registry.definitions():
@@ -144,4 +151,5 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     if drifted:
         emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
+    progress.stage(shown_as, progress.DONE, detail=outcome)
     return summary

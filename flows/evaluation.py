@@ -16,6 +16,7 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
+from vlgate.flows import progress
 
 
 def _tree_state(path: Path) -> list[tuple[str, int, int]]:
@@ -66,10 +67,14 @@ def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
 )
 def evaluate_shard(model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str) -> dict[str, Any]:
     """One shard of one evaluator on one version; raises (so Prefect retries) when it
-    fails. Records are written as they complete, so a retry picks up where it stopped."""
+    fails. Records are written as they complete, so a retry picks up where it stopped;
+    its items are published as they complete (``flows/progress.py``)."""
     from vlgate.evaluators.runners.suite import Suite, run_evaluator_shard
 
-    return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir))
+    subject = progress.subject(model_name, version)
+    progress.stage(subject, progress.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
+    items_done = progress.item_counter(subject, evaluator, shard=shard, shards=n_shards)
+    return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
 
 
 @task(name="merge-shards", retries=1)

@@ -26,6 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
@@ -114,11 +115,14 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     if claims.get(model_name, version) is None:
         claims.claim(model_name, version, via="manual")
     claims.update(model_name, version, state="running", renew=True)
+    shown_as = progress.subject(model_name, str(version))
+    progress.stage(shown_as, progress.STARTED)
     try:
         with claims.heartbeat(model_name, str(version)):
             summary = _validate(home, claims, model_name, str(version))
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
+        progress.stage(shown_as, progress.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
             try:
                 first_delay = ServiceConfig.load(home).retry_after_s
@@ -131,6 +135,7 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
         record_failure(model_name, str(version), claims, message)
         raise
     claims.update(model_name, version, state="done", detail=summary["decision"])
+    progress.stage(shown_as, progress.DONE, detail=summary["decision"])
     return summary
 
 
@@ -183,13 +188,20 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(
         model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s
     )
+    shown_as = progress.subject(model_name, version)  # each step announced to a progress display
+    progress.stage(shown_as, progress.EXPECTATIONS)
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
+    progress.stage(shown_as, progress.RECORDING)
     for output in outputs.values():
         log_evaluator(run_id, output)
+    progress.stage(shown_as, progress.CORRELATIONS)
     across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
+    progress.stage(shown_as, progress.GATE)
     decision = judge_and_promote(model_name, version, run_id, str(config.policy), outputs)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision["decision"])
+    progress.stage(shown_as, progress.DECIDED, detail=decision["decision"])
+    progress.stage(shown_as, progress.REPORT)
     try:  # the decision stands without its report: a failure is recorded, not raised
         report = publish_report(model_name, version)
     except Exception as error:

@@ -86,8 +86,19 @@ def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
     monkeypatch.setattr("vlgate.evaluators.world.build.PRIOR_STEPS", {"small": 0, "medium": 0})
     assert main(["make-world"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    assert printed["world"] == str(tmp_path / "home" / "world") and (tmp_path / "home" / "world" / "manifest.json").is_file()
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    world = tmp_path / "home" / "world"
+    assert printed["world"] == str(world) and (world / "manifest.json").is_file()
+    # progress on stderr (stdout stays JSON): each phase as it starts and as it ends with its
+    # time, in the manifest's order, and each checkpoint as it is saved
+    lines = captured.err.splitlines()
+    phases = [name for name in printed["seconds"] if name != "total"]
+    assert [line.split(":")[1].strip() for line in lines if line.endswith(" …")] == phases
+    assert [line.split()[1] for line in lines if " done in " in line] == phases
+    saved = {line.split()[2] for line in lines if line.startswith("make-world:   saved ")}
+    assert saved == {card.parent.relative_to(world).as_posix() for card in world.glob("checkpoints/*/vlgate_checkpoint.json")} and "checkpoints/vlm-steps0" in saved
+    assert lines[-1].startswith(f"make-world: {world} trained in ")
 
 
 def test_llm_agent_round_trips_and_shares_the_tokenizer(world, monkeypatch):

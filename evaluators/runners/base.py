@@ -21,6 +21,8 @@ from vlgate.evaluators.runners.store import RecordStore, fingerprint
 
 Item = TypeVar("Item")
 Prepared = TypeVar("Prepared")
+#: ``on_progress(done, total)`` of ``Runner.run``: items done (reused, computed or failed to load) out of all
+ItemProgress = Callable[[int, int], None]
 
 
 class EvaluatorSettings(BaseModel):
@@ -106,12 +108,17 @@ class Runner(Generic[Item, Prepared]):
     def key(self, item: Item) -> str:
         return fingerprint(self.models, self.evaluator, self.protocol, item, self.settings)
 
-    def run(self, items: Sequence[Item], store: RecordStore, batch_size: int = 8, progress: bool = True) -> RunResult:
+    def run(self, items: Sequence[Item], store: RecordStore, batch_size: int = 8, progress: bool = True, on_progress: ItemProgress | None = None) -> RunResult:
+        """Every item's record (reused from ``store`` or computed); ``progress``: a tqdm bar;
+        ``on_progress(done, total)``: told the items done (reused, computed or failed to
+        load) out of all, before the first batch and after each one, in this thread."""
         keys = [self.key(item) for item in items]
         todo = [i for i, key in enumerate(keys) if key not in store]
         result = RunResult(self.evaluator, [], reused=len(items) - len(todo))
         failed: set[int] = set()
         bar = tqdm(total=len(todo), desc=self.evaluator, unit="item", disable=not progress or not todo, leave=False)
+        if on_progress is not None:
+            on_progress(result.reused, len(items))
         for start in range(0, len(todo), batch_size):
             batch: list[tuple[int, Item, Prepared]] = []
             for index in todo[start : start + batch_size]:
@@ -127,6 +134,8 @@ class Runner(Generic[Item, Prepared]):
                 store.append(records)
                 result.computed += len(records)
             bar.update(len(todo[start : start + batch_size]))
+            if on_progress is not None:
+                on_progress(result.reused + min(start + batch_size, len(todo)), len(items))
         bar.close()
         result.records = [store.get(key) for i, key in enumerate(keys) if i not in failed]  # type: ignore[misc]
         return result

@@ -21,9 +21,11 @@ same files and metrics as ``run_suite``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +37,7 @@ from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext, RunResult
+from vlgate.evaluators.runners.base import EvaluatorSettings, ItemProgress, Runner, RunnerContext, RunResult
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.scoring import score, validate
 
@@ -169,10 +171,19 @@ def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: in
     }
 
 
-def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_dir: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
+def run_suite(
+    model: str,
+    suite: Suite,
+    out: Path,
+    progress: bool = True,
+    cache_dir: Path | None = None,
+    only: list[str] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
     """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
     metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
     evaluators run as separate tasks do not overwrite each other's summary).
+    ``on_progress(evaluator, done, total)``: each runner's items as they complete.
 
     An evaluator that fails is reported in the summary (``error``) and the others still
     run; records already written stay in its records file for the next attempt."""
@@ -190,7 +201,8 @@ def run_suite(model: str, suite: Suite, out: Path, progress: bool = True, cache_
                 items, load_errors = load_items(name, spec, out)
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
                 try:
-                    result = runner.run(items, RecordStore(out / name / "records.jsonl"), suite.batch_size, progress)
+                    counter = functools.partial(on_progress, name) if on_progress is not None else None
+                    result = runner.run(items, RecordStore(out / name / "records.jsonl"), suite.batch_size, progress, on_progress=counter)
                 finally:
                     runner.close()
                 result.errors = load_errors + result.errors
@@ -217,12 +229,20 @@ def _spec(suite: Suite, evaluator: str) -> EvaluatorSettings:
 
 
 def run_evaluator_shard(
-    model: str, suite: Suite, out: Path, evaluator: str, shard: int = 0, n_shards: int = 1, cache_dir: Path | None = None, progress: bool = False
+    model: str,
+    suite: Suite,
+    out: Path,
+    evaluator: str,
+    shard: int = 0,
+    n_shards: int = 1,
+    cache_dir: Path | None = None,
+    progress: bool = False,
+    on_progress: ItemProgress | None = None,
 ) -> dict[str, Any]:
     """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model``. Raises when
     the evaluator fails (the caller retries; records already written are kept). Returns
     what ``merge_shards`` needs, all JSON: the records' fingerprints in item order, the
-    item errors and the counts."""
+    item errors and the counts. ``on_progress(done, total)``: the shard's items as they complete."""
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     spec = _spec(suite, evaluator)
@@ -232,7 +252,7 @@ def run_evaluator_shard(
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
         try:
-            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress)
+            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress, on_progress=on_progress)
         finally:
             runner.close()
     finally:

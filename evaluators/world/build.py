@@ -31,6 +31,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,15 @@ def build_world(
     prior_steps: int | None = None,
     from_code: bool = False,
     architecture: str = "llava",
+    on_phase: Callable[[str, float | None], None] | None = None,
 ) -> dict[str, Any]:
     """The world under ``out``: kept when a manifest there already matches (unless
     ``force``), else copied from the shipped world when that is the one asked for (unless
     ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``prior_steps`` override
     the training lengths (tests use tiny ones); ``architecture`` picks the VLM family's
-    architecture (``checkpoints.ARCHITECTURES``: ``idefics3`` is the one vLLM serves on a CPU)."""
+    architecture (``checkpoints.ARCHITECTURES``: ``idefics3`` is the one vLLM serves on a CPU).
+    ``on_phase(phase, seconds)`` is told as each phase of a training starts (seconds None)
+    and ends (the manifest's ``seconds`` keys)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
     steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS[size])
@@ -137,12 +141,12 @@ def build_world(
     threads = torch.get_num_threads()
     torch.set_num_threads(BUILD_THREADS)
     try:
-        return _build(out, size, seed, steps, llm_steps, prior_steps, wanted)
+        return _build(out, size, seed, steps, llm_steps, prior_steps, wanted, on_phase)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, prior_steps: int, wanted: dict[str, Any]) -> dict[str, Any]:
+def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, prior_steps: int, wanted: dict[str, Any], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, Any]:
     from vlgate.evaluators.world.checkpoints import build_language_prior_version, build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
     from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
 
@@ -153,9 +157,13 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
     timings: dict[str, float] = {}
 
     def timed(name, fn, *args, **kwargs):
+        if on_phase is not None:
+            on_phase(name, None)
         t = time.perf_counter()
         result = fn(*args, **kwargs)
         timings[name] = round(time.perf_counter() - t, 2)
+        if on_phase is not None:
+            on_phase(name, timings[name])
         return result
 
     data = timed("data", build_datasets, out / "data", size, seed)
