@@ -21,7 +21,7 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, template_variables, user_turn
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 
-CHECKPOINT = Path(__file__).parents[1] / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps2000"
+CHECKPOINT = Path(__file__).parents[1] / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps10000"
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ def main() -> None:
     manifest = json.loads((world / "manifest.json").read_text())
     steps = sorted(manifest["checkpoints"]["vlm"], key=int)
     candidates = [TransformersBackend.load(world / manifest["checkpoints"]["vlm"][s]) for s in steps[-2:]]
-    decomposer = TransformersBackend.load(world / manifest["checkpoints"]["vlm_language_prior"])
+    decomposer = TransformersBackend.load(world / manifest["checkpoints"]["vlm_faults"]["language-prior"])
     llm = TransformersBackend.load(world / manifest["checkpoints"]["llm_agent"])
     encoder = VitClsEncoder.load(world / manifest["checkpoints"]["vit_encoder"])
     if args.generator == "diffusion":

@@ -4,7 +4,7 @@
 Prefect (flow, tasks, result cache), Great Expectations, MLflow logging, correlations,
 the gate and the report. `vlgate evaluate` runs the same evaluators alone. Both run as
 the console scripts a user runs, each in a fresh VLGATE_HOME (no model or evaluator
-caches), on the shipped world's 2,000-step VLM and its suite. Prints both times and the
+caches), on the shipped world's 10,000-step VLM and its suite. Prints both times and the
 ratio (target: at most 1.3).
 
     python benchmarks/bench_validate_overhead.py [--repeat 1]
@@ -57,13 +57,13 @@ def main() -> None:
         root = Path(scratch)
         world = root / "world"
         manifest = build_world(world, "small", seed=0)
-        checkpoint = world / manifest["checkpoints"]["vlm"]["2000"]
+        checkpoint = world / manifest["checkpoints"]["vlm"]["10000"]
         evaluate_times, validate_times = [], []
         for run in range(args.repeat):
             home = fresh_home(root, f"evaluate-{run}", world)
             evaluate_times.append(vlgate(home, "evaluate", "--model", str(checkpoint), "--suite", str(home / "world" / "suite.yaml"), "--out", str(home / "out"), "--quiet"))
             home = fresh_home(root, f"validate-{run}", world)
-            vlgate(home, "register", MODEL, str(home / "world" / manifest["checkpoints"]["vlm"]["2000"]))
+            vlgate(home, "register", MODEL, str(home / "world" / manifest["checkpoints"]["vlm"]["10000"]))
             validate_times.append(vlgate(home, "validate", MODEL, "1", accepted=(0, 3)))  # promoted or rejected: judged
     evaluate, validate = min(evaluate_times), min(validate_times)
     print(f"vlgate evaluate  {evaluate:7.1f} s  (the suite's evaluators alone)")

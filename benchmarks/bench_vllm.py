@@ -126,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
 
     world = args.world or Path(tempfile.mkdtemp(prefix="bench-vllm-")) / "world"
-    manifest = build_world(world, "small", seed=0, vlm_steps=(0, 300), llm_steps=20, prior_steps=20, architecture="idefics3")
+    manifest = build_world(world, "small", seed=0, vlm_steps=(0, 300), llm_steps=20, fault_steps=20, architecture="idefics3")
     checkpoint = world / manifest["checkpoints"]["vlm"]["300"]
     settings = yaml.safe_load((world / "suite.yaml").read_text())["vllm"] | {"block_size": args.block_size}
     if args.model == "wide":

@@ -1,6 +1,6 @@
 """Held-out accuracy of the synthetic world's VLM family.
 
-Scores every VLM version of a built world (the family and its language-prior version)
+Scores every VLM version of a built world (the family and its faulty versions)
 through the transformers backend on the world's MC and yes/no items — option letter or
 Yes/No argmax at the answer position — and prints hits next to chance, so "trained beats
 chance, untrained does not" can be read off.
@@ -25,8 +25,7 @@ def main() -> None:
     rows = held_out_requests(world / "data")
     print(f"{world}: {len(rows)} held-out items; chance = MC 1/4, yes/no 1/2")
     versions = {f"steps {steps}": relative for steps, relative in manifest["checkpoints"]["vlm"].items()}
-    if "vlm_language_prior" in manifest["checkpoints"]:
-        versions["language prior"] = manifest["checkpoints"]["vlm_language_prior"]
+    versions |= manifest["checkpoints"].get("vlm_faults", {})
     for name, relative in versions.items():
         backend = TransformersBackend.load(world / relative, batch_size=64)
         scores = hits_by_group(backend, rows)

@@ -3,18 +3,18 @@
 1. Put the synthetic world under ``$VLGATE_HOME/world`` (copied from the world shipped
    with vlgate, so every machine validates the same weights; reused when there): data for
    every evaluator and a family of tiny VLMs of differing quality.
-2. Register four of them, as a training team would, as versions of ``world-vlm`` in the
+2. Register seven of them, as a training team would, as versions of ``world-vlm`` in the
    embedded MLflow registry (SQLite + artifact folder under ``$VLGATE_HOME/mlflow``):
-   untrained, 200 steps, 2,000 steps, and the 2,000-step model fine-tuned on a
-   language-prior shortcut (as accurate, far less logically consistent).
+   untrained, 3,000 steps, 10,000 steps, and the 10,000-step model fine-tuned with one
+   fault each, built for one evaluator to catch (:data:`VERSIONS`).
 3. The registry hook picks them up (the embedded store sends no webhooks, so it is the
    poller) and runs one validation flow per version: evaluators, Great Expectations,
    MLflow logging, correlations, the gate.
 4. Drift: the champion is scored on an unlabelled reference batch and on two new batches,
    one from the same distribution and one whose images are washed out (a camera or
    pipeline change); the scheduled flow's check runs on each and tags the shifted one.
-5. Print each version's metrics, correlations and decision, the drift checks, and how to
-   open MLflow's UI.
+5. Print each version's metrics, correlations and decision, which evaluator rejected each
+   faulty version, the drift checks, and how to open MLflow's UI.
 
 A second run finds everything registered, validated and checked and only prints the result.
 """
@@ -35,29 +35,39 @@ from vlgate.flows import progress
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
 
 MODEL_NAME = "world-vlm"
-#: (checkpoint folder in the world, what the version is), registered in this order
+#: (checkpoint folder in the world, what the version is, the evaluator built to catch its
+#: fault or None), registered in this order: the family as it trains, then the trained
+#: version fine-tuned with one fault each (evaluators/world/checkpoints.py, FAULTS)
 VERSIONS = (
-    ("vlm-steps0", "untrained (random weights)"),
-    ("vlm-steps200", "200 training steps"),
-    ("vlm-steps2000", "2,000 training steps"),
-    ("vlm-language-prior", "2,000 steps + fine-tuned on a language-prior shortcut"),
+    ("vlm-steps0", "untrained (random weights)", None),
+    ("vlm-steps3000", "3,000 training steps", None),
+    ("vlm-steps10000", "10,000 training steps", None),
+    ("vlm-language-prior", "trained, then fine-tuned to judge statements about the image by common sense", "vlind"),
+    ("vlm-answer-prior", "trained, then fine-tuned to answer an MC item's yes/no probes by an answer prior", "lcm-mc"),
+    ("vlm-poor-description", "trained, then fine-tuned to describe every image as the same generic scene", "genception"),
+    ("vlm-miscount", "trained, then fine-tuned to answer counting sub-questions wrong", "decc"),
 )
+#: fault (the checkpoint folder without "vlm-") → the evaluator built to catch it
+FAULT_EVALUATORS = {folder.removeprefix("vlm-"): evaluator for folder, _, evaluator in VERSIONS if evaluator}
 
 DEMO_POLICY = """\
 # The demo's gate for world-vlm (flows/gate.py documents every field).
 required: [lcm-mc, lcm-nb, vlind, genception, decc]
-floors:
-  lcm-mc/lcm: 0.5
-  lcm-mc/acc: 0.5
-  decc/reliable_rate/multi: 0.3
+floors:                      # what a version must reach at all: the early versions do not
+  lcm-mc/lcm: 0.75
+  lcm-mc/acc: 0.6
+  lcm-nb/lcm: 0.7
+  vlind/s_lp: 0.75
   genception/gc@3: 0.5
-regressions:                 # non-inferiority against the champion, paired bootstrap
-  lcm-mc/lcm: {max_drop: 0.01}
-  lcm-nb/lcm: {max_drop: 0.02}
-  lcm-mc/acc: {max_drop: 0.02}
-  decc/reliable_rate/multi: {max_drop: 0.05}
+  decc/reliable_rate/multi: 0.5
+regressions:                 # non-inferiority against the champion: paired bootstrap, Holm
+  lcm-mc/lcm: {max_drop: 0.1}
+  lcm-nb/lcm: {max_drop: 0.1}
+  vlind/s_lp: {max_drop: 0.1}
+  genception/gc@3: {max_drop: 0.1}
+  decc/reliable_rate/multi: {max_drop: 0.1}
 confidence: 0.95
-resamples: 2000
+resamples: 1000             # each resample re-scores the evaluator's records: 2,000 took 4 s per rule
 seed: 0
 """
 
@@ -88,10 +98,9 @@ DRIFT_BATCH_ITEMS = 64
 SHOWN = (
     ("lcm-mc", "lcm", "MC\nLCM"),
     ("lcm-mc", "acc", "MC\nacc"),
-    ("lcm-mc", "f1", "MC\nF1"),
     ("lcm-nb", "lcm", "NB\nLCM"),
     ("lcm-nb", "acc", "NB\nacc"),
-    ("vlind", "s_ck", "VLind\nS_CK"),
+    ("vlind", "s_lp", "VLind\nS_LP"),
     ("genception", "gc_at_3", "Gen\nGC@3"),
     ("decc", "reliable_rate/multi", "DeCC\nR multi"),
 )
@@ -130,7 +139,7 @@ def _run_demo(console: Console, home: Path) -> int:
 
     console.rule(f"2. register versions of {MODEL_NAME} in MLflow ({tracking.tracking_uri(home)})")
     client = tracking.connect(home)
-    for folder, description in VERSIONS:
+    for folder, description, _ in VERSIONS:
         version = tracking.register_checkpoint(client, MODEL_NAME, home / "world" / "checkpoints" / folder, description=description, home=home)
         console.print(f"  v{version.version}: {folder} — {description}")
 
@@ -161,6 +170,7 @@ def _run_demo(console: Console, home: Path) -> int:
     console.print(table)
     for line in rejections:
         console.print(f"  {line}", highlight=False)
+    console.print(fault_table(home))
     console.print(correlation_table(client))
     if checks:
         console.print(drift_table(checks))
@@ -245,6 +255,35 @@ def results_table(client, home: Path) -> tuple[Table, list[str]]:
             if version["decision"] == "rejected":
                 rejections.append(f"v{version['version']} ({version['description']}) rejected: " + "; ".join(version["reasons"]))
     return table, rejections
+
+
+def caught_by(reasons: list[str]) -> list[str]:
+    """The evaluators whose checks a rejection names (a reason starts with
+    ``EVALUATOR/METRIC`` or ``EVALUATOR ran|expectations``), in the order named."""
+    from vlgate.evaluators import registry
+
+    named = [reason.split(" ", 1)[0].split("/", 1)[0] for reason in reasons]
+    return list(dict.fromkeys(name for name in named if name in registry.names()))
+
+
+def fault_table(home: Path) -> Table:
+    """The story of the faulty versions: each was built for one evaluator to catch; which
+    evaluators' checks rejected it."""
+    from vlgate.flows.service import service_status
+
+    built_for = {description: evaluator for _, description, evaluator in VERSIONS if evaluator}
+    table = Table(title="the faulty versions, each built for one evaluator to catch", box=box.SIMPLE_HEAD)
+    for column in ("version", "fault", "built for", "decision", "rejected by", ""):
+        table.add_column(column)
+    for model in service_status(home, MODEL_NAME)["models"]:
+        for version in model["versions"]:
+            evaluator = built_for.get(version["description"])
+            if evaluator is None:
+                continue
+            caught = caught_by(version["reasons"]) if version["decision"] == "rejected" else []
+            verdict = "[green]caught[/]" if caught == [evaluator] else "[red]not as built[/]"
+            table.add_row(f"v{version['version']}", version["description"].removeprefix("trained, then "), evaluator, version["decision"] or version["state"], ", ".join(caught) or "—", verdict)
+    return table
 
 
 def correlation_table(client) -> Table:

@@ -442,7 +442,6 @@ def display(console: Console, queued: Iterable[str] = ()) -> LiveProgress | Plai
 BUILD_PHASES = {
     "data": "the evaluation data sets",
     "vlm": "the VLM family (one training run, a checkpoint saved at each step count)",
-    "vlm_prior": "the language-prior version (the best one fine-tuned on a shortcut)",
     "llm": "DeCC's LLM agent",
     "vit": "GenCeption's ViT encoder",
     "clip": "CLIP (contrastive training)",
@@ -453,8 +452,8 @@ BUILD_PHASES = {
 def describe_phase(phase: str) -> str:
     if phase in BUILD_PHASES:
         return BUILD_PHASES[phase]
-    if phase.startswith("vlm_"):  # a fine-tuned version of the family's best: vlm_prior, vlm_FAULT
-        return f"the {phase.removeprefix('vlm_')} version (a fine-tune of the best)"
+    if phase.startswith("vlm_"):  # vlm_FAULT: the family's trained version fine-tuned with one fault
+        return f"the {phase.removeprefix('vlm_')} version (the trained one fine-tuned with that fault)"
     return phase
 
 

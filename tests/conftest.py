@@ -45,7 +45,7 @@ def tiny_world(tmp_path_factory):
     from vlgate.evaluators.world.build import build_world
 
     out = tmp_path_factory.mktemp("tiny-world")
-    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, prior_steps=2)
+    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, fault_steps=2)
 
 
 @pytest.fixture(scope="session")

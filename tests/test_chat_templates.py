@@ -51,7 +51,7 @@ def conversation(prompt: str, images: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def processor():
-    return AutoProcessor.from_pretrained(CHECKPOINTS / "vlm-steps2000")
+    return AutoProcessor.from_pretrained(CHECKPOINTS / "vlm-steps10000")
 
 
 @pytest.mark.parametrize("style", [None, *TEMPLATES])
@@ -133,7 +133,7 @@ def test_vlgate_evaluate_on_a_checkpoint_whose_template_loops_reports_it_and_sto
     """As an attacker would publish it: the world's VLM with a looping chat template. The
     evaluation ends within the suite's limit with the template named, instead of hanging."""
     checkpoint = tmp_path / "vlm-looping"
-    shutil.copytree(CHECKPOINTS / "vlm-steps2000", checkpoint)
+    shutil.copytree(CHECKPOINTS / "vlm-steps10000", checkpoint)
     (checkpoint / "chat_template.jinja").write_text(LOOPING.replace("'loop' in message['content']", "true"))
     suite = tmp_path / "suite.yaml"
     mc = REPO / "evaluators" / "examples" / "data" / "mc"

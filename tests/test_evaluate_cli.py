@@ -119,7 +119,7 @@ def test_the_shipped_example_data_of_every_format_runs_as_the_readme_says(tmp_pa
     for evaluator, folder, count in (("lcm-mc", "mc", 2), ("lcm-nb", "nb", 2), ("vlind", "vlind", 2), ("decc", "decc", 2), ("genception", "genception", 4)):
         loaded = load_dataset(evaluator, examples / folder)
         assert (len(loaded.items), loaded.errors) == (count, []), evaluator
-    model = Path(__file__).parent.parent / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps2000"
+    model = Path(__file__).parent.parent / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps10000"
     assert main(["evaluate", "--model", str(model), "--suite", str(examples / "suite.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [printed[e]["n"] for e in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")] == [2, 2, 2, 4, 2]

@@ -53,7 +53,7 @@ def world(tmp_path_factory):
 # ---- the local format, on the synthetic world ----
 
 
-@pytest.mark.parametrize("evaluator, count", [("lcm-mc", 48), ("lcm-nb", 24), ("vlind", 18), ("decc", 24), ("genception", 18), ("yes-no", 48)])
+@pytest.mark.parametrize("evaluator, count", [("lcm-mc", 48), ("lcm-nb", 48), ("vlind", 36), ("decc", 48), ("genception", 24), ("yes-no", 48)])
 def test_world_loads_every_item(world, evaluator, count):
     dataset = load_dataset(evaluator, world)  # the world's root stands for its sub-folder
     assert (len(dataset.items), dataset.errors, dataset.evaluator) == (count, [], evaluator)
@@ -94,7 +94,7 @@ def test_world_vlind_decc_and_genception_fields(world):
     assert first.answer in ("yes", "no") and first.sub_questions[0].startswith("How many ")
     genception = load_dataset("genception", world / "genception").items
     by_category = {c: [item.id for item in genception if item.category == c] for c in ("landscape", "multi", "single")}
-    assert {c: len(ids) for c, ids in by_category.items()} == {"landscape": 6, "multi": 6, "single": 6}
+    assert {c: len(ids) for c, ids in by_category.items()} == {"landscape": 8, "multi": 8, "single": 8}
     assert by_category["single"][0] == "single/single-0000"
     assert genception[0].image == world / "genception" / "landscape" / "landscape-0000.png"
 
@@ -138,13 +138,13 @@ def test_bad_nb_and_vlind_images_name_the_list_entry(tmp_path):
     (tmp_path / "nb" / "images" / "nb-0002-v2.png").unlink()
     (tmp_path / "vlind" / "images" / "vlind-0001-cf0.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
     nb = load_dataset("lcm-nb", tmp_path)
-    assert len(nb.items) == 23 and [(e.item_id, e.field) for e in nb.errors] == [("nb-0002", "images[1]")]
+    assert len(nb.items) == 47 and [(e.item_id, e.field) for e in nb.errors] == [("nb-0002", "images[1]")]
     vlind = load_dataset("vlind", tmp_path)
-    assert len(vlind.items) == 17 and [(e.item_id, e.field) for e in vlind.errors] == [("vlind-0001", "counterfactual_images[0]")]
+    assert len(vlind.items) == 35 and [(e.item_id, e.field) for e in vlind.errors] == [("vlind-0001", "counterfactual_images[0]")]
     genception_image = tmp_path / "genception" / "multi" / "multi-0002.png"
     genception_image.write_bytes(genception_image.read_bytes()[:60])
     genception = load_dataset("genception", tmp_path / "genception", "mme")
-    assert len(genception.items) == 17
+    assert len(genception.items) == 23
     assert [(e.source, e.item_id, e.field) for e in genception.errors] == [(str(genception_image), "multi/multi-0002", "image")]
 
 

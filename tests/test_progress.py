@@ -241,7 +241,7 @@ def test_make_world_names_each_phase_with_its_time_and_each_checkpoint_as_it_is_
         (tmp_path / "checkpoints" / "vlm-steps2000").mkdir()
         (tmp_path / "checkpoints" / "vlm-steps2000" / "vlgate_checkpoint.json").write_text("{}")
         phases("vlm", 80.0)  # a checkpoint saved just before its phase ends is named then
-        phases("vlm_prior", None)
+        phases("vlm_language-prior", None)
     assert lines == [
         "make-world: data: the evaluation data sets …",
         "make-world: data done in 1.5 s (1.5 s in all)",
@@ -250,7 +250,7 @@ def test_make_world_names_each_phase_with_its_time_and_each_checkpoint_as_it_is_
         "make-world:   saved checkpoints/vlm-steps200 (1 min 00 s into vlm)",
         "make-world:   saved checkpoints/vlm-steps2000 (1 min 20 s into vlm)",
         "make-world: vlm done in 1 min 20 s (1 min 22 s in all)",
-        "make-world: vlm_prior: the language-prior version (the best one fine-tuned on a shortcut) …",
+        "make-world: vlm_language-prior: the language-prior version (the trained one fine-tuned with that fault) …",
     ]
 
 

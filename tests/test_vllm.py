@@ -60,7 +60,7 @@ def idefics3_world(tmp_path_factory):
     from vlgate.evaluators.world.build import build_world
 
     out = tmp_path_factory.mktemp("idefics3-world")
-    manifest = build_world(out, "small", seed=0, vlm_steps=(0, 300), llm_steps=100, prior_steps=50, architecture="idefics3")
+    manifest = build_world(out, "small", seed=0, vlm_steps=(0, 300), llm_steps=100, fault_steps=50, architecture="idefics3")
     return out, manifest
 
 

@@ -76,7 +76,7 @@ def test_vit_encoder_round_trips_offline(world, monkeypatch):
 def test_make_world_reuses_a_matching_world(world, capsys):
     out, manifest = world
     assert manifest["cached"] is False and set(manifest["data"]) == {"mc", "yesno", "nb", "vlind", "decc", "genception"}
-    again = build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, prior_steps=2)
+    again = build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, fault_steps=2)
     assert again["cached"] is True and again["seconds"] == manifest["seconds"]
 
 
@@ -84,7 +84,7 @@ def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", {"small": (0,), "medium": (0,)})
     monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
-    monkeypatch.setattr("vlgate.evaluators.world.build.PRIOR_STEPS", {"small": 0, "medium": 0})
+    monkeypatch.setattr("vlgate.evaluators.world.build.FAULT_STEPS", {"small": 0, "medium": 0})
     assert main(["make-world"]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
@@ -143,8 +143,9 @@ def test_trained_llm_agent_reasons_over_sub_answers(tmp_path):
 @pytest.mark.timeout(900)
 def test_trained_vlm_beats_chance_and_untrained_does_not(default_world, tmp_path):
     """On 400 MC and 400 yes/no items drawn with another seed than any training or world
-    data (measured, 48-item world split: untrained MC 12/48, yes/no 25/48; 2,000 steps
-    MC 33/48, yes/no 33/48). Thresholds sit several binomial standard deviations from chance."""
+    data (measured on these 400 + 400: untrained MC 74, yes/no 200; 10,000 steps MC 338
+    (colour 134/134, shape 133/133, count 71/133), yes/no 381). Thresholds sit several
+    binomial standard deviations from chance and below the measured values."""
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
     from vlgate.evaluators.world.datasets import build_datasets
     from vlgate.evaluators.world.heldout import held_out_requests, hits_by_group
@@ -153,22 +154,24 @@ def test_trained_vlm_beats_chance_and_untrained_does_not(default_world, tmp_path
     build_datasets(tmp_path / "held-out", "medium", seed=12345)
     rows = held_out_requests(tmp_path / "held-out")
     accuracy = {}
-    for steps in ("0", "2000"):
+    for steps in ("0", "10000"):
         hits = hits_by_group(TransformersBackend.load(out / manifest["checkpoints"]["vlm"][steps], batch_size=64), rows)
         accuracy[steps] = {group: hit / total for group, (hit, total) in hits.items()}
     # chance: MC 0.25 (sd 0.022 on 400), yes/no 0.5 (sd 0.025)
-    assert accuracy["2000"]["mc"] >= 0.5 and accuracy["2000"]["yesno"] >= 0.6, accuracy
+    assert accuracy["10000"]["mc"] >= 0.75 and accuracy["10000"]["yesno"] >= 0.85, accuracy
     assert accuracy["0"]["mc"] <= 0.33 and accuracy["0"]["yesno"] <= 0.57, accuracy
-    assert accuracy["2000"]["mc/color"] >= 0.9  # colour is read off the image outright
+    assert accuracy["10000"]["mc/color"] >= 0.95 and accuracy["10000"]["mc/shape"] >= 0.95, accuracy  # read off the image outright
 
 
 def test_default_world_build_is_cached(default_world):
     out, manifest = default_world
-    assert manifest["vlm_steps"] == [0, 200, 2000] and manifest["prior_steps"] == 300
+    assert manifest["vlm_steps"] == [0, 3000, 10000] and manifest["fault_steps"] == 300
     again = build_world(out, "small", seed=0)
     assert again["cached"] is True
-    card = json.loads((out / manifest["checkpoints"]["vlm_language_prior"] / "vlgate_checkpoint.json").read_text())
-    assert card["language_prior"] is True and card["fine_tuned_from"] == "vlm-steps2000" and card["train_steps"] == 2300
+    assert set(manifest["checkpoints"]["vlm_faults"]) == {"language-prior", "answer-prior", "poor-description", "miscount"}
+    for fault, folder in manifest["checkpoints"]["vlm_faults"].items():
+        card = json.loads((out / folder / "vlgate_checkpoint.json").read_text())
+        assert (card["fault"], card["fine_tuned_from"], card["train_steps"]) == (fault, "vlm-steps10000", 10300)
 
 
 def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller_set(tmp_path):
@@ -182,12 +185,12 @@ def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller
     try:
         for threads in (1, 3):
             torch.set_num_threads(threads)
-            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 20), llm_steps=20, prior_steps=20)
+            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 20), llm_steps=20, fault_steps=20)
             assert torch.get_num_threads() == threads  # the caller's setting is given back
             built[threads] = weights(tmp_path / f"t{threads}")
     finally:
         torch.set_num_threads(before)
-    assert len(built[1]) == 9 and built[1] == built[3]  # 2 VLMs, prior, LLM, ViT, CLIP, 3 diffusion parts
+    assert len(built[1]) == 12 and built[1] == built[3]  # 2 VLMs, 4 faulty ones, LLM, ViT, CLIP, 3 diffusion parts
 
 
 def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_offline(monkeypatch):
@@ -195,12 +198,12 @@ def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_of
     from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
     from vlgate.evaluators.backends.image_generators import DiffusersGenerator
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-    from vlgate.evaluators.world.build import BUILD_THREADS, LLM_STEPS, PRIOR_STEPS, SHIPPED_WORLD, VLM_STEPS, WORLD_FORMAT, file_hashes, shipped_manifest
+    from vlgate.evaluators.world.build import BUILD_THREADS, FAULT_STEPS, LLM_STEPS, SHIPPED_WORLD, VLM_STEPS, WORLD_FORMAT, file_hashes, shipped_manifest
 
     manifest = shipped_manifest()
     # what `vlgate make-world` asks for by default is what ships
     assert (manifest["format"], manifest["size"], manifest["seed"], manifest["threads"]) == (WORLD_FORMAT, "small", 0, BUILD_THREADS)
-    assert (manifest["vlm_steps"], manifest["llm_steps"], manifest["prior_steps"]) == (list(VLM_STEPS["small"]), LLM_STEPS, PRIOR_STEPS["small"])
+    assert (manifest["vlm_steps"], manifest["llm_steps"], manifest["fault_steps"]) == (list(VLM_STEPS["small"]), LLM_STEPS, FAULT_STEPS["small"])
     files = file_hashes(SHIPPED_WORLD)
     assert files == manifest["files"]
     assert sum((SHIPPED_WORLD / name).stat().st_size for name in files) < 50 * 2**20
@@ -211,7 +214,7 @@ def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_of
     checkpoints = manifest["checkpoints"]
     image = Image.open(next((SHIPPED_WORLD / "data" / "genception" / "single").glob("*.png"))).convert("RGB")
     request = ChoiceRequest((image,), "Is there a shape in the image?", ("Yes", "No"))
-    for folder in [*checkpoints["vlm"].values(), checkpoints["vlm_language_prior"]]:
+    for folder in [*checkpoints["vlm"].values(), *checkpoints["vlm_faults"].values()]:
         vlm = TransformersBackend.load(SHIPPED_WORLD / folder)
         (probs,) = vlm.choice_probs([request])
         assert probs.shape == (2,) and abs(probs.sum() - 1) < 1e-6
@@ -234,10 +237,10 @@ def test_make_world_copies_the_shipped_world_and_refuses_a_damaged_one(tmp_path,
     assert manifest["files"] == shipped_manifest()["files"]
     assert build_world(tmp_path / "w", "small", seed=0)["cached"] is True
     # a damaged copy is refused by name, not used
-    weights = tmp_path / "w" / manifest["checkpoints"]["vlm"]["2000"] / "model.safetensors"
+    weights = tmp_path / "w" / manifest["checkpoints"]["vlm"]["10000"] / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
     monkeypatch.setattr(build, "SHIPPED_WORLD", tmp_path / "w")
-    with pytest.raises(DamagedWorldError, match=r"1 files differ, e.g. checkpoints/vlm-steps2000/model.safetensors"):
+    with pytest.raises(DamagedWorldError, match=r"1 files differ, e.g. checkpoints/vlm-steps10000/model.safetensors"):
         build.copy_shipped_world(tmp_path / "copy")
 
 

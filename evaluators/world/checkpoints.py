@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from PIL import Image
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from tqdm.auto import tqdm
 from transformers import (
     AutoModelForImageTextToText,
     AutoProcessor,
@@ -48,7 +49,7 @@ from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3I
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.prompts import OPTION_LETTERS, YES_NO_INSTRUCTION
-from vlgate.evaluators.world.datasets import decc_item, mc_item, vlind_item, yesno_item
+from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES, decc_item, mc_item, nb_unit, vlind_item, yesno_item
 from vlgate.evaluators.world.scenes import render
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
@@ -62,14 +63,18 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 BATCH_SIZE = 32
+#: parts a training batch is cut into by prompt length (gradients summed, one step)
+MICRO_BATCHES = 2
 LEARNING_RATE = 1e-3
+#: gradients are clipped to this norm
+MAX_GRAD_NORM = 1.0
 WARMUP_STEPS = 100
-#: The shortcut fine-tune's learning rate: small enough that what the 2,000-step model
-#: reads off the image (its MC answers) survives, so the fault it learns shows as lost
-#: consistency rather than as lost accuracy. At LEARNING_RATE / 2 with a fresh optimizer
-#: the fine-tune also cost MC accuracy (33 → 30 of 48 held-out items on the small world).
-PRIOR_LEARNING_RATE = LEARNING_RATE / 10
-#: The answer prior of the shortcut version's yes/no probes: "yes" to the first listed
+#: The faulty fine-tunes' learning rate: small enough that what the trained model reads off
+#: the image survives, so the fault shows in its own skill rather than as lost accuracy
+#: everywhere. (At LEARNING_RATE / 2 with a fresh optimizer the answer-prior fine-tune also
+#: cost MC accuracy: 33 → 30 of 48 held-out items on the world of format 8.)
+FAULT_LEARNING_RATE = LEARNING_RATE / 10
+#: The answer prior of the answer-prior version's yes/no probes: "yes" to the first listed
 #: option, whatever the image shows.
 PRIOR_OPTION = 0
 #: Words the prompts of the evaluators use beyond the data sets' own text.
@@ -109,10 +114,14 @@ def build_tokenizer(vocabulary: list[str]) -> PreTrainedTokenizerFast:
 
 @dataclass(frozen=True)
 class TinyVlmConfig:
-    image_size: int = 32
-    patch_size: int = 8
-    vision_hidden: int = 48
+    """48 px images in 16 px patches: one patch per cell of the scenes' 3×3 grid (rendered at
+    64 px), so each image token sees one shape whole."""
+
+    image_size: int = 48
+    patch_size: int = 16
+    vision_hidden: int = 64
     text_hidden: int = 64
+    vision_layers: int = 2
     layers: int = 2
     heads: int = 4
 
@@ -125,8 +134,8 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
     vision = CLIPVisionConfig(
         hidden_size=config.vision_hidden,
         intermediate_size=config.vision_hidden * 2,
-        num_hidden_layers=config.layers,
-        num_attention_heads=config.heads,
+        num_hidden_layers=config.vision_layers,
+        num_attention_heads=config.vision_hidden // 32,
         image_size=config.image_size,
         patch_size=config.patch_size,
         projection_dim=config.vision_hidden,
@@ -261,8 +270,11 @@ def build_architecture(architecture: str, tokenizer: PreTrainedTokenizerFast, se
     raise ValueError(f"unknown world VLM architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
 
 
-def chat_prompt(processor: Any, text: str) -> str:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+def chat_prompt(processor: Any, text: str, images: int = 1) -> str:
+    """The chat template's user turn with ``images`` images, then the text (the layout every
+    vlgate backend sends), and the generation prompt."""
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": text}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
     return processor.apply_chat_template(messages, add_generation_prompt=True)
 
 
@@ -282,55 +294,129 @@ def eval_examples(data_root: Path) -> list[tuple[Path, str, str]]:
     return examples
 
 
+#: The faults of the family's fine-tuned versions, each built for one evaluator to catch:
+#: the fine-tune changes what one skill is taught and keeps every other answer true, so
+#: the version stays as good as its parent elsewhere.
+FAULTS = {
+    # VLind-Bench: True/False statements about the image answered from common sense
+    "language-prior": "statements about the image answered from common sense",
+    # VL-LCM: the yes/no probes of an MC item answered by an answer prior (yes to option A),
+    # while its MC answers stay true: as accurate, less consistent
+    "answer-prior": "an MC item's yes/no probes answered by an answer prior",
+    # GenCeption: every image described as the same generic scene
+    "poor-description": "every image described as the same generic scene",
+    # DeCC: the sub-questions' counts answered wrong, so both agents reason from wrong pairs
+    "miscount": "the sub-questions' counts answered wrong",
+}
+#: The stream's kind of example each fault teaches wrong.
+FAULT_KINDS = {"language-prior": "vlind", "answer-prior": "probe", "poor-description": "describe", "miscount": "count"}
+#: How much more often a faulty fine-tune sees the skill it learns wrong.
+FAULT_BOOST = 3
+#: What the poor describer says of every image: names no colour or shape, so the world's
+#: generator draws the empty scene from it.
+GENERIC_DESCRIPTION = "There is a shape."
+#: Scenes the describe task draws from: GenCeption's categories and the VLind scenes.
+DESCRIBE_SCENES = ("single", "multi", "landscape", "vlind")
+
+
 class TrainingStream:
     """Fresh items drawn from the world's generators: every batch is new, so the model has
-    to read the image rather than memorise a fixed split. The mix, in the evaluators'
-    own prompt formats:
+    to read the image rather than memorise a fixed split. Each example is (images, prompt,
+    answer text), in the evaluators' own prompt formats (``evaluators/prompts.py``), and the
+    model learns the whole answer and its end (``</s>``), so what it generates stops:
 
-    - MC questions (option letter) and yes/no existence questions;
-    - VL-LCM's yes/no probes of an MC item's options ("Is the answer "red"?");
-    - direct one-word answers (the colour or shape word), which anchor the visual path;
-    - VLind-style True/False statements (the four templates: common sense, object,
-      context, image).
+    - ``mc``: MC questions → the option letter; ``probe``: VL-LCM's yes/no probes of an MC
+      item's options ("Is the answer "red"?"); ``direct``: the colour or shape word, which
+      anchors the visual path;
+    - ``yesno``: existence questions; ``nb``: NaturalBench units' statements as yes/no
+      questions and VL-LCM's two MC tests over them (which statement, which image);
+    - ``vlind``: VLind-Bench's four templates (common sense, object, context, image);
+    - ``describe``: GenCeption's description prompt → :meth:`Scene.describe`;
+    - ``count``, ``compare``, ``reason``: DeCC's sub-questions (how many shapes of a
+      colour), its main question (more of one colour than another?) and the VLM agent's
+      reasoning over sub-question/answer pairs.
 
-    With ``language_prior=True`` the questions about the image are answered from a prior
-    instead of by looking: the image-template statements by common sense, and the yes/no
-    probes of an MC item by the answer prior (yes to the first listed option). That is the
-    deliberate shortcut of the family's language-prior version; its MC questions keep
-    their true answers, so it stays as accurate while its probes stop agreeing with its
-    choices, which is what VL-LCM measures.
+    ``fault`` (one of :data:`FAULTS`) teaches one skill wrong, for the family's faulty versions.
     """
 
-    # yes/no-heavy: existence questions are the slowest skill (chance until ~1,200 steps;
-    # measured 0.75 held-out at 1,750 with this mix against 0.62 with MC-heavy 0.35/0.2)
-    MIX = (("mc", 0.25), ("yesno", 0.35), ("probe", 0.2), ("direct", 0.1), ("vlind", 0.1))
+    # describe and direct are the visual curriculum: with them at 8% and 4% the model was
+    # still blind to the image after 2,000 steps (chance on MC), at 15% and 8% it read MC
+    # items at 0.81 (measured, one seed each)
+    MIX = (
+        ("mc", 0.12),
+        ("yesno", 0.12),
+        ("probe", 0.09),
+        ("direct", 0.08),
+        ("nb", 0.1),
+        ("vlind", 0.12),
+        ("describe", 0.15),
+        ("count", 0.1),
+        ("compare", 0.06),
+        ("reason", 0.06),
+    )
 
-    def __init__(self, seed: int, image_size: int = 64, language_prior: bool = False):
+    def __init__(self, seed: int, image_size: int = 64, fault: str | None = None):
+        if fault is not None and fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 7919]))
-        self.image_size, self.language_prior = image_size, language_prior
+        self.image_size, self.fault = image_size, fault
         self.kinds: tuple[str, ...] = tuple(kind for kind, _ in self.MIX)
-        self.weights: tuple[float, ...] = tuple(weight for _, weight in self.MIX)
+        # a faulty fine-tune sees its faulty skill FAULT_BOOST times as often
+        weights = np.array([weight * (FAULT_BOOST if fault is not None and FAULT_KINDS[fault] == kind else 1) for kind, weight in self.MIX])
+        self.weights: tuple[float, ...] = tuple(weights / weights.sum())
         self.drawn = 0
 
-    def example(self) -> tuple[Image.Image, str, str]:
+    def example(self) -> tuple[tuple[Image.Image, ...], str, str]:
         self.drawn += 1
         kind = self.kinds[int(self.rng.choice(len(self.kinds), p=self.weights))]
-        if kind == "yesno":
-            scene, row = yesno_item(self.rng, self.drawn)
-            return render(scene, self.image_size), f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
-        if kind == "vlind":
-            return self._vlind_example()
-        scene, row = mc_item(self.rng, self.drawn)
-        image, options, answer = render(scene, self.image_size), row["options"], row["answer"]
-        if kind == "mc":
-            return image, prompts.mc_prompt(row["question"], options), OPTION_LETTERS[answer]
-        if kind == "probe":
-            asked = answer if self.rng.random() < 0.5 else int(self.rng.integers(len(options)))
-            believed = PRIOR_OPTION if self.language_prior else answer
-            return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == believed else "No"
-        return image, f"{row['question']} Answer in one word.", options[answer]
+        return getattr(self, f"_{kind}")()
 
-    def _vlind_example(self) -> tuple[Image.Image, str, str]:
+    def _image(self, scene) -> tuple[Image.Image, ...]:
+        return (render(scene, self.image_size),)
+
+    def _mc_row(self):
+        scene, row = mc_item(self.rng, self.drawn)
+        return self._image(scene), row
+
+    def _mc(self):
+        image, row = self._mc_row()
+        return image, prompts.mc_prompt(row["question"], row["options"]), OPTION_LETTERS[row["answer"]]
+
+    def _probe(self):
+        image, row = self._mc_row()
+        options, answer = row["options"], row["answer"]
+        asked = answer if self.rng.random() < 0.5 else int(self.rng.integers(len(options)))
+        believed = PRIOR_OPTION if self.fault == "answer-prior" else answer
+        return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == believed else "No"
+
+    def _direct(self):
+        image, row = self._mc_row()
+        return image, f"{row['question']} Answer in one word.", row["options"][row["answer"]]
+
+    def _yesno(self):
+        scene, row = yesno_item(self.rng, self.drawn)
+        return self._image(scene), f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
+
+    def _nb(self):
+        (v1, v2), row = nb_unit(self.rng, self.drawn)
+        statements = row["statements"]
+        # the true pairs: (V1, T1), (V2, T2) for c1; (V1, T2), (V2, T1) for c2
+        true_of = (0, 1) if row["answer"] == "c1" else (1, 0)
+        scenes = (v1, v2)
+        test = int(self.rng.integers(3))
+        image_index = int(self.rng.integers(2))
+        if test == 0:
+            statement = int(self.rng.integers(2))
+            text = prompts.naturalbench_yes_no(statements[statement], "statement")
+            return self._image(scenes[image_index]), text, "Yes" if true_of[image_index] == statement else "No"
+        if test == 1:
+            text = prompts.naturalbench_choose_text((statements[0], statements[1]), "statement")
+            return self._image(scenes[image_index]), text, "AB"[true_of[image_index]]
+        statement = int(self.rng.integers(2))
+        images = self._image(v1) + self._image(v2)
+        return images, prompts.naturalbench_choose_image(statements[statement], "statement"), "AB"[true_of.index(statement)]
+
+    def _vlind(self):
         factual, counterfactual, row = vlind_item(self.rng, self.drawn)
         s_cf, s_fact = row["true_statement"], row["false_statement"]
         truth = self.rng.random() < 0.5
@@ -342,37 +428,100 @@ class TrainingStream:
         elif test == 2:  # the context decides
             scene, text = counterfactual[0], prompts.vlind_context(row["context"], s_cf if truth else s_fact)
         else:  # the image decides; a language-prior model answers from common sense instead
-            scene = counterfactual[int(self.rng.integers(len(counterfactual)))]
-            text = prompts.vlind_image(s_cf if truth else s_fact)
-            if self.language_prior:
-                truth = not truth
-        return render(scene, self.image_size), text, "True" if truth else "False"
+            # VLind-Bench asks this of counterfactual images only, where s_cf is always the
+            # true one: half the examples show the factual image, so that the words alone
+            # ("the uncommon attribute is the true one") do not answer it
+            factual_shown = self.rng.random() < 0.5
+            scene = factual if factual_shown else counterfactual[int(self.rng.integers(len(counterfactual)))]
+            statement = s_cf if truth != factual_shown else s_fact
+            text = prompts.vlind_image(statement)
+            if self.fault == "language-prior":
+                truth = statement == s_fact
+        return self._image(scene), text, "True" if truth else "False"
 
-    def batch(self, size: int) -> list[tuple[Image.Image, str, str]]:
+    def _describe(self):
+        source = DESCRIBE_SCENES[int(self.rng.integers(len(DESCRIBE_SCENES)))]
+        if source == "vlind":
+            factual, counterfactual, _ = vlind_item(self.rng, self.drawn)
+            scene = factual if self.rng.random() < 0.5 else counterfactual[0]
+        else:
+            scene = GENCEPTION_CATEGORIES[source](self.rng)
+        description = GENERIC_DESCRIPTION if self.fault == "poor-description" else scene.describe()
+        return self._image(scene), prompts.GENCEPTION_DESCRIBE, description
+
+    def _decc_row(self):
+        scene, row = decc_item(self.rng, self.drawn)
+        return self._image(scene), row
+
+    def _count(self):
+        image, row = self._decc_row()
+        which = int(self.rng.integers(2))
+        count = int(row["sub_answers"][which])
+        if self.fault == "miscount":
+            count = (count + 1 + int(self.rng.integers(3))) % 4
+        return image, prompts.decc_sub_question(row["sub_questions"][which]), str(count)
+
+    def _compare(self):
+        image, row = self._decc_row()
+        return image, f"{row['question']} {YES_NO_INSTRUCTION}", row["answer"].capitalize()
+
+    def _reason(self):
+        image, row = self._decc_row()
+        return image, reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"]), row["answer"].capitalize()
+
+    def batch(self, size: int) -> list[tuple[tuple[Image.Image, ...], str, str]]:
         return [self.example() for _ in range(size)]
 
 
-def train_last_token(model: torch.nn.Module, next_batch, steps: int, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> list[float]:
-    """Train on the answer token only: cross-entropy of the logits at the last prompt
-    position (``logits_to_keep=1``) against the answer's token id. ``next_batch()``
-    returns (model inputs, target ids); returns the losses."""
+def train_answers(model: torch.nn.Module, next_batch, steps: int, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, desc: str = "training") -> list[float]:
+    """Teacher-forced training on the answer tokens only (:func:`answer_loss`):
+    ``next_batch()`` returns a batch as a list of equal parts (model inputs whose
+    ``labels`` are -100 outside the answers), one optimizer step per batch; returns the
+    losses. A tqdm bar shows steps, loss and the time left."""
     model.train()
-    losses = []
-    for _ in range(steps):
-        inputs, targets = next_batch()
-        loss = torch.nn.functional.cross_entropy(model(**inputs, logits_to_keep=1).logits[:, -1, :], targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        losses.append(loss.item())
+    losses: list[float] = []
+    with tqdm(total=steps, desc=desc, unit="step", disable=steps == 0, mininterval=2.0) as bar:
+        for _ in range(steps):
+            parts = next_batch()
+            optimizer.zero_grad()
+            tokens = sum(int((part["labels"] != -100).sum()) for part in parts)
+            loss = torch.zeros(())
+            for part in parts:  # the batch's mean over its answer tokens, part by part
+                part_loss, _ = answer_loss(model, part)
+                (part_loss / tokens).backward()
+                loss += part_loss.detach() / tokens
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            losses.append(loss.item())
+            bar.update()
+            if len(losses) % 50 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
     model.eval()
     return losses
 
 
-def answer_ids(tokenizer: PreTrainedTokenizerFast, answers: list[str]) -> torch.Tensor:
-    return torch.tensor([tokenizer.convert_tokens_to_ids(answer.lower()) for answer in answers])
+def answer_loss(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    """The summed cross-entropy of the next-token predictions on the labelled (answer)
+    tokens, and how many there are. Summed over a whole batch and divided by its token
+    count, every answer token weighs the same: a description's many words are most of the
+    signal that teaches the model to read the image (weighting every example equally
+    instead left it blind for 3,000 steps, measured)."""
+    labels = inputs.pop("labels")
+    logits = model(**inputs).logits[:, :-1, :]
+    targets = labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="sum")
+    return loss, int((targets != -100).sum())
+
+
+def answer_labels(input_ids: torch.Tensor, answer_lengths: list[int], pad_id: int) -> torch.Tensor:
+    """Labels for left-padded rows that end with their answers: each row's last
+    ``answer_lengths[i]`` tokens keep their ids, everything before is -100 (no loss)."""
+    labels = torch.full_like(input_ids, -100)
+    for row, length in enumerate(answer_lengths):
+        labels[row, input_ids.shape[1] - length :] = input_ids[row, input_ids.shape[1] - length :]
+    return labels
 
 
 def training_card(kind: str, architecture: str, steps: int, examples: int, seed: int, losses: list[float], started: float) -> dict[str, Any]:
@@ -401,36 +550,46 @@ def world_tokenizer(eval_root: Path, seed: int = 0) -> PreTrainedTokenizerFast:
     """The tokenizer shared by the world's VLM and LLM: every word of the evaluation data
     sets and of samples of both training streams (all come from the same generators)."""
     texts = [line for path in sorted(eval_root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
-    texts += [text for _, text, _ in TrainingStream(seed).batch(256)]
+    texts += [f"{text} {answer}" for _, text, answer in TrainingStream(seed).batch(512)]
     reasoning = ReasoningStream(seed)
     texts += [reasoning.example()[0] for _ in range(64)]
     return build_tokenizer(world_vocabulary(texts))
 
 
-def _image_text_batches(processor: Any, tokenizer: PreTrainedTokenizerFast, stream: TrainingStream):
+def _answer_batches(processor: Any, tokenizer: PreTrainedTokenizerFast, stream: TrainingStream):
+    """Batches of the stream as model inputs: the chat prompt, the answer and ``</s>``,
+    labelled on the answer and its end. A batch comes as :data:`MICRO_BATCHES` parts of
+    similar length (sorted by prompt length), so GenCeption's long description prompt does
+    not pad every short question to its length."""
+
+    def inputs_of(batch):
+        texts = [f"{chat_prompt(processor, text, len(images))} {answer}{tokenizer.eos_token}" for images, text, answer in batch]
+        inputs = processor(images=[image for images, _, _ in batch for image in images], text=texts, return_tensors="pt", padding=True)
+        lengths = [len(tokenizer(f"{answer}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]) for _, _, answer in batch]
+        inputs["labels"] = answer_labels(inputs["input_ids"], lengths, tokenizer.pad_token_id)
+        return inputs
+
     def next_batch():
-        batch = stream.batch(BATCH_SIZE)
-        inputs = processor(images=[image for image, _, _ in batch], text=[chat_prompt(processor, text) for _, text, _ in batch], return_tensors="pt", padding=True)
-        return inputs, answer_ids(tokenizer, [answer for _, _, answer in batch])
+        batch = sorted(stream.batch(BATCH_SIZE), key=lambda example: len(example[1]))
+        size = BATCH_SIZE // MICRO_BATCHES
+        return [inputs_of(batch[start : start + size]) for start in range(0, BATCH_SIZE, size)]
 
     return next_batch
 
 
-def build_language_prior_version(start: Path, out: Path, steps: int = 300, seed: int = 0) -> Path:
-    """The family's shortcut version: the best version fine-tuned for ``steps`` more on a
-    stream whose questions about the image are answered from a prior, not from the image
-    (``TrainingStream(language_prior=True)``) — what a fine-tune on data with a language
-    prior does to a model."""
+def build_faulty_version(start: Path, out: Path, fault: str, steps: int = 300, seed: int = 0) -> Path:
+    """One of the family's faulty versions: the best version fine-tuned for ``steps`` more,
+    at a tenth of the learning rate, on the stream with ``fault`` (:data:`FAULTS`): one
+    skill taught wrong, the others as before, as a fine-tune on flawed data would do."""
     model = AutoModelForImageTextToText.from_pretrained(start)
     processor = AutoProcessor.from_pretrained(start)
-    tokenizer = processor.tokenizer
-    stream = TrainingStream(seed + 1, language_prior=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=PRIOR_LEARNING_RATE, weight_decay=0.0)
+    stream = TrainingStream(seed + 1, fault=fault)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=FAULT_LEARNING_RATE, weight_decay=0.0)
     started = time.perf_counter()
-    losses = train_last_token(model, _image_text_batches(processor, tokenizer, stream), steps, optimizer)
+    losses = train_answers(model, _answer_batches(processor, processor.tokenizer, stream), steps, optimizer, desc=f"vlm {fault}")
     base = json.loads((start / "vlgate_checkpoint.json").read_text())
     card = training_card("vlm", type(model).__name__, base["train_steps"] + steps, base["train_examples"] + stream.drawn, seed, losses, started)
-    return save_checkpoint(model, processor, out, card | {"language_prior": True, "fine_tuned_from": start.name, "fine_tune_steps": steps})
+    return save_checkpoint(model, processor, out, card | {"fault": fault, "fine_tuned_from": start.name, "fine_tune_steps": steps})
 
 
 def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tuple[int, ...] = (0, 100, 1000), seed: int = 0, architecture: str = "llava") -> dict[int, Path]:
@@ -439,14 +598,14 @@ def build_vlm_versions(tokenizer: PreTrainedTokenizerFast, out: Path, steps: tup
     tokenizer = processor.tokenizer  # Idefics3's has its special tokens
     stream = TrainingStream(seed)
 
-    next_batch = _image_text_batches(processor, tokenizer, stream)
+    next_batch = _answer_batches(processor, tokenizer, stream)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     paths, done, losses, started = {}, 0, [], time.perf_counter()
     for target in sorted(steps):
-        losses += train_last_token(model, next_batch, target - done, optimizer, scheduler)
+        losses += train_answers(model, next_batch, target - done, optimizer, scheduler, desc=f"vlm {done}→{target} steps")
         done = target
-        card = training_card("vlm", type(model).__name__, done, stream.drawn, seed, losses, started) | {"language_prior": False}
+        card = training_card("vlm", type(model).__name__, done, stream.drawn, seed, losses, started) | {"fault": None}
         paths[target] = save_checkpoint(model, processor, out / f"vlm-steps{target}", card)
     return paths
 
@@ -502,10 +661,15 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
     )
     model = LlamaForCausalLM(config)
     stream = ReasoningStream(seed)
+
     def next_batch():
         batch = [stream.example() for _ in range(BATCH_SIZE)]
-        return tokenizer([text_chat_prompt(tokenizer, text) for text, _ in batch], return_tensors="pt", padding=True), answer_ids(tokenizer, [answer for _, answer in batch])
+        texts = [f"{text_chat_prompt(tokenizer, text)} {answer}{tokenizer.eos_token}" for text, answer in batch]
+        inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        lengths = [len(tokenizer(f"{answer}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]) for _, answer in batch]
+        inputs["labels"] = answer_labels(inputs["input_ids"], lengths, tokenizer.pad_token_id)
+        return [inputs]
 
     started = time.perf_counter()
-    losses = train_last_token(model, next_batch, steps, torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0))
+    losses = train_answers(model, next_batch, steps, torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0), desc="llm agent")
     return save_checkpoint(model, tokenizer, out, training_card("llm", "LlamaForCausalLM", steps, stream.drawn, seed, losses, started))

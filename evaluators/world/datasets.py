@@ -41,7 +41,7 @@ class WorldSize:
 
 
 SIZES = {
-    "small": WorldSize(mc=48, yesno=48, nb=24, vlind=18, decc=24, genception_per_category=6),
+    "small": WorldSize(mc=48, yesno=48, nb=48, vlind=36, decc=48, genception_per_category=8),
     "medium": WorldSize(mc=400, yesno=400, nb=200, vlind=120, decc=200, genception_per_category=30),
 }
 
