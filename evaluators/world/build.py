@@ -20,7 +20,7 @@ rounding of the CPU's kernels still differs between machines, and training ampli
 two machines of the same kind built versions that told different stories (on one the
 shortcut version was the more accurate, on the other the less). So the default world is
 built once (``vlgate make-world --from-code --out evaluators/world/shipped``), committed
-under ``evaluators/world/shipped/`` (safetensors, about 6 MB) and copied from there: the
+under ``evaluators/world/shipped/`` (safetensors, about 11 MB) and copied from there: the
 demo and the tests that need trained behaviour see the same weights on every machine.
 ``--from-code`` still trains everything here; a world of another size, seed or step count
 is always trained.

@@ -1,18 +1,20 @@
-"""Tiny checkpoints built from configs and briefly trained on the synthetic world.
+"""Tiny checkpoints built from configs and trained on the synthetic world.
 
 Everything is saved as a safetensors folder that ``from_pretrained`` loads with
 no network, exactly as a real model would be loaded:
 
 - a word-level tokenizer over the world's vocabulary, with a LLaVA-1.5-style chat template;
-- a VLM loadable by ``AutoModelForImageTextToText`` / ``AutoProcessor``, trained on
-  freshly drawn MC and yes/no items (loss on the answer token only: the option letter, or
-  Yes/No). Two architectures: LLaVA (CLIP vision tower + Llama; the default world) and
-  Idefics3 (SmolVLM-style; head sizes of 32, which vLLM's CPU attention accepts, so both
-  the transformers and the vLLM backends serve it);
-- a ViT image encoder (random weights) for GenCeption.
+- a VLM loadable by ``AutoModelForImageTextToText`` / ``AutoProcessor``, trained on a
+  stream of freshly drawn items of every skill the five evaluators measure
+  (:class:`TrainingStream`), learning whole answers and their end. Two architectures:
+  LLaVA (CLIP vision tower + Llama; the default world) and Idefics3 (SmolVLM-style; head
+  sizes of 32, which vLLM's CPU attention accepts, so both the transformers and the vLLM
+  backends serve it);
+- a text-only Llama, DeCC's LLM agent, trained on reasoning over sub-answers;
+- a ViT image encoder (random weights) for the drift suite's GenCeption.
 
-The version family the gate decides between is one training run saved at
-0 (untrained), N and 10·N steps.
+The version family the gate decides between is one training run saved at several step
+counts, and the trained version fine-tuned with one fault each (:data:`FAULTS`).
 """
 
 from __future__ import annotations
