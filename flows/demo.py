@@ -87,10 +87,11 @@ workers: 1
 
 #: The unlabelled batches of the drift step: (folder under $VLGATE_HOME/batches, seed,
 #: how far the images are washed out towards grey with noise; 0 = the world's own).
-#: Measured on the small world's champion (64 items): at 0.7 no label-free score moved
-#: beyond noise; at 0.95 GenCeption's similarity falls 0.961 → 0.866 (KS p ≈ 1e-7), while
-#: the clean batch stays within noise on every score. 32 items were too few: DeCC's
-#: reliability (0 or 1 per item) moved by 0.1 between two clean batches.
+#: Measured on the small world's champion (64 items): at 0.95 GenCeption's similarity
+#: falls 1.00 → 0.89 (KS p ≈ 3e-9) and NaturalBench-format LCM 0.50 → 0.28 (p ≈ 2e-4),
+#: while the clean batch stays within noise on every score (world format 9; on format 8,
+#: 0.7 moved no score beyond noise). 32 items were too few: DeCC's reliability (0 or 1
+#: per item) moved by 0.1 between two clean batches.
 DRIFT_BATCHES = (("reference", 1, 0.0), ("incoming-clean", 2, 0.0), ("incoming-shifted", 3, 0.95))
 DRIFT_BATCH_ITEMS = 64
 
