@@ -78,6 +78,18 @@ class EmbeddedImage:
         return check_image(self.path, field, verify)
 
 
+def read_json_list(path: Path, of: str) -> list[Any]:
+    """The top-level list of a ``.json`` file; a file that cannot be parsed at all, or is
+    not a list (of ``of``, as the message says), is a ValueError."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(value, list):
+        raise ValueError(f"{path}: expected a JSON list of {of}, got {type(value).__name__}")
+    return value
+
+
 def read_rows(path: Path) -> Rows:
     """The objects of a ``.jsonl`` file (one per line) or a ``.json`` file (a list of objects).
 
@@ -89,14 +101,8 @@ def read_rows(path: Path) -> Rows:
         rows = [Row(record, f"{path}:{line}") for record, line in zip(parsed.records, parsed.lines)]
         errors = [ItemError(f"{path}:{error.line}", None, None, error.message) for error in parsed.errors]
         return Rows(rows, errors, path)
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(value, list):
-        raise ValueError(f"{path}: expected a JSON list of objects, got {type(value).__name__}")
     rows, errors = [], []
-    for index, entry in enumerate(value):
+    for index, entry in enumerate(read_json_list(path, "objects")):
         if isinstance(entry, dict):
             rows.append(Row(entry, f"{path}[{index}]"))
         else:

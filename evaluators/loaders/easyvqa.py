@@ -60,11 +60,10 @@ options=("rectangle", "circle", "triangle"), answer=2, category="shape")``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, check_image, load_rows, text
+from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, check_image, load_rows, read_json_list, text
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset, McItem
 from vlgate.evaluators.loaders.pairing import YesNoItem
 
@@ -104,15 +103,9 @@ def read_questions(path: Path) -> Rows:
     An entry that is not a list of three is one ItemError; a file that is no JSON list is a
     ValueError."""
     path = Path(path)
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(value, list):
-        raise ValueError(f"{path}: expected a JSON list of [question, answer, image_id] lists, got {type(value).__name__}")
     split = path.parent.name
     rows, errors = [], []
-    for index, entry in enumerate(value):
+    for index, entry in enumerate(read_json_list(path, "[question, answer, image_id] lists")):
         source = f"{path}[{index}]"
         if isinstance(entry, list) and len(entry) == len(FIELDS):
             rows.append(Row({"id": f"{split}-{index}", **dict(zip(FIELDS, entry))}, source))
