@@ -489,7 +489,7 @@ def train_answers(model: torch.nn.Module, next_batch, steps: int, optimizer: tor
             tokens = sum(int((part["labels"] != -100).sum()) for part in parts)
             loss = torch.zeros(())
             for part in parts:  # the batch's mean over its answer tokens, part by part
-                part_loss, _ = answer_loss(model, part)
+                part_loss = answer_loss(model, part)
                 (part_loss / tokens).backward()
                 loss += part_loss.detach() / tokens
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
@@ -504,25 +504,29 @@ def train_answers(model: torch.nn.Module, next_batch, steps: int, optimizer: tor
     return losses
 
 
-def answer_loss(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[torch.Tensor, int]:
+def answer_loss(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     """The summed cross-entropy of the next-token predictions on the labelled (answer)
-    tokens, and how many there are. Summed over a whole batch and divided by its token
-    count, every answer token weighs the same: a description's many words are most of the
-    signal that teaches the model to read the image (weighting every example equally
-    instead left it blind for 3,000 steps, measured)."""
-    labels = inputs.pop("labels")
-    logits = model(**inputs).logits[:, :-1, :]
-    targets = labels[:, 1:]
-    loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="sum")
-    return loss, int((targets != -100).sum())
+    tokens. Summed over a whole batch and divided by its token count, every answer token
+    weighs the same: a description's many words are most of the signal that teaches the
+    model to read the image (weighting every example equally instead left it blind for
+    3,000 steps, measured)."""
+    logits = model(**{name: value for name, value in inputs.items() if name != "labels"}).logits[:, :-1, :]
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), inputs["labels"][:, 1:], ignore_index=-100, reduction="sum")
 
 
-def answer_labels(input_ids: torch.Tensor, answer_lengths: list[int], pad_id: int) -> torch.Tensor:
-    """Labels for left-padded rows that end with their answers: each row's last
-    ``answer_lengths[i]`` tokens keep their ids, everything before is -100 (no loss)."""
+def with_answer(prompt: str, answer: str, tokenizer: PreTrainedTokenizerFast) -> str:
+    """A training text: the chat prompt, then the answer and its end (``</s>``)."""
+    return f"{prompt} {answer}{tokenizer.eos_token}"
+
+
+def answer_labels(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerFast, answers: list[str]) -> torch.Tensor:
+    """Labels for left-padded rows that end with their answers and ``</s>``: each row's
+    answer tokens keep their ids, everything before is -100 (no loss)."""
     labels = torch.full_like(input_ids, -100)
-    for row, length in enumerate(answer_lengths):
-        labels[row, input_ids.shape[1] - length :] = input_ids[row, input_ids.shape[1] - length :]
+    width = input_ids.shape[1]
+    for row, answer in enumerate(answers):
+        length = len(tokenizer(f"{answer}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"])
+        labels[row, width - length :] = input_ids[row, width - length :]
     return labels
 
 
@@ -565,10 +569,9 @@ def _answer_batches(processor: Any, tokenizer: PreTrainedTokenizerFast, stream: 
     not pad every short question to its length."""
 
     def inputs_of(batch):
-        texts = [f"{chat_prompt(processor, text, len(images))} {answer}{tokenizer.eos_token}" for images, text, answer in batch]
+        texts = [with_answer(chat_prompt(processor, text, len(images)), answer, tokenizer) for images, text, answer in batch]
         inputs = processor(images=[image for images, _, _ in batch for image in images], text=texts, return_tensors="pt", padding=True)
-        lengths = [len(tokenizer(f"{answer}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]) for _, _, answer in batch]
-        inputs["labels"] = answer_labels(inputs["input_ids"], lengths, tokenizer.pad_token_id)
+        inputs["labels"] = answer_labels(inputs["input_ids"], tokenizer, [answer for _, _, answer in batch])
         return inputs
 
     def next_batch():
@@ -666,10 +669,9 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
 
     def next_batch():
         batch = [stream.example() for _ in range(BATCH_SIZE)]
-        texts = [f"{text_chat_prompt(tokenizer, text)} {answer}{tokenizer.eos_token}" for text, answer in batch]
+        texts = [with_answer(text_chat_prompt(tokenizer, text), answer, tokenizer) for text, answer in batch]
         inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        lengths = [len(tokenizer(f"{answer}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]) for _, answer in batch]
-        inputs["labels"] = answer_labels(inputs["input_ids"], lengths, tokenizer.pad_token_id)
+        inputs["labels"] = answer_labels(inputs["input_ids"], tokenizer, [answer for _, answer in batch])
         return [inputs]
 
     started = time.perf_counter()
