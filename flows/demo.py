@@ -167,11 +167,14 @@ def _run_demo(console: Console, home: Path) -> int:
     # regenerated now so that every page has the drift checks and the final leaderboard
     with console.status("reports (plots, HTML, leaderboard)…"):
         reports = write_reports(client, MODEL_NAME, None, home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
-    table, rejections = results_table(client, home)
+    from vlgate.flows.service import service_status
+
+    status = service_status(home, MODEL_NAME)
+    table, rejections = results_table(client, status)
     console.print(table)
     for line in rejections:
         console.print(f"  {line}", highlight=False)
-    console.print(fault_table(home))
+    console.print(fault_table(status))
     console.print(correlation_table(client))
     if checks:
         console.print(drift_table(checks))
@@ -236,11 +239,9 @@ def drift_table(checks: list[dict]) -> Table:
     return table
 
 
-def results_table(client, home: Path) -> tuple[Table, list[str]]:
-    """Each version's headline metrics and decision, and the reasons of every rejection."""
-    from vlgate.flows.service import service_status
-
-    status = service_status(home, MODEL_NAME)
+def results_table(client, status: dict) -> tuple[Table, list[str]]:
+    """Each version's headline metrics and decision (``status``: ``service_status``'s), and
+    the reasons of every rejection."""
     table = Table(title=f"{MODEL_NAME}: every version's validation (★ champion)", box=box.SIMPLE_HEAD)
     table.add_column("version")
     table.add_column("decision")
@@ -267,16 +268,14 @@ def caught_by(reasons: list[str]) -> list[str]:
     return list(dict.fromkeys(name for name in named if name in registry.names()))
 
 
-def fault_table(home: Path) -> Table:
+def fault_table(status: dict) -> Table:
     """The story of the faulty versions: each was built for one evaluator to catch; which
-    evaluators' checks rejected it."""
-    from vlgate.flows.service import service_status
-
+    evaluators' checks rejected it (``status``: ``service_status``'s)."""
     built_for = {description: evaluator for _, description, evaluator in VERSIONS if evaluator}
     table = Table(title="the faulty versions, each built for one evaluator to catch", box=box.SIMPLE_HEAD)
     for column in ("version", "fault", "built for", "decision", "rejected by", ""):
         table.add_column(column)
-    for model in service_status(home, MODEL_NAME)["models"]:
+    for model in status["models"]:
         for version in model["versions"]:
             evaluator = built_for.get(version["description"])
             if evaluator is None:
