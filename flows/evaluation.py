@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prefect import flow, get_run_logger, task
+from prefect import Task, flow, get_run_logger, task
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
 from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 from vlgate.flows import progress
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.runners.base import ItemProgress
 
 
 def _tree_state(path: Path) -> list[tuple[str, int, int]]:
@@ -56,24 +62,55 @@ def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
     return "vlgate-evaluate-" + hashlib.sha256(json.dumps(material).encode()).hexdigest()
 
 
+class ShardTimedOut(TimeoutError):
+    """A shard ran past ``evaluation.task_timeout_s``. Final: running it again would only
+    run out of time again."""
+
+
+def within_time_limit(limit_s: float | None, on_progress: ItemProgress) -> ItemProgress:
+    """``on_progress`` that also stops the shard (raises :class:`ShardTimedOut`) when items
+    remain after ``limit_s`` seconds from now. Checked between batches, where the records so
+    far are written: Prefect's own ``timeout_seconds`` cannot stop a task in a worker thread
+    (it raises once the blocking call returns, or inside a half-written record). One batch is
+    bounded by the backend's own limits (``max_new_tokens``, the HTTP timeout)."""
+    started = time.monotonic()
+
+    def report(done: int, total: int) -> None:
+        on_progress(done, total)
+        elapsed = time.monotonic() - started
+        if limit_s is not None and done < total and elapsed > limit_s:
+            raise ShardTimedOut(f"stopped after {elapsed:.1f} s (evaluation.task_timeout_s = {limit_s:g}) with {total - done} of {total} items left")
+
+    return report
+
+
+def retry_unless_timed_out(_task: Task, _run: TaskRun, state: State) -> bool:
+    """Retry a failed shard (a flaky loader, a worker lost) unless it ran out of time."""
+    return not isinstance(state.result(raise_on_failure=False), TimeoutError)
+
+
 @task(
     name="evaluate-shard",
     retries=2,
     retry_delay_seconds=exponential_backoff(backoff_factor=5),
     retry_jitter_factor=0.5,
+    retry_condition_fn=retry_unless_timed_out,
     cache_key_fn=evaluator_cache_key,
     persist_result=True,
     result_serializer="json",
 )
-def evaluate_shard(model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str) -> dict[str, Any]:
+def evaluate_shard(
+    model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None
+) -> dict[str, Any]:
     """One shard of one evaluator on one version; raises (so Prefect retries) when it
     fails. Records are written as they complete, so a retry picks up where it stopped;
-    its items are published as they complete (``flows/progress.py``)."""
+    its items are published as they complete (``flows/progress.py``). Past
+    ``time_limit_s`` it stops for good (:func:`within_time_limit`)."""
     from vlgate.evaluators.runners.suite import Suite, run_evaluator_shard
 
     subject = progress.subject(model_name, version)
     progress.stage(subject, progress.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
-    items_done = progress.item_counter(subject, evaluator, shard=shard, shards=n_shards)
+    items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
     return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
 
 
@@ -97,10 +134,11 @@ def evaluate_version(
     from vlgate.evaluators.runners.suite import Suite
 
     model_uri = f"models:/{model_name}/{version}"
-    shard_task = evaluate_shard.with_options(timeout_seconds=task_timeout_s) if task_timeout_s else evaluate_shard
     merged, shards = {}, {}
     for name in Suite.from_file(suite_path).evaluators:
-        shards[name] = [shard_task.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir) for shard in range(n_shards)]
+        shards[name] = [
+            evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)
+        ]
         merged[name] = merge_evaluator.submit(suite_path, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
     entries: dict[str, EvaluatorSummary] = {}
     for name, future in merged.items():

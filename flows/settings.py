@@ -85,7 +85,7 @@ class EvaluationConfig(BaseModel):
     address: str | None = Field(default=None, description="dask: scheduler address; unset = a local cluster of `workers` processes")
     shards: int = Field(default=1, ge=1)
     task_timeout_s: float = Field(
-        default=6 * 3600, gt=0, description="one evaluator shard's time limit (each of its retries has the same); past it the evaluator failed"
+        default=6 * 3600, gt=0, description="one evaluator shard's time limit, checked between batches; past it the evaluator failed (not retried)"
     )
 
     def task_runner(self):

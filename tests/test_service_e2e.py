@@ -231,13 +231,17 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
 
 def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_forever(home, tiny_world):
     """``evaluation.task_timeout_s``: a shard that runs longer (a hung model, a looping
-    template) is stopped; the evaluator is an error, the version could not be judged, and
-    the claim is final (a time limit is not a transient fault)."""
+    template) is stopped between batches, once, not retried; the evaluator is an error, the
+    version could not be judged, and the claim is final (a time limit is not a transient
+    fault). The records written before the stop are kept."""
     world, _ = tiny_world
     suite = home / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
+    # one item per batch: loading the model alone takes longer than the limit, so the
+    # check before the first batch stops it with all four items left
+    evaluators = {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}
+    suite.write_text(yaml.safe_dump({"name": "smoke", "batch_size": 1, "evaluators": evaluators}))
     configure(home, {"slow": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
-    config = yaml.safe_load((home / "vlgate.yaml").read_text()) | {"evaluation": {"task_timeout_s": 0.05}}
+    config = yaml.safe_load((home / "vlgate.yaml").read_text()) | {"evaluation": {"task_timeout_s": 0.001}}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "slow", world / "checkpoints" / "vlm-steps3", home=home)
@@ -246,7 +250,8 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
     assert claim.state == "done" and claim.attempts == 1
     tags = client.get_model_version("slow", "1").tags
     assert tags[tracking.TAG_DECISION] == "rejected" and tags[tracking.TAG_OUTCOME] == "could not judge"
-    assert "lcm-mc" in tags[tracking.TAG_REASONS] and "TimeoutError" in tags[tracking.TAG_REASONS]
+    assert "lcm-mc" in tags[tracking.TAG_REASONS] and "ShardTimedOut" in tags[tracking.TAG_REASONS]
+    assert "with 4 of 4 items left" in tags[tracking.TAG_REASONS]
 
 
 def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_when_asked(home, tiny_world, capsys):
