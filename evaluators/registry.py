@@ -201,6 +201,10 @@ class EvaluatorDefinition:
     features: Callable[[list[dict[str, Any]], Path], list[np.ndarray] | None] | None = None
     #: (per-sample frame without ``id``, features) → the metrics of the features (FID)
     feature_metrics: Callable[[pd.DataFrame, list[np.ndarray]], dict[str, Any]] | None = None
+    #: (per-sample frame without ``id``, B × n row weights) → ``aggregate``'s metrics of B
+    #: reweighted copies at once, for the metrics it covers: the gate's bootstrap resamples
+    #: in one pass; None (or a metric it leaves out): each resample is aggregated
+    resampled: Callable[[pd.DataFrame, np.ndarray], dict[str, np.ndarray]] | None = None
     #: the report's figures for this evaluator's section, by kind (``dashboards/report.py``)
     report_figures: tuple[str, ...] = ()
     #: the example records under ``evaluators/examples/`` and, if any, their features file
@@ -325,6 +329,7 @@ register(
         schema=schemas.LcmMcSchema(),
         per_sample=lambda a: lcm_mc.per_sample(a["p_mc"], a["p_yes"], a["answer"]),
         aggregate=lcm_mc.aggregate,
+        resampled=lcm_mc.resampled,
         metrics=(
             Metric("lcm", required=True, headline=True, correlate_with=("lcm-mc/acc", "lcm-mc/j_acc", "lcm-mc/f1")),
             Metric("acc", labelled=True, headline=True),
@@ -368,6 +373,7 @@ register(
         schema=schemas.LcmNbSchema(),
         per_sample=lambda a: lcm_nb.per_sample(a["p_yes"], a["p_text"], a["p_image"], a["answer"]),
         aggregate=lcm_nb.aggregate,
+        resampled=lcm_nb.resampled,
         metrics=(
             Metric("lcm", required=True, headline=True, correlate_with=("lcm-nb/acc", "lcm-nb/g_acc", "lcm-nb/j_acc", "lcm-nb/f1")),
             Metric("acc", labelled=True, headline=True),
@@ -409,6 +415,7 @@ register(
         schema=schemas.VlindSchema(),
         per_sample=lambda a: vlind.per_sample(a["ck"], a["vp"], a["cb"], a["lp"], a["lp_instance"]),
         aggregate=vlind.aggregate,
+        resampled=vlind.resampled,
         # s_cb / s_lp are undefined when no instance passed the earlier stages (SPEC §2.3):
         # a finding about the model, not broken data, so they are not required
         metrics=(
@@ -448,6 +455,7 @@ register(
         schema=schemas.GenceptionSchema(),
         per_sample=lambda a: genception.per_sample(a["s"], a["category"]),
         aggregate=genception.aggregate,
+        resampled=genception.resampled,
         metrics=(
             Metric("gc@{T}", -1.0, 1.0, required=True, headline=True, correlate_with=("lcm-mc/acc",)),
             Metric("gc_image_mean@{T}", -1.0, 1.0, required=True),
@@ -479,6 +487,7 @@ register(
         schema=schemas.DeccSchema(),
         per_sample=lambda a: decc.per_sample(a["direct"], a["v1"], a["l1"], a["v2"], a["l2"], a["answer"]),
         aggregate=decc.aggregate,
+        resampled=decc.resampled,
         metrics=(
             Metric("reliable_rate/multi", required=True, headline=True, correlate_with=("decc/acc",)),
             *(Metric(f"reliable_rate/{s}", required=True) for s in _DECC_FIRST_ROUND if s != "multi"),

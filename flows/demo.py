@@ -164,9 +164,12 @@ def _run_demo(console: Console, home: Path) -> int:
     console.rule("5. result")
     from vlgate.dashboards.report import write_reports
 
-    # regenerated now so that every page has the drift checks and the final leaderboard
+    # the champion's page again, now with the drift checks, and the final leaderboard; every
+    # other page stays as its validation flow wrote it (as the service leaves them;
+    # `vlgate report` rebuilds them all)
+    champion = tracking.champion_version(client, MODEL_NAME)
     with console.status("reports (plots, HTML, leaderboard)…"):
-        reports = write_reports(client, MODEL_NAME, None, home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
+        reports = write_reports(client, MODEL_NAME, [champion] if champion else [], home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
     from vlgate.flows.service import service_status
 
     status = service_status(home, MODEL_NAME)
@@ -178,7 +181,6 @@ def _run_demo(console: Console, home: Path) -> int:
     console.print(correlation_table(client))
     if checks:
         console.print(drift_table(checks))
-    champion = tracking.champion_version(client, MODEL_NAME)
     if champion in reports.versions:
         console.print(f"\nreport of the champion v{champion}: {reports.versions[champion]}", highlight=False)
     console.print(f"leaderboard: {reports.leaderboard}", highlight=False)

@@ -69,6 +69,7 @@ from vlgate.config import load_yaml_model
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import (
     PairedDifference,
+    ResampledStatistic,
     bonferroni_adjusted,
     bootstrap_p_value,
     holm_adjusted,
@@ -388,6 +389,19 @@ def _statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | 
     return statistic
 
 
+def _resampled(evaluator: str, metric: str, frame: pd.DataFrame) -> ResampledStatistic | None:
+    """The metric of many resamples of a per-sample frame (with ``id``) at once, where the
+    evaluator's definition computes it so (``EvaluatorDefinition.resampled``); None otherwise."""
+    resampled = registry.get(evaluator).resampled
+    if resampled is None or metric not in resampled(frame.drop(columns="id"), np.zeros((0, len(frame)))):
+        return None
+
+    def statistic(frame: pd.DataFrame, counts: np.ndarray) -> np.ndarray:
+        return resampled(frame.drop(columns="id"), counts)[metric]
+
+    return statistic
+
+
 def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[_Comparison]:
     evaluator, _ = registry.split_metric(name)
     group_field = registry.get(evaluator).group_field or ""
@@ -436,7 +450,9 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
         mine_samples, their_samples = mine.samples, theirs.samples
         if comparison.ids is not None:
             mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
-        result = paired_bootstrap_difference(mine_samples, their_samples, _statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed)
+        result = paired_bootstrap_difference(
+            mine_samples, their_samples, _statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, _resampled(evaluator, metric, mine_samples)
+        )
         if result.lower is None or result.upper is None or result.difference is None:
             detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
             checks[n] = comparison.check(False, detail, judged=False, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)

@@ -349,3 +349,31 @@ def test_waivers_may_name_every_check_the_policy_makes():
     with pytest.raises(ValueError, match="needs decc, which the suite does not run"):
         policy.model_copy(update={"required": ["lcm-mc", "decc"]}).check_suite(["lcm-mc"])
     policy.check_suite(["lcm-mc", "decc"])
+
+
+def test_draw_counts_count_each_rows_draws():
+    from vlgate.evaluators.metrics.bootstrap import draw_counts
+
+    counts = draw_counts(np.array([[0, 0, 2], [1, 2, 1]]), 3)
+    assert counts.tolist() == [[2, 0, 1], [0, 2, 1]]
+
+
+def test_the_one_pass_bootstrap_draws_and_computes_what_resample_by_resample_does():
+    """``resampled`` (all resamples from their draw counts) gives the same resampled
+    differences, bounds and estimate as the statistic on each resample's frame."""
+    rng = np.random.default_rng(3)
+    candidate = pd.DataFrame({"id": [f"s{i}" for i in range(30)], "x": rng.random(30), "m": rng.random(30) < 0.6})
+    champion = candidate.assign(x=rng.random(30))
+
+    def share_of_x_in_m(frame):  # a ratio metric, undefined without an m row
+        return frame.loc[frame["m"], "x"].sum() / frame["m"].sum() if frame["m"].any() else None
+
+    def resampled(frame, counts):
+        x, m = frame["x"].to_numpy(), frame["m"].to_numpy(dtype=float)
+        return (counts @ (x * m)) / (counts @ m)
+
+    slow = paired_bootstrap_difference(candidate, champion, share_of_x_in_m, resamples=400)
+    fast = paired_bootstrap_difference(candidate, champion, share_of_x_in_m, resamples=400, resampled=resampled)
+    assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
+    assert (fast.lower, fast.upper, fast.difference) == pytest.approx((slow.lower, slow.upper, slow.difference), abs=1e-12)
+    assert fast.lower < fast.difference < fast.upper

@@ -346,3 +346,48 @@ def test_a_headline_metric_identical_across_the_last_versions_is_a_warning():
     assert identical_across_versions(table.loc[["2", "3"]], "3") == []  # fewer than three versions
     assert identical_across_versions(table, "7") == []  # a version not in the table
     assert [w.split(" is ")[0] for w in identical_across_versions(table, "2", last=2)] == ["vlind/s_ck"]  # v1, v2: 0.8 twice
+
+
+# --- the gate's one-pass bootstrap: ``resampled`` equals ``aggregate`` on every resample ---
+
+
+def _example_frame(evaluator: str, unlabel_every: int | None = None) -> pd.DataFrame:
+    """The evaluator's example records as a per-sample frame (``id`` dropped); with
+    ``unlabel_every=k`` every k-th record loses its label (a partly labelled set)."""
+    from vlgate.evaluators.scoring import per_sample_frame
+
+    records = [json.loads(line) for line in (EXAMPLES / f"{evaluator}.jsonl").read_text().splitlines()]
+    if unlabel_every:
+        records = [{k: v for k, v in r.items() if not (k == "answer" and n % unlabel_every == 0)} for n, r in enumerate(records)]
+    return per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records))).drop(columns="id")
+
+
+@pytest.mark.parametrize(("evaluator", "unlabel_every"), [(e, None) for e in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")] + [("lcm-mc", 3), ("lcm-nb", 3), ("decc", 3)])
+def test_resampled_metrics_equal_the_aggregate_of_each_resample(evaluator, unlabel_every):
+    """For every metric ``resampled`` gives, on 40 random draws (rows drawn 0, 1 or more
+    times, some draws leaving whole categories, labels or second rounds out) and on the
+    identity draw: the value the evaluator's own ``aggregate`` gives for the frame with each
+    row repeated as often as drawn (None → NaN)."""
+    definition = registry.get(evaluator)
+    frame = _example_frame(evaluator, unlabel_every)
+    n = len(frame)
+    rng = np.random.default_rng(7)
+    draws = [rng.integers(0, n, size=n) for _ in range(30)] + [rng.integers(0, max(1, n // 6), size=n) for _ in range(10)] + [np.arange(n)]
+    counts = np.stack([np.bincount(draw, minlength=n) for draw in draws]).astype(float)
+    resampled = definition.resampled(frame, counts)
+    assert resampled, evaluator
+    for row, draw in enumerate(draws):
+        expected = definition.aggregate(frame.iloc[np.sort(draw)].reset_index(drop=True))
+        for metric, values in resampled.items():
+            value = expected.get(metric)
+            assert values[row] == pytest.approx(np.nan if value is None else value, abs=1e-12, nan_ok=True), (evaluator, metric, row)
+
+
+@pytest.mark.parametrize("evaluator", ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"])
+def test_resampled_covers_every_metric_a_regression_rule_can_name(evaluator):
+    """Every metric of ``aggregate`` with a direction (what the gate bootstraps) is in
+    ``resampled``, so no gate rule falls back to aggregating resample by resample."""
+    definition = registry.get(evaluator)
+    frame = _example_frame(evaluator)
+    directional = {name for name, value in definition.aggregate(frame).items() if (spec := definition.metric(name)) is not None and spec.direction is not None}
+    assert directional and directional <= set(definition.resampled(frame, np.zeros((0, len(frame)))))

@@ -56,6 +56,25 @@ def by_group(
     return result
 
 
+def weighted_ratio(numerator, denominator, counts: np.ndarray) -> np.ndarray:
+    """Σ w·numerator / Σ w·denominator for each row of ``counts`` (B × n row weights, e.g. a
+    bootstrap resample's draw counts), NaN where the denominator sums to 0: a ratio metric
+    such as :func:`ratio_or_none`'s on B reweighted copies of the samples at once."""
+    numerator_sums = counts @ np.asarray(numerator, dtype=np.float64)
+    denominator_sums = counts @ np.asarray(denominator, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator_sums != 0, numerator_sums / np.where(denominator_sums != 0, denominator_sums, 1.0), np.nan)
+
+
+def weighted_mean(values, counts: np.ndarray, rows=None) -> np.ndarray:
+    """The mean of ``values`` over ``rows`` (a mask; None: all) for each row of ``counts``
+    (B × n row weights), NaN where no weighted row is left: :func:`mean_or_none` of B
+    reweighted copies at once. Values outside ``rows`` may be NaN."""
+    values = np.asarray(values, dtype=np.float64)
+    keep = np.ones(values.shape, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+    return weighted_ratio(np.where(keep, values, 0.0), keep, counts)
+
+
 def json_number(value: float | None) -> float | None:
     """A metric value that JSON can hold: NaN and infinities become None."""
     if value is None:

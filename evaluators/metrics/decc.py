@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import mean_or_none
+from vlgate.evaluators.metrics.common import mean_or_none, weighted_mean
 
 SETTINGS = ("vlm", "llm", "multi", "vlm2", "llm2")
 _NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
@@ -44,14 +44,24 @@ def multi_agent_reliability(cons_v1: np.ndarray, cons_l1: np.ndarray, cons_v2: n
     return np.where(agree, cons_v1, second_round)
 
 
+def brier_terms(reliability: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """§4: each sample's term of the Brier score, (R_i − Acc_i)²."""
+    return (reliability - correct) ** 2
+
+
 def brier_score(reliability: np.ndarray, correct: np.ndarray) -> float | None:
     """§4: BS = (1/N) Σ_i (R_i − Acc_i)² (lower is better)."""
-    return mean_or_none((reliability - correct) ** 2)
+    return mean_or_none(brier_terms(reliability, correct))
+
+
+def reliability_payoffs(reliability: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """§4 (Whitehead et al. 2022, cost 1): each sample's payoff, 1 if R and correct, −1 if R and wrong, 0 if not R."""
+    return np.where(reliability == 1, np.where(correct == 1, 1.0, -1.0), 0.0)
 
 
 def effective_reliability(reliability: np.ndarray, correct: np.ndarray) -> float | None:
-    """§4 (Whitehead et al. 2022, cost 1): mean of 1 if R and correct, −1 if R and wrong, 0 if not R."""
-    return mean_or_none(np.where(reliability == 1, np.where(correct == 1, 1.0, -1.0), 0.0))
+    """§4 (Whitehead et al. 2022, cost 1): the mean payoff (:func:`reliability_payoffs`)."""
+    return mean_or_none(reliability_payoffs(reliability, correct))
 
 
 def per_sample(direct: pd.Series, v1: pd.Series, l1: pd.Series, v2: pd.Series, l2: pd.Series, answer: pd.Series) -> pd.DataFrame:
@@ -90,4 +100,20 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
             ran = labelled[labelled[setting].notna()]
             metrics[f"brier/{setting}"] = brier_score(ran[setting].to_numpy(), ran["correct"].to_numpy())
             metrics[f"er/{setting}"] = effective_reliability(ran[setting].to_numpy(), ran["correct"].to_numpy())
+    return metrics
+
+
+def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`aggregate`'s rates, Brier scores and effective reliabilities on B reweighted
+    copies of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws), NaN
+    where a setting has no weighted sample left."""
+    correct = samples["correct"].to_numpy(dtype=np.float64)
+    labelled = ~np.isnan(correct)
+    metrics: dict[str, np.ndarray] = {"acc": weighted_mean(correct, counts, labelled)}
+    for setting in SETTINGS:
+        reliability = samples[setting].to_numpy(dtype=np.float64)
+        ran = ~np.isnan(reliability)
+        metrics[f"reliable_rate/{setting}"] = weighted_mean(reliability, counts, ran)
+        metrics[f"brier/{setting}"] = weighted_mean(brier_terms(reliability, correct), counts, ran & labelled)
+        metrics[f"er/{setting}"] = weighted_mean(reliability_payoffs(reliability, correct), counts, ran & labelled)
     return metrics

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy import linalg
 
-from vlgate.evaluators.metrics.common import json_number
+from vlgate.evaluators.metrics.common import json_number, weighted_mean
 
 
 def iteration_weights(n_iterations: int) -> np.ndarray:
@@ -100,6 +100,29 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     metrics: dict[str, float | int | None] = {"n": int(len(samples)), f"gc@{n_iterations}": headline, f"gc_image_mean@{n_iterations}": image_mean}
     for t in range(1, n_iterations + 1):
         metrics[f"s@{t}"] = json_number(samples[f"s@{t}"].mean())
+    return metrics
+
+
+def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`aggregate`'s ``gc@T``, ``gc_image_mean@T`` and ``s@t`` on B reweighted copies
+    of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws). Like
+    pandas' means, missing scores are skipped and a category no weighted image is left in
+    drops out of the mean over categories."""
+    n_iterations = iterations(samples)
+    scores = samples["gc"].to_numpy(dtype=np.float64)
+    scored = ~np.isnan(scores)
+    image_mean = weighted_mean(scores, counts, scored)
+    headline = image_mean
+    if "category" in samples and len(samples):
+        categories = samples["category"].astype(str).to_numpy()
+        by_category = np.stack([weighted_mean(scores, counts, scored & (categories == c)) for c in np.unique(categories)], axis=1)
+        with warnings.catch_warnings():  # a resample with no image at all: NaN, as pandas gives
+            warnings.simplefilter("ignore", RuntimeWarning)
+            headline = np.nanmean(by_category, axis=1)
+    metrics = {f"gc@{n_iterations}": headline, f"gc_image_mean@{n_iterations}": image_mean}
+    for t in range(1, n_iterations + 1):
+        similarities = samples[f"s@{t}"].to_numpy(dtype=np.float64)
+        metrics[f"s@{t}"] = weighted_mean(similarities, counts, ~np.isnan(similarities))
     return metrics
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, tied_at_top, undecided
+from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, tied_at_top, undecided, weighted_mean
 
 
 def sufficient_probability(p_yes: np.ndarray) -> np.ndarray:
@@ -119,3 +119,23 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
             n_reliable_correct=int(samples.loc[labelled, "reliable_correct"].sum()),
         )
     return metrics
+
+
+def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`aggregate`'s rate metrics on B reweighted copies of ``samples`` at once
+    (``counts``: B × n row weights, a bootstrap's draws), NaN where one is undefined; the
+    gate's paired bootstrap reads these instead of aggregating each resample."""
+    n_yes = samples["n_yes"].to_numpy()
+    labelled = samples["correct"].notna().to_numpy()
+    acc = weighted_mean(samples["correct"], counts, labelled)
+    j_acc = weighted_mean(samples["j_correct"], counts, labelled)
+    return {
+        "lcm": weighted_mean(samples["p_lc"], counts),
+        "abstention": weighted_mean(n_yes == 0, counts),
+        "confidence": weighted_mean(n_yes == 1, counts),
+        "overconfidence": weighted_mean(n_yes >= 2, counts),
+        "acc": acc,
+        "j_acc": j_acc,
+        "f1": np.vectorize(f1_of_accuracies, otypes=[float])(acc, j_acc),
+        "lcm_gt": weighted_mean(samples["lc_gt"], counts, labelled),
+    }

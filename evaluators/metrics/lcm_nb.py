@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, undecided
+from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, undecided, weighted_mean
 
 #: The four MC tests as (name, x, x', s, n): x is the option c1 makes correct, x'
 #: the other one, s the sufficient and n the necessary yes/no test for c1. Each
@@ -127,3 +127,24 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
             lcm_gt=float(labelled["lc_gt"].mean()),
         )
     return metrics
+
+
+def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`aggregate`'s rate metrics on B reweighted copies of ``samples`` at once
+    (``counts``: B × n row weights, a bootstrap's draws), NaN where one is undefined."""
+    labelled = samples["yn_correct"].notna().to_numpy()
+
+    def labelled_mean(column: str) -> np.ndarray:
+        return weighted_mean(samples[column], counts, labelled)
+
+    acc, j_acc = labelled_mean("yn_correct") / 4, labelled_mean("j_correct") / 4
+    return {
+        "lcm": weighted_mean(samples["p_lc"], counts),
+        "acc": acc,
+        "q_acc": labelled_mean("q_correct") / 2,
+        "i_acc": labelled_mean("i_correct") / 2,
+        "g_acc": labelled_mean("g_correct"),
+        "j_acc": j_acc,
+        "f1": np.vectorize(f1_of_accuracies, otypes=[float])(acc, j_acc),
+        "lcm_gt": labelled_mean("lc_gt"),
+    }

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import ratio_or_none
+from vlgate.evaluators.metrics.common import ratio_or_none, weighted_ratio
 
 TRUE, FALSE, UNPARSED = 1, 0, -1
 
@@ -119,4 +119,19 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
         "acc_cb": pipeline_score(samples["cb_raw"], n),
         "acc_lp": pipeline_score(samples["lp_raw"], n),
         "n_unanswered": int(samples["unanswered"].sum()),
+    }
+
+
+def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`aggregate`'s pipeline scores (Eq. 5) on B reweighted copies of ``samples`` at
+    once (``counts``: B × n row weights, a bootstrap's draws), NaN where no instance
+    reached a test."""
+    every = np.ones(len(samples))
+    return {
+        "s_ck": weighted_ratio(samples["ck"], every, counts),
+        "s_vp": weighted_ratio(samples["vp"], every, counts),
+        "s_cb": weighted_ratio(samples["cb"], samples["ck"], counts),
+        "s_lp": weighted_ratio(samples["lp"], samples["cb"] & samples["vp"], counts),
+        "acc_cb": weighted_ratio(samples["cb_raw"], every, counts),
+        "acc_lp": weighted_ratio(samples["lp_raw"], every, counts),
     }
