@@ -10,7 +10,9 @@ Every other part of vlgate reads this table instead of keeping its own:
   evaluator's suite entry), ``protocols`` (``evaluators/protocols.py``; the first is the
   default), ``load_items`` and ``build_runner``;
 * Great Expectations (``flows/expectations.py``): ``columns``, ``ordered_columns`` and
-  every metric's range, ``required`` and ``count``;
+  every metric's range, ``required`` and ``count``, and where output turns unusable
+  (``max_share``, ``usable_low``/``usable_high``, ``unusable``);
+* the gate's bootstrap (``flows/gate.py``): ``resampled``;
 * the gate (``flows/gate.py``): a policy may name only metrics listed here, and a
   regression rule follows the metric's ``direction``;
 * correlations (``flows/correlations.py``): ``correlate_with`` across versions and
@@ -73,7 +75,10 @@ class Metric:
     (``EVALUATOR/METRIC``) this label-free one is correlated with across versions;
     ``max_share``: for a count, the share of ``n`` it may reach before Great
     Expectations fails the run (e.g. unanswered questions: a backend losing the option
-    tokens must not pass as a model answering "no").
+    tokens must not pass as a model answering "no"); ``usable_low``/``usable_high``: for a
+    rate, the bounds of usable output inside its valid range (a description per image
+    that is the same for all, one answer to every statement): past them Great
+    Expectations fails the run, saying ``unusable`` (why such output is unusable).
     """
 
     name: str
@@ -86,6 +91,9 @@ class Metric:
     count: bool = False
     correlate_with: tuple[str, ...] = ()
     max_share: float | None = None
+    usable_low: float | None = None
+    usable_high: float | None = None
+    unusable: str = ""
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -103,14 +111,28 @@ class Metric:
         return bool(_PLACEHOLDER.search(self.name))
 
 
-def _count(name: str, labelled: bool = False, max_share: float | None = None) -> Metric:
-    return Metric(name, None, None, direction=None, count=True, labelled=labelled, max_share=max_share)
+def _count(name: str, labelled: bool = False, max_share: float | None = None, unusable: str = "") -> Metric:
+    return Metric(name, None, None, direction=None, count=True, labelled=labelled, max_share=max_share, unusable=unusable)
 
 
 #: Unanswered questions (a tie at the top of the options' probabilities, or an answer the
 #: benchmark's parser cannot read) allowed in a probability-scored run: a working backend
 #: has none, so more than this is a broken backend, not a model's finding
 UNANSWERED_CEILING = 0.05
+
+#: Instances with an answer the benchmark's parser cannot read, allowed where the model
+#: writes its answers (VLind-Bench): a model may miss the format now and then, but past a
+#: fifth of the instances the scores measure the format, not the skill
+UNPARSEABLE_CEILING = 0.2
+
+#: The share of the commoner answer among a balanced benchmark's parsed answers above which
+#: a model is answering without reading the statement (VLind-Bench pairs every true
+#: statement with a false one, so a model that reads them answers "true" about half the time)
+ONE_ANSWER_CEILING = 0.9
+
+#: The share of distinct descriptions of distinct images below which a describer says the
+#: same thing of every image (GenCeption's chains are then no test of the image)
+DISTINCT_DESCRIPTIONS_FLOOR = 0.25
 
 
 #: Metrics every evaluator's scoring produces: ``n`` (records scored), ``n_skipped``
@@ -132,6 +154,8 @@ class Column:
     nullable: bool = False
     #: a label (e.g. GenCeption's category): a non-empty string, no range or value set
     text: bool = False
+    #: text the model wrote (e.g. a description): any string, possibly empty
+    free_text: bool = False
 
     def expand(self, frame_columns: Sequence[str]) -> list[Column]:
         if not _PLACEHOLDER.search(self.name):
@@ -425,12 +449,20 @@ register(
             Metric("s_lp", headline=True),
             Metric("acc_cb", headline=True),
             Metric("acc_lp", headline=True),
-            # no ceiling yet: the synthetic world's untrained VLMs answer VLind unparseably
-            # (issue 16 trains them to answer); the count is reported and gated on by policy
-            _count("n_unanswered"),
+            _count("n_unanswered", max_share=UNPARSEABLE_CEILING, unusable=f"more than {UNPARSEABLE_CEILING:.0%} of the instances have an answer the parser cannot read"),
+            Metric(
+                "one_answer_share",
+                0.5,
+                1.0,
+                direction=None,
+                usable_high=ONE_ANSWER_CEILING,
+                unusable=f"one answer (true or false) to more than {ONE_ANSWER_CEILING:.0%} of statements that are half true and half false",
+            ),
         ),
         columns=(
             _boolean("unanswered"),
+            Column("n_true", 0, None),
+            Column("n_parsed", 0, None),
             _boolean("ck"),
             _boolean("vp"),
             _boolean("cb_raw"),
@@ -453,7 +485,7 @@ register(
         name="genception",
         title="GenCeption",
         schema=schemas.GenceptionSchema(),
-        per_sample=lambda a: genception.per_sample(a["s"], a["category"]),
+        per_sample=lambda a: genception.per_sample(a["s"], a["category"], a["description"]),
         aggregate=genception.aggregate,
         resampled=genception.resampled,
         metrics=(
@@ -462,8 +494,19 @@ register(
             Metric("gc_fid@{T}", 0.0, None, direction="lower", headline=True),
             Metric("s@{t}", -1.0, 1.0),
             Metric("fid@{t}", 0.0, None, direction="lower"),
+            Metric(
+                "distinct_descriptions",
+                direction=None,
+                usable_low=DISTINCT_DESCRIPTIONS_FLOOR,
+                unusable=f"fewer than {DISTINCT_DESCRIPTIONS_FLOOR:.0%} of the images got a description of their own",
+            ),
         ),
-        columns=(Column("category", text=True), Column("gc", -1.0, 1.0), Column("s@{t}", -1.0, 1.0)),
+        columns=(
+            Column("category", text=True),
+            Column("gc", -1.0, 1.0),
+            Column("s@{t}", -1.0, 1.0),
+            Column("description", nullable=True, free_text=True),
+        ),
         settings=genception_runner.GenceptionSettings,
         build_runner=genception_runner.build_genception_runner,
         protocols=protocol_tables.GENCEPTION,

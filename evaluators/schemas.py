@@ -300,6 +300,9 @@ class GenceptionSchema(Schema):
         s = record.get("s")
         if not isinstance(s, list) or not s:
             yield ("s", "missing" if s is None else "must be a non-empty list of similarities s_1..s_T")
+        descriptions = record.get("descriptions")
+        if descriptions is not None and not (isinstance(descriptions, list) and all(isinstance(text, str) for text in descriptions)):
+            yield ("descriptions", "must be a list of strings, the model's description at each iteration")
 
     def set_problems(self, records):
         lengths = [len(r["s"]) for r in records]
@@ -320,7 +323,9 @@ class GenceptionSchema(Schema):
         s, non_numeric = _stack([r["s"] for r in records])
         checks = [("s", lambda value: probability_list_problem(value, low=-1.0, high=1.0))]
         problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, -1.0, 1.0)])
-        return {"s": s, "category": np.array([r["category"] for r in records], dtype=object)}, problems
+        # the first description (of the seed image) where the record keeps the chain's texts
+        first = [r["descriptions"][0] if r.get("descriptions") else None for r in records]
+        return {"s": s, "category": np.array([r["category"] for r in records], dtype=object), "description": np.array(first, dtype=object)}, problems
 
 
 def _answer_text_problem(value: Any) -> str | None:

@@ -23,6 +23,12 @@ Applied to every evaluator
     only when ``score`` dropped invalid records) must be 0. Every other known
     metric, when present, is range-checked but may be null: labelled metrics are
     omitted or undefined on unlabelled data (SPEC §2) and that is not an error.
+    usable output: a valid run can still be unusable — every answer unparseable,
+    "true" to every statement, one description for every image — and then its scores
+    measure the failure, not the skill. The registry's ``max_share`` of a count
+    (unanswered or unparseable instances) and ``usable_low``/``usable_high`` of a rate
+    (VLind-Bench's ``one_answer_share``, GenCeption's ``distinct_descriptions``) fail the
+    run, the failure saying "unusable output" and why.
 
 What each evaluator's columns and metrics are — ranges, value sets, nullability, which
 metrics are required, which are counts, the pipeline order of VLind-Bench's stages —
@@ -123,7 +129,11 @@ def _describe_failure(result: dict) -> str:
         return f"{where} is null (undefined)"
     if table == METRICS and kind == "ExpectColumnValuesToBeBetween":
         shown = (observed.get("unexpected_examples") or ["?"])[0]
-        return f"{where} = {shown!r} is outside [{kwargs.get('min_value')}, {kwargs.get('max_value')}]"
+        low, high = kwargs.get("min_value"), kwargs.get("max_value")
+        if not result.get("unusable"):
+            return f"{where} = {shown!r} is outside [{low}, {high}]"
+        side = f"above {high:g}" if high is not None and isinstance(shown, (int, float)) and shown > high else f"below {low:g}"
+        return f"{where} = {shown:.4g} is {side}: unusable output, {result['unusable']}"
     if kind == "ExpectColumnValuesToNotBeNull":
         return f"{where}: {count} of {total} values are null"
     if kind == "ExpectColumnValuesToBeUnique":
@@ -220,7 +230,7 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
     gx, _ = _gx()
     for index, expectation in enumerate(expectations):
         # GX returns results in its own order (errored ones first): tag each to restore ours.
-        expectation.meta = {"vlgate_index": index}
+        expectation.meta = {**(expectation.meta or {}), "vlgate_index": index}
     suite = gx.ExpectationSuite(name=f"vlgate-{table}", expectations=expectations)
     with _gx_lock:
         batch = _batch_definition(table).get_batch(batch_parameters={"dataframe": frame})
@@ -239,6 +249,8 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
                 "observed": _observed(result),
             }
         )
+        if result.expectation_config.meta.get("unusable"):
+            results[-1]["unusable"] = result.expectation_config.meta["unusable"]
     return results
 
 
@@ -257,6 +269,8 @@ def _records_expectations(definition: registry.EvaluatorDefinition, records: pd.
             continue
         if not column.nullable:
             expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column.name))
+        if column.free_text:
+            continue  # what the model wrote: any text (its diversity is a metric's check)
         if column.text:
             expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, min_value=1))
         elif column.values is not None:
@@ -281,9 +295,17 @@ def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, re
     columns: dict[str, float] = {}
     expectations: list[Any] = []
 
-    def between(name: str, low: float | None, high: float | None) -> None:
+    def between(name: str, low: float | None, high: float | None, unusable: str = "") -> None:
         columns[name] = _as_number(metrics[name])
-        expectations.append(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=low, max_value=high))
+        expectation = gxe.ExpectColumnValuesToBeBetween(column=name, min_value=low, max_value=high)
+        if unusable:
+            expectation.meta = {"unusable": unusable}
+        expectations.append(expectation)
+
+    def usable(name: str, metric: registry.Metric) -> None:
+        """A rate past its usable bounds: degenerate output, though a valid number."""
+        if metric.usable_low is not None or metric.usable_high is not None:
+            between(name, metric.usable_low, metric.usable_high, metric.unusable)
 
     values = definition.template_values(records, metrics)
     for metric in definition.required_metrics(values):
@@ -293,7 +315,8 @@ def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, re
         if name in metrics:
             columns[name] = _as_number(metrics[name])
             expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=name))
-            between(name, low, high)
+            between(name, low, high, metric.unusable if metric.count else "")
+            usable(name, metric)
     if "n" in metrics:  # metrics over a partial set would not compare with other versions
         between("n", expected_rows, expected_rows)
     if "n_skipped" in metrics:  # score() skipped invalid records
@@ -304,7 +327,8 @@ def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, re
             continue
         known = definition.metric(name)
         if known is not None:
-            between(name, *_bounds(known, expected_rows))
+            between(name, *_bounds(known, expected_rows), known.unusable if known.count else "")
+            usable(name, known)
     return pd.DataFrame({name: [value] for name, value in columns.items()}, dtype="float64"), expectations
 
 

@@ -309,7 +309,7 @@ def decide(
         else:
             checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records", "ran", evaluator))
             passed = result.expectations_passed
-            checks.append(Check(f"{evaluator} expectations", passed, "passed" if passed else "failed expectations (see the validation report)", "expectations", evaluator))
+            checks.append(Check(f"{evaluator} expectations", passed, "passed" if passed else _expectation_failures(result), "expectations", evaluator))
     for name, kind, limit in [*((n, "floor", v) for n, v in policy.floors.items()), *((n, "ceiling", v) for n, v in policy.ceilings.items())]:
         evaluator, metric = registry.split_metric(name)
         checks.append(_bound_check(f"{name} {kind}", name, kind, limit, _metric(candidate.get(evaluator), metric)))
@@ -323,6 +323,15 @@ def decide(
     checks.extend(_judge_comparisons(policy, comparisons, candidate, champion))
     _apply_waivers(checks, policy.waivers, today or datetime.now(UTC).date())
     return Decision(promote=all(check.passed for check in checks), checks=checks, policy=policy.model_dump(mode="json"))
+
+
+def _expectation_failures(output: EvaluatorOutput, shown: int = 2) -> str:
+    """The first failed expectations in a line (the validation report has them all)."""
+    failures = [line.removeprefix(f"{output.evaluator} ") for line in (output.expectations or {}).get("failures", [])]
+    if not failures:
+        return "failed expectations (see the validation report)"
+    more = f"; {len(failures) - shown} more in the validation report" if len(failures) > shown else ""
+    return "failed expectations: " + "; ".join(failures[:shown]) + more
 
 
 def _bound_check(label: str, name: str, kind: str, limit: float, value: float | None, category: str | None = None) -> Check:

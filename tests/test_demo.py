@@ -40,6 +40,17 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     # untrained and early: below the floors
     assert any(r.startswith("lcm-mc/acc floor:") and r.endswith("fails") for r in versions["1"]["reasons"])
     assert any(r.startswith("lcm-nb/lcm floor:") for r in versions["2"]["reasons"])
+    # unusable output fails the expectations, the reason saying why: the untrained model
+    # writes no VLind answer the parser can read and one description for every image, and
+    # so does the poor describer (v6); the trained ones pass
+    unusable = {v: [r for r in versions[v]["reasons"] if "unusable output" in r] for v in versions}
+    assert any(r.startswith("vlind expectations: failed expectations: metric 'n_unanswered' = 36 is above 7: unusable output") for r in unusable["1"])
+    assert any(r.startswith("genception expectations: failed expectations: metric 'distinct_descriptions' = 0.04167 is below 0.25") for r in unusable["1"])
+    assert unusable["6"] == [
+        "genception expectations: failed expectations: metric 'distinct_descriptions' = 0.04167 is below 0.25: unusable output, "
+        "fewer than 25% of the images got a description of their own"
+    ]
+    assert all(not unusable[v] for v in ("2", "3", "4", "5", "7"))
 
     from mlflow import MlflowClient
 

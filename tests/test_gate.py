@@ -95,6 +95,14 @@ def test_fail_closed_on_missing_evaluator_error_expectations_and_undefined_metri
     assert "decc ran: failed: CUDA out of memory" in failed.reasons
     bad_data = dataclasses.replace(good, expectations_passed=False)
     assert not decide(GatePolicy(required=["lcm-mc"], resamples=100), {"lcm-mc": bad_data}, None).promote
+    # the reason names the failed expectations, the first two of them
+    failures = [f"lcm-mc metric 'n_unanswered' = {k} is above 0: unusable output" for k in (1, 2, 3)]
+    named = dataclasses.replace(bad_data, expectations={"success": False, "failures": failures})
+    (reason,) = decide(GatePolicy(required=["lcm-mc"], resamples=100), {"lcm-mc": named}, None).reasons
+    assert reason == (
+        "lcm-mc expectations: failed expectations: metric 'n_unanswered' = 1 is above 0: unusable output; "
+        "metric 'n_unanswered' = 2 is above 0: unusable output; 1 more in the validation report"
+    )
 
 
 def test_floor_and_ceiling_directions():

@@ -70,15 +70,30 @@ def gc_fid_at_t(fids: list[float]) -> float:
     return float(np.dot(fids, iteration_weights(len(fids))))
 
 
-def per_sample(similarities: np.ndarray, categories: np.ndarray | None = None) -> pd.DataFrame:
+def per_sample(similarities: np.ndarray, categories: np.ndarray | None = None, descriptions: np.ndarray | None = None) -> pd.DataFrame:
     """Per-image ``category`` (when given: the headline weighs categories, see
-    :func:`aggregate`), ``gc`` (Eq. 3) and the similarities ``s@1`` … ``s@T``."""
+    :func:`aggregate`), ``gc`` (Eq. 3), the similarities ``s@1`` … ``s@T`` and, when
+    given, the model's first ``description`` of the seed image (None where the record
+    holds none; see :func:`distinct_descriptions`)."""
     similarities = np.asarray(similarities, dtype=np.float64)
     frame = pd.DataFrame(similarities, columns=[f"s@{t}" for t in range(1, similarities.shape[1] + 1)])
     frame.insert(0, "gc", gc_at_t(similarities))
     if categories is not None:
         frame.insert(0, "category", pd.Series(categories, dtype=object).to_numpy())
+    if descriptions is not None:
+        frame["description"] = pd.Series(descriptions, dtype=object).to_numpy()
     return frame
+
+
+def distinct_descriptions(descriptions: pd.Series) -> float | None:
+    """Distinct first descriptions / described images, texts compared case- and
+    spacing-blind (not the paper's: a check that the chains test the image). A describer
+    that says the same of every image scores 1/n, one that tells every image apart 1;
+    None where no record holds a description."""
+    described = descriptions.dropna()
+    if not len(described):
+        return None
+    return described.map(lambda text: " ".join(str(text).lower().split())).nunique() / len(described)
 
 
 def iterations(samples: pd.DataFrame) -> int:
@@ -98,6 +113,8 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     image_mean = json_number(samples["gc"].mean())
     headline = json_number(samples["gc"].groupby(samples["category"].astype(str).to_numpy()).mean().mean()) if "category" in samples and len(samples) else image_mean
     metrics: dict[str, float | int | None] = {"n": int(len(samples)), f"gc@{n_iterations}": headline, f"gc_image_mean@{n_iterations}": image_mean}
+    if "description" in samples and samples["description"].notna().any():
+        metrics["distinct_descriptions"] = distinct_descriptions(samples["description"])
     for t in range(1, n_iterations + 1):
         metrics[f"s@{t}"] = json_number(samples[f"s@{t}"].mean())
     return metrics

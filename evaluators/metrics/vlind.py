@@ -82,12 +82,14 @@ def per_sample(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, l
     """Per-instance indicators: ``ck``, ``vp``, ``cb_raw`` (CB test alone),
     ``cb`` (Eq. 3), ``lp_raw`` and ``lp`` (mean over images, raw and Eq. 4), and
     ``unanswered``: one of the instance's answers could not be parsed (such a test
-    fails, as in the benchmark's scoring; this counts them)."""
+    fails, as in the benchmark's scoring; this counts them); ``n_true`` and ``n_parsed``:
+    of the instance's parsed answers, how many were "true" (:func:`one_answer_share`)."""
     n = len(ck)
     p_ck = commonsense_knowledge(ck)
     p_vp = visual_perception(vp)
     cb_raw = test_passed(cb)
     p_cb = commonsense_bias(cb, p_ck)
+    n_true = answers_per_instance(ck, vp, cb, lp, lp_instance, TRUE)
     return pd.DataFrame(
         {
             "ck": p_ck,
@@ -97,8 +99,25 @@ def per_sample(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, l
             "lp_raw": language_prior(lp, lp_instance, n, np.ones(n, dtype=bool)),
             "lp": language_prior(lp, lp_instance, n, p_cb & p_vp),
             "unanswered": unanswered(ck, vp, cb, lp, lp_instance),
+            "n_true": n_true,
+            "n_parsed": n_true + answers_per_instance(ck, vp, cb, lp, lp_instance, FALSE),
         }
     )
+
+
+def answers_per_instance(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, lp_instance: np.ndarray, code: int) -> np.ndarray:
+    """How many of each instance's answers, over the four tests, are ``code``."""
+    lp_counts = np.bincount(lp_instance, weights=(lp == code).sum(axis=1), minlength=len(ck)).astype(np.int64)
+    return (ck == code).sum(axis=1) + (vp == code).sum(axis=1) + (cb == code).sum(axis=1) + lp_counts
+
+
+def one_answer_share(n_true: np.ndarray, n_parsed: np.ndarray) -> float | None:
+    """The share of the commoner answer among all parsed answers, max(T, P − T) / P (not
+    the paper's: a check that the answers are usable). Every test pairs a true statement
+    with a false one, so a model that reads them answers "true" about half the time; one
+    that answers "true" (or "false") to everything scores 1. None without a parsed answer."""
+    parsed, true = float(np.sum(n_parsed)), float(np.sum(n_true))
+    return ratio_or_none(max(true, parsed - true), parsed)
 
 
 def unanswered(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, lp_instance: np.ndarray) -> np.ndarray:
@@ -119,6 +138,7 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
         "acc_cb": pipeline_score(samples["cb_raw"], n),
         "acc_lp": pipeline_score(samples["lp_raw"], n),
         "n_unanswered": int(samples["unanswered"].sum()),
+        "one_answer_share": one_answer_share(samples["n_true"], samples["n_parsed"]),
     }
 
 
