@@ -385,3 +385,24 @@ def test_the_one_pass_bootstrap_draws_and_computes_what_resample_by_resample_doe
     assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
     assert (fast.lower, fast.upper, fast.difference) == pytest.approx((slow.lower, slow.upper, slow.difference), abs=1e-12)
     assert fast.lower < fast.difference < fast.upper
+
+
+def test_a_large_sample_is_resampled_in_batches_with_the_same_draws(monkeypatch):
+    """Past ``RESAMPLED_CELLS`` the resamples are drawn and scored in batches: both paths
+    draw alike, so the one-pass bootstrap still equals the resample-by-resample one."""
+    from vlgate.evaluators.metrics import bootstrap
+
+    monkeypatch.setattr(bootstrap, "RESAMPLED_CELLS", 40 * 7)  # 7 resamples per batch of 40 samples
+    rng = np.random.default_rng(5)
+    candidate = pd.DataFrame({"id": range(40), "x": rng.random(40)})
+    champion = candidate.assign(x=rng.random(40))
+    calls = []
+
+    def resampled(frame, counts):
+        calls.append(len(counts))
+        return counts @ frame["x"].to_numpy() / counts.sum(axis=1)
+
+    slow = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=50)
+    fast = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=50, resampled=resampled)
+    assert calls[:2] == [7, 7] and sum(calls) == 2 * 50  # the candidate's and the champion's, batch by batch
+    assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)

@@ -45,6 +45,10 @@ class PairedDifference:
 ResampledStatistic = Callable[[pd.DataFrame, np.ndarray], np.ndarray]
 
 
+#: draw counts (resamples × samples) held at once by the one-pass bootstrap: 16 MB
+RESAMPLED_CELLS = 2_000_000
+
+
 def draw_counts(indices: np.ndarray, n: int) -> np.ndarray:
     """(…, n) arrays of drawn row indices → how often each of the ``n`` rows was drawn, (…, n)."""
     indices = np.asarray(indices, dtype=np.int64)
@@ -103,6 +107,7 @@ def paired_bootstrap_difference(
         resampled_difference if resampled is None else resampled_differences,
         vectorized=resampled is not None,
         n_resamples=resamples,
+        batch=max(1, RESAMPLED_CELLS // n),  # both paths draw alike; the counts stay small
         confidence_level=2 * confidence - 1,
         method="percentile",
         random_state=np.random.default_rng(seed),
