@@ -131,26 +131,27 @@ def evaluate_version(
     hung model, a template that loops), is an ``error`` entry; one stopped by a server that
     did not answer (``tracking.transient``) fails the flow instead, so that the claim is
     retried later rather than judged."""
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.runners.suite import Suite, holding_models
 
     model_uri = f"models:/{model_name}/{version}"
     merged, shards = {}, {}
-    for name in Suite.from_file(suite_path).evaluators:
-        shards[name] = [
-            evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)
-        ]
-        merged[name] = merge_evaluator.submit(suite_path, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
     entries: dict[str, EvaluatorSummary] = {}
-    for name, future in merged.items():
-        try:
-            for shard_future in shards[name]:  # a failed shard's own error, not the merge's "never ran"
-                shard_future.result()
-            entries[name] = future.result()
-        except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
-            if tracking.transient(error):
-                raise
-            get_run_logger().warning("evaluator %s failed: %s", name, error)
-            entries[name] = {"error": f"{type(error).__name__}: {error}"}
+    with holding_models():  # one load of the candidate per task thread, not one per evaluator
+        for name in Suite.from_file(suite_path).evaluators:
+            shards[name] = [
+                evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)
+            ]
+            merged[name] = merge_evaluator.submit(suite_path, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
+        for name, future in merged.items():
+            try:
+                for shard_future in shards[name]:  # a failed shard's own error, not the merge's "never ran"
+                    shard_future.result()
+                entries[name] = future.result()
+            except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
+                if tracking.transient(error):
+                    raise
+                get_run_logger().warning("evaluator %s failed: %s", name, error)
+                entries[name] = {"error": f"{type(error).__name__}: {error}"}
     return entries
 
 

@@ -38,3 +38,45 @@ def test_a_timed_out_shard_is_not_retried_other_failures_are():
     assert retry_unless_timed_out(None, None, Failed(data=ShardTimedOut("past it"))) is False  # type: ignore[arg-type]
     assert retry_unless_timed_out(None, None, Failed(data=TimeoutError("prefect's own limit"))) is False  # type: ignore[arg-type]
     assert retry_unless_timed_out(None, None, Failed(data=OSError("a worker lost"))) is True  # type: ignore[arg-type]
+
+
+class _CountedModel:
+    """Stands in for a loaded candidate model: counts loads (instances) and closes."""
+
+    loaded: list["_CountedModel"] = []
+
+    def __init__(self):
+        self.closed = 0
+        _CountedModel.loaded.append(self)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_held_candidate_is_loaded_once_per_thread_and_closed_when_the_last_holder_ends(monkeypatch, tmp_path):
+    import threading
+
+    from vlgate.evaluators.runners import suite as suite_module
+
+    monkeypatch.setattr(_CountedModel, "loaded", [])
+    monkeypatch.setattr(suite_module, "load_vlm", lambda model, suite, cache_dir: _CountedModel())
+    suite = suite_module.Suite(name="s", evaluators={})
+
+    # outside a holder: every shard loads its own and closes it
+    first, held = suite_module._shard_vlm("models:/m/1", suite, tmp_path)
+    assert held is False and suite_module._shard_vlm("models:/m/1", suite, tmp_path)[0] is not first
+
+    with suite_module.holding_models():
+        one, held = suite_module._shard_vlm("models:/m/1", suite, tmp_path)
+        assert held is True and suite_module._shard_vlm("models:/m/1", suite, tmp_path) == (one, True)
+        other_version = suite_module._shard_vlm("models:/m/2", suite, tmp_path)[0]
+        elsewhere = []
+        thread = threading.Thread(target=lambda: elsewhere.append(suite_module._shard_vlm("models:/m/1", suite, tmp_path)[0]))
+        thread.start()
+        thread.join()
+        assert elsewhere[0] is not one  # another thread never shares this thread's model
+        with suite_module.holding_models():  # nested: the inner end releases nothing
+            pass
+        assert one.closed == 0
+    assert [model.closed for model in (one, other_version, elsewhere[0])] == [1, 1, 1]
+    assert len(_CountedModel.loaded) == 5  # two unheld, then one per (model, thread)

@@ -20,12 +20,14 @@ same files and metrics as ``run_suite``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,6 +136,49 @@ def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
 
     base_url, _, served_name = model.partition("#")  # "http://host:8000/v1#served-model-name"
     return OpenAIHttpBackend(base_url, served_name or "default")
+
+
+# Candidate models kept loaded across the shards of one evaluation (``holding_models``),
+# per thread: a thread's backend is never used by another
+_hold_lock = threading.Lock()
+_holders = 0
+_held: dict[tuple[Any, ...], VisionLanguageBackend] = {}
+
+
+@contextlib.contextmanager
+def holding_models() -> Iterator[None]:
+    """While open, the candidate model a shard loads in this process stays loaded for the
+    next shard of the same model and suite settings in the same thread, instead of every
+    evaluator loading it again (on a GPU, a 7B model's weights; here, the weights and the
+    chat template's child process); closed when the last open context exits. The
+    validation flow holds it around its evaluator tasks (``flows/evaluation.py``)."""
+    global _holders
+    with _hold_lock:
+        _holders += 1
+    try:
+        yield
+    finally:
+        with _hold_lock:
+            _holders -= 1
+            released = list(_held.values()) if _holders == 0 else []
+            if _holders == 0:
+                _held.clear()
+        for vlm in released:
+            vlm.close()
+
+
+def _shard_vlm(model: str, suite: Suite, cache_dir: Path | None) -> tuple[VisionLanguageBackend, bool]:
+    """(the candidate model for one shard, whether it is held: then the shard must not close it)."""
+    key = (model, suite.backend, suite.policy.model_dump_json(), json.dumps(suite.vllm, sort_keys=True, default=str), suite.batch_size, str(cache_dir), threading.get_ident())
+    with _hold_lock:
+        if _holders and key in _held:
+            return _held[key], True
+    vlm = load_vlm(model, suite, cache_dir)
+    with _hold_lock:
+        if _holders:
+            _held[key] = vlm
+            return vlm, True
+    return vlm, False
 
 
 def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any], list[ItemError]]:
@@ -248,7 +293,7 @@ def run_evaluator_shard(
     spec = _spec(suite, evaluator)
     out = Path(out)
     items, _ = load_items(evaluator, spec, out)
-    vlm = load_vlm(model, suite, cache_dir)
+    vlm, held = _shard_vlm(model, suite, cache_dir)
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
         try:
@@ -256,7 +301,8 @@ def run_evaluator_shard(
         finally:
             runner.close()
     finally:
-        vlm.close()
+        if not held:
+            vlm.close()
     return {
         "shard": shard,
         "n_shards": n_shards,
