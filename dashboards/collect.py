@@ -157,7 +157,7 @@ def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
     if experiment is None:
         return pd.DataFrame(columns=DRIFT_COLUMNS)
     rows = []
-    for run in client.search_runs([experiment.experiment_id], filter_string="tags.`vlgate.kind` = 'drift'", max_results=5000):
+    for run in tracking.search_all_runs(client, [experiment.experiment_id], "tags.`vlgate.kind` = 'drift'"):
         local = _download(client, run.info.run_id, "drift.json", scratch / run.info.run_id)
         checks = (_read_json(local) or {}).get("checks", []) if local else []
         for check in checks:

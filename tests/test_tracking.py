@@ -230,3 +230,20 @@ def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads
     downloaded = Path(client.download_artifacts(version.run_id, "checkpoint", str(tmp_path / "down")))
     assert sorted(p.name for p in downloaded.iterdir()) == ["alias.json", "config.json"]
     assert (downloaded / "alias.json").read_text() == (checkpoint / "config.json").read_text()
+
+
+def test_every_page_of_runs_is_read(tmp_path):
+    """``search_all_runs`` follows MLflow's page tokens: 5 drift runs read 2 per page are
+    all found, newest first, and the validation ones are not among them; one page of 2
+    would have kept the newest two."""
+    client = tracking.connect(tmp_path)
+    experiment = tracking.experiment_id(client, tracking.validation_experiment("m"), tmp_path)
+    made = []
+    for n in range(6):
+        kind = "validation" if n == 2 else "drift"
+        run = client.create_run(experiment, tags={"vlgate.kind": kind}, start_time=1_000 + n)
+        made.append((run.info.run_id, kind))
+    drift = "tags.`vlgate.kind` = 'drift'"
+    found = [run.info.run_id for run in tracking.search_all_runs(client, [experiment], drift, page_size=2)]
+    assert found == [run_id for run_id, kind in reversed(made) if kind == "drift"]
+    assert len(client.search_runs([experiment], drift, max_results=2)) == 2

@@ -130,6 +130,17 @@ def _pages(search: Any) -> Iterator[Any]:
             return
 
 
+#: runs per page of ``search_all_runs`` (MLflow's own maximum is 50,000)
+RUNS_PAGE = 1000
+
+
+def search_all_runs(client, experiment_ids: list[str], filter_string: str, page_size: int | None = None) -> list[Any]:
+    """Every run the filter matches, page after page: a model's scheduled drift checks
+    outgrow any one page (hourly: 8,760 a year), and one page silently keeps the newest."""
+    size = page_size or RUNS_PAGE
+    return list(_pages(lambda token: client.search_runs(experiment_ids, filter_string=filter_string, max_results=size, page_token=token)))
+
+
 def wait_for_version(client, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> Any:
     """The registered version, waited for: a webhook can arrive before the registry
     answers for the version it announces, and a tracking server can be away for a
@@ -354,7 +365,7 @@ def validation_runs(client, model_name: str, include_run: str | None = None) -> 
     experiment = client.get_experiment_by_name(validation_experiment(model_name))
     if experiment is None:
         return {}
-    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`vlgate.kind` = 'validation'", max_results=5000)
+    runs = search_all_runs(client, [experiment.experiment_id], "tags.`vlgate.kind` = 'validation'")
     latest = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):
         if run.info.status == "FINISHED" or run.info.run_id == include_run:
