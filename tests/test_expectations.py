@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vlgate.evaluators import registry
-from vlgate.evaluators.records import read_jsonl
+from vlgate.evaluators.records import parse_jsonl, read_jsonl
 from vlgate.evaluators.scoring import load_features, per_sample_frame, score, validate
 from vlgate.flows.expectations import ExpectationReport, validate_evaluator_output
 
@@ -268,15 +268,14 @@ def test_unanswered_questions_beyond_five_percent_fail_the_run(examples, evaluat
     assert failure == "vlind metric 'n_unanswered' = 4 is above 3: unusable output, more than 20% of the instances have an answer the parser cannot read"
 
 
-def _scored(evaluator: str, records: list[dict]):
-    valid = validate(evaluator, read_jsonl_lines(records))
-    return per_sample_frame(valid), score(valid)
-
-
-def read_jsonl_lines(records: list[dict]):
-    from vlgate.evaluators.records import parse_jsonl
-
+def _parsed(records: list[dict]):
     return parse_jsonl(json.dumps(record) for record in records)
+
+
+def _scored(evaluator: str, records: list[dict]):
+    """(per-sample frame, metrics) of records built in the test."""
+    valid = validate(evaluator, _parsed(records))
+    return per_sample_frame(valid), score(valid)
 
 
 def test_a_model_answering_true_to_every_statement_is_unusable_output():
@@ -316,4 +315,4 @@ def test_descriptions_that_are_not_texts_are_a_field_error():
 
     record = {"id": "g1", "category": "art", "s": [0.9, 0.8], "descriptions": ["fine", 3]}
     with pytest.raises(InvalidRecordsError, match="descriptions"):
-        validate("genception", read_jsonl_lines([record]))
+        validate("genception", _parsed([record]))
