@@ -17,9 +17,12 @@ model, so a request costs the engine's fixed overhead (1.5–2 ms on a CPU) what
 length, and its prompts (under 40 tokens) are shorter than one KV block, so nothing is
 cached. ``--model wide`` is a random-weight Idefics3 of the same layout whose cost is in
 the shared prefix, as in a real VLM: a 128 px image (64 image tokens), 256-wide text with
-4 layers; its answers are meaningless, its timings are the point.
+4 layers; its answers are meaningless, its timings are the point. ``--model llava-size``
+gives the image LLaVA-1.5's 576 tokens (a 768 px image of 16 px patches) and the text
+model 512 width and 8 layers, so a probe's own tokens are a few per cent of its prompt
+(its default is 24 items: a request costs about 0.3 s on two cores).
 
-    python benchmarks/bench_vllm.py [--model world|wide] [--items 200] [--repeat 3] [--block-size 32]
+    python benchmarks/bench_vllm.py [--model world|wide|llava-size] [--items N] [--repeat 3] [--block-size 32]
 """
 
 from __future__ import annotations
@@ -33,18 +36,19 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from vlgate.evaluators import prompts
+from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.vllm_offline import VllmBackend
 from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.metrics.vlind import parse_true_false
 from vlgate.evaluators.runners.lcm import lcm_mc_requests
-from vlgate.evaluators.runners.vlind import MAX_NEW_TOKENS
 from vlgate.evaluators.world.build import build_world
 from vlgate.evaluators.world.datasets import mc_item
 from vlgate.evaluators.world.scenes import render
 
 FULL_OVER_MC_TARGET = 1.25
+#: vlgate's VLind-Bench answer length (the generate-and-parse side of (b))
+ANSWER_TOKENS = next(p for p in protocols.VLIND if p.name == protocols.VLGATE).max_new_tokens["answer"]
 
 
 def best_of(repeat: int, run: Callable[[], object], reset: Callable[[], object]) -> float:
@@ -87,7 +91,7 @@ def measure(backend: VllmBackend, caching: bool, mc_only: list[ChoiceRequest], f
     print(f"(a) {label}: full / MC-only = {full_seconds / mc_seconds:.2f}x (target <= {FULL_OVER_MC_TARGET}x with caching)", flush=True)
     if not caching:
         return rows
-    generate_requests = [GenerateRequest(r.images, r.prompt, MAX_NEW_TOKENS) for r in true_false]
+    generate_requests = [GenerateRequest(r.images, r.prompt, ANSWER_TOKENS) for r in true_false]
     scoring = best_of(repeat, lambda: backend.choice_probs(true_false), reset)
     generating = best_of(repeat, lambda: backend.generate(generate_requests), reset)
     parsed = [parse_true_false(text) for text in backend.generate(generate_requests)]
@@ -101,27 +105,37 @@ def measure(backend: VllmBackend, caching: bool, mc_only: list[ChoiceRequest], f
     return rows + [("(b) option scoring, True/False", scoring, len(true_false)), ("(b) generate-and-parse, True/False", generating, len(true_false))]
 
 
-def wide_checkpoint(world: Path) -> Path:
-    """A random-weight Idefics3 whose work is in the image and the prompt (see above)."""
+#: Random-weight Idefics3 checkpoints whose work is where a real VLM's is (see above), by ``--model``.
+BENCH_MODELS = {
+    "wide": {"image_size": 128, "vision_hidden": 128, "text_hidden": 256, "layers": 4, "heads": 8, "kv_heads": 4},
+    # LLaVA-1.5's 576 image tokens: a 768 px image of 16 px patches (48 x 48), pixel-shuffled by 2
+    "llava-size": {"image_size": 768, "patch_size": 16, "vision_hidden": 128, "text_hidden": 512, "layers": 8, "heads": 16, "kv_heads": 4},
+}
+
+
+def bench_checkpoint(world: Path, name: str) -> Path:
+    """The random-weight Idefics3 ``name`` of :data:`BENCH_MODELS`, built once into ``world``."""
     from transformers import AutoTokenizer
 
     from vlgate.evaluators.world.checkpoints import TinyIdefics3Config, build_idefics3_vlm, save_checkpoint
 
-    out = world / "checkpoints" / "bench-wide"
+    out = world / "checkpoints" / f"bench-{name}"
     if not (out / "config.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(world / "checkpoints" / "llm-agent")  # the world's, without Idefics3's tokens
-        config = TinyIdefics3Config(image_size=128, vision_hidden=128, text_hidden=256, layers=4, heads=8, kv_heads=4)
+        config = TinyIdefics3Config(**BENCH_MODELS[name])
         model, processor = build_idefics3_vlm(tokenizer, config)
+        # rotary positions: the world's 512 is a setting, not a learnt table; the image alone fills 576
+        model.config.text_config.max_position_embeddings = 2048
         save_checkpoint(model, processor, out, {"kind": "benchmark", "architecture": type(model).__name__})
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--items", type=int, default=200)
+    parser.add_argument("--items", type=int, help="MC items (default 200; 24 for llava-size)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--block-size", type=int, default=32, help="KV block size (CPU: a multiple of 32; only full blocks are cached)")
-    parser.add_argument("--model", choices=("world", "wide"), default="world", help="what is measured (see above)")
+    parser.add_argument("--model", choices=("world", *BENCH_MODELS), default="world", help="what is measured (see above)")
     parser.add_argument("--world", type=Path, help="an Idefics3 world folder (default: built in a temporary folder)")
     args = parser.parse_args()
 
@@ -129,10 +143,12 @@ def main() -> None:
     manifest = build_world(world, "small", seed=0, vlm_steps=(0, 300), llm_steps=20, fault_steps=20, architecture="idefics3")
     checkpoint = world / manifest["checkpoints"]["vlm"]["300"]
     settings = yaml.safe_load((world / "suite.yaml").read_text())["vllm"] | {"block_size": args.block_size}
-    if args.model == "wide":
-        checkpoint = wide_checkpoint(world)
+    if args.model != "world":
+        checkpoint = bench_checkpoint(world, args.model)
         # its profiling run alone needs about the world's whole 0.1 share; the KV cache needs more
         settings["gpu_memory_utilization"] = 0.3
+        settings["max_model_len"] = 1024
+    args.items = args.items or (24 if args.model == "llava-size" else 200)
     per_item = mc_requests(args.items)
     mc_only = [requests[0] for requests in per_item]
     full = [request for requests in per_item for request in requests]

@@ -158,18 +158,30 @@ def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=DRIFT_COLUMNS)
     rows = []
     for run in tracking.search_all_runs(client, [experiment.experiment_id], "tags.`vlgate.kind` = 'drift'"):
-        local = _download(client, run.info.run_id, "drift.json", scratch / run.info.run_id)
-        checks = (_read_json(local) or {}).get("checks", []) if local else []
-        for check in checks:
+        for metric, value, drifted in _drift_checks(client, run, scratch):
             rows.append(
                 {
                     "time": datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc),
                     "version": run.data.tags.get("vlgate.version"),
-                    "metric": check["metric"],
-                    "value": check.get("mean_current"),
-                    "drifted": bool(check.get("drifted")),
+                    "metric": metric,
+                    "value": value,
+                    "drifted": drifted,
                     "run_id": run.info.run_id,
                     "batch": run.data.tags.get("vlgate.batch"),
                 }
             )
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS).sort_values("time", kind="stable")
+
+
+def _drift_checks(client, run: Any, scratch: Path) -> list[tuple[str, float | None, bool]]:
+    """(metric, mean of the checked batch, drifted) of each check of a drift run: from its
+    ``TAG_DRIFT_CHECKS`` tag, else (older or oversized runs) from its drift.json."""
+    brief = run.data.tags.get(tracking.TAG_DRIFT_CHECKS)
+    if brief is not None:
+        try:
+            return [(str(metric), None if value is None else float(value), bool(drifted)) for metric, value, drifted in json.loads(brief)]
+        except (ValueError, TypeError):  # not vlgate's writing: the artifact says the same
+            pass
+    local = _download(client, run.info.run_id, "drift.json", scratch / run.info.run_id)
+    checks = (_read_json(local) or {}).get("checks", []) if local else []
+    return [(check["metric"], check.get("mean_current"), bool(check.get("drifted"))) for check in checks]

@@ -16,6 +16,7 @@ pipeline refreshes the new batch's folder and the cron deployment (``vlgate serv
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,8 @@ def _suite_key(path: Path) -> str:
 
 def log_drift_run(client, model_name: str, version: str, batch: str, evaluators: dict[str, Any], results: list, home: Path | None = None) -> str:
     """One drift run in the model's experiment: tags ``vlgate.kind=drift``,
-    ``vlgate.drift=true|false``, the batch's metrics, each check's statistics
-    (``drift/METRIC/...``) and ``drift.json`` with every check."""
+    ``vlgate.drift=true|false`` and the checks in brief (``TAG_DRIFT_CHECKS``), the batch's
+    metrics, each check's statistics (``drift/METRIC/...``) and ``drift.json`` with every check."""
     from mlflow.entities import Metric
 
     drifted = any(r.drifted for r in results)
@@ -80,6 +81,9 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
                 metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
     if metrics:
         client.log_batch(run_id, metrics=metrics)
+    checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
+    if len(checks) <= tracking.MAX_TAG_CHARS:
+        client.set_tag(run_id, tracking.TAG_DRIFT_CHECKS, checks)
     client.log_dict(run_id, {"drifted": drifted, "checks": [r.as_dict() for r in results]}, "drift.json")
     client.set_terminated(run_id)
     return run_id

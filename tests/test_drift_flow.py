@@ -45,4 +45,28 @@ def test_every_drift_check_is_a_tagged_run_with_its_statistics(tmp_path, monkeyp
     with open(client.download_artifacts(run_id, "drift.json", str(tmp_path / "download"))) as handle:
         checks = json.load(handle)["checks"]
     assert [(c["metric"], c["drifted"]) for c in checks] == [("lcm-nb/lcm", False), ("decc/reliable_rate/multi", True)]
+    assert json.loads(run.data.tags[tracking.TAG_DRIFT_CHECKS]) == [["lcm-nb/lcm", pytest.approx(0.6), False], ["decc/reliable_rate/multi", pytest.approx(0.3), True]]
     assert run.info.status == "FINISHED" and run.data.tags["vlgate.model"] == "m"
+
+
+def test_the_drift_history_is_read_from_the_run_search_and_drift_json_only_where_a_run_lacks_the_brief(tmp_path, monkeypatch):
+    """A report reads a model's every drift check; one download per run would be 8,760 a
+    year of hourly checks (HTTP requests against an S3 store). Runs logged before the
+    brief tag existed, or whose checks outgrow one tag, are read from drift.json."""
+    from vlgate.dashboards import collect
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    # an @ in the metric name is what the MLflow metric names cannot carry and the brief keeps
+    checks = [[detect_drift("genception/gc@3", REFERENCE, REFERENCE - shift, alpha=0.05, max_mean_drop=0.05)] for shift in (0.0, 0.3, 0.1)]
+    runs = [drift.log_drift_run(client, "m", "2", f"batch-{n}", {}, results, tmp_path) for n, results in enumerate(checks)]
+    client.delete_tag(runs[1], tracking.TAG_DRIFT_CHECKS)  # as a run logged before the tag
+    downloads = []
+    read_artifact = collect._download
+    monkeypatch.setattr(collect, "_download", lambda client, run_id, *rest: downloads.append(run_id) or read_artifact(client, run_id, *rest))
+    history = collect.drift_history(client, "m", tmp_path / "scratch")
+    assert downloads == [runs[1]]
+    assert list(history["run_id"]) == runs and list(history["batch"]) == ["batch-0", "batch-1", "batch-2"]
+    assert list(history["metric"]) == ["genception/gc@3"] * 3 and list(history["drifted"]) == [False, True, False]
+    np.testing.assert_allclose(history["value"], [0.6, 0.3, 0.5])
