@@ -40,6 +40,13 @@ def test_table1_f1_column_is_harmonic_mean_of_acc_and_j_acc():
     assert len(rows) == 22 and exact_to_4_decimals == 16
 
 
+def test_f1_of_accuracies_by_hand_on_numbers_and_on_resampled_arrays():
+    assert f1_of_accuracies(0.5, 1.0) == pytest.approx(2 / 3) and f1_of_accuracies(0.0, 0.0) == 0.0
+    assert isinstance(f1_of_accuracies(0.5, 1.0), float)
+    f1 = f1_of_accuracies(np.array([0.0, 0.5, np.nan, 0.25]), np.array([0.0, 1.0, 0.5, 0.75]))
+    np.testing.assert_allclose(f1, [0.0, 2 / 3, np.nan, 0.375])
+
+
 def test_table1_correlations_reproduced_by_cli(tmp_path, capsys):
     tables, printed = read_table1()
     got = {"pearson": [], "spearman": [], "kendall": []}

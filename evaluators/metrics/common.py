@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import overload
 
 import numpy as np
 import pandas as pd
 
 
-def f1_of_accuracies(acc: float, j_acc: float) -> float:
+@overload
+def f1_of_accuracies(acc: float, j_acc: float) -> float: ...
+@overload
+def f1_of_accuracies(acc: np.ndarray, j_acc: np.ndarray) -> np.ndarray: ...
+def f1_of_accuracies(acc: float | np.ndarray, j_acc: float | np.ndarray) -> float | np.ndarray:
     """VL-LCM paper §4 ("Metrics"): F1 = 2·Acc·J-Acc / (Acc + J-Acc), 0 when both are 0.
 
     The paper gives no equation number; it is the harmonic mean of MC accuracy
-    and joint yes/no accuracy, which reproduces Table 1's F1 column.
+    and joint yes/no accuracy, which reproduces Table 1's F1 column. Elementwise on
+    arrays (a bootstrap's resamples); NaN where either is NaN.
     """
-    total = acc + j_acc
-    return 0.0 if total == 0 else 2.0 * acc * j_acc / total
+    acc_, j_acc_ = np.asarray(acc, dtype=np.float64), np.asarray(j_acc, dtype=np.float64)
+    total = acc_ + j_acc_
+    f1 = np.divide(2.0 * acc_ * j_acc_, total, out=np.zeros(total.shape), where=total != 0)
+    return f1 if f1.ndim else float(f1)
 
 
 def tied_at_top(probabilities: np.ndarray) -> np.ndarray:

@@ -136,6 +136,6 @@ def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray
         "overconfidence": weighted_mean(n_yes >= 2, counts),
         "acc": acc,
         "j_acc": j_acc,
-        "f1": np.vectorize(f1_of_accuracies, otypes=[float])(acc, j_acc),
+        "f1": f1_of_accuracies(acc, j_acc),
         "lcm_gt": weighted_mean(samples["lc_gt"], counts, labelled),
     }

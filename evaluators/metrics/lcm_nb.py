@@ -145,6 +145,6 @@ def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray
         "i_acc": labelled_mean("i_correct") / 2,
         "g_acc": labelled_mean("g_correct"),
         "j_acc": j_acc,
-        "f1": np.vectorize(f1_of_accuracies, otypes=[float])(acc, j_acc),
+        "f1": f1_of_accuracies(acc, j_acc),
         "lcm_gt": labelled_mean("lc_gt"),
     }
