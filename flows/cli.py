@@ -7,6 +7,7 @@ line each on stderr and exit with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -624,5 +625,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def console_main() -> int:
+    """The ``vlgate`` console script: :func:`main`, then everything the command built is
+    left to the operating system. The interpreter's last garbage collection at exit walks
+    every object MLflow, Prefect and Great Expectations made, 1.4 s after `vlgate validate`
+    here; frozen objects are skipped. Exit handlers still run (Prefect's log and event
+    workers drain in them), and vlgate closes its files and connections itself."""
+    status = main()
+    gc.freeze()
+    return status
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(console_main())
