@@ -121,12 +121,14 @@ def test_a_terminated_command_takes_its_prefect_server_with_it(tmp_path):
         "from pathlib import Path\n"
         "from vlgate.flows.prefect_server import local_prefect_server\n"
         "with local_prefect_server(Path(sys.argv[1])) as server:\n"
-        "    print(server.url, flush=True)\n"
+        "    from prefect.settings import get_current_settings\n"
+        "    print(server.url, get_current_settings().flows.heartbeat_frequency, flush=True)\n"
         "    time.sleep(600)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
     process = subprocess.Popen([sys.executable, "-c", script, str(home)], env=env, stdout=subprocess.PIPE, text=True)
-    url = process.stdout.readline().strip()
+    url, heartbeat = process.stdout.readline().split()
+    assert heartbeat == "None"  # its own server has no services to read flow heartbeats
     assert httpx.get(f"{url}/health", timeout=5).status_code == 200
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
@@ -138,3 +140,19 @@ def test_a_terminated_command_takes_its_prefect_server_with_it(tmp_path):
             return
         time.sleep(0.2)
     raise AssertionError(f"the Prefect server at {url} outlived its command")
+
+
+def test_flow_heartbeats_are_off_only_where_nothing_reads_them():
+    """A local server without services reads no heartbeats, and each flow's end waits for
+    its heartbeat thread; a server with services (or the user's own) keeps them."""
+    from prefect.settings import get_current_settings
+
+    from vlgate.flows.prefect_server import _without_flow_heartbeats
+
+    default = get_current_settings().flows.heartbeat_frequency
+    assert default is not None
+    with _without_flow_heartbeats(True):
+        assert get_current_settings().flows.heartbeat_frequency is None
+    with _without_flow_heartbeats(False):
+        assert get_current_settings().flows.heartbeat_frequency == default
+    assert get_current_settings().flows.heartbeat_frequency == default
