@@ -36,7 +36,7 @@ TAG_RUN_TOKEN = "vlgate.run_token"
 MAX_TAG_CHARS = 5000
 #: A drift run's checks as the report reads them: JSON ``[[metric, mean_current, drifted],
 #: ...]``, so that a report reads a model's drift history from its run search alone instead
-#: of one drift.json download per check (hourly checks: 8,760 a year). Runs without it
+#: of one drift.json download per run (hourly checks: 8,760 a year). Runs without it
 #: (too many checks for one tag, or logged before it existed) are read from drift.json.
 TAG_DRIFT_CHECKS = "vlgate.drift_checks"
 
