@@ -18,6 +18,7 @@ the schema on start, so a seed that is somehow behind is migrated, never trusted
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +33,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import version as installed_version
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: what every command that runs flows imports anyway; imported while the server starts
 #: (module names only: nothing here is used)
@@ -176,6 +179,7 @@ def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[Loca
             yield server
     finally:
         if server is not None:
+            _send_what_prefect_queued()
             server.stop()
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
@@ -194,6 +198,20 @@ def _without_flow_heartbeats(needless: bool) -> Iterator[None]:
 
     with temporary_settings(updates={"flows.heartbeat_frequency": None}):
         yield
+
+
+def _send_what_prefect_queued(timeout_s: float = 5) -> None:
+    """Let Prefect's background workers send the flow logs and events they still hold to
+    the server before it stops; at exit they would find it gone ("Error logging to API").
+    Best effort: a stuck worker costs at most ``timeout_s`` each."""
+    try:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        for worker in (APILogWorker, EventsWorker):
+            worker.drain_all(timeout=timeout_s, at_exit=False)
+    except Exception as error:  # the block's own outcome is what matters
+        logger.debug("draining Prefect's workers failed: %s", error)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:

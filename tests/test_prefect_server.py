@@ -156,3 +156,33 @@ def test_flow_heartbeats_are_off_only_where_nothing_reads_them():
     with _without_flow_heartbeats(False):
         assert get_current_settings().flows.heartbeat_frequency == default
     assert get_current_settings().flows.heartbeat_frequency == default
+
+
+@pytest.mark.service
+@pytest.mark.timeout(300)
+def test_a_flows_last_log_lines_reach_the_server_before_it_stops(tmp_path):
+    """Prefect sends flow logs in batches from a background worker; the command's own
+    server must get the last batch before it stops, or the lines are lost and the exit
+    prints "Error logging to API"."""
+    home = tmp_path / "home"
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from vlgate.flows.prefect_server import local_prefect_server\n"
+        "with local_prefect_server(Path(sys.argv[1])):\n"
+        "    from prefect import flow, get_run_logger\n"
+        "    @flow(name='last-words')\n"
+        "    def last_words():\n"
+        "        get_run_logger().warning('the flow is about to end')\n"
+        "    last_words()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
+    done = subprocess.run([sys.executable, "-c", script, str(home)], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Error logging to API" not in done.stderr
+    connection = sqlite3.connect(home / "prefect" / "prefect.db")
+    try:
+        messages = [row[0] for row in connection.execute("SELECT message FROM log")]
+    finally:
+        connection.close()
+    assert "the flow is about to end" in messages
