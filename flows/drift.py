@@ -69,6 +69,9 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     drifted = any(r.drifted for r in results)
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
     tags = {"vlgate.kind": "drift", "vlgate.model": model_name, "vlgate.version": version, "vlgate.drift": str(drifted).lower(), "vlgate.batch": batch}
+    checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
+    if len(checks) <= tracking.MAX_TAG_CHARS:
+        tags[tracking.TAG_DRIFT_CHECKS] = checks
     run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version} drift check", tags)
     now = int(time.time() * 1000)
     metrics = []
@@ -81,9 +84,6 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
                 metrics.append(Metric(tracking.mlflow_metric_name(f"drift/{result.metric}/{key}"), float(value), now, 0))
     if metrics:
         client.log_batch(run_id, metrics=metrics)
-    checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
-    if len(checks) <= tracking.MAX_TAG_CHARS:
-        client.set_tag(run_id, tracking.TAG_DRIFT_CHECKS, checks)
     client.log_dict(run_id, {"drifted": drifted, "checks": [r.as_dict() for r in results]}, "drift.json")
     client.set_terminated(run_id)
     return run_id
