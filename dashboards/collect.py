@@ -35,6 +35,8 @@ class ValidationReportData:
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     run_status: str | None = None
+    #: whether vlgate's fast paths are exact on these weights (the run's stamp; None: not checked)
+    model_check: str | None = None
     started: datetime | None = None
     gate: dict[str, Any] = field(default_factory=dict)
     correlations: dict[str, Any] = field(default_factory=dict)
@@ -79,6 +81,7 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
     data.metrics = {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()}
     data.params = dict(run.data.params)
     data.run_status = run.info.status
+    data.model_check = run.data.tags.get(tracking.TAG_MODEL_CHECK)
     data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     scratch.mkdir(parents=True, exist_ok=True)
     for name, attribute in (("decision.json", "gate"), ("correlations.json", "correlations")):

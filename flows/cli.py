@@ -153,6 +153,37 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+#: `vlgate check-model`: a fast path vlgate would use on this model is not exact
+EXIT_NOT_EXACT = 1
+
+
+def cmd_check_model(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.backends.base import BackendError
+    from vlgate.evaluators.runners.model_check import EXAMPLES_SUITE, check_model
+    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.home import vlgate_home
+
+    try:
+        suite = Suite.from_file(args.suite or EXAMPLES_SUITE)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        result = check_model(args.model, suite, items=args.items, backend=args.backend, device=args.device, cache_dir=vlgate_home() / "model-cache")
+    except (BackendError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        from rich.console import Console
+
+        from vlgate.flows.model_check import check_table
+
+        Console().print(check_table(result))
+    for path in result.untrusted():
+        print(f"vlgate check-model: {path.path} is used on this model but differs from the plain forward pass by {path.largest_difference:.3g} (tolerance {path.tolerance:g})", file=sys.stderr)
+    return 0 if result.trusted else EXIT_NOT_EXACT
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlgate.flows.demo import run_demo
 
@@ -475,6 +506,24 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", required=True, metavar="DIR")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
     evaluate.set_defaults(handler=cmd_evaluate)
+
+    check_model = commands.add_parser(
+        "check-model",
+        help="compare every fast path vlgate would use on a model with the plain forward pass",
+        description=(
+            "Run a few of the suite's lcm-mc and lcm-nb items (default: the shipped examples) through each fast path vlgate "
+            "would use on model M (batched scoring, shared prefixes, batched generation, vLLM with --backend vllm) and through "
+            "the plain path (each request alone, the whole prompt), in float32; print per path the largest difference and "
+            f"whether vlgate uses it. Exit status: 0 every path used is exact, {EXIT_NOT_EXACT} one is not, 2 bad input."
+        ),
+    )
+    check_model.add_argument("model", metavar="M", help="a checkpoint folder, an MLflow URI (models:/NAME/1) or a Hugging Face id")
+    check_model.add_argument("--suite", metavar="SUITE.yaml", help="whose lcm-mc/lcm-nb items and batch size to use (default: the shipped examples)")
+    check_model.add_argument("--items", type=int, default=4, metavar="N", help="items per evaluator (default 4)")
+    check_model.add_argument("--backend", choices=("transformers", "vllm"), default="transformers", help="vllm: also compare vLLM's engine with the transformers plain path")
+    check_model.add_argument("--device", help="torch device for the check (default: CUDA when present)")
+    check_model.add_argument("--json", action="store_true", help="the result as one JSON object")
+    check_model.set_defaults(handler=cmd_check_model)
 
     demo = commands.add_parser(
         "demo",

@@ -30,6 +30,7 @@ from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
+from vlgate.flows.model_check import check_candidate, stamp
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
@@ -139,6 +140,22 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     return summary
 
 
+def record_model_check(client: Any, run_id: str, model_uri: str, suite_path: str, home: Path) -> None:
+    """Stamp the run with whether vlgate's fast paths are exact on these weights
+    (``flows/model_check.py``); a check that fails is stamped so and never stops the flow."""
+    try:
+        result = check_candidate(model_uri, suite_path, str(home / "model-cache"), str(home / "model-checks"))
+    except Exception as error:  # the numbers were computed already; the stamp says it is missing
+        get_run_logger().warning("model check of %s failed: %s", model_uri, error)
+        client.set_tag(run_id, tracking.TAG_MODEL_CHECK, f"failed: {type(error).__name__}: {error}"[:5000])
+        return
+    if result is None:
+        client.set_tag(run_id, tracking.TAG_MODEL_CHECK, "not checked: the model is served over HTTP")
+        return
+    client.log_dict(run_id, result.to_dict(), "model_check.json")
+    client.set_tag(run_id, tracking.TAG_MODEL_CHECK, stamp(result))
+
+
 def record_failure(model_name: str, version: str, claims: ClaimStore, message: str) -> None:
     """Fail closed, visibly: the version is tagged rejected with the error as its reason
     (best effort: the registry itself may be what failed)."""
@@ -189,6 +206,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s
     )
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
+    record_model_check(client, run_id, f"models:/{model_name}/{version}", str(config.suite), home)
     progress.stage(shown_as, progress.EXPECTATIONS)
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
     progress.stage(shown_as, progress.RECORDING)

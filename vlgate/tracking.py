@@ -23,6 +23,8 @@ from vlgate.home import vlgate_home
 CHAMPION = "champion"
 EXPERIMENT_PREFIX = "vlgate/"
 TAG_DECISION = "vlgate.decision"
+#: a validation run's stamp: whether vlgate's fast paths are exact on the weights ("exact", "not exact: PATH, ...")
+TAG_MODEL_CHECK = "vlgate.model_check"
 TAG_REASONS = "vlgate.reasons"
 #: promoted, rejected (a rule failed on the numbers) or "could not judge" (something to
 #: judge was missing, or the flow failed): what `vlgate validate`'s exit status says

@@ -90,20 +90,24 @@ def renderer_for(model: str, owners: Sequence[Any], tokenizer: Any, policy: Load
 
 def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int, model: str, has_vision: bool) -> str:
     """One request's text as every local backend sends it: the user turn (images first, then
-    the text) through the checkpoint's chat template; a template written for string content
-    only (it raises on parts) gets the text as a string; a text-only model without a
-    template gets the bare prompt. Both backends build it here, so they send the same text."""
-    messages = [{"role": "user", "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]}]
+    the text) through the checkpoint's chat template. A text-only model's turn is a plain
+    string, as its card sends it (Llama 3's and Gemma 2's templates would print a list of
+    parts as its Python repr, Qwen3's would drop it); a template written for parts only,
+    whose rendering of a string lacks the prompt or raises, gets the parts. A text-only
+    model without a template gets the bare prompt. Both backends build it here, so they
+    send the same text."""
+    parts = [{"role": "user", "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]}]
     if renderer is None:
         if has_vision:
             raise BackendError(f"model {model}: its processor has no chat template")
         return prompt
     if has_vision:
-        return renderer.render(messages)
+        return renderer.render(parts)
     try:
-        return renderer.render(messages)
+        as_string = renderer.render([{"role": "user", "content": prompt}])
     except TemplateRenderError:
-        return renderer.render([{"role": "user", "content": prompt}])
+        return renderer.render(parts)
+    return as_string if prompt.strip() in as_string else renderer.render(parts)
 
 
 class ChatTemplateRenderer:

@@ -107,7 +107,8 @@ class VitClsEncoder(_TransformersImageEncoder):
 
 
 class ClipImageEncoder(_TransformersImageEncoder):
-    """CLIP image embeddings (the projected pooled vision output)."""
+    """CLIP image embeddings (the projected pooled vision output), or any model with
+    ``get_image_features``: SigLIP's are its vision tower's pooled output, unprojected."""
 
     name = "clip-image"
     features = "get_image_features"
@@ -123,4 +124,7 @@ class ClipImageEncoder(_TransformersImageEncoder):
         return getattr(output, "pooler_output", output)
 
     def dimension(self) -> int:
-        return int(self.model.config.projection_dim)
+        """CLIP's projection width; SigLIP has no projection (its config has no
+        ``projection_dim``), so its embeddings are as wide as its vision tower."""
+        projection_dim = getattr(self.model.config, "projection_dim", None)
+        return int(projection_dim if projection_dim is not None else self.model.config.vision_config.hidden_size)

@@ -89,6 +89,26 @@ def truncate_prompt(tokenizer: Any, prompt: str) -> str:
     return tokenizer.decode(ids[:limit], skip_special_tokens=True)
 
 
+#: The ``__call__`` argument each of a pipeline's tokenizers reads its prompt from: SDXL, SD3
+#: and Flux take one prompt per text encoder, each defaulting to ``prompt``.
+PROMPT_ARGUMENTS = {"tokenizer": "prompt", "tokenizer_2": "prompt_2", "tokenizer_3": "prompt_3"}
+
+
+def prompts_per_encoder(pipeline: Any, prompts: Sequence[str]) -> dict[str, list[str]]:
+    """Each text encoder's prompts, cut to what that encoder reads. One cut for all would be
+    CLIP's 77 tokens, and SD3's and Flux's T5, which reads hundreds and conditions the image
+    most, would lose the rest of a long description."""
+    import inspect
+
+    accepted = inspect.signature(pipeline.__call__).parameters
+    arguments: dict[str, list[str]] = {}
+    for attribute, argument in PROMPT_ARGUMENTS.items():
+        if argument == "prompt" or argument in accepted:
+            tokenizer = getattr(pipeline, attribute, None)
+            arguments[argument] = [truncate_prompt(tokenizer, p) for p in prompts] if tokenizer is not None else list(prompts)
+    return arguments
+
+
 class DiffusersGenerator(ImageGenerator):
     """A loaded diffusers pipeline. Use :meth:`load`."""
 
@@ -152,14 +172,12 @@ class DiffusersGenerator(ImageGenerator):
         prompt and the seed, not on the batch it ran in."""
         import torch
 
-        tokenizer = getattr(self.pipeline, "tokenizer", None)
-        prompts = [truncate_prompt(tokenizer, p) if tokenizer is not None else p for p in prompts]
         images: list[Image.Image] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
             with torch.no_grad():
                 result = self.pipeline(
-                    prompt=chunk,
+                    **prompts_per_encoder(self.pipeline, chunk),
                     num_inference_steps=self.num_inference_steps,
                     guidance_scale=self.guidance_scale,
                     height=self.height,

@@ -122,12 +122,17 @@ def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
     return metrics
 
 
+def transformers_batch_size(suite: Suite) -> int:
+    """Requests a transformers forward pass holds: each item asks several (K+1 for lcm-mc, 8 for lcm-nb)."""
+    return max(16, suite.batch_size * 4)
+
+
 def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
     """The candidate model behind the suite's backend."""
     if suite.backend == "transformers":
         from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 
-        return TransformersBackend.load(model, suite.policy, cache_dir=cache_dir, batch_size=max(16, suite.batch_size * 4))
+        return TransformersBackend.load(model, suite.policy, cache_dir=cache_dir, batch_size=transformers_batch_size(suite))
     if suite.backend == "vllm":
         from vlgate.evaluators.backends.vllm_offline import VllmBackend
 

@@ -1,0 +1,69 @@
+"""The model check in the validation flow and on the command line: whether vlgate's fast
+paths are exact on the candidate (``evaluators/runners/model_check.py`` runs it).
+
+The flow checks each model digest once: the result is kept in ``$VLGATE_HOME/model-checks``
+under the digest, logged with every validation run of those weights as
+``model_check.json``, and stamped on the run as the tag ``vlgate.model_check`` (``exact``,
+or ``not exact: PATH, ...``), which the report shows beside the decision. The stamp does
+not move the decision: a path that is not exact on a model is turned off by the backend
+itself where it can be (shared prefixes), and the stamp says where it could not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from vlgate.evaluators.runners.model_check import ModelCheck
+
+
+def stamp(result: ModelCheck) -> str:
+    """The run tag's value: ``exact``, or which used paths are not."""
+    return "exact" if result.trusted else "not exact: " + ", ".join(path.path for path in result.untrusted())
+
+
+def check_table(result: ModelCheck) -> Table:
+    """One row per path: its largest difference from the plain path and whether vlgate uses it."""
+    table = Table(title=f"{result.model} ({result.backend}, {result.digest[:19]}): {stamp(result)}")
+    for column in ("path", "largest difference", "tolerance", "used by vlgate", "exact", "detail"):
+        table.add_column(column)
+    for path in result.paths:
+        difference = "—" if path.largest_difference is None else f"{path.largest_difference:.2g}"
+        exact = "—" if path.exact is None else ("yes" if path.exact else "[red]no[/red]")
+        table.add_row(path.path, difference, f"{path.tolerance:g}", "yes" if path.used else "no", exact, path.detail)
+    return table
+
+
+def cached_check(folder: Path, digest: str) -> ModelCheck | None:
+    """The check of these weights made before, if any."""
+    file = folder / f"{digest.replace(':', '-')}.json"
+    return ModelCheck.from_dict(json.loads(file.read_text())) if file.is_file() else None
+
+
+def keep_check(folder: Path, result: ModelCheck) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"{result.digest.replace(':', '-')}.json"
+    file.write_text(json.dumps(result.to_dict(), indent=2))
+    return file
+
+
+def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_folder: str) -> ModelCheck | None:
+    """The candidate's check, made once per digest (the evaluators have downloaded its
+    weights into ``cache_dir`` already); None for a suite served over HTTP, whose model
+    vlgate cannot run itself."""
+    from vlgate.evaluators.backends.loading import model_digest, resolve_model
+    from vlgate.evaluators.runners.model_check import check_model
+    from vlgate.evaluators.runners.suite import Suite
+
+    suite = Suite.from_file(suite_path)
+    if suite.backend == "openai":
+        return None
+    digest = model_digest(resolve_model(model_uri, Path(cache_dir), suite.policy))
+    found = cached_check(Path(checks_folder), digest)
+    if found is not None:
+        return found
+    result = check_model(model_uri, suite, backend=suite.backend, cache_dir=Path(cache_dir))
+    keep_check(Path(checks_folder), result)
+    return result
