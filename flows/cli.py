@@ -167,8 +167,11 @@ def cmd_check_model(args: argparse.Namespace) -> int:
         suite = Suite.from_file(args.suite or EXAMPLES_SUITE)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    backend = args.backend or suite.backend
+    if backend == "openai":
+        raise UserError(f"suite {suite.name}: its model is served over HTTP (backend: openai); check-model runs the checkpoint itself (--backend transformers or vllm)")
     try:
-        result = check_model(args.model, suite, items=args.items, backend=args.backend, device=args.device, cache_dir=vlgate_home() / "model-cache")
+        result = check_model(args.model, suite, items=args.items, backend=backend, device=args.device, cache_dir=vlgate_home() / "model-cache")
     except (BackendError, ValueError) as exc:
         raise UserError(str(exc)) from None
     if args.json:
@@ -520,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_model.add_argument("model", metavar="M", help="a checkpoint folder, an MLflow URI (models:/NAME/1) or a Hugging Face id")
     check_model.add_argument("--suite", metavar="SUITE.yaml", help="whose lcm-mc/lcm-nb items and batch size to use (default: the shipped examples)")
     check_model.add_argument("--items", type=int, default=4, metavar="N", help="items per evaluator (default 4)")
-    check_model.add_argument("--backend", choices=("transformers", "vllm"), default="transformers", help="vllm: also compare vLLM's engine with the transformers plain path")
+    check_model.add_argument("--backend", choices=("transformers", "vllm"), help="the engine to check (default: the suite's); vllm also compares vLLM's engine with the transformers plain path")
     check_model.add_argument("--device", help="torch device for the check (default: CUDA when present)")
     check_model.add_argument("--json", action="store_true", help="the result as one JSON object")
     check_model.set_defaults(handler=cmd_check_model)

@@ -122,6 +122,15 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     assert {"report/report.html", "report/leaderboard.html", "report/plots"} <= {a.path for a in client.list_artifacts(run_id, "report")}
     page = (home / "reports" / "tiny" / "v3.html").read_text()
     assert 'class="decision rejected">REJECTED<' in page and 'id="figure-genception-chains"' in page
+
+    # every run carries the fast-path stamp, checked once per digest: each version's file
+    # under model-checks, and the report's line beside the decision
+    assert client.get_run(run_id).data.tags[tracking.TAG_MODEL_CHECK] == "exact"
+    assert 'id="model-check"' in page and "fast paths: exact</span>" in page
+    stamped = json.loads(Path(client.download_artifacts(run_id, "model_check.json", str(home / "dl-check"))).read_text())
+    assert stamped["trusted"] is True and stamped["digest"] == third.tags[tracking.TAG_DIGEST]
+    assert {path["path"] for path in stamped["paths"] if path["used"]} == {"batched scoring", "shared prefix", "batched generation"}
+    assert len(list((home / "model-checks").glob("*.json"))) == 3
     data = load_validation(client, "tiny", "3", home / "dl-report")
     # images from the model's configured data only (the report is given those folders)
     chains = genception_chains(data.evaluators["genception"], data.evaluators["genception"].samples, report_image_roots(home, "tiny"))

@@ -129,6 +129,17 @@ def test_vllm_option_probabilities_equal_transformers(vllm_backend, transformers
     assert max(float(p.max() - p.min()) for p in expected) > (1e-3 if kind == "two-images" else 0.05)
 
 
+def test_check_model_compares_the_vllm_engine_with_the_plain_transformers_path(vllm_backend, transformers_backend):
+    from vlgate.evaluators.runners.model_check import OTHER_ENGINE, CheckRequests, check_transformers
+
+    requests = CheckRequests(tuple(request for requests in world_requests().values() for request in requests), ())
+    result = check_transformers(transformers_backend, requests, engine=vllm_backend)
+    engine = {path.path: path for path in result.paths}[OTHER_ENGINE]
+    assert engine.used and engine.exact is True and engine.compared == len(requests.choices) == 36
+    assert engine.largest_difference <= 1e-5
+    assert result.trusted
+
+
 def test_vllm_asks_for_exactly_the_option_tokens(vllm_backend):
     assert vllm_backend.exact_option_logprobs
     assert vllm_backend.info.extra["option_logprobs"] == "exact (logprob_token_ids)"

@@ -265,7 +265,6 @@ class TransformersBackend(VisionLanguageBackend):
         """Score the first shared groups whole as well; keep the shared path only where the
         two agree within the dtype's tolerance."""
         pairs = [(request, probs) for group, probs_of_group in zip(groups, scored) if probs_of_group is not None for request, probs in zip(group, probs_of_group)]
-        whole: list[np.ndarray] = []
         image_counts = [len(request.images) for request, _ in pairs]
         by_position: dict[int, np.ndarray] = {}
         for chunk in self._batches(range(len(pairs)), image_counts):
