@@ -515,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare every fast path vlgate would use on a model with the plain forward pass",
         description=(
             "Run a few of the suite's lcm-mc and lcm-nb items (default: the shipped examples) through each fast path vlgate "
-            "would use on model M (batched scoring, shared prefixes, batched generation, vLLM with --backend vllm) and through "
+            "would use on model M (batched scoring, shared prefixes, batched generation, vLLM's engine when the suite runs on it) and through "
             "the plain path (each request alone, the whole prompt), in float32; print per path the largest difference and "
             f"whether vlgate uses it. Exit status: 0 every path used is exact, {EXIT_NOT_EXACT} one is not, 2 bad input."
         ),

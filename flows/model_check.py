@@ -1,8 +1,8 @@
 """The model check in the validation flow and on the command line: whether vlgate's fast
 paths are exact on the candidate (``evaluators/runners/model_check.py`` runs it).
 
-The flow checks each model digest once: the result is kept in ``$VLGATE_HOME/model-checks``
-under the digest, logged with every validation run of those weights as
+The flow checks each model digest once (per engine and batch size): the result is kept in
+``$VLGATE_HOME/model-checks`` under them, logged with every validation run of those weights as
 ``model_check.json``, and stamped on the run as the tag ``vlgate.model_check`` (``exact``,
 or ``not exact: PATH, ...``), which the report shows beside the decision. The stamp does
 not move the decision: a path that is not exact on a model is turned off by the backend
@@ -36,17 +36,19 @@ def check_table(result: ModelCheck) -> Table:
     return table
 
 
-def cached_check(folder: Path, digest: str) -> ModelCheck | None:
-    """The check of these weights made before, if any."""
-    file = folder / f"{digest.replace(':', '-')}.json"
+def check_file(folder: Path, digest: str, backend: str, batch_size: int) -> Path:
+    """Where the check of these weights on this engine and batch size is kept: what the
+    fast paths are depends on all three."""
+    return folder / f"{digest.replace(':', '-')}-{backend}-batch{batch_size}.json"
+
+
+def cached_check(file: Path) -> ModelCheck | None:
     return ModelCheck.from_dict(json.loads(file.read_text())) if file.is_file() else None
 
 
-def keep_check(folder: Path, result: ModelCheck) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    file = folder / f"{result.digest.replace(':', '-')}.json"
+def keep_check(file: Path, result: ModelCheck) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps(result.to_dict(), indent=2))
-    return file
 
 
 def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_folder: str) -> ModelCheck | None:
@@ -55,15 +57,16 @@ def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_fold
     vlgate cannot run itself."""
     from vlgate.evaluators.backends.loading import model_digest, resolve_model
     from vlgate.evaluators.runners.model_check import check_model
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.runners.suite import Suite, transformers_batch_size
 
     suite = Suite.from_file(suite_path)
     if suite.backend == "openai":
         return None
     digest = model_digest(resolve_model(model_uri, Path(cache_dir), suite.policy))
-    found = cached_check(Path(checks_folder), digest)
+    file = check_file(Path(checks_folder), digest, suite.backend, transformers_batch_size(suite))
+    found = cached_check(file)
     if found is not None:
         return found
     result = check_model(model_uri, suite, backend=suite.backend, cache_dir=Path(cache_dir))
-    keep_check(Path(checks_folder), result)
+    keep_check(file, result)
     return result
