@@ -63,9 +63,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from vlgate.config import load_yaml_model
+from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import (
     PairedDifference,
@@ -80,13 +80,13 @@ from vlgate.evaluators.output import EvaluatorOutput
 
 
 class RegressionRule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     max_drop: float = Field(ge=0, description="allowed drop against the champion, in the metric's own units")
 
 
 class SuperiorityRule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     min_gain: float = Field(default=0.0, ge=0, description="the improvement's lower bound must be above this, in the metric's own units")
 
@@ -94,7 +94,7 @@ class SuperiorityRule(BaseModel):
 class CategoryRule(BaseModel):
     """Rules judged on each category of the evaluator's group field separately."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     floor: float | None = None
     ceiling: float | None = None
@@ -110,7 +110,7 @@ class CategoryRule(BaseModel):
 
 
 class Waiver(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     check: str = Field(min_length=1, description="the check's name as the decision prints it, e.g. 'lcm-mc/acc vs champion'")
     by: str = Field(min_length=1)
@@ -123,7 +123,7 @@ _CATEGORY_CHECK = re.compile(r"(?P<metric>\S+)\[(?P<category>[^\]]+)\] (?P<rule>
 
 
 class GatePolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     required: list[str] = Field(default_factory=lambda: list(registry.names()))
     floors: dict[str, float] = Field(default_factory=dict)
@@ -161,9 +161,12 @@ class GatePolicy(BaseModel):
                 if section == "categories" and registry.get(evaluator).group_field is None:
                     with_groups = ", ".join(d.name for d in registry.definitions() if d.group_field)
                     raise ValueError(f"categories.{name}: {evaluator}'s records have no categories (evaluators with them: {with_groups})")
+        first_waiver: dict[str, int] = {}
         for n, waiver in enumerate(self.waivers):
             if not self.makes_check(waiver.check):
                 raise ValueError(f"waivers.{n}.check: the policy makes no check {waiver.check!r} (names as the decision prints them, e.g. {self.example_checks()})")
+            if first_waiver.setdefault(waiver.check, n) != n:  # which one applied would depend on their order
+                raise ValueError(f"waivers.{n}.check: {waiver.check!r} is waived already by waivers.{first_waiver[waiver.check]}; one check takes one waiver")
 
     def evaluators(self) -> set[str]:
         """Every evaluator the policy needs results of."""

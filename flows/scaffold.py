@@ -118,12 +118,12 @@ def write_starting_config(home: Path, name: str, force: bool = False) -> list[Pa
 
 def _service_config_with(config: Path, name: str) -> str | None:
     """``vlgate.yaml``'s text with the model's entry, or None when it has one already."""
-    import yaml
+    from vlgate.config import parse_yaml
 
     if not config.is_file():
         return SERVICE.format(entry=model_entry(name))
     text = config.read_text(encoding="utf-8")
-    models = (yaml.safe_load(text) or {}).get("models") or {}
+    models = (parse_yaml(text) or {}).get("models") or {}
     if name in models:
         return None
     block = re.search(r"^models:[ \t]*(#.*)?$", text, flags=re.M)
@@ -132,7 +132,7 @@ def _service_config_with(config: Path, name: str) -> str | None:
             raise ScaffoldError(f"{config}: add `{name}: {{suite: {name}/suite.yaml, policy: {name}/gate.yaml}}` under models: by hand")
         return text.rstrip("\n") + f"\nmodels:\n{model_entry(name)}\n"
     updated = text[: block.end()] + "\n" + model_entry(name) + text[block.end() :]
-    before, after = models, (yaml.safe_load(updated) or {}).get("models") or {}
+    before, after = models, (parse_yaml(updated) or {}).get("models") or {}
     if set(after) != {*before, name} or any(after[key] != value for key, value in before.items()):  # indented otherwise
         raise ScaffoldError(f"{config}: add `{name}: {{suite: {name}/suite.yaml, policy: {name}/gate.yaml}}` under models: by hand")
     return updated

@@ -38,16 +38,16 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from vlgate.config import load_yaml_model
+from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
 
 CONFIG_FILE = "vlgate.yaml"
 
 
 class DriftConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     reference: Path = Field(description="drift suite of the reference batch (the distribution the champion was accepted on)")
     batch: Path = Field(description="drift suite of the new batch; its data folder is refreshed by a pipeline")
@@ -57,7 +57,7 @@ class DriftConfig(BaseModel):
 
 
 class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     suite: Path
     policy: Path
@@ -65,11 +65,11 @@ class ModelConfig(BaseModel):
 
 
 class WebhookConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     host: str = "127.0.0.1"
     port: int = 8765
-    max_age_s: float = Field(default=300, gt=0, description="older X-MLflow-Timestamp values are refused")
+    max_age_s: float = Field(default=300, gt=0, le=7 * 24 * 3600, description="older X-MLflow-Timestamp values are refused (at most a week)")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="larger request bodies are refused (413) before they are read")
 
 
@@ -78,7 +78,7 @@ class EvaluationConfig(BaseModel):
     (or a small CPU machine) evaluators only compete. On a cluster, ``runner: dask`` fans
     the tasks out and ``shards`` splits each evaluator's items across them."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     runner: Literal["threads", "dask"] = "threads"
     workers: int = Field(default=1, ge=1)
@@ -103,7 +103,7 @@ class EvaluationConfig(BaseModel):
 
 
 class ServiceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     default: ModelConfig | None = None

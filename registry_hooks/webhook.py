@@ -13,6 +13,13 @@ dispatcher, which claims the version (exactly once, whatever else offers it) and
 its validation flow. A delivery id is recorded once the delivery has been handled, so a
 delivery that failed midway (500) is handled again when MLflow retries it.
 
+A signed body is still checked before anything is claimed: it must be a delivery
+(:class:`Delivery`), and a ``model_version.created`` must carry the fields MLflow sends
+(:class:`ModelVersionCreated`, after ``mlflow/webhooks/types.py``'s
+``ModelVersionCreatedPayload``): a name that is a non-empty string, a version that is a
+registry version number. Headers are read defensively: a signature or timestamp with
+characters no real one has is refused like any other mismatch.
+
 Responses: 202 claimed and started; 200 already claimed, a duplicate delivery, a model
 vlgate is not configured for, or an event vlgate does not act on (MLflow does not need
 to retry those); 401 bad or missing signature; 400 stale timestamp or malformed body;
@@ -28,6 +35,7 @@ import json
 import time
 from datetime import datetime, timedelta, timezone
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -40,6 +48,31 @@ SIGNATURE_HEADER = "X-MLflow-Signature"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
 DELIVERY_HEADER = "X-MLflow-Delivery-Id"
 PATH = "/webhooks/mlflow"
+
+
+class Delivery(BaseModel):
+    """A webhook delivery's envelope: which event it is, and its data."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    entity: str
+    action: str
+    data: dict[str, object] = Field(default_factory=dict)
+
+
+class ModelVersionCreated(BaseModel):
+    """The ``data`` of MLflow's ``model_version.created``: the fields vlgate acts on."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(min_length=1, max_length=1000)
+    #: the registry numbers versions 1, 2, ...: anything else names no version
+    version: str = Field(pattern=r"^[1-9][0-9]{0,17}$")
+
+
+def _problem(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"data.{'.'.join(map(str, first['loc']))}: {first['msg']}"
 
 
 def signature(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
@@ -59,12 +92,13 @@ def verify(secret: str, headers, body: bytes, max_age_s: float, now: float | Non
     delivery_id, timestamp, given = headers.get(DELIVERY_HEADER), headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
     if not (delivery_id and timestamp and given):
         raise DeliveryRejected(401, f"missing {SIGNATURE_HEADER}, {TIMESTAMP_HEADER} or {DELIVERY_HEADER}")
-    if not hmac.compare_digest(signature(secret, delivery_id, timestamp, body), given):
+    # a real signature is base64 text; comparing bytes keeps any other header a mismatch
+    # (compare_digest raises on non-ASCII text)
+    if not hmac.compare_digest(signature(secret, delivery_id, timestamp, body).encode(), given.encode("utf-8", "surrogateescape")):
         raise DeliveryRejected(401, "signature does not match the shared secret")
-    try:
-        age = (time.time() if now is None else now) - int(timestamp)
-    except ValueError:
-        raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} {timestamp!r} is not a Unix time") from None
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} {timestamp[:40]!r} is not a Unix time")
+    age = (time.time() if now is None else now) - int(timestamp)
     if abs(age) > max_age_s:
         raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} is {age:.0f} s from now (allowed: ±{max_age_s:.0f} s)")
     return delivery_id
@@ -101,33 +135,36 @@ def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300, max_
             return JSONResponse({"error": str(rejected)}, status_code=rejected.status)
         except (ValueError, RecursionError):
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
-        if not isinstance(payload, dict):
-            return JSONResponse({"error": "body is not a JSON object"}, status_code=400)
+        try:
+            delivery = Delivery.model_validate(payload)
+        except ValidationError as error:
+            first = error.errors()[0]
+            return JSONResponse({"error": f"not a webhook delivery: {'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"}, status_code=400)
         # the state database (and the registry, for "is it configured") block: in a worker
         # thread, so a database waiting on a lock never stalls the event loop (/healthz, other deliveries)
-        return await run_in_threadpool(deliver, delivery_id, payload)
+        return await run_in_threadpool(deliver, delivery_id, delivery)
 
-    def deliver(delivery_id: str, payload: dict) -> JSONResponse:
+    def deliver(delivery_id: str, delivery: Delivery) -> JSONResponse:
         claims = dispatcher.claims
         if claims.delivery_seen(delivery_id):
             return JSONResponse({"duplicate_delivery": delivery_id}, status_code=200)
-        response = handle(payload)
+        response = handle(delivery)
         # recorded only now: a delivery that raised on the way (500) is handled on MLflow's retry
         claims.first_delivery(delivery_id)
         claims.forget_deliveries_before(datetime.now(timezone.utc) - timedelta(seconds=2 * max_age_s))
         return response
 
-    def handle(payload: dict) -> JSONResponse:
-        if (payload.get("entity"), payload.get("action")) != ("model_version", "created"):
-            return JSONResponse({"ignored": f"{payload.get('entity')}.{payload.get('action')}"}, status_code=200)
-        data = payload.get("data") or {}
-        name, version = data.get("name"), data.get("version")
-        if not name or version is None:
-            return JSONResponse({"error": "model_version.created without data.name and data.version"}, status_code=400)
-        if not dispatcher.configured(name):
-            return JSONResponse({"ignored": f"model {name!r} is not configured (vlgate.yaml models: or default:)"}, status_code=200)
-        claimed = dispatcher.offer(name, str(version), via="webhook")
-        return JSONResponse({"model": name, "version": str(version), "claimed": claimed}, status_code=202 if claimed else 200)
+    def handle(delivery: Delivery) -> JSONResponse:
+        if (delivery.entity, delivery.action) != ("model_version", "created"):
+            return JSONResponse({"ignored": f"{delivery.entity[:100]}.{delivery.action[:100]}"}, status_code=200)
+        try:
+            created = ModelVersionCreated.model_validate(delivery.data)
+        except ValidationError as error:
+            return JSONResponse({"error": f"model_version.created: {_problem(error)}"}, status_code=400)
+        if not dispatcher.configured(created.name):
+            return JSONResponse({"ignored": f"model {created.name!r} is not configured (vlgate.yaml models: or default:)"}, status_code=200)
+        claimed = dispatcher.offer(created.name, created.version, via="webhook")
+        return JSONResponse({"model": created.name, "version": created.version, "claimed": claimed}, status_code=202 if claimed else 200)
 
     async def health(_request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})

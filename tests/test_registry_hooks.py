@@ -423,3 +423,57 @@ def test_claims_written_before_registration_times_adopt_one_without_revalidating
     adopted = claims.get("m", "1")
     assert adopted.registered_at == str(version.creation_timestamp) and adopted.state == "done" and adopted.run_id == "run-1"
     assert recorder.started == []
+
+
+def _signed(payload: object, delivery_id: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(payload).encode()
+    timestamp = str(int(time.time()))
+    return body, {DELIVERY_HEADER: delivery_id, TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(SECRET, delivery_id, timestamp, body), "Content-Type": "application/json"}
+
+
+def test_malformed_deliveries_signed_or_not_are_refused_with_4xx_and_claim_nothing(claims):
+    import http.client
+
+    import httpx
+
+    recorder = Recorder()
+    dispatcher = Dispatcher(claims, start=recorder)
+    with Receiver(dispatcher) as receiver:
+        # a signature header with bytes no base64 signature has: refused as a mismatch, not a crash
+        body, headers = _delivery(delivery_id="bytes")
+        connection = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
+        connection.putrequest("POST", PATH)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            connection.putheader(name, value.encode("latin-1") if name != SIGNATURE_HEADER else "v1,é€ü".encode())
+        connection.endheaders(body)
+        assert connection.getresponse().status == 401
+        connection.close()
+        # a correctly signed timestamp in digits that are not ASCII (int() would read them);
+        # the server reads header bytes as latin-1, so that is what the sender signed
+        body, headers = _delivery(delivery_id="digits")
+        encoded = {name: value.encode() for name, value in headers.items()} | {TIMESTAMP_HEADER: "１７００００００００".encode()}
+        encoded[SIGNATURE_HEADER] = signature(SECRET, "digits", encoded[TIMESTAMP_HEADER].decode("latin-1"), body).encode()
+        assert httpx.post(receiver.url, content=body, headers=encoded, timeout=10).status_code == 400
+
+        created = {"entity": "model_version", "action": "created"}
+        signed_but_malformed = [
+            [1, 2, 3],  # not an object
+            {"entity": ["model_version"], "action": "created", "data": {"name": "m", "version": "1"}},
+            {**created, "data": "m/1"},  # data a string
+            {**created, "data": {"name": "m", "version": {"x": 1}}},  # version an object
+            {**created, "data": {"name": "m", "version": 1.5}},
+            {**created, "data": {"name": "m", "version": "../1"}},
+            {**created, "data": {"name": "", "version": "1"}},
+            {**created, "data": {"name": {"m": 1}, "version": "1"}},
+            {**created, "data": {"name": "m"}},
+        ]
+        for n, payload in enumerate(signed_but_malformed):
+            body, headers = _signed(payload, f"malformed-{n}")
+            response = httpx.post(receiver.url, content=body, headers=headers, timeout=10)
+            assert response.status_code == 400, (payload, response.text)
+        # the receiver still takes a genuine delivery afterwards
+        body, headers = _signed({**created, "data": {"name": "m", "version": "2", "source": "s", "run_id": None, "tags": {}, "description": None}}, "genuine")
+        assert httpx.post(receiver.url, content=body, headers=headers, timeout=10).status_code == 202
+    dispatcher.wait()
+    assert recorder.started == [("m", "2")]
+    assert [(claim.model_name, claim.version) for claim in claims.all()] == [("m", "2")]

@@ -35,7 +35,7 @@ class LoadPolicy(BaseModel):
     """What a checkpoint may do when loaded. The defaults are the safe ones; loosening them
     is an explicit, recorded choice (it is part of the run's parameters)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     trust_remote_code: bool = False
     allow_pickle: bool = False

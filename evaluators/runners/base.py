@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
+from vlgate.config import CONFIG_MODEL
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
@@ -29,7 +30,7 @@ class EvaluatorSettings(BaseModel):
     """One evaluator's entry in a suite (paths relative to the suite file). An evaluator
     with options of its own subclasses this; the registry names the subclass."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     #: fields naming a helper model: resolved against the suite's folder when that path exists
     model_fields_with_paths: ClassVar[tuple[str, ...]] = ()

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from vlgate.config import load_yaml_model
+from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import protocols, registry
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
@@ -49,11 +49,11 @@ def _settings_model(known: tuple[tuple[str, type[EvaluatorSettings]], ...]) -> t
     typed by the registry's settings model, so a bad entry is named by its path
     (``evaluators.lcm-mc.data: Field required``) and an unknown evaluator is refused."""
     fields: dict[str, Any] = {name.replace("-", "_"): (settings | None, Field(default=None, alias=name)) for name, settings in known}
-    return create_model("Evaluators", __config__=ConfigDict(extra="forbid", populate_by_name=False), **fields)
+    return create_model("Evaluators", __config__=ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False), **fields)
 
 
 class Suite(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = CONFIG_MODEL
 
     name: str
     batch_size: int = Field(default=8, ge=1)
