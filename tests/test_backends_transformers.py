@@ -128,6 +128,27 @@ def test_pickle_only_checkpoint_is_refused_unless_the_policy_allows_it(tiny_worl
         TransformersBackend.load(folder)
     loaded = TransformersBackend.load(folder, policy=LoadPolicy(allow_pickle=True))
     assert loaded.info.digest.startswith("sha256:")
+    # an empty, unrelated safetensors file beside the pickle does not make it safe
+    (folder / "adapter.safetensors").write_bytes(b"")
+    (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(BackendError, match=r"pickles only \(pytorch_model.bin\)"):
+        TransformersBackend.load(folder)
+
+
+def test_the_checkpoint_check_matches_each_pickle_with_its_safetensors_copy(tmp_path):
+    from vlgate.evaluators.backends.loading import check_checkpoint, has_safetensors_copy
+
+    (tmp_path / "unet").mkdir()
+    for name in ("pytorch_model.bin", "unet/diffusion_pytorch_model.bin", "pytorch_model-00001-of-00002.bin", "training_args.bin"):
+        (tmp_path / name).write_bytes(b"pickle")
+    assert not has_safetensors_copy(tmp_path / "pytorch_model.bin")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"weights")
+    assert has_safetensors_copy(tmp_path / "pytorch_model.bin") and has_safetensors_copy(tmp_path / "unet" / "diffusion_pytorch_model.bin")
+    with pytest.raises(BackendError, match=r"pickles only \(pytorch_model-00001-of-00002.bin\)"):
+        check_checkpoint(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    check_checkpoint(tmp_path)  # every pickle has its safetensors copy; training_args.bin is never weights
 
 
 def test_missing_reference_names_what_was_tried(tmp_path):

@@ -10,7 +10,8 @@ A model reference is one of:
 
 Untrusted checkpoints never run code: before anything is handed to ``from_pretrained``,
 :func:`check_checkpoint` refuses folders whose config asks for remote code (``auto_map``)
-and folders whose weights exist only as pickles (``.bin``/``.pt``/``.pth``/``.ckpt``),
+and folders with pickled weights (``.bin``/``.pt``/``.pth``/``.ckpt``) that have no
+safetensors copy of the same weights beside them (an unrelated ``.safetensors`` file does not count),
 unless a :class:`LoadPolicy` says otherwise. The loaders then pass
 ``trust_remote_code=policy.trust_remote_code`` and ``use_safetensors=not policy.allow_pickle``.
 """
@@ -123,14 +124,27 @@ def check_checkpoint(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
                 "vlgate does not run a checkpoint's code unless the load policy sets trust_remote_code: true"
             )
     files = [p for p in path.rglob("*") if p.is_file()]
-    has_safetensors = any(p.suffix == ".safetensors" for p in files)
     pickles = [p for p in files if p.suffix in PICKLE_SUFFIXES and p.name != "training_args.bin"]
-    if pickles and not has_safetensors and not policy.allow_pickle:
-        names = ", ".join(str(p.relative_to(path)) for p in pickles[:3])
+    unmatched = [p for p in pickles if not has_safetensors_copy(p)]
+    if unmatched and not policy.allow_pickle:
+        names = ", ".join(str(p.relative_to(path)) for p in unmatched[:3])
         raise BackendError(
             f"checkpoint {path}: weights are pickles only ({names}); loading a pickle can run arbitrary code. "
             "Convert to safetensors, or set allow_pickle: true in the load policy for a checkpoint you trust"
         )
+
+
+def has_safetensors_copy(pickle: Path) -> bool:
+    """Whether the weights in ``pickle`` also lie beside it as the safetensors file a loader
+    takes instead: ``pytorch_model.bin`` → ``model.safetensors`` (shards by their index; also
+    ``open_clip_pytorch_model.bin`` → ``open_clip_model.safetensors``),
+    ``diffusion_pytorch_model.bin`` → ``diffusion_pytorch_model.safetensors``. Any other
+    ``.safetensors`` file in the folder, an empty one included, does not stand in for them."""
+    stems = {pickle.stem, pickle.stem.replace("pytorch_model", "model")}  # transformers renames, diffusers keeps
+    candidates = [pickle.parent / f"{stem}.safetensors" for stem in stems]
+    # a shard: the safetensors index names the shards the loader reads
+    candidates += [pickle.parent / f"{stem.split('-')[0]}.safetensors.index.json" for stem in stems if "-of-" in stem]
+    return any(candidate.is_file() and candidate.stat().st_size > 0 for candidate in candidates)
 
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
