@@ -13,12 +13,16 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from vlgate.evaluators.metrics.correlation import correlate_table, parse_ranked_cell
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 #: Paper Fig. 2's colours: LCM blue, abstention orange, confidence green, overconfidence brown.
 RESPONSE_COLOURS = {"lcm": "tab:blue", "abstention": "tab:orange", "confidence": "tab:green", "overconfidence": "tab:brown"}
@@ -142,16 +146,30 @@ class ImageChain:
     s: list[float]
 
 
-def _show(axes, path: Path | None) -> None:
-    from PIL import Image
+def readable_image(path: Path | None) -> Image.Image | None:
+    """The picture at ``path`` as an RGB PIL image, or None when there is none or it cannot
+    be read as one (a record may name any file): a report leaves that picture out and draws
+    the rest."""
+    from PIL import Image as PilImage
+    from PIL import UnidentifiedImageError
 
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        with PilImage.open(path) as opened:
+            return opened.convert("RGB")
+    except (UnidentifiedImageError, PilImage.DecompressionBombError, OSError, ValueError):
+        return None
+
+
+def _show(axes, path: Path | None) -> None:
     axes.set_xticks([])
     axes.set_yticks([])
-    if path is not None and Path(path).is_file():
-        with Image.open(path) as image:
-            axes.imshow(np.asarray(image.convert("RGB")))
+    image = readable_image(path)
+    if image is not None:
+        axes.imshow(np.asarray(image))
     else:
-        axes.text(0.5, 0.5, "not kept", ha="center", va="center", fontsize=8, color="gray")
+        axes.text(0.5, 0.5, "not kept" if path is None or not Path(path).is_file() else "unreadable", ha="center", va="center", fontsize=8, color="gray")
 
 
 def genception_chain_figure(chains: Sequence[ImageChain], title: str = "") -> Figure:

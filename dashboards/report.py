@@ -62,15 +62,13 @@ def data_uri(png_bytes: bytes) -> str:
 
 
 def thumbnail(path: Path | None, size: int = 160) -> str | None:
-    from PIL import Image
-
-    if path is None or not Path(path).is_file():
+    """A PNG ``data:`` URI of the picture at ``path``; None when it is missing or unreadable."""
+    image = plots.readable_image(path)
+    if image is None:
         return None
-    with Image.open(path) as opened:
-        image = opened.convert("RGB")
-        image.thumbnail((size, size))
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
+    image.thumbnail((size, size))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
     return data_uri(buffer.getvalue())
 
 

@@ -94,6 +94,22 @@ def test_genception_chain_grid_has_seed_and_each_iteration_titled_with_s(tmp_pat
     assert len(figure.axes[0].images) == 1 and len(figure.axes[2].images) == 0  # a missing image says so
 
 
+def test_a_file_that_is_not_an_image_is_left_out_of_the_report_not_fatal(tmp_path):
+    from PIL import Image
+
+    from vlgate.dashboards.report import thumbnail
+
+    seed, text, truncated = tmp_path / "seed.png", tmp_path / "notes.png", tmp_path / "cut.png"
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(seed)
+    text.write_text("not a picture")
+    truncated.write_bytes(seed.read_bytes()[:40])
+    assert thumbnail(text) is None and thumbnail(truncated) is None and thumbnail(seed).startswith("data:image/png;base64,")
+    chain = plots.ImageChain(id="gc-8", gc=0.5, seed=seed, images=[text, truncated], s=[0.6, 0.4])
+    figure = plots.genception_chain_figure([chain])
+    assert [len(axes.images) for axes in figure.axes] == [1, 0, 0]
+    assert [text.get_text() for axes in figure.axes[1:] for text in axes.texts] == ["unreadable", "unreadable"]
+
+
 def test_decc_matrix_counts_reliable_against_correct():
     frame = per_sample_frame(validate("decc", read_jsonl(EXAMPLES / "decc.jsonl")))
     matrix = plots.decc_matrix(frame)
