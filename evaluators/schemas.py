@@ -289,8 +289,16 @@ class VlindSchema(Schema):
         return arrays, {}
 
 
+#: How far past ±1 a cosine similarity may lie from floating-point error alone: the
+#: reference pipeline's cosine of an image's features with themselves gives
+#: 1.0000000000000009 in float64, and float32 features land up to about 1e-7 out. Such a
+#: value is taken as the ±1 it is (clipped); anything further out is refused.
+SIMILARITY_ROUNDING = 1e-6
+
+
 class GenceptionSchema(Schema):
-    """SPEC §2.4: ``{"id", "category", "s": [s1, ..., sT]}`` with cosine similarities in [−1, 1]."""
+    """SPEC §2.4: ``{"id", "category", "s": [s1, ..., sT]}`` with cosine similarities in
+    [−1, 1], within :data:`SIMILARITY_ROUNDING` (then clipped)."""
 
 
     def structure_problems(self, record):
@@ -321,8 +329,10 @@ class GenceptionSchema(Schema):
 
     def arrays(self, records):
         s, non_numeric = _stack([r["s"] for r in records])
-        checks = [("s", lambda value: probability_list_problem(value, low=-1.0, high=1.0))]
-        problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, -1.0, 1.0)])
+        low, high = -1.0 - SIMILARITY_ROUNDING, 1.0 + SIMILARITY_ROUNDING
+        checks = [("s", lambda value: probability_list_problem(value, low=low, high=high))]
+        problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, low, high)])
+        s = np.clip(s, -1.0, 1.0)
         # the first description (of the seed image) where the record keeps the chain's texts
         first = [r["descriptions"][0] if r.get("descriptions") else None for r in records]
         return {"s": s, "category": np.array([r["category"] for r in records], dtype=object), "description": np.array(first, dtype=object)}, problems

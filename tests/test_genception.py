@@ -153,3 +153,18 @@ def test_the_gates_statistic_on_the_per_sample_frame_is_the_headline():
     from_frame = registry.get("genception").aggregate(frame.drop(columns="id"))
     assert from_frame["gc@3"] == pytest.approx(score(valid)["gc@3"])
     assert from_frame["gc@3"] == pytest.approx(sum(CHATGPT_4V.values()) / len(CHATGPT_4V))
+
+
+def test_a_similarity_past_one_by_rounding_alone_is_taken_as_one_and_further_out_refused():
+    """The reference pipeline's cosine of an image's features with themselves gives
+    1.0000000000000009 in float64: such a record scores as if it said 1.0."""
+    from vlgate.evaluators.records import InvalidRecordsError
+
+    def records(first: float) -> list[dict]:
+        return [{"id": "a", "category": "c", "s": [first, 0.5]}, {"id": "b", "category": "c", "s": [0.9, -1.0000001]}]
+
+    rounded = score(validate("genception", parse_jsonl(json.dumps(r) for r in records(1.0000000000000009))))
+    exact = score(validate("genception", parse_jsonl(json.dumps(r) for r in [{**records(1.0)[0]}, {"id": "b", "category": "c", "s": [0.9, -1.0]}])))
+    assert rounded == exact and rounded["gc@2"] == pytest.approx((1.0 * 1 + 0.5 * 2 + 0.9 * 1 - 1.0 * 2) / 3 / 2)
+    with pytest.raises(InvalidRecordsError, match=r"field 's': entry 0 1.001"):
+        validate("genception", parse_jsonl(json.dumps(r) for r in records(1.001)))
