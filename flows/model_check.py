@@ -18,6 +18,10 @@ from rich.table import Table
 
 from vlgate.evaluators.runners.model_check import ModelCheck
 
+#: Items per evaluator the flow's check runs (a structural fault shows on the first item;
+#: `vlgate check-model --items` runs more).
+FLOW_CHECK_ITEMS = 2
+
 
 def stamp(result: ModelCheck) -> str:
     """The run tag's value: ``exact``, or which used paths are not."""
@@ -67,6 +71,6 @@ def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_fold
     found = cached_check(file)
     if found is not None:
         return found
-    result = check_model(model_uri, suite, backend=suite.backend, cache_dir=Path(cache_dir))
+    result = check_model(model_uri, suite, items=FLOW_CHECK_ITEMS, backend=suite.backend, cache_dir=Path(cache_dir))
     keep_check(file, result)
     return result

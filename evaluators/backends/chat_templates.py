@@ -101,13 +101,18 @@ def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int,
         if has_vision:
             raise BackendError(f"model {model}: its processor has no chat template")
         return prompt
-    if has_vision:
+    if has_vision or renderer.text_content == "parts":
         return renderer.render(parts)
+    as_string = [{"role": "user", "content": prompt}]
+    if renderer.text_content == "string":
+        return renderer.render(as_string)
+    # the first text-only turn decides for the template, once
     try:
-        as_string = renderer.render([{"role": "user", "content": prompt}])
+        rendered = renderer.render(as_string)
     except TemplateRenderError:
-        return renderer.render(parts)
-    return as_string if prompt.strip() in as_string else renderer.render(parts)
+        rendered = None
+    renderer.text_content = "string" if rendered is not None and prompt.strip() in rendered else "parts"
+    return rendered if renderer.text_content == "string" and rendered is not None else renderer.render(parts)
 
 
 class ChatTemplateRenderer:
@@ -125,6 +130,8 @@ class ChatTemplateRenderer:
     ):
         self.model, self.template, self.variables = model, template, variables
         self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
+        #: how this template takes a text-only user turn ("string" or "parts"), once known (``user_turn``)
+        self.text_content: str | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._pending = b""
         self._starting = False  # a new child's first answer also waits for its imports

@@ -67,6 +67,8 @@ PREFIX_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-9}
 #: split prompt may differ from the whole one by twice what batching alone moves them on
 #: the same requests, and never less than this floor.
 HALF_PRECISION_FLOOR = 1e-3
+#: Groups of the first shared-prefix batch that are also scored whole, to check the path.
+PREFIX_CHECK_GROUPS = 2
 #: Word boundaries tried, from the last one back, for a cut the tokenizer does not merge across.
 PREFIX_CUT_TRIES = 8
 
@@ -231,8 +233,8 @@ class TransformersBackend(VisionLanguageBackend):
 
     def _shared_prefix_results(self, requests: Sequence[ChoiceRequest]) -> Iterator[tuple[list[int], list[np.ndarray]]]:
         """(request indices, their probabilities) for every group of requests that share a
-        prefix and images and were scored from one cached prefix; the first scored groups
-        are checked against the whole prompts (:class:`PrefixSharing`)."""
+        prefix and images and were scored from one cached prefix; the first two scored
+        groups are checked against the whole prompts (:class:`PrefixSharing`)."""
         groups: dict[tuple, list[int]] = defaultdict(list)
         for index, request in enumerate(requests):
             if request.shared_prefix and request.prompt.startswith(request.shared_prefix):
@@ -255,7 +257,7 @@ class TransformersBackend(VisionLanguageBackend):
                     self._refuse_prefix_sharing(f"the shared-prefix pass raised {type(error).__name__}: {error}")
                     return
                 if self.prefix_sharing.verified is None and any(s is not None for s in scored):
-                    if not self._verify_prefix_sharing(chunk_requests, scored):
+                    if not self._verify_prefix_sharing(chunk_requests[:PREFIX_CHECK_GROUPS], scored[:PREFIX_CHECK_GROUPS]):
                         return
                 for indices, probs in zip(group_chunk, scored):
                     if probs is not None:
