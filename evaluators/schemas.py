@@ -297,8 +297,9 @@ SIMILARITY_ROUNDING = 1e-6
 
 
 class GenceptionSchema(Schema):
-    """SPEC §2.4: ``{"id", "category", "s": [s1, ..., sT]}`` with cosine similarities in
-    [−1, 1], within :data:`SIMILARITY_ROUNDING` (then clipped)."""
+    """A GenCeption record: ``{"id", "category", "s": [s1, ..., sT]}``, the cosine similarity
+    of each iteration's image to the seed image, in [−1, 1] within
+    :data:`SIMILARITY_ROUNDING` (then clipped)."""
 
 
     def structure_problems(self, record):
