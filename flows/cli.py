@@ -187,6 +187,22 @@ def cmd_check_model(args: argparse.Namespace) -> int:
     return 0 if result.trusted else EXIT_NOT_EXACT
 
 
+def cmd_vllm_layout(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.backends.base import BackendError
+    from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+    from vlgate.evaluators.backends.weight_layout import vllm_layout
+    from vlgate.home import vlgate_home
+
+    cache = Path(args.cache) if args.cache else vlgate_home() / "model-cache"
+    try:
+        path = resolve_model(args.model, cache)
+        check_checkpoint(path, LoadPolicy())
+        print(vllm_layout(path, model_digest(path), cache))
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vlgate.flows.demo import run_demo
 
@@ -527,6 +543,20 @@ def build_parser() -> argparse.ArgumentParser:
     check_model.add_argument("--device", help="torch device for the check (default: CUDA when present)")
     check_model.add_argument("--json", action="store_true", help="the result as one JSON object")
     check_model.set_defaults(handler=cmd_check_model)
+
+    layout = commands.add_parser(
+        "vllm-layout",
+        help="print the folder to give `vllm serve` for a checkpoint (its weight names as vLLM reads them)",
+        description=(
+            "transformers 5 saves CLIP and SigLIP vision towers (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma3, Aya Vision) "
+            "without the 'vision_model' level vLLM reads. Print the checkpoint's folder when vLLM reads it as it is, otherwise make "
+            "(once, in the model cache, keyed by the checkpoint's digest) a copy with the released names and print that: the same "
+            "tensors byte for byte. vlgate's own vLLM backend does this by itself."
+        ),
+    )
+    layout.add_argument("model", metavar="M", help="a checkpoint folder, an MLflow URI (models:/NAME/1) or a Hugging Face id")
+    layout.add_argument("--cache", metavar="DIR", help="where the copy goes (default: $VLGATE_HOME/model-cache)")
+    layout.set_defaults(handler=cmd_vllm_layout)
 
     demo = commands.add_parser(
         "demo",

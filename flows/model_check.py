@@ -6,7 +6,10 @@ The flow checks each model digest once (per engine and batch size): the result i
 ``model_check.json``, and stamped on the run as the tag ``vlgate.model_check`` (``exact``,
 or ``not exact: PATH, ...``), which the report shows beside the decision. The stamp does
 not move the decision: a path that is not exact on a model is turned off by the backend
-itself where it can be (shared prefixes), and the stamp says where it could not.
+itself where it can be (shared prefixes), and the stamp says where it could not. The one
+exception is the engine itself: a suite scored by vLLM is checked before any evaluator runs,
+and weights vLLM does not score exactly are not evaluated at all (:func:`engine_problem`;
+the version fails closed with that one line).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from vlgate.evaluators.runners.model_check import ModelCheck
+from vlgate.evaluators.runners.model_check import OTHER_ENGINE, ModelCheck
 
 #: Items per evaluator the flow's check runs (a structural fault shows on the first item;
 #: `vlgate check-model --items` runs more).
@@ -53,6 +56,19 @@ def cached_check(file: Path) -> ModelCheck | None:
 def keep_check(file: Path, result: ModelCheck) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps(result.to_dict(), indent=2))
+
+
+def engine_problem(result: ModelCheck) -> str | None:
+    """Why the suite's engine cannot score these weights, or None: another engine (vLLM)
+    that is not exact on them would score another model, and, unlike a shared prefix, the
+    backend cannot turn it off by itself."""
+    engine = next((path for path in result.paths if path.path == OTHER_ENGINE and path.used), None)
+    if engine is None or engine.exact is not False:
+        return None
+    return (
+        f"the suite's engine does not score it as the transformers plain path does (largest difference {engine.largest_difference:.2g} "
+        f"over {engine.compared} requests, tolerance {engine.tolerance:g}): its scores would not be this model's; score it with backend: transformers"
+    )
 
 
 def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_folder: str) -> ModelCheck | None:

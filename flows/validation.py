@@ -30,7 +30,7 @@ from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
-from vlgate.flows.model_check import check_candidate, stamp
+from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
@@ -198,6 +198,11 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
+    if suite.backend == "vllm":  # another engine is checked first: if it is not exact, nothing it scored would count
+        engine_check = check_candidate(f"models:/{model_name}/{version}", str(config.suite), str(home / "model-cache"), str(home / "model-checks"))
+        problem = engine_problem(engine_check) if engine_check is not None else None
+        if problem:
+            raise ValidationError(f"{model_name} v{version}: {problem}")
     out = home / "validations" / model_name / version
     # evaluation runs as a subflow so that its task runner comes from vlgate.yaml, for a
     # run started here and for one a Prefect worker starts from the deployment alike

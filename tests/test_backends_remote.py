@@ -100,8 +100,13 @@ class WordTokenizer:
 
     unk_token_id = 0
 
-    def __init__(self, vocabulary):
+    def __init__(self, vocabulary, bos_token=None):
         self.ids = {text: i for i, text in enumerate(vocabulary, start=1)}
+        self.bos_token = bos_token
+
+    def decode(self, ids, skip_special_tokens=False):
+        texts = {i: text for text, i in self.ids.items()}
+        return " ".join(texts[i] for i in ids)
 
     def encode(self, text, add_special_tokens=False):
         if text in self.ids:
@@ -401,7 +406,8 @@ class FakeLLM:
             else:
                 ids = None
             logprobs = None if ids is None else [{i: SimpleNamespace(logprob=log(self.distribution[i]) if self.distribution.get(i) else -math.inf) for i in ids}]
-            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(text=" generated \n", logprobs=logprobs)]))
+            # vLLM's own text of the ids [7, 8] ("The", "Yes") would hold back a partial character
+            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(text=" The Ye", token_ids=[7, 8], logprobs=logprobs)]))
         return outputs
 
 
@@ -446,25 +452,32 @@ def test_vllm_warns_when_no_option_is_in_the_top_k(caplog):
     assert "request 0: no token of the options ['A', 'B']" in caplog.text
 
 
-def test_vllm_gets_the_text_vlgate_rendered_with_its_images_and_generate_is_greedy():
+@pytest.mark.parametrize(
+    ("bos", "template_start", "adds"),
+    [(None, "", True), ("<s>", "", True), ("<s>", "<s>", False)],
+    ids=["no BOS", "BOS the tokenizer adds", "BOS the template writes"],
+)
+def test_vllm_gets_the_text_vlgate_rendered_with_its_images_and_generate_is_greedy(bos, template_start, adds):
     """vLLM is handed the chat template's rendering (vlgate's, in its limited child process),
-    the images as multi-modal data, and no special tokens to add: the template wrote them."""
+    the images as multi-modal data, and special tokens added as the model card's path adds
+    them: by the tokenizer unless the template already wrote BOS. Generated text is the
+    tokenizer's decoding of the generated ids, as on transformers."""
     from vlgate.evaluators.backends.base import BackendInfo
     from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer
 
     image = solid((9, 9, 9))
     assert engine_prompt("USER: <image>Describe it.", (image,)) == {"prompt": "USER: <image>Describe it.", "multi_modal_data": {"image": [image]}}
     assert engine_prompt("Hi.", ()) == {"prompt": "Hi."}
-    template = "{% for m in messages %}USER: {% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endfor %} ASSISTANT:"
-    llm = FakeLLM({1: 1.0}, TOKENS)
+    template = template_start + "{% for m in messages %}USER: {% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endfor %} ASSISTANT:"
+    llm = FakeLLM({1: 1.0}, WordTokenizer(["A", " A", "B", " B", "C", "D", "The", "Yes", "No"], bos_token=bos))
     backend = VllmBackend(llm, ParamsWithTokenIds, BackendInfo("vllm", "fake", "sha256:0"), template=ChatTemplateRenderer("fake", template, {}), has_vision=True)
     try:
-        assert backend.generate([GenerateRequest((image, image), "Describe it.", max_new_tokens=7)]) == ["generated"]
+        assert backend.generate([GenerateRequest((image, image), "Describe it.", max_new_tokens=7)]) == ["The Yes"]
     finally:
         backend.close()
     (prompts, (params,), tokenization) = llm.calls[0]
-    assert prompts == [{"prompt": "USER: <image><image>Describe it. ASSISTANT:", "multi_modal_data": {"image": [image, image]}}]
-    assert tokenization == {"add_special_tokens": False}
+    assert prompts == [{"prompt": template_start + "USER: <image><image>Describe it. ASSISTANT:", "multi_modal_data": {"image": [image, image]}}]
+    assert tokenization == {"add_special_tokens": adds}
     assert params.max_tokens == 7 and params.temperature == 0.0 and params.logprobs is None
 
 

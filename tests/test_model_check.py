@@ -112,3 +112,35 @@ def test_check_model_on_the_shipped_world_vlm_trusts_every_path(capsys):
     assert by_path[SHARED_PREFIX]["used"] is True and by_path[SHARED_PREFIX]["largest_difference"] < 1e-6
     assert by_path[BATCHED_SCORING]["used"] is True and by_path[BATCHED_SCORING]["largest_difference"] < 1e-6
     assert by_path[BATCHED_GENERATION]["exact"] is True
+
+
+class OtherEngine(DriftingBackend):
+    """Another engine's double: every probability moved by ``shift`` of the next option's."""
+
+    def __init__(self, shift: float):
+        super().__init__(drift=0.0)
+        self.shift = shift
+        self.info = BackendInfo(name="vllm", model="drifting-double", digest="sha256:" + "0" * 64)
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[np.ndarray]:
+        return [np.roll(self._plain(r), 1) * self.shift + self._plain(r) * (1 - self.shift) for r in requests]
+
+
+def test_an_engine_that_is_not_exact_stops_the_validation_before_any_evaluator_runs(example_requests):
+    """A vLLM suite is checked first; an engine off the plain path by more than the tolerance
+    is the flow's one-line reason not to evaluate (an engine cannot be turned off by itself)."""
+    from vlgate.flows.model_check import engine_problem
+
+    exact = check_transformers(DriftingBackend(drift=0.0), example_requests, engine=OtherEngine(0.0))
+    assert engine_problem(exact) is None
+    off = check_transformers(DriftingBackend(drift=0.0), example_requests, engine=OtherEngine(0.02))
+    engine = {path.path: path for path in off.paths}[OTHER_ENGINE]
+    expected = max(float(np.abs(np.roll(DriftingBackend._plain(r), 1) - DriftingBackend._plain(r)).max()) * 0.02 for r in example_requests.choices)
+    assert engine.largest_difference == pytest.approx(expected) and expected > 1e-3
+    problem = engine_problem(off)
+    assert problem == (
+        f"the suite's engine does not score it as the transformers plain path does (largest difference {expected:.2g} over {len(example_requests.choices)} requests, "
+        "tolerance 1e-05): its scores would not be this model's; score it with backend: transformers"
+    )
+    # the transformers-only check has no engine to stop
+    assert engine_problem(check_transformers(DriftingBackend(drift=0.03), example_requests)) is None

@@ -195,11 +195,22 @@ def shared_prefix_cell(state: Any) -> str:
     return "not used: differs from the whole prompt"
 
 
+def vllm_cell(family: Family) -> str:
+    """The family on vLLM's CPU build, as declared in its ``OnVllm`` (``tests/test_vllm_families.py`` checks it)."""
+    on_vllm = family.vllm
+    if on_vllm.outcome == "exact":
+        if on_vllm.two_images == "exact":
+            return f"exact (≤ {TOLERANCE:g}), greedy text equal"
+        return f"one image exact; two images differ: {on_vllm.reason}"
+    label = {"differs": "differs", "refused": "refused", "fails": "fails in vLLM"}[on_vllm.outcome]
+    return f"{label}: {on_vllm.reason}"
+
+
 def compatibility_table() -> str:
-    """The README's table from :data:`RESULTS`."""
+    """The README's table from :data:`RESULTS` and the families' vLLM declarations."""
     lines = [
-        "| family | one image | two images | shared prefix | generate | notes |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| family | one image | two images | shared prefix | generate | vLLM (CPU build) | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, family in FAMILIES.items():
         seen = RESULTS[name]
@@ -210,6 +221,7 @@ def compatibility_table() -> str:
             "—" if two is None else (f"exact (≤ {TOLERANCE:g})" if two <= TOLERANCE else "differs"),
             shared_prefix_cell(seen["shared prefix"]),
             "equal" if seen.get("generate") else "differs",
+            vllm_cell(family).replace("|", "/"),
             family.notes.replace("|", "/"),
         ]
         lines.append("| " + " | ".join(cells) + " |")

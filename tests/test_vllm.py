@@ -21,25 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from vllm_required import require_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-try:
-    import vllm  # noqa: F401
-
-    VLLM_MISSING = ""
-except ImportError as error:
-    VLLM_MISSING = str(error)
-    if os.environ.get("VLGATE_REQUIRE_VLLM") != "1":
-        pytest.skip("vLLM's CPU build lives in .venv-vllm (make .venv-vllm; make test runs this module there)", allow_module_level=True)
-
-
-@pytest.fixture(autouse=True)
-def vllm_is_installed():
-    """CI (``VLGATE_REQUIRE_VLLM=1``): a missing vLLM fails each test instead of skipping it
-    (the module still collects, so a run that deselects the vllm marker is unaffected)."""
-    if VLLM_MISSING:
-        pytest.fail(f"VLGATE_REQUIRE_VLLM=1 but vLLM cannot be imported here ({VLLM_MISSING}); run these tests in .venv-vllm (make test-vllm)")
+vllm_is_installed = require_vllm()
 
 from vlgate.evaluators import prompts  # noqa: E402
 from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, GenerateRequest  # noqa: E402
@@ -165,15 +151,13 @@ def test_vllm_records_what_it_ran(vllm_backend, trained_checkpoint):
 
 
 def test_vllm_refuses_an_architecture_it_cannot_run_here_naming_the_model(tmp_path):
-    """vLLM's LLaVA module imports torchvision, which the CPU build cannot load: one line
-    with the model and the reason, before any engine starts."""
-    from vlgate.evaluators.world import checkpoints as ck
-
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["Is it red?"]))
-    model, processor = ck.build_vlm(tokenizer, ck.TinyVlmConfig(vision_hidden=64, text_hidden=64, heads=2))
-    path = ck.save_checkpoint(model, processor, tmp_path / "tiny-llava", {"kind": "test"})
-    with pytest.raises(BackendError, match=r"model .*tiny-llava: vLLM .* cannot run its architecture LlavaForConditionalGeneration here.*torchvision"):
-        VllmBackend.load(path, dtype="float32", gpu_memory_utilization=0.1)
+    """vLLM's Kanana-V module imports timm, which this environment lacks: one line with the
+    model and the reason, before any engine starts (or the config is even read further)."""
+    folder = tmp_path / "kanana-v"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["KananaVForConditionalGeneration"], "model_type": "kanana-1.5-v"}))
+    with pytest.raises(BackendError, match=r"^model .*kanana-v: vLLM .* cannot run its architecture KananaVForConditionalGeneration here: .*No module named 'timm'"):
+        VllmBackend.load(folder, dtype="float32", gpu_memory_utilization=0.1)
 
 
 def engine_processes() -> set[int]:

@@ -115,6 +115,17 @@ def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int,
     return rendered if renderer.text_content == "string" and rendered is not None else renderer.render(parts)
 
 
+def adds_special_tokens(text: str, bos_token: str | None, has_vision: bool, templated: bool) -> bool:
+    """Whether tokenising one rendered ``text`` adds the tokenizer's special tokens, as the
+    model card's path (``apply_chat_template(tokenize=True)``) does: a VLM's text gets them
+    unless the template already wrote BOS (LLaVA-1.5's template writes none and its
+    tokenizer adds ``<s>``; Idefics3's and Gemma3's write it); a text-only LLM's templated
+    text never gets them, its bare prompt does. Both local backends tokenise by this rule."""
+    if not has_vision:
+        return not templated
+    return not (bool(bos_token) and text.startswith(str(bos_token)))
+
+
 class ChatTemplateRenderer:
     """Renders conversations through one template in a limited child process (started on
     first use, started again after a kill). Thread-safe: renders are serialised."""

@@ -47,7 +47,7 @@ import torch
 from PIL import Image
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
-from vlgate.evaluators.backends.chat_templates import renderer_for, user_turn
+from vlgate.evaluators.backends.chat_templates import adds_special_tokens, renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
 
@@ -195,16 +195,13 @@ class TransformersBackend(VisionLanguageBackend):
         return value.to(self.device, dtype=self.model.dtype) if value.is_floating_point() else value.to(self.device)
 
     def _special_tokens_kwargs(self, texts: list[str]) -> dict[str, bool]:
-        """``add_special_tokens`` as the model card's path sets it: off for a VLM text that
-        already begins with BOS (the processor's own default otherwise) and for a text-only
-        LLM's templated text; a bare prompt without a template gets the tokenizer's specials."""
-        if not self.has_vision:
-            return {"add_special_tokens": self.template is None}
-        bos = self.tokenizer.bos_token
-        starts = {bool(bos) and text.startswith(bos) for text in texts}
-        if len(starts) > 1:
+        """``add_special_tokens`` by :func:`adds_special_tokens`; a VLM whose texts get them
+        leaves the processor its own default."""
+        flags = {adds_special_tokens(text, self.tokenizer.bos_token, self.has_vision, self.template is not None) for text in texts}
+        if len(flags) > 1:
             raise ValueError("a batch mixes texts with and without a leading BOS")
-        return {"add_special_tokens": False} if starts.pop() else {}
+        flag = flags.pop()
+        return {} if flag and self.has_vision else {"add_special_tokens": flag}
 
     def _batches(self, indices: Sequence[int], image_counts: Sequence[int]) -> Iterator[list[int]]:
         """``indices`` in batches of at most ``batch_size`` whose requests carry the same number of images."""

@@ -8,8 +8,9 @@ on a GPU machine, ``make .venv-vllm`` for the CPU build (README, "vLLM").
   first, then the text) in a child process with time, memory and size limits
   (``chat_templates.py``; a template is the checkpoint author's program, and vLLM would run
   it in this process with none), exactly as the transformers backend renders them; the
-  text goes to ``LLM.generate`` with the images as multi-modal data and no special tokens
-  added (the template writes them), which is what ``LLM.chat`` does after rendering.
+  text goes to ``LLM.generate`` with the images as multi-modal data, special tokens added
+  exactly where the model card's path adds them (:func:`adds_special_tokens`: a VLM's text
+  gets BOS from the tokenizer unless the template wrote it, as LLaVA-1.5's does not).
 - :meth:`VllmBackend.choice_probs` runs one greedy token per request and reads the
   logprobs of the first position. vLLM computes them from the raw logits, before
   ``allowed_token_ids`` or structured-output masks, so they are the model's distribution;
@@ -20,7 +21,8 @@ on a GPU machine, ``make .venv-vllm`` for the CPU build (README, "vLLM").
   it counting 0 and a request with no option in it logged and scored uniform.
 - ``shared_prefix`` is not needed: vLLM's automatic prefix caching (on by default, and
   set here) computes a repeated image-and-question prefix once.
-- :meth:`VllmBackend.generate` is greedy decoding with ``max_tokens``.
+- :meth:`VllmBackend.generate` is greedy decoding with ``max_tokens``, the text decoded from
+  the generated ids as the transformers backend decodes them.
 
 Engine settings beyond these (``dtype``, ``max_model_len``, ``gpu_memory_utilization``,
 ``limit_mm_per_prompt`` — NaturalBench's image-choice tests send two images, ...) pass
@@ -35,9 +37,17 @@ engine settings share one ``vllm.LLM`` (:class:`SharedEngine`), counted by its u
 shut down (its processes ended, its memory returned) when the last one closes. Calls into a
 shared engine take its lock, since ``vllm.LLM`` is not safe to call from two threads.
 
+A checkpoint saved by transformers 5 whose CLIP or SigLIP vision tower lacks the
+``vision_model`` level vLLM reads is served from a copy with the released names
+(:mod:`.weight_layout`); ``info.extra["served"]`` names the folder the engine loaded.
+
+A model whose attention the engine cannot compute here (Gemma3's and PaliGemma's
+bidirectional image attention on vLLM's CPU build: :func:`attention_gap`) is refused, its
+engine stopped, in one line naming the model and the reason.
+
 Before the engine starts, the checkpoint's architecture is checked against vLLM's model
-registry: an architecture vLLM implements but cannot import here (its LLaVA module needs
-torchvision, which the CPU build cannot load) is refused with the model and the reason in
+registry: an architecture vLLM implements but cannot import here (a module needing a package
+the environment lacks, e.g. Kanana-V's timm) is refused with the model and the reason in
 one line, instead of the engine's "initialization failed, see the logs above".
 """
 
@@ -59,9 +69,10 @@ import numpy as np
 from PIL import Image
 
 from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
-from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, renderer_for, user_turn
+from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, adds_special_tokens, renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_masses_from_token_ids, option_token_ids
+from vlgate.evaluators.backends.weight_layout import vllm_layout
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +154,25 @@ def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
             ) from error
 
 
+def attention_gap(llm: Any) -> str | None:
+    """Why the started engine would not compute the model's own attention, or None. Gemma3
+    and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM mask); vLLM
+    does that only on attention backends that support it (``supports_mm_prefix``), and its
+    CPU backend does not: it would attend causally there and score another model."""
+    model_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    if not getattr(model_config, "is_mm_prefix_lm", False):
+        return None
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:  # a vLLM without them picks a backend that supports the mask, or refuses itself
+        return None
+    if current_platform.is_cpu() and not CPUAttentionBackend.supports_mm_prefix():
+        architecture = getattr(getattr(model_config, "hf_config", None), "model_type", "this model")
+        return f"{architecture} attends bidirectionally over image tokens, which vLLM's CPU attention does not (it would attend causally)"
+    return None
+
+
 def engine_prompt(text: str, images: Sequence[Image.Image]) -> dict[str, Any]:
     """One request for ``LLM.generate``: the rendered text, and its images as multi-modal data."""
     return {"prompt": text, "multi_modal_data": {"image": list(images)}} if images else {"prompt": text}
@@ -196,22 +226,32 @@ class VllmBackend(VisionLanguageBackend):
             version = getattr(vllm, "__version__", "unknown")
             raise BackendError(f"model {reference}: vLLM {version} is too old: vlgate renders chat templates itself and needs LLM.generate(tokenization_kwargs=...)")
         template, has_vision = _chat_template(str(reference), path, policy)
+        if has_vision and template is None:  # before an engine starts for nothing
+            raise BackendError(
+                f"model {reference}: its processor has no chat template, which the vLLM backend renders every prompt with; "
+                "score it with backend: transformers, which prompts such a VLM as its card does"
+            )
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
         if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary
             top_logprobs = min(top_logprobs, engine_kwargs["max_logprobs"])
         digest = model_digest(path)
-        key = engine_key(path, digest, policy.trust_remote_code, engine_kwargs)
+        served = vllm_layout(path, digest, cache_dir or Path.cwd() / ".vlgate-model-cache")
+        key = engine_key(served, digest, policy.trust_remote_code, engine_kwargs)
         with _ENGINES_LOCK:  # a second load of the same model waits for the first engine, then shares it
             shared = _ENGINES.get(key)
             if shared is None:
                 try:
-                    llm = vllm.LLM(model=str(path), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
+                    llm = vllm.LLM(model=str(served), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
                 except Exception as error:  # vLLM raises several types for configs and models it cannot run
                     raise BackendError(f"model {reference}: vLLM could not load it from {path}: {error}") from error
+                gap = attention_gap(llm)
+                if gap is not None:
+                    shutdown_engine(llm)
+                    raise BackendError(f"model {reference}: vLLM cannot score it exactly here: {gap}; score it with backend: transformers")
                 shared = _ENGINES[key] = SharedEngine(llm, key)
             shared.users += 1
-        extra = {"path": str(path), "vllm": getattr(vllm, "__version__", "unknown"), "top_logprobs": str(top_logprobs)}
+        extra = {"path": str(path), "served": str(served), "vllm": getattr(vllm, "__version__", "unknown"), "top_logprobs": str(top_logprobs)}
         extra |= {key: str(value) for key, value in sorted(engine_kwargs.items()) if isinstance(value, (str, int, float, bool))}
         info = BackendInfo(name="vllm", model=str(reference), digest=digest, device=_device_type(), extra=extra)
         backend = cls(shared.llm, vllm.SamplingParams, info, top_logprobs, shared, template, has_vision)
@@ -223,13 +263,26 @@ class VllmBackend(VisionLanguageBackend):
     def _run(self, requests: Sequence[ChoiceRequest | GenerateRequest], params: list[Any], what: str) -> list[Any]:
         if self.llm is None:
             raise BackendError(f"vLLM ({self.info.model}): the backend is closed")
-        prompts = [engine_prompt(user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision), r.images) for r in requests]
+        texts = [user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision) for r in requests]
+        bos = getattr(self.llm.get_tokenizer(), "bos_token", None)
+        # tokenised as the transformers backend and the model card tokenise (adds_special_tokens);
+        # one engine call per setting, since LLM.generate takes one for all its prompts
+        groups: dict[bool, list[int]] = {}
+        for index, text in enumerate(texts):
+            groups.setdefault(adds_special_tokens(text, bos, self.has_vision, self.template is not None), []).append(index)
+        outputs: list[Any] = [None] * len(requests)
         try:
             with self._lock:
-                # the template wrote the special tokens; LLM.chat tokenizes its rendering the same way
-                return list(self.llm.generate(prompts, sampling_params=params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}))
+                for add_special, indices in groups.items():
+                    done = self.llm.generate(
+                        [engine_prompt(texts[i], requests[i].images) for i in indices], sampling_params=[params[i] for i in indices],
+                        use_tqdm=False, tokenization_kwargs={"add_special_tokens": add_special},
+                    )
+                    for index, output in zip(indices, done, strict=True):
+                        outputs[index] = output
         except Exception as error:  # vLLM's validation errors are ValueErrors; engine failures vary
-            raise BackendError(f"vLLM ({self.info.model}): {what} of {len(prompts)} requests failed: {error}") from error
+            raise BackendError(f"vLLM ({self.info.model}): {what} of {len(requests)} requests failed: {error}") from error
+        return outputs
 
     def _ids_of(self, options: tuple[str, ...]) -> list[list[int]]:
         if options not in self._option_ids:
@@ -265,7 +318,10 @@ class VllmBackend(VisionLanguageBackend):
             return []
         params = [self.sampling_params_class(max_tokens=r.max_new_tokens, temperature=0.0) for r in requests]
         outputs = self._run(requests, params, "generation")
-        return [output.outputs[0].text.strip() for output in outputs]
+        # decoded from the token ids as the transformers backend decodes them: vLLM's incremental
+        # detokenizer holds back a trailing partial UTF-8 character that decode() shows as "\ufffd"
+        tokenizer = self.llm.get_tokenizer()
+        return [str(tokenizer.decode(list(output.outputs[0].token_ids), skip_special_tokens=True)).strip() for output in outputs]
 
     def close(self) -> None:
         """Let go of the engine; the last backend using it shuts it down. Closing twice is a no-op."""

@@ -15,14 +15,14 @@ time, and one plain forward pass (or ``model.generate``) of exactly those inputs
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from vlgate.evaluators import prompts
@@ -57,11 +57,13 @@ def tiny_tokenizer(
     vocab_size: int = 700,
     chat_template: str | None = None,
     extra_special_tokens: dict[str, str] | None = None,
+    whole_tokens: Sequence[str] = (),
 ) -> PreTrainedTokenizerFast:
     """A BPE tokenizer trained on :data:`CORPUS`: ``byte_level`` (GPT-2/Qwen/Llama 3 style,
     ``Ġ`` for spaces, every byte in the alphabet) or ``metaspace`` (SentencePiece style, ``▁``
     for spaces, Llama 2/Gemma/Mistral). ``special_tokens`` (BOS, EOS, pad, image and turn
-    markers) are added tokens that are never split; ``add_bos`` prepends BOS to every
+    markers) are added tokens that are never split, as are ``whole_tokens`` (ordinary text
+    the released vocabulary holds as one piece, e.g. Gemma's ``"\n\n"``); ``add_bos`` prepends BOS to every
     encoding with special tokens, as Llama's and Gemma's tokenizers do and Qwen's do not."""
     specials = list(dict.fromkeys([t for t in (bos, eos, pad, unk) if t] + list(special_tokens)))
     if style == "byte_level":
@@ -79,6 +81,7 @@ def tiny_tokenizer(
         raise ValueError(f"unknown tokenizer style {style!r}")
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False)
     backend.train_from_iterator(CORPUS * 4, trainer=trainer)
+    backend.add_tokens([AddedToken(token, normalized=False, special=False) for token in whole_tokens])
     if add_bos:
         if bos is None:
             raise ValueError("add_bos needs a bos token")
@@ -149,15 +152,37 @@ def model_card_generate(model: Any, processor: Any, prompt: str, images: Sequenc
 
 
 @dataclass(frozen=True)
+class OnVllm:
+    """How the family runs on vLLM's CPU build here; ``tests/test_vllm_families.py`` checks
+    every field, so the README's vLLM column goes stale loudly.
+
+    ``outcome``: ``exact`` (option probabilities within 1e-5 of the model card's path, greedy
+    text equal), ``differs`` (runs, other probabilities: ``reason`` says why, and the test
+    shows it), ``refused`` (vlgate refuses it in one line before scoring) or ``fails`` (vLLM
+    itself fails here). ``evidence`` is what the refusal or failure says (a regular
+    expression). ``two_images`` is ``differs`` where only multi-image prompts disagree.
+    ``engine`` holds engine settings the family needs here.
+    """
+
+    outcome: str = "exact"
+    reason: str = ""
+    evidence: str = ""
+    two_images: str = "exact"
+    engine: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Family:
     """One VLM family of the matrix.
 
     ``build(folder)`` saves a tiny random-weight checkpoint of the family into ``folder``.
     ``max_images`` is how many images one request may carry (1 for families trained on
-    single images only). ``notes`` says anything the README's table should say of it.
+    single images only). ``notes`` says anything the README's table should say of it;
+    ``vllm`` how it runs on vLLM.
     """
 
     name: str
     build: Callable[[Path], Path]
     max_images: int = 2
     notes: str = ""
+    vllm: OnVllm = OnVllm()

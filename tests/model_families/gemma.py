@@ -41,7 +41,7 @@ from transformers import (
 )
 from transformers.models.mllama.image_processing_mllama import get_all_supported_aspect_ratios
 
-from model_families.common import Family, save_checkpoint, tiny_tokenizer
+from model_families.common import Family, OnVllm, save_checkpoint, tiny_tokenizer
 
 # --------------------------------------------------------------------------- shared sizes
 
@@ -72,6 +72,8 @@ def siglip_vision(image_size: int, patch_size: int) -> SiglipVisionConfig:
         num_attention_heads=HEADS,
         image_size=image_size,
         patch_size=patch_size,
+        # as released (PaliGemma, Gemma3): the pooling head is not part of the VLM
+        vision_use_head=False,
     )
 
 
@@ -201,6 +203,8 @@ def build_gemma3(folder: Path) -> Path:
         style="metaspace",
         chat_template=GEMMA3_CHAT_TEMPLATE,
         extra_special_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
+        # single pieces in Gemma's vocabulary; the processor frames each image with "\n\n"
+        whole_tokens=["\n\n", "\n\n\n", "\n\n\n\n"],
     )
     image_processor = Gemma3ImageProcessor(
         size={"height": GEMMA3_IMAGE, "width": GEMMA3_IMAGE},
@@ -334,7 +338,7 @@ LLAMA4_SPECIAL_TOKENS = [
 LLAMA4_TILE = 16
 LLAMA4_PATCH = 4  # (16 / 4)² patches, pixel-shuffled by 0.5: 4 <|patch|> tokens a tile
 LLAMA4_MAX_PATCHES = 2  # tiles an image besides the global view
-LLAMA4_CHUNK = 16
+LLAMA4_CHUNK = 32
 #: meta-llama/Llama-4-Scout-17B-16E-Instruct's chat_template (verbatim; transformers ships it
 #: as Llama4Processor's default).
 LLAMA4_CHAT_TEMPLATE = '{{- bos_token }}\n{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n{%- endif %}\n{%- if not date_string is defined %}\n    {%- if strftime_now is defined %}\n        {%- set date_string = strftime_now("%d %b %Y") %}\n    {%- else %}\n        {%- set date_string = "26 Jul 2024" %}\n    {%- endif %}\n{%- endif %}\n{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n\n{#- This block extracts the system message, so we can slot it into the right place. #}\n{%- if messages[0][\'role\'] == \'system\' %}    \n    {%- if messages[0][\'content\'] is string %}\n        {%- set system_message = messages[0][\'content\']|trim %}\n    {%- else %}\n        {#- FIXME: The processor requires an array, always. #}\n        {%- set system_message = messages[0][\'content\'][0][\'text\']|trim %}\n    {%- endif %}\n    {%- set messages = messages[1:] %}\n    {%- set user_supplied_system_message = true %}\n{%- else %}\n    {%- set system_message = "" %}\n    {%- set user_supplied_system_message = false %}\n{%- endif %}\n\n{#- System message if the user supplied one #}\n{%- if user_supplied_system_message %}\n    {{- "<|header_start|>system<|header_end|>\n\n" }}\n    {%- if tools is not none %}\n        {{- "Environment: ipython\n" }}\n    {%- endif %}\n    {%- if tools is not none and not tools_in_user_message %}\n        {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}\n        {{- \'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.\' }}\n        {{- "Do not use variables.\n\n" }}\n        {%- for t in tools %}\n            {{- t | tojson(indent=4) }}\n            {{- "\n\n" }}\n        {%- endfor %}\n    {%- endif %}\n    {{- system_message }}\n    {{- "<|eot|>" }}\n{%- endif %}\n\n{#- Custom tools are passed in a user message with some extra guidance #}\n{%- if tools_in_user_message and not tools is none %}\n    {#- Extract the first user message so we can plug it in here #}\n    {%- if messages | length != 0 %}\n        {%- set first_user_message = messages[0][\'content\']|trim %}\n        {%- set messages = messages[1:] %}\n    {%- else %}\n        {{- raise_exception("Cannot put tools in the first user message when there\'s no first user message!") }}\n{%- endif %}\n    {{- \'<|header_start|>user<|header_end|>\n\n\' -}}\n    {{- "Given the following functions, please respond with a JSON for a function call " }}\n    {{- "with its proper arguments that best answers the given prompt.\n\n" }}\n    {{- \'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.\' }}\n    {{- "Do not use variables.\n\n" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n        {{- "\n\n" }}\n    {%- endfor %}\n    {{- first_user_message + "<|eot|>"}}\n{%- endif %}\n\n{%- for message in messages %}\n    {%- if not (message.role == \'ipython\' or message.role == \'tool\' or \'tool_calls\' in message) %}\n    {{- \'<|header_start|>\' + message[\'role\'] + \'<|header_end|>\n\n\' }}\n        {%- if message[\'content\'] is string %}\n            {{- message[\'content\'] }}\n        {%- else %}\n            {%- for content in message[\'content\'] %}\n                {%- if content[\'type\'] == \'image\' %}\n                    {{- \'<|image|>\' }}\n                {%- elif content[\'type\'] == \'text\' %}\n                    {{- content[\'text\'] }}\n                {%- endif %}\n            {%- endfor %}\n        {%- endif %}\n        {{- "<|eot|>" }}\n    {%- elif \'tool_calls\' in message and message.tool_calls|length > 0 %}\n       {{- \'<|header_start|>assistant<|header_end|>\n\n\' -}}\n       {{- \'<|python_start|>\' }}\n        {%- if message[\'content\'] is string %}\n            {{- message[\'content\'] }}\n        {%- else %}\n            {%- for content in message[\'content\'] %}\n                {%- if content[\'type\'] == \'image\' %}\n                    {{- \'<|image|>\' }}\n                {%- elif content[\'type\'] == \'text\' %}\n                    {{- content[\'text\'] }}\n                {%- endif %}\n            {%- endfor %}\n        {%- endif %}\n       {{- \'<|python_end|>\' }}\n        {%- for tool_call in message.tool_calls %}\n           {{- \'{"name": "\' + tool_call.function.name + \'", \' }}\n           {{- \'"parameters": \' }}\n           {{- tool_call.function.arguments | tojson }}\n           {{- "}" }}\n        {%- endfor %}\n       {{- "<|eot|>" }}\n    {%- elif message.role == "tool" or message.role == "ipython" %}\n        {{- "<|header_start|>ipython<|header_end|>\n\n" }}\n        {%- if message.content is mapping or message.content is iterable %}\n            {{- message.content | tojson }}\n        {%- else %}\n            {{- message.content }}\n        {%- endif %}\n        {{- "<|eot|>" }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- \'<|header_start|>assistant<|header_end|>\n\n\' }}\n{%- endif %}\n'  # fmt: skip  # noqa: E501
@@ -401,22 +405,56 @@ def build_llama4(folder: Path) -> Path:
     return save_checkpoint(model, processor, folder)
 
 
+#: vLLM's CPU attention has no prefix-LM mask; Gemma3 and PaliGemma attend bidirectionally over image tokens.
+BIDIRECTIONAL_IMAGES = OnVllm(
+    outcome="refused",
+    reason="attends bidirectionally over image tokens, which vLLM's CPU attention cannot (it would attend causally); GPU attention backends with mm-prefix support can",
+    evidence=r"attends bidirectionally over image tokens, which vLLM's CPU attention does not",
+)
+
 FAMILIES: list[Family] = [
     Family(
         "paligemma",
         build_paligemma,
         notes="a fine-tune's Gemma-style turn template (the release has none); the processor adds BOS and a final newline",
+        vllm=BIDIRECTIONAL_IMAGES,
     ),
     Family(
         "paligemma-base",
         build_paligemma_base,
         notes="as released: no chat template; prompted as its card does, the processor placing the image tokens",
+        vllm=OnVllm(
+            outcome="refused",
+            reason="no chat template, which vlgate's vLLM backend renders every prompt with; it also attends bidirectionally over image tokens, as PaliGemma does",
+            evidence=r"its processor has no chat template",
+        ),
     ),
-    Family("gemma3", build_gemma3, notes=f"sliding window {GEMMA3_SLIDING_WINDOW} tokens (shorter than the prompts), one sliding and one full layer"),
-    Family("mllama", build_mllama, notes="Llama 3.2 Vision: images through cross-attention (layer 1), up to 2 tiles an image"),
+    Family(
+        "gemma3",
+        build_gemma3,
+        notes=f"sliding window {GEMMA3_SLIDING_WINDOW} tokens (shorter than the prompts), one sliding and one full layer",
+        vllm=BIDIRECTIONAL_IMAGES,
+    ),
+    Family(
+        "mllama",
+        build_mllama,
+        notes="Llama 3.2 Vision: images through cross-attention (layer 1), up to 2 tiles an image",
+        vllm=OnVllm(
+            outcome="fails",
+            reason="vLLM 0.32's Mllama glue calls MllamaProcessor._get_num_multimodal_tokens, which the transformers it allows (<5.20) lacks",
+            evidence=r"'MllamaProcessor' object has no attribute '_get_num_multimodal_tokens'",
+        ),
+    ),
     Family(
         "llama4",
         build_llama4,
         notes=f"Scout-style MoE (2 experts), chunked attention of {LLAMA4_CHUNK} tokens; its image processor returns bf16 pixels, cast to the model's dtype",
+        vllm=OnVllm(
+            outcome="fails",
+            reason="vLLM's CPU matrix multiply (oneDNN) refuses the vision patch embedding's non-contiguous input",
+            evidence=r"Expected a\.stride\(-1\) == 1",
+            # the chunk must be a whole number of KV blocks, which are multiples of 32 on the CPU
+            engine={"block_size": LLAMA4_CHUNK},
+        ),
     ),
 ]

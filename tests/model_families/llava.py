@@ -56,7 +56,7 @@ from transformers import (
     SmolVLMVisionConfig,
 )
 
-from model_families.common import Family, save_checkpoint, tiny_tokenizer
+from model_families.common import Family, OnVllm, save_checkpoint, tiny_tokenizer
 
 HIDDEN = 64
 LAYERS = 2
@@ -255,7 +255,7 @@ def build_llava_onevision(folder: Path) -> Path:
     tokenizer = qwen2_tokenizer(LLAVA_ONEVISION_TEMPLATE, ["<image>", "<video>"])
     text = Qwen2Config(**{key: value for key, value in text_kwargs(tokenizer).items() if key != "head_dim"}, tie_word_embeddings=True)
     config = LlavaOnevisionConfig(
-        vision_config=SiglipVisionConfig(**vision_kwargs(28, 14)),
+        vision_config=SiglipVisionConfig(**vision_kwargs(28, 14), vision_use_head=False),
         text_config=text,
         image_token_index=token_id(tokenizer, "<image>"),
         video_token_index=token_id(tokenizer, "<video>"),
@@ -385,7 +385,7 @@ def build_aya_vision(folder: Path) -> Path:
     )
     text = Cohere2Config(**text_kwargs(tokenizer), sliding_window=4096, layer_types=["sliding_attention", "full_attention"])
     config = AyaVisionConfig(
-        vision_config=SiglipVisionConfig(**vision_kwargs(28, 7)),
+        vision_config=SiglipVisionConfig(**vision_kwargs(28, 7), vision_use_head=False),
         text_config=text,
         downsample_factor=2,
         image_token_index=token_id(tokenizer, "<|IMG_PATCH|>"),
@@ -446,9 +446,25 @@ def build_mistral3(folder: Path) -> Path:
 FAMILIES: list[Family] = [
     Family("llava-1.5", build_llava_15, notes="CLIP + Llama (Vicuna); metaspace tokenizer with BOS; trained on one image a prompt, takes several"),
     Family("llava-next", build_llava_next, notes="CLIP + Mistral, anyres tiling; [INST] template without a generation prompt"),
-    Family("llava-onevision", build_llava_onevision, notes="SigLIP + Qwen2, anyres_max_9 (several images: base tile only); byte-level, no BOS"),
+    Family(
+        "llava-onevision",
+        build_llava_onevision,
+        notes="SigLIP + Qwen2, anyres_max_9 (several images: base tile only); byte-level, no BOS",
+        vllm=OnVllm(
+            two_images="differs",
+            reason="vLLM tiles every image of a multi-image prompt (anyres); transformers' processor gives each image of a multi-image sample one base view, as the family was trained",
+        ),
+    ),
     Family("idefics3", build_idefics3, notes="image splitting; Llama 3 tokenizer adds BOS and the template writes it"),
     Family("smolvlm", build_smolvlm, notes="SmolVLM classes with SmolVLM-Instruct's template; image splitting; no BOS added"),
-    Family("aya-vision", build_aya_vision, notes="GOT-OCR2 tiling; chat template reconstructed (released one not available offline)"),
+    Family(
+        "aya-vision",
+        build_aya_vision,
+        notes="GOT-OCR2 tiling; chat template reconstructed (released one not available offline)",
+        vllm=OnVllm(
+            outcome="differs",
+            reason="vLLM multiplies the logits by the Cohere2 text config's logit_scale, transformers' AyaVisionForConditionalGeneration does not: other probabilities, the same ranking",
+        ),
+    ),
     Family("mistral3", build_mistral3, notes="Pixtral vision; default system prompt with today's date; tokenizer adds BOS and the template writes it"),
 ]

@@ -392,10 +392,12 @@ def build_qwen2_vl(folder: Path) -> Path:
     return save_checkpoint(model, processor, folder)
 
 
-def build_qwen2_5_vl(folder: Path) -> Path:
+def build_qwen2_5_vl(folder: Path, text: dict[str, Any] = TEXT, max_image_tokens: int = 16) -> Path:
+    """Qwen2.5-VL; ``text`` and ``max_image_tokens`` let a benchmark make it the size whose
+    cost is a real model's (``benchmarks/bench_vllm.py --model qwen-size``)."""
     tokenizer = qwen_tokenizer(QWEN2_5_VL_SPECIAL_TOKENS, QWEN2_VL_CHAT_TEMPLATE)
     config = Qwen2_5_VLConfig(
-        text_config={**TEXT, **qwen_text_ids(tokenizer), "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}},
+        text_config={**text, **qwen_text_ids(tokenizer), "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}},
         vision_config={
             "depth": 2,
             "hidden_size": 64,
@@ -411,7 +413,7 @@ def build_qwen2_5_vl(folder: Path) -> Path:
         **qwen_vision_ids(tokenizer),
     )
     model = qwen_generation_ends(Qwen2_5_VLForConditionalGeneration(config).eval(), tokenizer)
-    size = {"shortest_edge": qwen_pixels(28, 4), "longest_edge": qwen_pixels(28, 16)}
+    size = {"shortest_edge": qwen_pixels(28, 4), "longest_edge": qwen_pixels(28, max_image_tokens)}
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2),
         video_processor=Qwen2VLVideoProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2),
