@@ -1,4 +1,4 @@
-"""VL-LCM's cost on vLLM, as ratios from one run on the same items (issue: vLLM for real, item 5).
+"""VL-LCM's cost on vLLM, as ratios from one run on the same items.
 
 Runs in the vLLM environment (``make bench-vllm``, or ``.venv-vllm/bin/python
 benchmarks/bench_vllm.py``) on the Idefics3 world's trained VLM, built here (a minute).

@@ -118,7 +118,7 @@ def test_ties_take_lowest_index_for_p_lc_but_a_tied_answer_is_unanswered():
     records = [{"id": "t", "p_mc": [0.6, 0.6], "p_yes": [0.9, 0.9], "answer": 0}]
     samples = lcm_mc.per_sample(np.array([[0.6, 0.6]]), np.array([[0.9, 0.9]]), np.array([0]))
     assert samples["chosen"].tolist() == [0]
-    # but the MC prompt itself has no answer: wrong, not option 0 by luck of the index (issue 13)
+    # but the MC prompt itself has no answer: wrong, not option 0 by luck of the index
     metrics = _score(records)
     assert metrics["acc"] == 0.0 and metrics["n_unanswered"] == 1
 

@@ -1,4 +1,4 @@
-"""MMMU's multi-image questions (issue 13, "coverage"): every image_N a row sets is loaded, in
+"""MMMU's multi-image questions: every image_N a row sets is loaded, in
 number order, and which of them a request carries is the protocol's rule, as each released
 harness has it:
 

@@ -1,4 +1,4 @@
-"""NaturalBench's multiple_choice units (project issue 13): loaded from the release's JSON and
+"""NaturalBench's multiple_choice units: loaded from the release's JSON and
 parquet layouts and lmms-eval's pair rows, asked with the harnesses' MC suffix over the letters
 A/B ("A" in "Yes"'s place), and pooled with the yes_no units into Q-/I-/G-Acc as the harnesses'
 ``get_scores`` pools them; yes_no units' prompts, digests and fingerprints stay as they were.
@@ -174,7 +174,7 @@ def test_multiple_choice_prompts_are_the_harnesses_character_by_character():
 
 
 def test_yes_no_units_are_asked_exactly_as_before():
-    # vlgate's prompts, what the synthetic world's models are trained on, byte for byte (the text before issue 13)
+    # vlgate's prompts, what the synthetic world's models are trained on, byte for byte (the text vlgate has always sent)
     t1, t2 = YN_UNIT.texts
     suffix = "Please output the letter corresponding to the correct option."
     assert [(r.prompt, r.options) for r in _prompts("vlgate", YN_UNIT)] == [

@@ -1,4 +1,4 @@
-"""Named protocols (issue 13, SPEC §2 "Protocols"): chosen per evaluator in the suite, carried
+"""Named protocols: chosen per evaluator in the suite, carried
 by every record and its fingerprint, refused when mixed in one set, and never compared
 across by the gate."""
 

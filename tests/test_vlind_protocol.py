@@ -1,4 +1,4 @@
-"""VLind-Bench's authors' evaluation protocol (issue 13, SPEC §2 "Protocols" and §2.3): the
+"""VLind-Bench's authors' evaluation protocol: the
 default ``vlind-bench`` follows klee972/VLind-Bench ``eval/`` (its prompts, generation limit,
 parser and inclusion rules); ``vlgate`` keeps the world's 16-token answers. The expected
 strings below were written by hand from ``eval/gpt4o_eval.py``'s ``prompt`` and ``ctx_prompt``

@@ -1,4 +1,4 @@
-"""The shipped world carries signal in all five evaluators (issue 16): every evaluator's
+"""The shipped world carries signal in all five evaluators: every evaluator's
 headline metric orders the version family as it was built, and each faulty version is
 rejected by the demo's gate for its own fault, by the evaluator built to catch it.
 

@@ -6,7 +6,7 @@ quantity below unchanged: a padded option has P_MC = 0 so its P_LC is 0, its
 P_YN = 0 adds 1 − 0 = 1 to the necessity minimum (a no-op) and it never counts
 as a "yes". ``answer`` is an int array with −1 where the label is unknown.
 
-Unanswered (issue 13; every protocol, as the benchmarks count an answer their parser cannot
+Unanswered (every protocol, as the benchmarks count an answer their parser cannot
 read): an MC prompt whose highest probability two options share, or a yes/no probe at
 exactly 0.5, has no answer — what the vLLM and HTTP backends return when none of the option
 tokens is among the model's log-probabilities. Such a sample is counted (``unanswered``,
