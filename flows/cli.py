@@ -247,6 +247,9 @@ def cmd_register(args: argparse.Namespace) -> int:
     from vlgate import tracking
     from vlgate.flows.settings import prepare_environment
 
+    problem = tracking.model_name_problem(args.name)
+    if problem:
+        raise UserError(f"model name {args.name!r}: {problem}; nothing was uploaded")
     folder = Path(args.checkpoint)
     if not folder.is_dir():
         raise UserError(f"{folder}: not a checkpoint folder")

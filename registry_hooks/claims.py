@@ -123,6 +123,28 @@ class Claim:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
 
 
+#: Tries of the switch to WAL before "database is locked" is an error (about a minute in all).
+WAL_ATTEMPTS = 12
+
+
+def use_wal(engine: sa.Engine) -> None:
+    """Put a SQLite state database in WAL mode (readers beside one writer), once per file.
+    The switch cannot run inside the schema lock (SQLite refuses it in a transaction), and a
+    process opening a fresh database while another creates the tables can be answered
+    "database is locked" at once, without the busy timeout (SQLite's deadlock rule): the
+    switch is skipped when the file is in WAL already and retried with backoff when busy."""
+    for attempt in range(WAL_ATTEMPTS):
+        try:
+            with engine.connect() as connection:
+                if str(connection.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
+                    connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            return
+        except sa.exc.OperationalError as error:
+            if "locked" not in str(error) or attempt == WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(min(10.0, 0.05 * 2**attempt))
+
+
 class ClaimStore:
     """Claims, webhook deliveries and locks in one SQL database."""
 
@@ -133,8 +155,7 @@ class ClaimStore:
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             # concurrent writers (receiver threads, poller, flows) wait for the write lock instead of failing
             self.engine = sa.create_engine(url, connect_args={"timeout": 60})
-            with self.engine.connect() as connection:
-                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            use_wal(self.engine)
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
         with self._schema_lock() as connection:

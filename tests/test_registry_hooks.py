@@ -65,6 +65,41 @@ def test_processes_opening_a_fresh_state_database_at_once_all_succeed(tmp_path, 
     assert claims.claim("m", "1", via="poller") is True and claims.get("m", "1").state == "claimed"
 
 
+def test_a_busy_answer_to_the_switch_to_wal_is_retried_and_a_wal_file_is_not_switched_again(tmp_path, monkeypatch):
+    """SQLite may answer the journal-mode switch "database is locked" at once (a process
+    creating the tables meanwhile): that was a crash of the opening process; it is a retry."""
+    import sqlite3
+
+    import sqlalchemy as sa
+
+    from vlgate.registry_hooks import claims as claims_module
+
+    real_create_engine = sa.create_engine
+    switches: list[str] = []
+
+    def engine_answering_busy_once(*args, **kwargs):
+        engine = real_create_engine(*args, **kwargs)
+
+        @sa.event.listens_for(engine, "before_cursor_execute")
+        def busy_once(connection, cursor, statement, *rest):
+            if statement == "PRAGMA journal_mode=WAL":
+                switches.append(statement)
+                if len(switches) == 1:  # what SQLAlchemy raises for the driver's answer
+                    raise sa.exc.OperationalError(statement, None, sqlite3.OperationalError("database is locked"))
+
+        return engine
+
+    monkeypatch.setattr(claims_module.sa, "create_engine", engine_answering_busy_once)
+    url = f"sqlite:///{tmp_path}/state.db"
+    ClaimStore(url)
+    assert switches == ["PRAGMA journal_mode=WAL"] * 2  # refused once, then done
+    with sqlite3.connect(tmp_path / "state.db") as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    claims = ClaimStore(url)  # already WAL: no switch, so nothing to be refused
+    assert switches == ["PRAGMA journal_mode=WAL"] * 2
+    assert claims.claim("m", "1", via="poller") is True
+
+
 def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
     claims.claim("m", "1", via="webhook")
     assert claims.take_over_expired("m", "1") is False  # lease still running

@@ -232,6 +232,27 @@ def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads
     assert (downloaded / "alias.json").read_text() == (checkpoint / "config.json").read_text()
 
 
+@pytest.mark.parametrize("name", ["team/model", "team:model", "  ", ".."])
+def test_register_refuses_a_name_the_registry_would_refuse_and_uploads_nothing(name, tmp_path, monkeypatch, capsys):
+    """``vlgate register team/model ./ck`` uploaded the checkpoint and then failed with a
+    traceback when MLflow refused the name: now one line, exit 2, no run, no version."""
+    from vlgate.flows.cli import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    checkpoint = _checkpoint(tmp_path / "ckpt", "named")
+    assert main(["register", name, str(checkpoint)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"vlgate register: model name {name!r}:") and error[0].endswith("nothing was uploaded")
+    client = tracking.connect(home)
+    assert [run for experiment in client.search_experiments() for run in client.search_runs([experiment.experiment_id])] == []
+    assert client.search_registered_models() == []
+    with pytest.raises(tracking.CheckpointError, match="nothing was uploaded"):  # the library path refuses it too
+        tracking.register_checkpoint(client, name, checkpoint, home=home)
+    assert [run for experiment in client.search_experiments() for run in client.search_runs([experiment.experiment_id])] == []
+
+
 def test_every_page_of_runs_is_read(tmp_path):
     """``search_all_runs`` follows MLflow's page tokens: 5 drift runs read 2 per page are
     all found, newest first, and the validation ones are not among them; one page of 2

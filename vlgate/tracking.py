@@ -289,6 +289,19 @@ def links_leaving(folder: Path) -> list[tuple[Path, Path]]:
     return leaving
 
 
+def model_name_problem(name: str) -> str | None:
+    """Why MLflow's registry refuses ``name`` as a registered model's name, or None: its rule
+    (``mlflow.utils.validation._validate_model_name``) is not blank, no ``/`` or ``:``, and
+    not ``.`` or ``..``. Checked before anything is uploaded; the registry says so only after."""
+    if not name.strip():
+        return "a registered model's name cannot be blank"
+    if "/" in name or ":" in name:
+        return "a registered model's name cannot contain '/' or ':' (MLflow's rule)"
+    if name in (".", ".."):
+        return "a registered model's name cannot be '.' or '..'"
+    return None
+
+
 def check_uploadable(folder: Path) -> None:
     """CheckpointError unless every file MLflow would upload from ``folder`` lies inside it."""
     leaving = links_leaving(folder)
@@ -314,6 +327,9 @@ def register_checkpoint(client, model_name: str, folder: Path, description: str 
 
     from vlgate.evaluators.backends.loading import model_digest
 
+    problem = model_name_problem(model_name)
+    if problem:
+        raise CheckpointError(f"model name {model_name!r}: {problem}; nothing was uploaded")
     check_uploadable(folder)
     digest = model_digest(folder)
     try:
