@@ -6,6 +6,7 @@ import faulthandler
 import logging
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from vlgate import tracking
 from vlgate.config import ConfigError
 from vlgate.flows.prefect_server import local_prefect_server
-from vlgate.flows.settings import ServiceConfig, config_problem, prepare_environment
+from vlgate.flows.settings import ServiceConfig, config_problem, drift_problem, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
 
 log = logging.getLogger("vlgate.serve")
@@ -75,9 +76,10 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     home = prepare_environment()
     config = ServiceConfig.load(home)  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
     for name, model in [*config.models.items(), *([("default", config.default)] if config.default else [])]:
-        problem = config_problem(model)
+        problem = config_problem(model) or (drift_problem(model) if drift and not once else None)
         if problem:  # each model's suite and policy, checked against each other before anything is served
             raise ConfigError(f"model {name!r}: {problem}")
+    preflight(home, config, webhook=webhook and not once)
     # vlgate's own decisions at INFO; the libraries (GX, MLflow, httpx) only when they warn
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("vlgate").setLevel(logging.INFO)
@@ -89,6 +91,22 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     # server on the same database
     with local_prefect_server(home, services=bool(drift_configs)):
         return _serve(home, config, drift_configs, webhook=webhook, once=once)
+
+
+def preflight(home: Path, config: ServiceConfig, *, webhook: bool) -> None:
+    """What the service will need, checked before it starts anything (one line, exit 2,
+    when not): the tracking server answering, and the webhook port free to bind."""
+    try:
+        tracking.require_reachable(tracking.tracking_uri(home))
+    except tracking.TrackingUnreachable as error:
+        raise ConfigError(str(error)) from None
+    if webhook and os.environ.get("VLGATE_WEBHOOK_SECRET"):
+        host, port = config.webhook.host, config.webhook.port
+        try:
+            with socket.create_server((host, port)):  # bound and closed: uvicorn binds it again at once
+                pass
+        except OSError as error:
+            raise ConfigError(f"webhook {host}:{port}: cannot listen there ({error.strerror or error}); free the port or set webhook: port in vlgate.yaml") from None
 
 
 def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, webhook: bool, once: bool) -> int:

@@ -38,7 +38,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
@@ -54,6 +54,19 @@ class DriftConfig(BaseModel):
     cron: str = "0 */6 * * *"
     alpha: float = Field(default=0.01, gt=0, lt=1, description="two-sample test level")
     max_mean_drop: float = Field(default=0.05, ge=0, description="largest tolerated drop of a per-sample mean")
+
+    @field_validator("cron")
+    @classmethod
+    def cron_prefect_runs(cls, value: str) -> str:
+        """The schedule as Prefect reads it (its ``CronSchedule``): a cron Prefect would refuse
+        when the service schedules it is refused when the file is read."""
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a cron schedule Prefect can run (five fields: minute hour day month weekday)") from None
+        return value
 
 
 class ModelConfig(BaseModel):
@@ -173,6 +186,21 @@ def config_problem(config: ModelConfig) -> str | None:
         policy.check_suite(suite.evaluators, f"suite {config.suite}")
     except ValueError as error:
         return f"gate policy {config.policy}: {error}"
+    return None
+
+
+def drift_problem(config: ModelConfig) -> str | None:
+    """A model's drift suites loaded, or the one line that says what is wrong: a scheduled
+    check on a suite that does not load would fail at every run."""
+    from vlgate.evaluators.runners.suite import Suite
+
+    if config.drift is None:
+        return None
+    for role, suite in (("reference", config.drift.reference), ("batch", config.drift.batch)):
+        try:
+            Suite.from_file(suite)
+        except ValueError as error:
+            return f"drift {role} suite: {error}"
     return None
 
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,68 @@ def test_the_console_script_returns_mains_status_and_leaves_its_objects_to_the_e
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["2", "True"]
     assert done.stderr.strip() == "vlgate score: /nonexistent: no such file"
+
+
+def no_prefect_server(monkeypatch) -> list:
+    """Records (and refuses) any start of the service's Prefect server."""
+    from vlgate.flows import service
+
+    started: list = []
+
+    def refuse(*args, **kwargs):
+        started.append(args)
+        raise AssertionError("the Prefect server was started")
+
+    monkeypatch.setattr(service, "local_prefect_server", refuse)
+    return started
+
+
+@pytest.mark.parametrize(
+    "drift, says",
+    [
+        ("{reference: suite.yaml, batch: suite.yaml, cron: every hour}", "vlgate.yaml: models.m.drift.cron: 'every hour' is not a cron schedule Prefect can run"),
+        ("{reference: missing.yaml, batch: suite.yaml}", "model 'm': drift reference suite: "),
+    ],
+)
+def test_serve_refuses_a_drift_schedule_it_could_never_run_before_starting_anything(drift, says, tmp_path, monkeypatch, capsys):
+    """A cron that is not one crashed the service about 18 s after it started; a missing
+    drift suite let it start and fail every scheduled check."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "suite.yaml").write_text("name: s\nevaluators: {lcm-mc: {data: mc}}\n")
+    (home / "gate.yaml").write_text("required: [lcm-mc]\n")
+    (home / "vlgate.yaml").write_text(f"models:\n  m: {{suite: suite.yaml, policy: gate.yaml, drift: {drift}}}\n")
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    servers = no_prefect_server(monkeypatch)
+    started = time.monotonic()
+    assert main(["serve", "--no-webhook"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert says in line
+    assert time.monotonic() - started < 30 and servers == []
+
+
+def test_serve_refuses_an_unreachable_tracking_server_and_a_taken_webhook_port_before_starting_anything(tmp_path, monkeypatch, capsys):
+    """MLflow away: the service started its Prefect server, then exited with a traceback. The
+    webhook's port taken: it ran on with no receiver (whatever held the port answered)."""
+    import socket
+
+    servers = no_prefect_server(monkeypatch)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "suite.yaml").write_text("name: s\nevaluators: {lcm-mc: {data: mc}}\n")
+    (home / "gate.yaml").write_text("required: [lcm-mc]\n")
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a listener holds the webhook's port
+        port = taken.getsockname()[1]
+        (home / "vlgate.yaml").write_text(f"models:\n  m: {{suite: suite.yaml, policy: gate.yaml}}\nwebhook: {{port: {port}}}\n")
+        monkeypatch.setenv("VLGATE_HOME", str(home))
+        monkeypatch.setenv("VLGATE_WEBHOOK_SECRET", "s3cret")
+        uri = f"http://127.0.0.1:{closed_port()}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        assert main(["serve", "--no-drift"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert uri in line and "unreachable" in line
+        monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the embedded store: reachable
+        assert main(["serve", "--no-drift"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"vlgate serve: webhook 127.0.0.1:{port}: cannot listen there")
+    assert servers == []
