@@ -168,16 +168,21 @@ class Schema:
         return problems
 
 
-class LcmMcSchema(Schema):
-    """SPEC §2.1: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``."""
+#: The most options one lcm-mc record may have: one letter each, A–Z, as every MC benchmark's
+#: prompt letters them. Scoring holds the records as K-wide arrays, so one record with
+#: 50,000 options among 20,000 ordinary ones would otherwise ask for gigabytes.
+MAX_OPTIONS = 26
 
+
+class LcmMcSchema(Schema):
+    """SPEC §2.1: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``, 2 ≤ K ≤ :data:`MAX_OPTIONS`."""
 
     def plainly_valid(self, record):
         p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")
         return (
             type(p_mc) is list
             and type(p_yes) is list
-            and len(p_mc) == len(p_yes) >= 2
+            and MAX_OPTIONS >= len(p_mc) == len(p_yes) >= 2
             and (answer is None or (type(answer) is int and 0 <= answer < len(p_mc)))
         )
 
@@ -185,6 +190,9 @@ class LcmMcSchema(Schema):
         p_mc, p_yes = record.get("p_mc"), record.get("p_yes")
         if not isinstance(p_mc, list) or len(p_mc) < 2:
             yield ("p_mc", "missing" if p_mc is None else "must be a list of K >= 2 option probabilities")
+            return
+        if len(p_mc) > MAX_OPTIONS:
+            yield ("p_mc", f"has {len(p_mc)} options; at most {MAX_OPTIONS} (one letter each, A-Z)")
             return
         if not isinstance(p_yes, list):
             yield ("p_yes", "missing" if p_yes is None else "must be a list of K probabilities")
@@ -200,7 +208,7 @@ class LcmMcSchema(Schema):
         if not _ids_plainly_valid(table):
             return None
         p_mc, p_yes = _probability_rows(table, "p_mc"), _probability_rows(table, "p_yes")
-        if p_mc is None or p_yes is None or p_mc.shape != p_yes.shape or p_mc.shape[1] < 2:
+        if p_mc is None or p_yes is None or p_mc.shape != p_yes.shape or not 2 <= p_mc.shape[1] <= MAX_OPTIONS:
             return None
         answer = _option_indices(table, "answer", p_mc.shape[1])
         return None if answer is None else {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}

@@ -179,3 +179,31 @@ def test_reading_a_file_gives_what_parsing_it_line_by_line_gives(tmp_path, text)
     assert json.dumps(fast.records, sort_keys=True) == json.dumps(slow.records, sort_keys=True)
     if text.startswith('{"id": 1}, {"id": 2}'):
         assert [e.line for e in fast.errors] == [1] and fast.lines == [2]
+
+
+def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_small(tmp_path):
+    """One lcm-mc record of 50,000 options among 20,000 ordinary ones (a 2 MB file) made
+    `vlgate score` ask for 7.45 GiB (every record padded to the widest) and die with a
+    traceback: now that record is refused by name (K is at most 26), exit 2, and with
+    --skip-invalid the rest are scored, in a process that stays small."""
+    import resource
+    import subprocess
+    import sys
+
+    from vlgate.evaluators.schemas import MAX_OPTIONS
+
+    path = tmp_path / "records.jsonl"
+    with open(path, "w") as handle:
+        for n in range(20_000):
+            handle.write(json.dumps({"id": f"r{n}", "p_mc": [0.7, 0.2, 0.1], "p_yes": [0.8, 0.3, 0.1], "answer": n % 3}) + "\n")
+        handle.write(json.dumps({"id": "huge", "p_mc": [1 / 50_000] * 50_000, "p_yes": [0.5] * 50_000}) + "\n")
+    command = [sys.executable, "-m", "vlgate.flows.cli", "score", "lcm-mc", str(path)]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"line 20001 (id 'huge'), field 'p_mc': has 50000 options; at most {MAX_OPTIONS}" in refused.stderr
+    scored = subprocess.run([*command, "--skip-invalid"], capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    metrics = json.loads(scored.stdout)
+    assert metrics["n"] == 20_000 and metrics["n_skipped"] == 1 and metrics["acc"] == pytest.approx(1 / 3, abs=1e-3)
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert peak_mib < 1024, f"a child scoring 2 MB of records peaked at {peak_mib:.0f} MiB"
