@@ -186,7 +186,6 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
     `vlgate score` ask for 7.45 GiB (every record padded to the widest) and die with a
     traceback: now that record is refused by name (K is at most 26), exit 2, and with
     --skip-invalid the rest are scored, in a process that stays small."""
-    import resource
     import subprocess
     import sys
 
@@ -197,7 +196,12 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
         for n in range(20_000):
             handle.write(json.dumps({"id": f"r{n}", "p_mc": [0.7, 0.2, 0.1], "p_yes": [0.8, 0.3, 0.1], "answer": n % 3}) + "\n")
         handle.write(json.dumps({"id": "huge", "p_mc": [1 / 50_000] * 50_000, "p_yes": [0.5] * 50_000}) + "\n")
-    command = [sys.executable, "-m", "vlgate.flows.cli", "score", "lcm-mc", str(path)]
+    # the child reports its own peak (RUSAGE_CHILDREN would mix in every earlier child of this session)
+    reporting_peak = (
+        "import resource, sys; from vlgate.flows.cli import main; status = main(sys.argv[1:]); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr); sys.exit(status)"
+    )
+    command = [sys.executable, "-c", reporting_peak, "score", "lcm-mc", str(path)]
     refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert f"line 20001 (id 'huge'), field 'p_mc': has 50000 options; at most {MAX_OPTIONS}" in refused.stderr
@@ -205,5 +209,5 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
     assert scored.returncode == 0, scored.stderr[-2000:]
     metrics = json.loads(scored.stdout)
     assert metrics["n"] == 20_000 and metrics["n_skipped"] == 1 and metrics["acc"] == pytest.approx(1 / 3, abs=1e-3)
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    peak_mib = max(int(run.stderr.strip().splitlines()[-1]) for run in (refused, scored))
     assert peak_mib < 1024, f"a child scoring 2 MB of records peaked at {peak_mib:.0f} MiB"
