@@ -196,10 +196,12 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
         for n in range(20_000):
             handle.write(json.dumps({"id": f"r{n}", "p_mc": [0.7, 0.2, 0.1], "p_yes": [0.8, 0.3, 0.1], "answer": n % 3}) + "\n")
         handle.write(json.dumps({"id": "huge", "p_mc": [1 / 50_000] * 50_000, "p_yes": [0.5] * 50_000}) + "\n")
-    # the child reports its own peak (RUSAGE_CHILDREN would mix in every earlier child of this session)
+    # the child reports its own peak: VmHWM, the high-water mark of its memory since exec
+    # (getrusage's ru_maxrss keeps the forked test process's, and RUSAGE_CHILDREN every child's)
     reporting_peak = (
-        "import resource, sys; from vlgate.flows.cli import main; status = main(sys.argv[1:]); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr); sys.exit(status)"
+        "import sys; from vlgate.flows.cli import main; status = main(sys.argv[1:]); "
+        "print(next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:')) // 1024, file=sys.stderr); "
+        "sys.exit(status)"
     )
     command = [sys.executable, "-c", reporting_peak, "score", "lcm-mc", str(path)]
     refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
