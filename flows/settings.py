@@ -57,15 +57,19 @@ class DriftConfig(BaseModel):
 
     @field_validator("cron")
     @classmethod
-    def cron_prefect_runs(cls, value: str) -> str:
-        """The schedule as Prefect reads it (its ``CronSchedule``): a cron Prefect would refuse
-        when the service schedules it is refused when the file is read."""
-        from prefect.client.schemas.schedules import CronSchedule
+    def cron_is_a_schedule(cls, value: str) -> str:
+        """Five cron fields, checked when the file is read (a cron Prefect refuses crashed the
+        service when it scheduled it). Checked with cronsim, which Prefect's own stack
+        installs: importing Prefect here, before ``vlgate serve`` starts its Prefect server,
+        would make Prefect start a temporary server without the scheduler instead."""
+        from datetime import datetime
+
+        from cronsim import CronSim, CronSimError
 
         try:
-            CronSchedule(cron=value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a cron schedule Prefect can run (five fields: minute hour day month weekday)") from None
+            CronSim(value, datetime(2000, 1, 1))
+        except CronSimError as error:
+            raise ValueError(f"{value!r} is not a cron schedule ({error}; five fields: minute hour day month weekday)") from None
         return value
 
 

@@ -242,7 +242,7 @@ def no_prefect_server(monkeypatch) -> list:
 @pytest.mark.parametrize(
     "drift, says",
     [
-        ("{reference: suite.yaml, batch: suite.yaml, cron: every hour}", "vlgate.yaml: models.m.drift.cron: 'every hour' is not a cron schedule Prefect can run"),
+        ("{reference: suite.yaml, batch: suite.yaml, cron: every hour}", "vlgate.yaml: models.m.drift.cron: 'every hour' is not a cron schedule (Wrong number of fields"),
         ("{reference: missing.yaml, batch: suite.yaml}", "model 'm': drift reference suite: "),
     ],
 )
