@@ -403,7 +403,7 @@ def build_qwen2_5_vl(folder: Path, text: dict[str, Any] = TEXT, max_image_tokens
             "hidden_size": 64,
             "intermediate_size": 128,
             "num_heads": 2,
-            "out_hidden_size": 64,
+            "out_hidden_size": text["hidden_size"],  # the merger projects into the text model
             "patch_size": 14,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
