@@ -175,7 +175,7 @@ MAX_OPTIONS = 26
 
 
 class LcmMcSchema(Schema):
-    """SPEC §2.1: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``, 2 ≤ K ≤ :data:`MAX_OPTIONS`."""
+    """One VL-LCM multiple-choice item: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``, 2 ≤ K ≤ :data:`MAX_OPTIONS`."""
 
     def plainly_valid(self, record):
         p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")

