@@ -39,7 +39,8 @@ P = TypeVar("P")
 class Protocol(Generic[P]):
     """One named way to run an evaluator. ``follows`` names the released code it
     reproduces (repository and file); ``prompts`` is its prompt set; ``max_new_tokens`` its
-    generation limits by kind; ``differences`` what vlgate still does otherwise, on purpose."""
+    generation limits by kind; ``loader_options`` what it tells the data set's loader (how the
+    released code reads its inputs); ``differences`` what vlgate still does otherwise, on purpose."""
 
     name: str
     version: int
@@ -47,6 +48,7 @@ class Protocol(Generic[P]):
     prompts: P
     max_new_tokens: Mapping[str, int] = field(default_factory=dict)
     differences: tuple[str, ...] = ()
+    loader_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -207,7 +209,11 @@ GENCEPTION: tuple[Protocol[prompts.GenceptionPrompts], ...] = (
         {"description": 512},
         differences=(
             "T must be the same for every record of a set (the released gc_score keeps chains of T-1 iterations and scores them as GC@(T-1))",
+            "seed images are read from category folders (one folder, as the released --dataset, is the category named after it); "
+            "hidden files (._x.jpg beside x.jpg on a copy from macOS) are passed over, where find_image_files tries to read them",
         ),
+        # genception/file_utils.py find_image_files: {".jpg", ".png"}, the suffix compared in lower case
+        loader_options={"image_suffixes": (".jpg", ".png")},
     ),
     Protocol(VLGATE, 1, "vlgate (GenCeption's prompts with 96-token descriptions, what the world's small VLM can write)", prompts.GENCEPTION, {"description": 96}, differences=_VLGATE_DIFFERENCES),
 )

@@ -65,6 +65,27 @@ def test_a_suite_names_a_protocol_per_evaluator_and_an_unknown_one_is_refused(tm
     assert "evaluators.lcm-mc.protocol" in message and "lcm-mc has no protocol 'lmms'" in message and "vlgate" in message
 
 
+
+def test_the_genception_protocol_reads_seed_images_as_the_released_find_image_files(tmp_path):
+    from PIL import Image
+
+    from vlgate.evaluators.runners.suite import load_items
+
+    seeds = tmp_path / "seeds"
+    (seeds / "animals").mkdir(parents=True)
+    for name in ("a.jpg", "b.png", "c.jpeg", "D.JPG", "e.PNG", "f.gif", ".g.jpg"):
+        Image.new("RGB", (4, 4), "red").save(seeds / "animals" / name, "PNG")
+
+    def ids(protocol: str) -> list[str]:
+        suite = _suite(tmp_path, {"genception": {"data": str(seeds), "encoder": "e", "protocol": protocol}})
+        items, errors = load_items("genception", suite.evaluators["genception"], tmp_path / "out")
+        assert errors == []
+        return [item.id for item in items]
+
+    # genception/file_utils.py: {".jpg", ".png"} compared in lower case, so c.jpeg is not a seed image
+    assert ids("genception") == ["animals/D", "animals/a", "animals/b", "animals/e"]
+    assert ids("vlgate") == ["animals/D", "animals/a", "animals/b", "animals/c", "animals/e"]
+
 def test_records_carry_the_protocol_and_a_protocol_change_is_a_new_fingerprint(tmp_path):
     from PIL import Image
 

@@ -386,3 +386,26 @@ def test_table_files_skip_hidden_folders_and_other_files(tmp_path):
         (tmp_path / name).write_bytes(b"")
     assert table_files(tmp_path) == [tmp_path / "data" / "train-00000-of-00002.parquet", tmp_path / "data" / "train-00001-of-00002.parquet"]
     assert table_files(tmp_path / "README.md") == []
+
+
+def test_released_texts_are_asked_byte_for_byte(tmp_path, home):
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.runners.lcm import lcm_mc_requests, lcm_nb_requests
+
+    # NaturalBench holds questions that begin with a space; its authors' code and lmms-eval ask them as they are
+    questions = (" Is the ball red?", "Is the ball green? ")
+    write_parquet(tmp_path / "NaturalBench" / "data" / "train-00000-of-00001.parquet", [nb_row(0, cell(RED), cell(GREEN), ("Yes", "No", "No", "Yes"), questions=questions)], NB_COLUMNS)
+    unit = load_dataset("lcm-nb", tmp_path / "NaturalBench").items[0]
+    assert unit.texts == questions
+    images = (Image.new("RGB", (4, 4)), Image.new("RGB", (4, 4), "white"))
+    asked = [request.prompt for request in lcm_nb_requests(unit, images, registry.get("lcm-nb").protocol("naturalbench").prompts)]
+    assert asked[:2] == [" Is the ball red?Please answer Yes or No.", "Is the ball green? Please answer Yes or No."]
+    # MMMU's construct_prompt writes question and options as the release holds them
+    write_parquet(tmp_path / "MMMU" / "Art" / "validation-00000-of-00001.parquet", [mmmu_row("validation_Art_1", " <image 1> Which? ", "[' red', 'green ']", "A", image_1=RED)], MMMU_COLUMNS)
+    item = load_dataset("lcm-mc", tmp_path / "MMMU" / "*" / "validation-*.parquet").items[0]
+    assert (item.question, item.options) == (" <image 1> Which? ", (" red", "green "))
+    prompt = lcm_mc_requests(item, Image.new("RGB", (4, 4)), registry.get("lcm-mc").protocol("mmmu").prompts)[0].prompt
+    assert prompt == " <image 1> Which? \n(A)  red\n(B) green \n\nAnswer with the option's letter from the given choices directly."
+    # a text of whitespace only is still no text
+    write_parquet(tmp_path / "blank" / "data" / "train-00000-of-00001.parquet", [nb_row(0, cell(RED), cell(GREEN), ("Yes", "No", "No", "Yes"), questions=("  ", "Is it?"))], NB_COLUMNS)
+    assert [error.field for error in load_dataset("lcm-nb", tmp_path / "blank").errors] == ["Question_0"]

@@ -147,7 +147,9 @@ def text(row: dict[str, Any], name: str, optional: Literal[False] = False) -> st
 @overload
 def text(row: dict[str, Any], name: str, optional: bool) -> str | None: ...
 def text(row: dict[str, Any], name: str, optional: bool = False) -> str | None:
-    """A non-empty string field (stripped of surrounding whitespace)."""
+    """A non-empty string field, verbatim: a released text is asked byte for byte as its
+    authors' code asks it (NaturalBench has questions that begin with a space), so nothing is
+    stripped; a field of whitespace only is refused."""
     value = row.get(name)
     if value is None:
         if optional:
@@ -155,10 +157,11 @@ def text(row: dict[str, Any], name: str, optional: bool = False) -> str | None:
         raise FieldProblem(name, "missing")
     if not isinstance(value, str) or not value.strip():
         raise FieldProblem(name, f"expected a non-empty string, got {value!r}")
-    return value.strip()
+    return value
 
 
 def text_list(row: dict[str, Any], name: str, length: int | None = None, minimum: int = 1) -> tuple[str, ...]:
+    """A list of non-empty strings, each verbatim (as :func:`text`)."""
     value = row.get(name)
     if value is None:
         raise FieldProblem(name, "missing")
@@ -168,7 +171,7 @@ def text_list(row: dict[str, Any], name: str, length: int | None = None, minimum
         raise FieldProblem(name, f"has {len(value)} entries, expected {length}")
     if len(value) < minimum:
         raise FieldProblem(name, f"has {len(value)} entries, expected at least {minimum}")
-    return tuple(entry.strip() for entry in value)
+    return tuple(value)
 
 
 def integer(row: dict[str, Any], name: str) -> int:
@@ -212,9 +215,10 @@ def image_list_field(row: dict[str, Any], name: str, base: Path, verify: bool, l
     return tuple(check_image(resolve(base, value), f"{name}[{index}]", verify) for index, value in enumerate(paths))
 
 
-def image_files(folder: Path) -> list[Path]:
-    """The image files directly in ``folder`` (by suffix, hidden files skipped), sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+def image_files(folder: Path, suffixes: Iterable[str] = IMAGE_SUFFIXES) -> list[Path]:
+    """The image files directly in ``folder`` (by suffix in any case, hidden files skipped), sorted by name."""
+    wanted = {suffix.lower() for suffix in suffixes}
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in wanted and not p.name.startswith("."))
 
 
 def first_existing(candidates: Iterable[Path]) -> Path | None:

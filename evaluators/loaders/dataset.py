@@ -157,7 +157,8 @@ def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, veri
     ``verify_images`` (default on) opens and verifies every image at load time (see
     :mod:`.common` for what that costs and catches); off, only existence is checked.
     ``options`` go to the format's loader (``FORMAT_OPTIONS``: ``vote_threshold`` and
-    ``style`` for vlind-bench); one the data's format does not take is a ValueError."""
+    ``style`` for vlind-bench; ``image_suffixes`` for genception's category folders); one the
+    data's format does not take is a ValueError."""
     evaluator = _evaluator_name(evaluator)
     _check_format(evaluator, format)
     path = Path(path)
@@ -169,11 +170,13 @@ def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, veri
     else:
         files = tables.glob_files(path)
     if evaluator == "genception":
-        if options:
-            raise ValueError(f"{path}: genception's category folders take no loader options (got {', '.join(sorted(options))})")
+        unknown = sorted(set(options) - {"image_suffixes"})
+        if unknown:
+            raise ValueError(f"{path}: genception's data takes image_suffixes alone as a loader option (got {', '.join(unknown)})")
         if files and format == "vlgate":
             raise ValueError(f"{path}: genception's vlgate format is category folders; lmms-eval's MME parquet is format mme")
-        return load_mme_table(tables.read_table_rows(path, files), verify_images) if files else load_categories(path, verify_images)
+        # a table names its images in its rows: image_suffixes filters category folders only
+        return load_mme_table(tables.read_table_rows(path, files), verify_images) if files else load_categories(path, verify_images, **options)
     rows = tables.read_table_rows(path, files) if files else read_data_rows(evaluator, format, data_file(evaluator, format, path))
     chosen = detect_format(evaluator, rows) if format == "auto" else format
     unknown = sorted(set(options) - set(FORMAT_OPTIONS.get(chosen, ())))

@@ -10,7 +10,9 @@ text files and any other file are ignored)::
     ROOT/count/000000006040.jpg            ROOT/multi/multi-0000.png
 
 Read: every sub-folder of ROOT that holds ``.png``, ``.jpg`` or ``.jpeg`` files (suffix in any
-case, hidden files skipped), directly or in ``images/``; category = the folder's name. A
+case, hidden files skipped), directly or in ``images/``; category = the folder's name. Under the
+``genception`` protocol ``image_suffixes`` is ``(".jpg", ".png")``, the released
+``find_image_files``'s filter, so a ``.jpeg`` file is not a seed image there. A
 folder holding none is not a category and is passed over (an ``eval_tool/`` folder, say).
 Images directly in ROOT are the category named after ROOT: GenCeption's own example folder
 (EQTPartners/GenCeption ``datasets/examples/*.jpg``, which its ``exp_llava.py --dataset``
@@ -37,29 +39,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, check_image, image_field, image_files, text
+from vlgate.evaluators.loaders.common import IMAGE_SUFFIXES, FieldProblem, Row, Rows, check_image, image_field, image_files, text
 from vlgate.evaluators.loaders.items import GenceptionItem, ItemError, LoadedDataset
 from vlgate.evaluators.loaders.tables import same_image
 
 
-def category_images(folder: Path) -> list[Path]:
-    images = image_files(folder)
+def category_images(folder: Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> list[Path]:
+    images = image_files(folder, suffixes)
     if (folder / "images").is_dir():
-        images += image_files(folder / "images")
+        images += image_files(folder / "images", suffixes)
     return images
 
 
-def load_categories(root: Path, verify: bool = True) -> LoadedDataset[GenceptionItem]:
+def load_categories(root: Path, verify: bool = True, image_suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> LoadedDataset[GenceptionItem]:
     root = Path(root)
+    suffixes = tuple(image_suffixes)
     if not root.is_dir():
         raise ValueError(f"{root}: GenCeption data is a folder of category folders, not a file")
     dataset: LoadedDataset[GenceptionItem] = LoadedDataset("genception", [], [], str(root))
-    categories = [(folder, category_images(folder)) for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    categories = [(folder, category_images(folder, suffixes)) for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
     # GenCeption's own example folder (datasets/examples/*.jpg) is flat: the folder is the category
-    categories = [(root, image_files(root)), *categories]
+    categories = [(root, image_files(root, suffixes)), *categories]
     categories = [(folder, images) for folder, images in categories if images]
     if not categories:
-        raise ValueError(f"{root}: no category folder with .png/.jpg/.jpeg images (expected ROOT/CATEGORY/*.png or ROOT/CATEGORY/images/*.jpg)")
+        kinds = "/".join(suffixes)
+        raise ValueError(f"{root}: no category folder with {kinds} images (expected ROOT/CATEGORY/*.png or ROOT/CATEGORY/images/*.jpg)")
     seen: set[str] = set()
     for folder, images in categories:
         for image in images:

@@ -64,7 +64,7 @@ def parse_options(value: Any) -> tuple[str, ...]:
             raise FieldProblem("options", f"not a list or a Python-literal list: {value[:80]!r}") from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(option, (str, int, float)) for option in value):
         raise FieldProblem("options", f"expected a list of option texts, got {value!r}")
-    options = tuple(str(option).strip() for option in value)
+    options = tuple(str(option) for option in value)  # verbatim: construct_prompt writes each as it is
     if len(options) < 2:
         raise FieldProblem("options", f"has {len(options)} option(s); lcm-mc needs a multiple-choice item (MMMU's open questions have none)")
     return options

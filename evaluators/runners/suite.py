@@ -188,13 +188,16 @@ def _shard_vlm(model: str, suite: Suite, cache_dir: Path | None) -> tuple[Vision
 
 def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
-    ``load_items`` where the registry names one, else its data set's loader."""
+    ``load_items`` where the registry names one, else its data set's loader, told what the
+    suite's protocol reads (``Protocol.loader_options``) and the entry's own options."""
     from vlgate.evaluators.loaders import load_dataset
 
-    own = registry.get(name).load_items
-    if own is not None:
-        return own(spec, out)
-    dataset = load_dataset(name, spec.data, spec.format, **spec.loader_options())
+    definition = registry.get(name)
+    if definition.load_items is not None:
+        return definition.load_items(spec, out)
+    # the protocol reads the data as its released code does; the entry's own rules come on top
+    options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
+    dataset = load_dataset(name, spec.data, spec.format, **options)
     return dataset.items[: spec.limit], dataset.errors
 
 
