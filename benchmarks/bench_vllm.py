@@ -1,7 +1,8 @@
 """VL-LCM's cost on vLLM, as ratios from one run on the same items.
 
 Runs in the vLLM environment (``make bench-vllm``, or ``.venv-vllm/bin/python
-benchmarks/bench_vllm.py``) on the Idefics3 world's trained VLM, built here (a minute).
+benchmarks/bench_vllm.py``) on the shipped world's trained VLM (the demo's v3), or a
+random-weight model of a realistic shape.
 
   (a) full VL-LCM (the MC question and its K yes/no probes: K+1 requests per item) against
       MC only (1 request per item), with vLLM's prefix caching on and, in a second engine,
@@ -15,10 +16,10 @@ benchmarks/bench_vllm.py``) on the Idefics3 world's trained VLM, built here (a m
 Every timing is the best of ``--repeat`` runs of the whole batch; the engine's start is
 not timed, and each batch is run once first so that compilation is not timed either.
 
-``--model world`` is the world's trained 300-step VLM: 4 image tokens and a 64-wide text
-model, so a request costs the engine's fixed overhead (1.5–2 ms on a CPU) whatever its
-length, and its prompts (under 40 tokens) are shorter than one KV block, so nothing is
-cached. ``--model wide`` is a random-weight Idefics3 of the same layout whose cost is in
+``--model world`` is the shipped world's trained LLaVA (10,000 steps): 9 image tokens and a
+64-wide text model, so a request costs the engine's fixed overhead (1.5–2 ms on a CPU)
+whatever its length, and its prompts (under 40 tokens) are shorter than one KV block, so
+nothing is cached. ``--model wide`` is a random-weight Idefics3 with the world's tokenizer whose cost is in
 the shared prefix, as in a real VLM: a 128 px image (64 image tokens), 256-wide text with
 4 layers; its answers are meaningless, its timings are the point. ``--model llava-size``
 gives the image LLaVA-1.5's 576 tokens (a 768 px image of 16 px patches) and the text
@@ -177,12 +178,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--block-size", type=int, default=32, help="KV block size (CPU: a multiple of 32; only full blocks are cached)")
     parser.add_argument("--model", choices=("world", *BENCH_MODELS, "qwen-size"), default="world", help="what is measured (see above)")
-    parser.add_argument("--world", type=Path, help="an Idefics3 world folder (default: built in a temporary folder)")
+    parser.add_argument("--world", type=Path, help="the world's folder (default: the shipped world copied to a temporary folder)")
     args = parser.parse_args()
 
     world = args.world or Path(tempfile.mkdtemp(prefix="bench-vllm-")) / "world"
-    manifest = build_world(world, "small", seed=0, vlm_steps=(0, 300), llm_steps=20, fault_steps=20, architecture="idefics3")
-    checkpoint = world / manifest["checkpoints"]["vlm"]["300"]
+    manifest = build_world(world)
+    checkpoint = world / manifest["checkpoints"]["vlm"]["10000"]
     settings = yaml.safe_load((world / "suite.yaml").read_text())["vllm"] | {"block_size": args.block_size}
     if args.model != "world":
         checkpoint = qwen_checkpoint(world) if args.model == "qwen-size" else bench_checkpoint(world, args.model)

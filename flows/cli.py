@@ -510,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     make_world.add_argument("--quiet", action="store_true", help="no progress lines on stderr (each phase of a training, with its time)")
     make_world.add_argument(
         "--architecture", choices=("llava", "idefics3"), default="llava",
-        help="the VLM family's architecture: idefics3 is the one the vLLM backend serves on a CPU (always trained here)",
+        help="the VLM family's architecture (idefics3 is always trained here; both run on transformers and on vLLM)",
     )
     make_world.set_defaults(handler=cmd_make_world)
 

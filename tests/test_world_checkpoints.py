@@ -44,12 +44,43 @@ def test_vlm_round_trips_offline_with_identical_logits(world, monkeypatch):
         loaded = model(**inputs, logits_to_keep=1).logits
     # the same seed rebuilds the same weights, hence the same logits
     again = ck.build_vlm_versions(ck.world_tokenizer(out / "data", seed=0), out / "again", steps=(3,), seed=0)[3]
+    assert ck.pad_attention_heads(again)  # as the world's build does after training
     rebuilt_model = AutoModelForImageTextToText.from_pretrained(again).eval()
     with torch.no_grad():
         rebuilt = rebuilt_model(**inputs, logits_to_keep=1).logits
     torch.testing.assert_close(loaded, rebuilt)
     card = json.loads((path / "vlgate_checkpoint.json").read_text())
     assert card["train_steps"] == 3 and card["architecture"] == "LlavaForConditionalGeneration"
+
+
+def test_padding_the_attention_heads_keeps_the_model_s_function(tmp_path):
+    """The world's VLMs are served by vLLM with their text heads zero-padded from 16 to 32
+    dimensions: every position's logits as before (float rounding apart), the padding all
+    zeros, and a second pass changes nothing."""
+    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["Is there a red circle? Answer yes or no.", "Describe the image."]))
+    model, processor = ck.build_vlm(tokenizer, seed=3)
+    folder = ck.save_checkpoint(model, processor, tmp_path / "vlm", {})
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (48, 48, 3), dtype=np.uint8))
+    inputs = processor(images=[image, image], text=[ck.chat_prompt(processor, "Is there a red circle? Answer yes or no."), ck.chat_prompt(processor, "Describe the image.")], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        before = model.eval()(**inputs).logits
+    assert model.config.text_config.head_dim == 16
+    assert ck.pad_attention_heads(folder)
+    padded = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    assert padded.config.text_config.head_dim == ck.SERVED_HEAD_DIM
+    with torch.no_grad():
+        after = padded(**inputs).logits
+    assert before.abs().max() > 0.1  # random weights: logits far from zero, so the comparison means something
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    attention = padded.model.language_model.layers[0].self_attn
+    heads = attention.q_proj.weight.shape[0] // 32
+    used = (torch.arange(heads)[:, None] * 32 + ck._rotary_positions(16, 32)[None, :]).reshape(-1)
+    unused = torch.ones(heads * 32, dtype=torch.bool)
+    unused[used] = False
+    assert (attention.q_proj.weight[unused] == 0).all() and (attention.o_proj.weight[:, unused] == 0).all()
+    assert (attention.q_proj.weight[used] != 0).any(axis=1).all()
+    weights = (folder / "model.safetensors").read_bytes()
+    assert not ck.pad_attention_heads(folder) and (folder / "model.safetensors").read_bytes() == weights
 
 
 def test_versions_share_initial_weights_and_differ_after_training(world):
@@ -215,6 +246,8 @@ def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_of
     image = Image.open(next((SHIPPED_WORLD / "data" / "genception" / "single").glob("*.png"))).convert("RGB")
     request = ChoiceRequest((image,), "Is there a shape in the image?", ("Yes", "No"))
     for folder in [*checkpoints["vlm"].values(), *checkpoints["vlm_faults"].values()]:
+        # heads as wide as vLLM's CPU attention runs (see test_vllm.py for the engine's numbers)
+        assert json.loads((SHIPPED_WORLD / folder / "config.json").read_text())["text_config"]["head_dim"] == ck.SERVED_HEAD_DIM
         vlm = TransformersBackend.load(SHIPPED_WORLD / folder)
         (probs,) = vlm.choice_probs([request])
         assert probs.shape == (2,) and abs(probs.sum() - 1) < 1e-6

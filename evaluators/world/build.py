@@ -10,6 +10,7 @@ Layout under ``out``::
                    diffusion/ (a tiny random-weight StableDiffusionPipeline: the diffusers path of
                    GenCeption's generator; the world's suite uses the scene renderer)
     suite.yaml     a suite running every evaluator on data/ (vlgate evaluate --suite)
+    suite-vllm.yaml  the same suite with ``backend: vllm`` (in vLLM's environment)
     manifest.json  what was built, from which seed, size and code, how long it took, and the
                    sha256 of every file
 
@@ -50,7 +51,10 @@ from vlgate.evaluators.world.datasets import build_datasets
 #:    descriptions, DeCC's counts and comparisons, NaturalBench's tests, VLind's four); one
 #:    faulty version per evaluator instead of the language-prior one; 48 px images in 16 px
 #:    patches, one patch per grid cell.
-WORLD_FORMAT = 9
+#: 10: the LLaVA world's VLM checkpoints have their text attention heads zero-padded from 16
+#:    to 32 dimensions after training (the same function: ``checkpoints.pad_attention_heads``),
+#:    so vLLM's CPU attention serves them; ``suite-vllm.yaml`` runs the suite on vLLM.
+WORLD_FORMAT = 10
 #: The default world as built once and committed (see the module docstring).
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
@@ -62,8 +66,8 @@ WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "ren
 #: to everything else.
 BUILD_THREADS = 1
 VLM_STEPS = {"small": (0, 3000, 10000), "medium": (0, 3000, 10000)}
-#: The LLM agent's attention heads per world architecture: the Idefics3 world is the one
-#: vLLM serves on a CPU, whose attention takes heads 32 wide (64 / 2), not 16 (64 / 4).
+#: The LLM agent's attention heads per world architecture (the agent runs on transformers
+#: only; the Idefics3 world's are 32 wide, as its VLM's).
 LLM_HEADS = {"llava": 4, "idefics3": 2}
 LLM_STEPS = 300
 FAULT_STEPS = {"small": 300, "medium": 600}
@@ -88,18 +92,18 @@ evaluators:
 """
 
 
-#: The Idefics3 world's vLLM engine settings: float32 (the parity tests compare it with the
-#: transformers backend in float32), NaturalBench's two images, and a KV cache of a tenth of
-#: the machine's memory (vLLM's CPU build reserves 92 % by default and refuses to start
-#: when that much is not free).
+#: How vLLM runs the world's VLM (read only under ``backend: vllm``): float32 (the parity
+#: tests compare it with the transformers backend in float32), NaturalBench's two images,
+#: and a KV cache of a tenth of the machine's memory (vLLM's CPU build reserves 92 % by
+#: default and refuses to start when that much is not free).
 WORLD_VLLM_SETTINGS = """\
 vllm: {dtype: float32, max_model_len: 512, gpu_memory_utilization: 0.1, limit_mm_per_prompt: {image: 2}}
 """
 
 
-def world_suite(architecture: str) -> str:
-    """The world's suite file; the Idefics3 world's also says how vLLM runs its VLM."""
-    return WORLD_SUITE + (WORLD_VLLM_SETTINGS if architecture == "idefics3" else "")
+def world_suite(backend: str = "transformers") -> str:
+    """The world's suite file (``suite.yaml``), or the same suite on vLLM (``suite-vllm.yaml``)."""
+    return WORLD_SUITE + WORLD_VLLM_SETTINGS + (f"backend: {backend}\n" if backend != "transformers" else "")
 
 
 def build_world(
@@ -118,7 +122,7 @@ def build_world(
     ``force``), else copied from the shipped world when that is the one asked for (unless
     ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``fault_steps`` override
     the training lengths (tests use tiny ones); ``architecture`` picks the VLM family's
-    architecture (``checkpoints.ARCHITECTURES``: ``idefics3`` is the one vLLM serves on a CPU).
+    architecture (``checkpoints.ARCHITECTURES``; vLLM's CPU build serves both).
     ``on_phase(phase, seconds)`` is told as each phase of a training starts (seconds None)
     and ends (the manifest's ``seconds`` keys)."""
     out = Path(out)
@@ -157,7 +161,7 @@ def build_world(
 
 
 def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, fault_steps: int, wanted: dict[str, Any], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, Any]:
-    from vlgate.evaluators.world.checkpoints import FAULTS, build_faulty_version, build_llm, build_vit_encoder, build_vlm_versions, world_tokenizer
+    from vlgate.evaluators.world.checkpoints import FAULTS, build_faulty_version, build_llm, build_vit_encoder, build_vlm_versions, pad_attention_heads, world_tokenizer
     from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
 
     manifest_path = out / "manifest.json"
@@ -181,6 +185,9 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
     architecture = wanted["architecture"]
     vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed, architecture)
     faults = {fault: timed(f"vlm_{fault}", build_faulty_version, vlms[max(steps)], out / "checkpoints" / f"vlm-{fault}", fault, fault_steps, seed) for fault in FAULTS}
+    if architecture == "llava":  # after training, which the 16-wide heads were tuned for
+        for folder in [*vlms.values(), *faults.values()]:
+            pad_attention_heads(folder)
     llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed, LLM_HEADS[architecture])
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     clip = timed("clip", build_clip, out / "checkpoints" / "clip", seed=seed)
@@ -199,7 +206,8 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
         },
         "seconds": timings | {"total": round(time.perf_counter() - started, 2)},
     }
-    (out / "suite.yaml").write_text(world_suite(architecture))
+    (out / "suite.yaml").write_text(world_suite())
+    (out / "suite-vllm.yaml").write_text(world_suite("vllm"))
     manifest["files"] = file_hashes(out)
     manifest_path.write_text(json.dumps(manifest, indent=2))
     return manifest | {"cached": False}

@@ -677,3 +677,55 @@ def build_llm(tokenizer: PreTrainedTokenizerFast, out: Path, steps: int = 300, s
     started = time.perf_counter()
     losses = train_answers(model, next_batch, steps, torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0), desc="llm agent")
     return save_checkpoint(model, tokenizer, out, training_card("llm", "LlamaForCausalLM", steps, stream.drawn, seed, losses, started))
+
+
+#: vLLM's CPU attention runs heads 32 wide or wider; the LLaVA world trains 16-wide ones.
+SERVED_HEAD_DIM = 32
+
+
+def _rotary_positions(head_dim: int, served: int) -> torch.Tensor:
+    """Where each of a ``head_dim``-wide rotary head's dimensions goes in a ``served``-wide
+    one so that it turns at the same frequency with the same partner: rotate-half pairs
+    dimension i with i + d/2 at frequency θ^(-2i/d), so i ↦ (served/head_dim)·i keeps
+    θ^(-2i/d) = θ^(-2j/served), for each half."""
+    ratio, half = served // head_dim, head_dim // 2
+    positions = [ratio * i for i in range(half)] + [served // 2 + ratio * i for i in range(half)]
+    return torch.tensor(positions)
+
+
+def pad_attention_heads(folder: Path, served: int = SERVED_HEAD_DIM) -> bool:
+    """Rewrite the LLaVA checkpoint at ``folder`` with its text model's attention heads
+    zero-padded to ``served`` dimensions, the same function (logits equal to float rounding):
+    queries and keys keep their rotary frequencies (:func:`_rotary_positions`), the padded
+    dimensions are zero in queries, keys, values and the output projection, and the queries
+    are scaled by sqrt(served / head_dim) for the softmax's 1/sqrt(head_dim). False (nothing
+    written) when the heads are already that wide."""
+    model = LlavaForConditionalGeneration.from_pretrained(folder)
+    text = cast(LlamaConfig, model.config.text_config)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    if head_dim >= served:
+        return False
+    rope = getattr(text, "rope_parameters", None) or {}
+    if served % head_dim or rope.get("rope_type", "default") != "default":
+        raise ValueError(f"{folder}: cannot pad {head_dim}-wide heads with {rope} rotary embeddings to {served}")
+    config = deepcopy(model.config)
+    cast(LlamaConfig, config.text_config).head_dim = served
+    padded = LlavaForConditionalGeneration(config)
+    positions = _rotary_positions(head_dim, served)
+    state = model.state_dict()
+    for name, weight in state.items():
+        kind = next((kind for kind in ("q_proj", "k_proj", "v_proj", "o_proj") if name.endswith(f"self_attn.{kind}.weight") and "language_model" in name), None)
+        if kind is None:
+            continue
+        heads = (weight.shape[1] if kind == "o_proj" else weight.shape[0]) // head_dim
+        rows = (torch.arange(heads)[:, None] * served + positions[None, :]).reshape(-1)
+        if kind == "o_proj":
+            wide = weight.new_zeros(weight.shape[0], heads * served)
+            wide[:, rows] = weight
+        else:
+            wide = weight.new_zeros(heads * served, weight.shape[1])
+            wide[rows] = weight * (served / head_dim) ** 0.5 if kind == "q_proj" else weight
+        state[name] = wide
+    padded.load_state_dict(state, strict=True)
+    padded.save_pretrained(folder, safe_serialization=True)
+    return True
