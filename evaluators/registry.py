@@ -229,6 +229,11 @@ class EvaluatorDefinition:
     #: reweighted copies at once, for the metrics it covers: the gate's bootstrap resamples
     #: in one pass; None (or a metric it leaves out): each resample is aggregated
     resampled: Callable[[pd.DataFrame, np.ndarray], dict[str, np.ndarray]] | None = None
+    #: the per-sample columns that are scores (higher is better), compared item by item
+    #: between two versions (``vlgate diff``); the first is the one whose items are listed
+    item_scores: tuple[str, ...] = ()
+    #: the record fields shown beside a compared item (question, options, answers, images)
+    item_fields: tuple[str, ...] = ()
     #: the report's figures for this evaluator's section, by kind (``dashboards/report.py``)
     report_figures: tuple[str, ...] = ()
     #: the example records under ``evaluators/examples/`` and, if any, their features file
@@ -385,6 +390,8 @@ register(
         group_field="category",
         drift_score=DriftScore("p_lc", "lcm"),
         champion_correlated="p_lc",
+        item_scores=("correct", "p_lc", "reliable"),
+        item_fields=("question", "options", "answer", "p_mc", "p_yes", "image"),
         report_figures=("response-distribution", "low-p_lc-examples"),
         example="lcm-mc.jsonl",
     )
@@ -427,6 +434,8 @@ register(
         group_field="category",
         drift_score=DriftScore("p_lc", "lcm"),
         champion_correlated="p_lc",
+        item_scores=("g_correct", "p_lc", "yn_correct"),
+        item_fields=("texts", "answer", "p_yes", "images"),
         report_figures=("low-p_lc-examples",),
         example="lcm-nb.jsonl",
     )
@@ -475,6 +484,8 @@ register(
         build_runner=vlind_runner.build_vlind_runner,
         protocols=protocol_tables.VLIND,
         group_field="concept",
+        item_scores=("lp", "cb", "ck", "vp"),
+        item_fields=("concept", "responses"),
         report_figures=("vlind-funnel",),
         example="vlind.jsonl",
     )
@@ -515,6 +526,8 @@ register(
         template_values=_genception_template_values,
         features=genception_runner.features_for_scoring,
         feature_metrics=_genception_feature_metrics,
+        item_scores=("gc",),
+        item_fields=("seed", "descriptions", "s"),
         report_figures=("genception-curves", "genception-chains"),
         example="genception.jsonl",
         example_features="genception-features.npz",
@@ -556,6 +569,8 @@ register(
         protocols=protocol_tables.DECC,
         group_field="category",
         drift_score=DriftScore("multi", "reliable_rate/multi"),
+        item_scores=("multi", "correct", "vlm", "llm"),
+        item_fields=("direct", "answer", "v1", "l1", "sub_questions", "sub_answers"),
         report_figures=("decc-matrix",),
         example="decc.jsonl",
     )

@@ -349,6 +349,94 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return _exit_status(summary["outcome"])
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
+    from vlgate.flows.settings import prepare_environment
+
+    if args.limit < 0:
+        raise UserError(f"--limit {args.limit}: expected 0 or more items")
+    if args.evaluator is not None and args.evaluator not in registry.names():
+        raise UserError(f"--evaluator {args.evaluator}: not one of {', '.join(registry.names())}")
+    if args.score is not None and args.evaluator is None:
+        raise UserError("--score names an item score of one evaluator: give --evaluator too")
+    home = prepare_environment()
+    _require_tracking(home)
+    from mlflow.exceptions import MlflowException
+
+    from vlgate import tracking
+    from vlgate.flows.recording import run_outputs
+
+    client = tracking.connect(home)
+    outputs = {}
+    for version in (args.version, args.other):
+        try:
+            run_id = client.get_model_version(args.name, str(version)).tags.get(tracking.TAG_RUN)
+        except MlflowException as error:
+            if error.error_code == "RESOURCE_DOES_NOT_EXIST":
+                raise UserError(f"{args.name} v{version}: no such registered version") from None
+            raise
+        if not run_id:
+            raise UserError(f"{args.name} v{version} has no validation run yet (vlgate validate {args.name} {version})")
+        outputs[version] = run_outputs(client, run_id)
+    evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]
+    diffs = []
+    for evaluator in evaluators:
+        mine, theirs = outputs[args.version].get(evaluator), outputs[args.other].get(evaluator)
+        for version, output in ((args.version, mine), (args.other, theirs)):
+            if output is None:
+                raise UserError(f"{args.name} v{version} has no {evaluator} records")
+        assert mine is not None and theirs is not None
+        try:
+            diffs.append(diff_outputs(mine, theirs, args.category, args.score, names=(f"{args.name} v{args.version}", f"{args.name} v{args.other}")))
+        except NothingToCompareError as error:
+            raise UserError(str(error)) from None
+    if args.json:
+        _print_json({"model": args.name, "version": str(args.version), "against": str(args.other), "category": args.category, "evaluators": [diff.as_dict(args.limit) for diff in diffs]})
+        return 0
+    print(f"{args.name} v{args.version} against v{args.other}" + (f", category {args.category}" if args.category else ""))
+    for diff in diffs:
+        _print_diff(diff, args.limit)
+    return 0
+
+
+def _print_diff(diff: Any, limit: int) -> None:
+    """One evaluator: a line per item score, then the items lost and won on the first."""
+    summary = diff.summary()
+    shared = max((entry["n_shared"] for entry in summary.values()), default=0)
+    print(f"\n{diff.evaluator}: {shared} items both versions hold")
+    for name, entry in summary.items():
+        if entry["kind"] == "binary":
+            print(f"  {name}: lost {entry['lost']}, won {entry['won']} (both right {entry['both_right']}, both wrong {entry['both_wrong']})")
+        else:
+            change = "—" if entry["mean_change"] is None else f"{entry['mean_change']:+.3f}"
+            print(f"  {name}: mean change {change}; fell on {entry['lost']}, rose on {entry['won']}")
+    for which in ("lost", "won"):
+        items = diff.listed(which, limit)
+        if not items:
+            continue
+        print(f"  {which} on {diff.listed_score} ({'largest drop' if which == 'lost' else 'largest gain'} first):")
+        for item in items:
+            category = f" [{item['category']}]" if item["category"] is not None else ""
+            print(f"    {item['id']}{category}: {item['champion']:.3g} → {item['candidate']:.3g}")
+            for field, values in item["fields"].items():
+                if values["candidate"] == values["champion"]:
+                    print(f"      {field}: {_shown(values['candidate'])}")
+                else:
+                    print(f"      {field}: {_shown(values['candidate'])}  (was {_shown(values['champion'])})")
+
+
+def _shown(value: Any, width: int = 100) -> str:
+    """A record field on one line: numbers to 3 digits, cut at ``width`` characters."""
+    if isinstance(value, float):
+        text = f"{value:.3g}"
+    elif isinstance(value, list) and value and all(isinstance(entry, float) for entry in value):
+        text = "[" + ", ".join(f"{entry:.3g}" for entry in value) + "]"
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _print_decision(summary: dict[str, Any]) -> None:
     """The verdict and each rule's, one line each; the reasons a rule failed first."""
     print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
@@ -640,6 +728,26 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--apply", action="store_true", help="record the decision and move the alias on promotion")
     gate.add_argument("--json", action="store_true", help="the decision as one JSON object")
     gate.set_defaults(handler=cmd_gate)
+
+    diff = commands.add_parser(
+        "diff",
+        help="the items a version lost and won against another, per evaluator, from their validation runs",
+        description=(
+            "Reads both versions' validation runs back from MLflow and compares each evaluator's item scores on the items both "
+            "hold, joined on the record id as the gate pairs them: a 0/1 score's lost and won items (the discordant pairs of "
+            "the gate's paired comparison), a continuous score's changes; then lists the items lost and won on the "
+            "evaluator's first score with both versions' answers. A version without records of an evaluator is exit 2."
+        ),
+    )
+    diff.add_argument("name", help="registered model name")
+    diff.add_argument("version", help="the version looked at (the candidate)")
+    diff.add_argument("other", help="the version it is compared with (the champion it was judged against, say)")
+    diff.add_argument("--evaluator", help="one evaluator (default: every one both runs have)")
+    diff.add_argument("--category", help="only the items of this breakdown category")
+    diff.add_argument("--score", help="the item score whose items are listed (with --evaluator; default: its first, e.g. lcm-mc's correct)")
+    diff.add_argument("--limit", type=int, default=10, help="items listed lost and won, per evaluator (default 10)")
+    diff.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    diff.set_defaults(handler=cmd_diff)
 
     report = commands.add_parser(
         "report",

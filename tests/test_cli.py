@@ -13,7 +13,7 @@ from vlgate.flows.cli import main
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["drift"], ["init"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])

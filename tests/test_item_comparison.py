@@ -68,3 +68,24 @@ def test_the_join_is_the_gate_s_pairing_in_the_candidate_s_order():
     assert shared.loc[shared["id"] == "b", ["correct_candidate", "correct_champion"]].values.tolist() == [[False, True]]
     nothing = compare_items(CANDIDATE, CHAMPION.assign(id=CHAMPION["id"] + "-other"))
     assert nothing["correct"].n_shared == 0 and nothing["correct"].cells() == {"both_right": 0, "lost": 0, "won": 0, "both_wrong": 0}
+
+
+@pytest.mark.parametrize("evaluator", ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"])
+def test_every_evaluator_declares_item_scores_its_records_have(evaluator):
+    """The item scores ``vlgate diff`` compares are numeric per-sample columns of the
+    evaluator's shipped example records (which hold the required fields alone; the fields
+    shown beside an item are those of the runners' records, and a missing one is not shown)."""
+    from pathlib import Path
+
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.records import read_jsonl
+    from vlgate.evaluators.scoring import per_sample_frame, validate
+
+    definition = registry.get(evaluator)
+    path = Path(__file__).resolve().parent.parent / "evaluators" / "examples" / f"{evaluator}.jsonl"
+    frame = per_sample_frame(validate(evaluator, read_jsonl(path)))
+    assert definition.item_scores and set(definition.item_scores) <= set(frame.columns)
+    assert all(pd.api.types.is_numeric_dtype(frame[name]) for name in definition.item_scores)
+    # an example set compared with itself: nothing lost, nothing won
+    for comparison in compare_items(frame, frame, columns=list(definition.item_scores)).values():
+        assert len(comparison.lost) == len(comparison.won) == 0 and comparison.n_shared > 0

@@ -363,3 +363,49 @@ def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny
     status = main(["drift", "d", "--batch", str(shifted)])
     printed = capsys.readouterr().out
     assert status == 3 and printed.startswith("d v1: drifted") and "\n  drifted  " in printed, printed
+
+
+def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_runs(home, default_world, capsys):
+    """``vlgate diff``: the answer-prior fine-tune against the trained version on every MC
+    item of the world, read back from the two validation runs: the lost and won items of
+    ``correct`` are the ones the two versions' raw records say (argmax of p_mc against the
+    answer), listed with both versions' probabilities; a version or an evaluator without
+    records is bad input (exit 2)."""
+    import numpy as np
+
+    world, manifest = default_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "mc", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "protocol": "vlgate"}}}))
+    configure(home, {"d": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
+    client = tracking.connect(home)
+    for folder in (manifest["checkpoints"]["vlm"]["10000"], manifest["checkpoints"]["vlm_faults"]["answer-prior"]):
+        tracking.register_checkpoint(client, "d", world / folder, home=home)
+    assert validate_pending(home, "d") == [("d", "1"), ("d", "2")]
+
+    def right(version: str) -> dict[str, bool]:
+        records = [json.loads(line) for line in (home / "validations" / "d" / version / "lcm-mc" / "records.jsonl").read_text().splitlines()]
+        return {r["id"]: int(np.argmax(r["p_mc"])) == r["answer"] and sorted(r["p_mc"])[-1] > sorted(r["p_mc"])[-2] for r in records}
+
+    candidate, champion = right("2"), right("1")
+    lost = sorted(i for i in champion if champion[i] and not candidate[i])
+    won = sorted(i for i in champion if candidate[i] and not champion[i])
+    capsys.readouterr()
+    assert main(["diff", "d", "2", "1", "--limit", "100", "--json"]) == 0
+    (diff,) = json.loads(capsys.readouterr().out)["evaluators"]
+    assert diff["evaluator"] == "lcm-mc" and diff["listed_score"] == "correct"
+    cells = diff["scores"]["correct"]
+    assert (cells["lost"], cells["won"], cells["n_shared"]) == (len(lost), len(won), len(candidate)) and lost
+    assert cells["both_right"] == sum(candidate[i] and champion[i] for i in candidate)
+    assert sorted(item["id"] for item in diff["lost"]) == lost and sorted(item["id"] for item in diff["won"]) == won
+    first = diff["lost"][0]
+    assert first["champion"] == 1.0 and first["candidate"] == 0.0 and first["fields"]["question"]["candidate"] == first["fields"]["question"]["champion"]
+    assert first["fields"]["p_mc"]["candidate"] != first["fields"]["p_mc"]["champion"]
+    # the answer prior breaks the probes' agreement with the choice far more than the choices
+    assert diff["scores"]["reliable"]["lost"] > 3 * len(lost)
+
+    assert main(["diff", "d", "2", "1", "--evaluator", "lcm-mc", "--score", "reliable", "--limit", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("d v2 against v1") and "lost on reliable" in printed and f"correct: lost {len(lost)}, won {len(won)}" in printed
+    assert main(["diff", "d", "2", "1", "--evaluator", "decc"]) == 2
+    assert main(["diff", "d", "2", "3"]) == 2
+    assert main(["diff", "d", "2", "1", "--category", "no-such-category"]) == 2

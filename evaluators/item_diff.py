@@ -1,0 +1,123 @@
+"""Two versions' outputs of one evaluator, item by item: what ``vlgate diff`` prints.
+
+Each of the evaluator's item scores (``EvaluatorDefinition.item_scores``: per-sample columns,
+higher is better) is compared on the items both versions hold
+(:mod:`vlgate.evaluators.metrics.item_comparison`: a 0/1 score's lost and won items, a
+continuous one's changes), and each item listed carries, from both versions' records, the
+fields people read to see what happened (``item_fields``: the question, the options, both
+answers, the images).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from vlgate.evaluators import registry
+from vlgate.evaluators.metrics.item_comparison import ColumnComparison, compare_items
+from vlgate.evaluators.output import EvaluatorOutput
+
+
+class NothingToCompareError(ValueError):
+    """A version has no records of the evaluator (it did not run, or failed)."""
+
+
+@dataclass(frozen=True)
+class EvaluatorDiff:
+    """One evaluator's item scores compared, and both versions' records by id."""
+
+    evaluator: str
+    scores: dict[str, ColumnComparison]
+    candidate_records: dict[str, dict[str, Any]]
+    champion_records: dict[str, dict[str, Any]]
+    #: the score whose items are listed (the evaluator's first item score unless chosen)
+    listed_score: str
+
+    def listed(self, which: str = "lost", limit: int | None = 10) -> list[dict[str, Any]]:
+        """The items the candidate ``lost`` (largest drop first) or ``won`` on the listed
+        score, each with both versions' values and record fields."""
+        comparison = self.scores[self.listed_score]
+        rows = comparison.lost if which == "lost" else comparison.won
+        fields = registry.get(self.evaluator).item_fields
+        listed = []
+        for row in rows.head(limit).itertuples(index=False):
+            mine, theirs = self.candidate_records.get(str(row.id), {}), self.champion_records.get(str(row.id), {})
+            listed.append(
+                {
+                    "id": row.id,
+                    "category": row.category,
+                    "candidate": row.candidate,
+                    "champion": row.champion,
+                    "change": row.change,
+                    "fields": {name: {"candidate": mine.get(name), "champion": theirs.get(name)} for name in fields if name in mine or name in theirs},
+                }
+            )
+        return listed
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per score: the items compared and, for a 0/1 score, its four cells; for a
+        continuous one the mean change and the items that fell and rose."""
+        table: dict[str, dict[str, Any]] = {}
+        for name, comparison in self.scores.items():
+            entry: dict[str, Any] = {"kind": comparison.kind, "n_shared": comparison.n_shared}
+            if comparison.kind == "binary":
+                entry |= comparison.cells()
+            else:
+                entry |= {"lost": len(comparison.lost), "won": len(comparison.won), "mean_change": float(comparison.items["change"].mean()) if comparison.n_shared else None}
+            table[name] = entry
+        return table
+
+    def as_dict(self, limit: int | None = 10) -> dict[str, Any]:
+        return {
+            "evaluator": self.evaluator,
+            "scores": self.summary(),
+            "listed_score": self.listed_score,
+            "lost": self.listed("lost", limit),
+            "won": self.listed("won", limit),
+        }
+
+
+def diff_outputs(
+    candidate: EvaluatorOutput, champion: EvaluatorOutput, category: str | None = None, listed: str | None = None, names: tuple[str, str] = ("candidate", "champion")
+) -> EvaluatorDiff:
+    """``candidate`` against ``champion`` on one evaluator; ``category`` keeps the items of
+    that breakdown category (the evaluator's ``group_field``) alone; ``listed`` is the item
+    score whose items are listed (default: the first). ``names`` name the two versions in
+    the error raised when one of them has no records."""
+    evaluator = candidate.evaluator
+    definition = registry.get(evaluator)
+    if listed is not None and listed not in definition.item_scores:
+        raise NothingToCompareError(f"{listed} is not an item score of {evaluator} (it has {', '.join(definition.item_scores)})")
+    for name, output in zip(names, (candidate, champion)):
+        if output.samples is None or output.error:
+            raise NothingToCompareError(f"{name} has no {evaluator} records" + (f" ({output.error})" if output.error else ""))
+    categories = _categories(definition.group_field, candidate.records, champion.records)
+    assert candidate.samples is not None and champion.samples is not None  # checked above
+    # ids as the records' keys are: a data set may number its items
+    mine, theirs = (samples.assign(id=samples["id"].astype(str)) for samples in (candidate.samples, champion.samples))
+    if category is not None:
+        if definition.group_field is None:
+            raise NothingToCompareError(f"{evaluator} records have no category to choose from")
+        known = sorted({str(name) for name in categories.dropna()})
+        if category not in known:
+            where = f"they are in {', '.join(known)}" if known else f"the records name no {definition.group_field}"
+            raise NothingToCompareError(f"no {evaluator} item of either version is in the {definition.group_field} {category!r} ({where})")
+        keep = set(categories[categories == category].index)
+        mine, theirs = mine[mine["id"].isin(keep)], theirs[theirs["id"].isin(keep)]
+    scores = compare_items(mine, theirs, categories if definition.group_field else None, columns=list(definition.item_scores))
+    return EvaluatorDiff(evaluator, scores, _by_id(candidate.records), _by_id(champion.records), listed or definition.item_scores[0])
+
+
+def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(record.get("id")): record for record in records}
+
+
+def _categories(field: str | None, *record_sets: list[dict[str, Any]]) -> pd.Series:
+    """id → the record's breakdown category (the candidate's where both name one)."""
+    found: dict[str, Any] = {}
+    if field is not None:
+        for records in reversed(record_sets):
+            found |= {str(record.get("id")): record.get(field) for record in records}
+    return pd.Series(found, dtype=object)
