@@ -114,6 +114,44 @@ def write_decision_tags(client: Any, model_name: str, version: str, run_id: str 
             client.set_tag(run_id, key, value)
 
 
+def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:
+    """Each evaluator both versions ran under one protocol, compared item by item
+    (``vlgate diff``'s comparison), logged to the run as an MLflow table
+    ``item_diff/EVALUATOR-vs-vN.json`` (``mlflow.load_table`` reads it; one row per shared
+    item and item score: ``score``, ``id``, ``category``, ``candidate``, ``champion``,
+    ``change``), the champion's version and run as the run's tags. MLflow appends to a table
+    that exists, and a table holds the two runs' fixed records: one already logged for that
+    champion (a retried gate) is left as it is. Returns the files logged."""
+    import pandas as pd
+
+    from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
+
+    if not champion or champion_version is None:
+        return []
+    champion_run = client.get_model_version(model_name, champion_version).tags.get(tracking.TAG_RUN)
+    existing = {entry.path for entry in client.list_artifacts(run_id, "item_diff")}
+    logged = []
+    for evaluator, mine in candidate.items():
+        theirs = champion.get(evaluator)
+        if theirs is None or mine.protocol != theirs.protocol:
+            continue
+        try:
+            diff = diff_outputs(mine, theirs)
+        except NothingToCompareError:
+            continue  # an evaluator that failed on either side: nothing to pair
+        artifact = f"item_diff/{evaluator}-vs-v{champion_version}.json"
+        if artifact not in existing:
+            rows = [comparison.items.assign(score=name) for name, comparison in diff.scores.items()]
+            table = pd.concat(rows, ignore_index=True)[["score", "id", "category", "candidate", "champion", "change"]]
+            client.log_table(run_id, data=table, artifact_file=artifact)
+        logged.append(artifact)
+    if logged:
+        client.set_tag(run_id, tracking.TAG_ITEM_DIFF_CHAMPION, champion_version)
+        if champion_run:
+            client.set_tag(run_id, tracking.TAG_ITEM_DIFF_CHAMPION_RUN, champion_run)
+    return logged
+
+
 def champion_outputs(client: Any, model_name: str, exclude_version: str) -> tuple[str | None, dict[str, EvaluatorOutput] | None]:
     """The champion's outputs (metrics and records, each evaluator's parsed once), read
     back from its validation run; None when there is no champion other than ``exclude_version``."""

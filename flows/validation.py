@@ -31,7 +31,7 @@ from vlgate.flows.correlations import correlate_with_champion, correlation_metri
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
-from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_metric_dict, run_outputs, write_decision_tags
+from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
 
@@ -68,6 +68,7 @@ def judge(model_name: str, version: str, run_id: str, policy_path: str, outputs:
             client.log_dict(run_id, payload, "decision.json")  # with the policy judged with, as loaded
             client.log_artifact(run_id, policy_path, artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
+            log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
             write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
             if decision.promote:
                 client.set_registered_model_alias(model_name, tracking.CHAMPION, version)

@@ -376,7 +376,7 @@ def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_
     world, manifest = default_world
     suite = home / "suite.yaml"
     suite.write_text(yaml.safe_dump({"name": "mc", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "protocol": "vlgate"}}}))
-    configure(home, {"d": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
+    configure(home, {"d": (suite, {"required": ["lcm-mc"], "regressions": {"lcm-mc/lcm": {"max_drop": 0.05}}, "resamples": 200})})
     client = tracking.connect(home)
     for folder in (manifest["checkpoints"]["vlm"]["10000"], manifest["checkpoints"]["vlm_faults"]["answer-prior"]):
         tracking.register_checkpoint(client, "d", world / folder, home=home)
@@ -406,6 +406,19 @@ def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_
     assert main(["diff", "d", "2", "1", "--evaluator", "lcm-mc", "--score", "reliable", "--limit", "2"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("d v2 against v1") and "lost on reliable" in printed and f"correct: lost {len(lost)}, won {len(won)}" in printed
+    # the flow logged the same comparison with v2's run, as an MLflow table, beside its champion's version and run
+    run_id = client.get_model_version("d", "2").tags[tracking.TAG_RUN]
+    run = client.get_run(run_id)
+    tags = run.data.tags
+    assert tags[tracking.TAG_ITEM_DIFF_CHAMPION] == "1" and tags[tracking.TAG_ITEM_DIFF_CHAMPION_RUN] == client.get_model_version("d", "1").tags[tracking.TAG_RUN]
+    table = client.load_table(run.info.experiment_id, "item_diff/lcm-mc-vs-v1.json", run_ids=[run_id])  # what mlflow.load_table reads
+    correct = table[table["score"] == "correct"]
+    assert len(correct) == len(candidate) and sorted(correct[correct["change"] < 0]["id"]) == lost
+    assert set(table["score"]) == {"correct", "p_lc", "reliable"}
+    assert main(["gate", "d", "2", "--apply"]) == 3  # judged and recorded again: the table is not appended to
+    assert len(client.load_table(run.info.experiment_id, "item_diff/lcm-mc-vs-v1.json", run_ids=[run_id])) == len(table)
+    capsys.readouterr()
+
     assert main(["diff", "d", "2", "1", "--evaluator", "decc"]) == 2
     assert main(["diff", "d", "2", "3"]) == 2
     assert main(["diff", "d", "2", "1", "--category", "no-such-category"]) == 2

@@ -30,6 +30,9 @@ TAG_REASONS = "vlgate.reasons"
 #: judge was missing, or the flow failed): what `vlgate validate`'s exit status says
 TAG_OUTCOME = "vlgate.outcome"
 TAG_RUN = "vlgate.validation_run_id"
+#: on a validation run: the champion version, and its validation run, that ``item_diff/`` compares it with
+TAG_ITEM_DIFF_CHAMPION = "vlgate.item_diff.champion_version"
+TAG_ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
 TAG_DIGEST = "vlgate.checkpoint_digest"
 #: Names the one logical run a ``create_run`` call meant to make (see :func:`create_run_once`).
 TAG_RUN_TOKEN = "vlgate.run_token"
