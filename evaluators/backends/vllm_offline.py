@@ -29,7 +29,7 @@ Engine settings beyond these (``dtype``, ``max_model_len``, ``gpu_memory_utiliza
 through ``VllmBackend.load(**engine_kwargs)`` to ``vllm.LLM`` (a suite's ``vllm:`` section).
 On vLLM's CPU build ``gpu_memory_utilization`` is the share of the machine's memory kept
 for the KV cache, and the engine refuses to start when less than that is free: set it
-(the Idefics3 world's suite uses 0.1).
+(the world's suites use 0.1).
 
 **One engine per model per process.** Evaluators run as concurrent tasks of one process (the
 validation flow's shards), and each loads its model: backends of the same checkpoint and
