@@ -19,6 +19,7 @@ import pandas as pd
 
 from vlgate import tracking
 from vlgate.evaluators import registry
+from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
 
 
@@ -45,6 +46,14 @@ class ValidationReportData:
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: each evaluator's output as logged (records parsed once, in the downloaded folder)
     evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
+    #: the champion the gate judged this version against (decision.json's champion_before)
+    judged_against: str | None = None
+    #: the champion's outputs, as its validation run logged them
+    champion_evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
+    #: each evaluator compared item by item with the champion's (what ``vlgate diff`` shows)
+    item_diffs: dict[str, EvaluatorDiff] = field(default_factory=dict)
+    #: the evaluators not compared with the champion's, and why
+    not_compared: dict[str, str] = field(default_factory=dict)
 
 
 def _read_json(path: Path) -> Any:
@@ -60,8 +69,10 @@ def _download(client, run_id: str, path: str, into: Path) -> Path | None:
         return None
 
 
-def load_validation(client, model_name: str, version: str, scratch: Path) -> ValidationReportData:
-    """Everything the report of one version needs; artifacts are downloaded into ``scratch``."""
+def load_validation(client, model_name: str, version: str, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]] | None = None) -> ValidationReportData:
+    """Everything the report of one version needs; artifacts are downloaded into ``scratch``.
+    ``runs`` keeps the evaluators' outputs of the runs read so far, by run id, so that the
+    champion's run is downloaded once for all the versions judged against it."""
     model_version = client.get_model_version(model_name, str(version))
     tags = model_version.tags
     reasons = tags.get(tracking.TAG_REASONS)
@@ -98,15 +109,46 @@ def load_validation(client, model_name: str, version: str, scratch: Path) -> Val
     expectations = _download(client, data.run_id, "expectations", scratch)
     if expectations is not None:
         data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}
-    evaluators = _download(client, data.run_id, "evaluators", scratch)
+    data.evaluators = run_evaluators(client, data.run_id, scratch)
+    if runs is not None:
+        runs[data.run_id] = data.evaluators
+    _compare_with_champion(client, data, scratch, runs if runs is not None else {})
+    return data
+
+
+def run_evaluators(client, run_id: str, scratch: Path) -> dict[str, EvaluatorOutput]:
+    """Each evaluator's output a validation run logged, in registry order, downloaded into ``scratch``."""
+    outputs: dict[str, EvaluatorOutput] = {}
+    evaluators = _download(client, run_id, "evaluators", scratch)
     if evaluators is not None:
         order = {name: n for n, name in enumerate(registry.names())}
         for folder in sorted((p for p in evaluators.iterdir() if p.is_dir()), key=lambda p: (order.get(p.name, len(order)), p.name)):
             run_info = _read_json(folder / "run.json") or {}
             output = EvaluatorOutput.from_folder(folder.name, folder, error=run_info.get("error"))
             output.metrics = output.metrics or {}
-            data.evaluators[folder.name] = output
-    return data
+            outputs[folder.name] = output
+    return outputs
+
+
+def _compare_with_champion(client, data: ValidationReportData, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]]) -> None:
+    """The item-level comparison with the champion the gate judged against, where it had one."""
+    from mlflow.exceptions import MlflowException
+
+    champion = data.gate.get("champion_before")
+    if not champion or str(champion) == data.version:
+        return
+    data.judged_against = str(champion)
+    try:
+        run_id = client.get_model_version(data.model, data.judged_against).tags.get(tracking.TAG_RUN)
+    except MlflowException:  # the champion's version was deleted since
+        run_id = None
+    if not run_id:
+        data.not_compared = {name: f"v{champion}'s validation run is not in the registry" for name in data.evaluators}
+        return
+    if run_id not in runs:
+        runs[run_id] = run_evaluators(client, run_id, scratch / f"champion-{run_id}")
+    data.champion_evaluators = runs[run_id]
+    data.item_diffs, data.not_compared = compare_outputs(data.evaluators, data.champion_evaluators)
 
 
 def artifact_path(folder: Path | None, evaluator: str, recorded: str | None, data_roots: tuple[Path, ...] = ()) -> Path | None:

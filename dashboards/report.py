@@ -27,10 +27,14 @@ from vlgate import tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.evaluators import registry
+from vlgate.evaluators.item_diff import field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
 
 LOW_LCM_EXAMPLES = 5
+LOST_ITEMS = 5  # the items lost against the champion shown per evaluator
+#: record fields that name an item's input pictures (GenCeption's ``images`` are its outputs)
+IMAGE_FIELDS = ("image", "images", "seed")
 CHAIN_EXAMPLES = 2  # lowest and highest GC each
 
 
@@ -215,6 +219,49 @@ def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[li
     return [f for f in figures if f is not None], examples
 
 
+def against_champion(data: ValidationReportData, evaluator: str, image_roots: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """One evaluator's part of "Against the champion": the gate's checks of the evaluator
+    against the champion, each item score's lost and won counts (``vlgate diff``'s), and
+    the first items lost, with their pictures and both versions' fields, on the first item
+    score that lost any (an accuracy that held while P_LC fell shows the P_LC drops). None
+    when the version was not judged against a champion."""
+    if data.judged_against is None:
+        return None
+    checks = [check for check in data.gate.get("checks", []) if check.get("rule") in ("regression", "superiority") and str(check.get("metric") or "").startswith(f"{evaluator}/")]
+    diff = data.item_diffs.get(evaluator)
+    if diff is None:
+        return {"champion": data.judged_against, "checks": checks, "scores": [], "items": [], "listed_score": None, "missing": data.not_compared.get(evaluator, "not compared")}
+    output = data.evaluators[evaluator]
+    fields = registry.get(evaluator).item_fields
+    image_fields = [name for name in IMAGE_FIELDS if name in fields or name == "image"]
+    items = []
+    listed_score = diff.first_score_lost()
+    for item in diff.listed("lost", LOST_ITEMS, listed_score):
+        record = diff.candidate_records.get(str(item["id"]), {})
+        paths: list[str | None] = []
+        for name in image_fields:
+            value = record.get(name)
+            paths += value if isinstance(value, list) else [value]
+        images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in paths if isinstance(path, str)]
+        rows = [
+            {"field": name, "candidate": field_text(values["candidate"], 240), "champion": field_text(values["champion"], 240)}
+            for name, values in item["fields"].items()
+            if name not in image_fields
+        ]
+        binary = diff.scores[listed_score].kind == "binary"
+        shown = {key: format_number(item[key], count=binary) for key in ("candidate", "champion")}
+        category = None if pd.isna(item["category"]) else str(item["category"])
+        items.append({"id": item["id"], "category": category, **shown, "images": [image for image in images if image], "rows": rows})
+    return {
+        "champion": data.judged_against,
+        "checks": checks,
+        "scores": [{"score": name, **entry} for name, entry in diff.summary().items()],
+        "listed_score": listed_score,
+        "items": items,
+        "missing": None,
+    }
+
+
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
     """One figure per label-free metric against the labelled metrics the registry pairs it
     with: the same pairs, and for each pair the same rows (the versions that have both),
@@ -331,10 +378,11 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
                 "figures": figures,
                 "examples": examples,
                 "error": output.error,
+                "against": against_champion(data, name, shared.image_roots),
             }
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
-        sections.append({"name": name, "protocol": None, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged"})
+        sections.append({"name": name, "protocol": None, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged", "against": None})
     all_figures += correlations + ([shared.drift] if shared.drift else [])
     html = _environment().get_template("report.html.j2").render(
         data=data,
@@ -425,8 +473,9 @@ def write_reports(
     with tempfile.TemporaryDirectory() as scratch:
         drift = drift_history(client, model, Path(scratch) / "drift")
         shared = model_figures(board, drift, image_roots)
+        runs: dict[str, dict[str, EvaluatorOutput]] = {}
         for version in wanted:
-            data = load_validation(client, model, version, Path(scratch) / f"v{version}")
+            data = load_validation(client, model, version, Path(scratch) / f"v{version}", runs)
             rendered = render_version_report(data, shared, drift, client.tracking_uri, version_correlation_figures(data, board))
             path = out / report_file_name(version)
             path.write_text(rendered.html, encoding="utf-8")

@@ -10,6 +10,7 @@ answers, the images).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +36,10 @@ class EvaluatorDiff:
     #: the score whose items are listed (the evaluator's first item score unless chosen)
     listed_score: str
 
-    def listed(self, which: str = "lost", limit: int | None = 10) -> list[dict[str, Any]]:
-        """The items the candidate ``lost`` (largest drop first) or ``won`` on the listed
-        score, each with both versions' values and record fields."""
-        comparison = self.scores[self.listed_score]
+    def listed(self, which: str = "lost", limit: int | None = 10, score: str | None = None) -> list[dict[str, Any]]:
+        """The items the candidate ``lost`` (largest drop first) or ``won`` on ``score``
+        (default: the listed score), each with both versions' values and record fields."""
+        comparison = self.scores[score or self.listed_score]
         rows = comparison.lost if which == "lost" else comparison.won
         fields = registry.get(self.evaluator).item_fields
         listed = []
@@ -55,6 +56,10 @@ class EvaluatorDiff:
                 }
             )
         return listed
+
+    def first_score_lost(self) -> str:
+        """The first item score on which the candidate lost any item (the listed score when none)."""
+        return next((name for name, comparison in self.scores.items() if len(comparison.lost)), self.listed_score)
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per score: the items compared and, for a 0/1 score, its four cells; for a
@@ -108,6 +113,37 @@ def diff_outputs(
         mine, theirs = mine[mine["id"].isin(keep)], theirs[theirs["id"].isin(keep)]
     scores = compare_items(mine, theirs, categories if definition.group_field else None, columns=list(definition.item_scores))
     return EvaluatorDiff(evaluator, scores, _by_id(candidate.records), _by_id(champion.records), listed or definition.item_scores[0])
+
+
+def compare_outputs(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput]) -> tuple[dict[str, EvaluatorDiff], dict[str, str]]:
+    """Every evaluator of ``candidate`` against the champion's, as the gate pairs them:
+    the diffs of those both versions ran under one protocol, and for each other evaluator
+    of the candidate why it was not compared."""
+    diffs: dict[str, EvaluatorDiff] = {}
+    skipped: dict[str, str] = {}
+    for evaluator, mine in candidate.items():
+        theirs = champion.get(evaluator)
+        if theirs is None:
+            skipped[evaluator] = f"the champion has no {evaluator} output"
+        elif mine.protocol != theirs.protocol:
+            skipped[evaluator] = f"not comparable: asked under protocol {mine.protocol}, the champion under {theirs.protocol}"
+        else:
+            try:
+                diffs[evaluator] = diff_outputs(mine, theirs)
+            except NothingToCompareError as error:  # an evaluator that failed on either side
+                skipped[evaluator] = str(error)
+    return diffs, skipped
+
+
+def field_text(value: Any, width: int = 100) -> str:
+    """A record field on one line: numbers to 3 digits, cut at ``width`` characters."""
+    if isinstance(value, float):
+        text = f"{value:.3g}"
+    elif isinstance(value, list) and value and all(isinstance(entry, float) for entry in value):
+        text = "[" + ", ".join(f"{entry:.3g}" for entry in value) + "]"
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

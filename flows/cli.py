@@ -368,7 +368,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from vlgate.flows.recording import run_outputs
 
     client = tracking.connect(home)
-    outputs = {}
+    outputs: dict[str, dict[str, Any]] = {}
+    suites: dict[str, str | None] = {}
     for version in (args.version, args.other):
         try:
             run_id = client.get_model_version(args.name, str(version)).tags.get(tracking.TAG_RUN)
@@ -379,6 +380,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if not run_id:
             raise UserError(f"{args.name} v{version} has no validation run yet (vlgate validate {args.name} {version})")
         outputs[version] = run_outputs(client, run_id)
+        suites[version] = client.get_run(run_id).data.params.get("suite")
+    if None not in suites.values() and suites[args.version] != suites[args.other]:
+        raise UserError(
+            f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable"
+        )
     evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]
     diffs = []
     for evaluator in evaluators:
@@ -387,6 +393,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
             if output is None:
                 raise UserError(f"{args.name} v{version} has no {evaluator} records")
         assert mine is not None and theirs is not None
+        if mine.protocol != theirs.protocol:
+            raise UserError(
+                f"{args.name} v{args.version} asked {evaluator} under protocol {mine.protocol}, v{args.other} under {theirs.protocol}: their items are not comparable"
+            )
         try:
             diffs.append(diff_outputs(mine, theirs, args.category, args.score, names=(f"{args.name} v{args.version}", f"{args.name} v{args.other}")))
         except NothingToCompareError as error:
@@ -402,6 +412,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _print_diff(diff: Any, limit: int) -> None:
     """One evaluator: a line per item score, then the items lost and won on the first."""
+    from vlgate.evaluators.item_diff import field_text
+
     summary = diff.summary()
     shared = max((entry["n_shared"] for entry in summary.values()), default=0)
     print(f"\n{diff.evaluator}: {shared} items both versions hold")
@@ -421,20 +433,9 @@ def _print_diff(diff: Any, limit: int) -> None:
             print(f"    {item['id']}{category}: {item['champion']:.3g} → {item['candidate']:.3g}")
             for field, values in item["fields"].items():
                 if values["candidate"] == values["champion"]:
-                    print(f"      {field}: {_shown(values['candidate'])}")
+                    print(f"      {field}: {field_text(values['candidate'])}")
                 else:
-                    print(f"      {field}: {_shown(values['candidate'])}  (was {_shown(values['champion'])})")
-
-
-def _shown(value: Any, width: int = 100) -> str:
-    """A record field on one line: numbers to 3 digits, cut at ``width`` characters."""
-    if isinstance(value, float):
-        text = f"{value:.3g}"
-    elif isinstance(value, list) and value and all(isinstance(entry, float) for entry in value):
-        text = "[" + ", ".join(f"{entry:.3g}" for entry in value) + "]"
-    else:
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+                    print(f"      {field}: {field_text(values['candidate'])}  (was {field_text(values['champion'])})")
 
 
 def _print_decision(summary: dict[str, Any]) -> None:

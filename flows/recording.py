@@ -124,21 +124,15 @@ def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[st
     champion (a retried gate) is left as it is. Returns the files logged."""
     import pandas as pd
 
-    from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
+    from vlgate.evaluators.item_diff import compare_outputs
 
     if not champion or champion_version is None:
         return []
     champion_run = client.get_model_version(model_name, champion_version).tags.get(tracking.TAG_RUN)
     existing = {entry.path for entry in client.list_artifacts(run_id, "item_diff")}
     logged = []
-    for evaluator, mine in candidate.items():
-        theirs = champion.get(evaluator)
-        if theirs is None or mine.protocol != theirs.protocol:
-            continue
-        try:
-            diff = diff_outputs(mine, theirs)
-        except NothingToCompareError:
-            continue  # an evaluator that failed on either side: nothing to pair
+    diffs, _ = compare_outputs(candidate, champion)
+    for evaluator, diff in diffs.items():
         artifact = f"item_diff/{evaluator}-vs-v{champion_version}.json"
         if artifact not in existing:
             rows = [comparison.items.assign(score=name) for name, comparison in diff.scores.items()]

@@ -170,6 +170,13 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     for name, rows in records.items():
         folder = home / "validations" / model / str(version) / name
         folder.mkdir(parents=True)
+        if name == "lcm-mc":  # each item's picture, logged with the records as a worker's are
+            from PIL import Image
+
+            (folder / "images").mkdir()
+            for n, row in enumerate(rows):
+                row["image"] = str(folder / "images" / f"{row['id']}.png")
+                Image.new("RGB", (24, 24), (40 * n % 256, 90, 160)).save(row["image"])
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         metrics = score(validate(name, parse_jsonl(json.dumps(r) for r in rows)))
         (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -287,6 +294,82 @@ def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports
     assert [i for i, _ in shown] == lowest["id"].tolist()
     assert [float(v) for _, v in shown] == pytest.approx(lowest["p_lc"].round(4).tolist(), abs=1e-9)
     assert f"What is shown in {lowest['id'].iloc[0]}?" in section
+
+
+def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate_diff_counts_them(reports, capsys):
+    from vlgate.flows.cli import main
+
+    _, written = reports
+    first, page = written.versions["1"].read_text(), written.versions["3"].read_text()
+    assert 'id="against-the-champion"' in first and "Not judged against a champion" in first and 'id="against-champion-' not in first
+    assert "<h2>Against the champion v2</h2>" in page  # v3 was judged against v2
+    # p_lc by hand: v3's VL-LCM probabilities are sharpened by 1.5, v2's by 2
+    mine, theirs = (per_sample_frame(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in version_records(power)["lcm-mc"]))) for power in (1.5, 2.0))
+    change = (mine.set_index("id")["p_lc"] - theirs.set_index("id")["p_lc"]).sort_values(kind="stable")
+    lost = {f"lcm-mc/{score}": int(n) for score, n in re.findall(r'data-lost="lcm-mc/([^"]+)">(\d+)<', page)}
+    assert lost["lcm-mc/p_lc"] == int((change < 0).sum()) > 0
+    section = page[page.index('id="against-champion-lcm-mc"') : page.index('id="evaluator-lcm-nb"')]
+    # the check that used them stands beside the counts, and the first items lost are the largest drops
+    assert "lcm-mc/lcm vs champion" in section
+    # sharpening keeps every argmax: nothing is lost on correct, so the items listed are
+    # the largest P_LC drops
+    assert lost["lcm-mc/correct"] == 0 and "First items lost on p_lc (largest drop first)" in section
+    assert re.findall(r'data-lost-item="lcm-mc/([^"]+)"', section) == change.index[:5].tolist()
+
+    # the counts are vlgate diff's, score by score and evaluator by evaluator
+    assert main(["diff", "shapes", "3", "2", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for diff in printed["evaluators"]:
+        shown = {score: int(n) for score, n in re.findall(rf'data-lost="{diff["evaluator"]}/([^"]+)">(\d+)<', page)}
+        assert shown == {score: entry["lost"] for score, entry in diff["scores"].items()}, diff["evaluator"]
+    # the leaderboard's "why" of a rejected version leads here
+    board = written.leaderboard.read_text()
+    assert re.search(r'<tr data-version="3">.*?<a href="v3.html#against-the-champion">', board, re.S)
+
+
+def test_the_items_lost_are_shown_with_their_pictures_and_both_versions_answers(reports, capsys):
+    from vlgate.flows.cli import main
+
+    _, written = reports
+    page = written.versions["4"].read_text()  # v4 (probabilities squashed towards one half) against v2
+    section = page[page.index('id="against-champion-lcm-mc"') : page.index('id="evaluator-lcm-nb"')]
+    listed = re.findall(r'data-lost-item="lcm-mc/([^"]+)"', section)
+    assert main(["diff", "shapes", "4", "2", "--evaluator", "lcm-mc", "--score", "p_lc", "--limit", "5", "--json"]) == 0
+    [diff] = json.loads(capsys.readouterr().out)["evaluators"]
+    assert listed == [item["id"] for item in diff["lost"]] and listed
+    first = section[section.index(f'data-lost-item="lcm-mc/{listed[0]}"') :]
+    first = first[: first.index("</table>")]
+    assert first.count('<img src="data:image/png;base64,') == 1
+    assert f"<td>question</td><td>What is shown in {listed[0]}?</td><td>What is shown in {listed[0]}?</td>" in first
+    assert "<td>p_mc</td>" in first
+
+
+def test_versions_asked_under_other_protocols_or_evaluated_on_other_suites_are_not_compared(validated_store, tmp_path, capsys):
+    from vlgate import tracking
+    from vlgate.dashboards.report import write_reports
+    from vlgate.flows.cli import main
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    client, home = validated_store
+    client.create_registered_model("mixed")
+    asked_otherwise = version_records(1.5)
+    for record in asked_otherwise["lcm-mc"]:
+        record["protocol"] = "lmms-eval"
+    for records in (version_records(1.0), asked_otherwise):
+        log_validation(client, home, ClaimStore.for_home(home), "mixed", records, home / "gate.yaml")
+    capsys.readouterr()
+    assert main(["diff", "mixed", "2", "1", "--evaluator", "lcm-mc"]) == 2
+    assert "mixed v2 asked lcm-mc under protocol lmms-eval, v1 under vlgate-1: their items are not comparable" in capsys.readouterr().err
+    assert main(["diff", "mixed", "2", "1", "--evaluator", "decc"]) == 0  # the evaluators asked alike still compare
+    page = write_reports(client, "mixed", ["2"], tmp_path, log_to_mlflow=False).versions["2"].read_text()
+    assert "not compared item by item: not comparable: asked under protocol lmms-eval, the champion under vlgate-1" in page
+    assert 'data-lost="decc/multi"' in page and 'data-lost="lcm-mc/' not in page
+
+    for version, suite in (("1", "mc-2025"), ("2", "mc-2026")):
+        client.log_param(client.get_model_version("mixed", version).tags[tracking.TAG_RUN], "suite", suite)
+    capsys.readouterr()
+    assert main(["diff", "mixed", "2", "1", "--evaluator", "decc"]) == 2
+    assert "mixed v2 was evaluated on the suite mc-2026, v1 on mc-2025: their items are not comparable" in capsys.readouterr().err
 
 
 def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(tmp_path):
@@ -453,5 +536,17 @@ def test_report_and_leaderboard_render_in_headless_chromium(reports):
                     box = decision.bounding_box()
                     assert box["y"] + box["height"] <= 900  # above the fold
                     assert page.locator("#reasons li").first.is_visible()
+                    # what it lost against the champion: the counts, the items, their thumbnails
+                    against = page.locator("#against-champion-lcm-mc")
+                    against.scroll_into_view_if_needed()
+                    assert against.is_visible() and int(page.locator('[data-lost="lcm-mc/p_lc"]').inner_text()) > 0
+                    thumbnails = page.eval_on_selector_all('[data-lost-item^="lcm-mc/"] img', "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+                    assert len(thumbnails) == 5 and all(complete and width > 0 for complete, width in thumbnails)
+                    page.screenshot(path=str(ARTEFACTS / "report-v3-against-champion.png"), full_page=False)
+            # the leaderboard's "why" of the rejected v3 opens its comparison with the champion
+            page.goto(written.leaderboard.as_uri())
+            page.locator('#leaderboard tr[data-version="3"] td.why a').click()
+            page.wait_for_load_state("load")
+            assert page.url.endswith("v3.html#against-the-champion") and page.locator("#against-the-champion h2").is_visible()
         finally:
             browser.close()

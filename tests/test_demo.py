@@ -23,7 +23,7 @@ def vlgate(home: Path, *args: str, timeout: float = 1500) -> subprocess.Complete
 
 
 @pytest.mark.timeout(1800)
-def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(default_world, tmp_path):
+def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(default_world, tmp_path, monkeypatch):
     home = tmp_path / "home"
     shutil.copytree(default_world[0], home / "world")
 
@@ -57,6 +57,7 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     from vlgate.flows.demo import VERSIONS, caught_by
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow' / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)  # load_table searches runs through mlflow's global URI
     experiment = client.get_experiment_by_name("vlgate/world-vlm").experiment_id
     # each faulty version is rejected by the evaluator built to catch its fault, and only by it,
     # and the demo prints that story
@@ -80,6 +81,19 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     assert 'class="decision promoted">PROMOTED<' in page and 'id="figure-drift-history"' in page
     assert f'data-metric="lcm-nb/lcm" data-value="{v3["lcm-nb/lcm"]}"' in page
     assert {a.path for a in client.list_artifacts(versions["4"]["validation_run_id"], "report")} >= {"report/report.html", "report/plots"}
+    # every version judged against the champion shows what it lost, item by item, for the
+    # evaluator that rejected it: the count vlgate diff gives and the run's MLflow table holds
+    for number in ("4", "5", "6", "7"):
+        [evaluator] = caught_by(versions[number]["reasons"])
+        page = (home / "reports" / "world-vlm" / f"v{number}.html").read_text()
+        assert "<h2>Against the champion v3</h2>" in page and f'id="against-champion-{evaluator}"' in page
+        shown = {score: int(n) for score, n in re.findall(rf'data-lost="{evaluator}/([^"]+)">(\d+)<', page)}
+        diffed = vlgate(home, "diff", "world-vlm", number, "3", "--evaluator", evaluator, "--json", timeout=300)
+        assert diffed.returncode == 0, diffed.stderr[-2000:]
+        [diff] = json.loads(diffed.stdout)["evaluators"]
+        assert shown == {score: entry["lost"] for score, entry in diff["scores"].items()} and max(shown.values()) > 0, (number, shown)
+        table = client.load_table(experiment, artifact_file=f"item_diff/{evaluator}-vs-v3.json", run_ids=[versions[number]["validation_run_id"]])
+        assert {score: int((rows["change"] < 0).sum()) for score, rows in table.groupby("score")} == shown
 
     second = vlgate(home, "demo", timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]

@@ -89,3 +89,37 @@ def test_every_evaluator_declares_item_scores_its_records_have(evaluator):
     # an example set compared with itself: nothing lost, nothing won
     for comparison in compare_items(frame, frame, columns=list(definition.item_scores)).values():
         assert len(comparison.lost) == len(comparison.won) == 0 and comparison.n_shared > 0
+
+
+def test_a_champion_comparison_covers_the_evaluators_asked_alike_and_says_why_not_the_others():
+    """``compare_outputs``, what the report's "Against the champion" shows: each evaluator of
+    the candidate is compared when the champion ran it under the same protocol; otherwise it
+    is named with the reason. The items listed first are those of the first score that lost any."""
+    from vlgate.evaluators.item_diff import compare_outputs
+    from vlgate.evaluators.output import EvaluatorOutput
+
+    def output(evaluator: str, frame: pd.DataFrame, protocol: str = "vlgate-1", error: str | None = None) -> EvaluatorOutput:
+        records = [{"id": row.id, "protocol": protocol} for row in frame.itertuples()]
+        return EvaluatorOutput(evaluator, records=records, samples=None if error else frame, error=error)
+
+    mc_mine = pd.DataFrame({"id": ["a", "b", "c"], "correct": [1.0, 1.0, 0.0], "p_lc": [0.9, 0.4, 0.2], "reliable": [1.0, 1.0, 0.0]})
+    mc_theirs = pd.DataFrame({"id": ["a", "b", "c"], "correct": [1.0, 1.0, 0.0], "p_lc": [0.8, 0.7, 0.3], "reliable": [1.0, 1.0, 1.0]})
+    gc = pd.DataFrame({"id": ["g"], "gc": [0.5]})
+    candidate = {
+        "lcm-mc": output("lcm-mc", mc_mine),
+        "genception": output("genception", gc, protocol="vlgate-2"),
+        "decc": output("decc", gc, error="the agent failed"),
+        "vlind": output("vlind", gc),
+    }
+    champion = {"lcm-mc": output("lcm-mc", mc_theirs), "genception": output("genception", gc), "decc": output("decc", gc)}
+    diffs, skipped = compare_outputs(candidate, champion)
+    assert list(diffs) == ["lcm-mc"]
+    assert skipped == {
+        "genception": "not comparable: asked under protocol vlgate-2, the champion under vlgate-1",
+        "decc": "candidate has no decc records (the agent failed)",
+        "vlind": "the champion has no vlind output",
+    }
+    mc = diffs["lcm-mc"]
+    assert mc.summary()["correct"]["lost"] == 0 and mc.summary()["p_lc"]["lost"] == 2 and mc.summary()["reliable"]["lost"] == 1
+    # correct lost nothing, so p_lc's drops are the ones to show: b (-0.3) before c (-0.1)
+    assert mc.first_score_lost() == "p_lc" and [item["id"] for item in mc.listed("lost", score="p_lc")] == ["b", "c"]
