@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch and torchvision first and pinned as a pair: the processors of Qwen-VL, LLaVA-OneVision,
 	# SmolVLM and InternVL need torchvision, which no CPU build of torch on this machine loads beside
-	# (README "Model families"); any other spec pulls whatever CUDA build the index has.
+	# (docs/model-families.md); any other spec pulls whatever CUDA build the index has.
 	$(BIN)/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1" -c constraints.txt
 	$(BIN)/python -m pip install -q -e ".[test]" -c constraints.txt
 	touch $(STAMP)

@@ -173,7 +173,7 @@ def artifact_path(folder: Path | None, evaluator: str, recorded: str | None, dat
 
 def leaderboard(client, model_name: str) -> pd.DataFrame:
     """One row per registered version, from the registry and the runs alone: decision,
-    champion mark, the validation run, and every logged metric (SPEC names)."""
+    champion mark, the validation run, and every logged metric (named as in docs/metrics.md)."""
     champion = tracking.champion_version(client, model_name)
     rows = []
     for version in tracking.model_versions(client, model_name):

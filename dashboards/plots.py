@@ -91,7 +91,7 @@ def response_distribution_figure(table: pd.DataFrame, prefix: str = "lcm-mc", ti
     return figure
 
 
-#: VLind-Bench's pipeline: each stage counts only instances that passed the ones before (SPEC §2.3).
+#: VLind-Bench's pipeline: each stage counts only instances that passed the ones before (docs/metrics.md#vlind).
 VLIND_STAGES = (("CK", ["ck"]), ("CK∧VP", ["ck", "vp"]), ("CK∧VP∧CB", ["ck", "vp", "cb"]), ("LP (all)", ["lp"]))
 
 

@@ -126,7 +126,7 @@ def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame, image_roots:
                 for j, text in enumerate(record.get("texts") or ["", ""])
             ]
             images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in record.get("images", [])]
-            # SPEC §2.2: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
+            # docs/metrics.md#lcm-nb: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
             label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(str(record.get("answer")), "unlabelled")
             chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
             prompt = f"{label} · {chosen_text}"

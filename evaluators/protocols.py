@@ -1,5 +1,5 @@
 """Named evaluation protocols: for each evaluator, what is asked, with which generation
-limits, following which benchmark's released evaluation code (SPEC §2, "Protocols").
+limits, following which benchmark's released evaluation code (docs/metrics.md#protocols).
 
 A suite picks one per evaluator (``protocol: NAME``; the first listed is the default, the
 benchmark authors' own code where there is one). What it fixes:
@@ -10,7 +10,7 @@ benchmark authors' own code where there is one). What it fixes:
   inclusion rule of the benchmark's scoring that a suite changes
   (``vlind-bench-1+style=cartoon+vote_threshold=3``);
 * everything else that is the same under every protocol is stated once in the metric
-  modules and the SPEC: an unanswered question (a tie at the top of the options'
+  modules and docs/metrics.md: an unanswered question (a tie at the top of the options'
   probabilities, or an answer the benchmark's parser cannot read) is wrong, and is counted
   (``n_unanswered``).
 

@@ -1,4 +1,4 @@
-"""Per-sample records: JSON Lines in, validated records out (SPEC §2).
+"""Per-sample records: JSON Lines in, validated records out (docs/metrics.md).
 
 Every problem is reported as a :class:`RecordError` naming the line, the record
 id and the field, and validation never stops at the first bad record: callers

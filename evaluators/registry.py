@@ -200,7 +200,7 @@ class EvaluatorDefinition:
     schema: schemas.Schema
     #: the schema's arrays → one row per record (without ``id``; scoring adds it first)
     per_sample: Callable[[Arrays], pd.DataFrame]
-    #: the per-sample frame (without ``id``) → the set-level metrics (SPEC key names)
+    #: the per-sample frame (without ``id``) → the set-level metrics (named as in docs/metrics.md)
     aggregate: Callable[[pd.DataFrame], dict[str, Any]]
     metrics: tuple[Metric, ...]
     columns: tuple[Column, ...]
@@ -327,7 +327,7 @@ def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------
-# The five evaluators of SPEC §2
+# The five evaluators of docs/metrics.md
 
 
 _SIMILARITY, _GC_AT = _pattern("s@{t}"), _pattern("gc@{T}")
@@ -335,7 +335,7 @@ _SIMILARITY, _GC_AT = _pattern("s@{t}"), _pattern("gc@{T}")
 
 def _genception_template_values(frame: pd.DataFrame, metrics: dict[str, Any]) -> dict[str, int]:
     """T from the per-sample frame's ``s@t`` columns; without them from a ``gc@T`` metric;
-    else SPEC's default of 3."""
+    else the default of 3."""
     iterations = sum(1 for column in frame.columns if _SIMILARITY.fullmatch(str(column)))
     if not iterations:
         found = sorted(int(m.group("T")) for m in (_GC_AT.fullmatch(k) for k in metrics if isinstance(k, str)) if m)
@@ -449,7 +449,7 @@ register(
         per_sample=lambda a: vlind.per_sample(a["ck"], a["vp"], a["cb"], a["lp"], a["lp_instance"]),
         aggregate=vlind.aggregate,
         resampled=vlind.resampled,
-        # s_cb / s_lp are undefined when no instance passed the earlier stages (SPEC §2.3):
+        # s_cb / s_lp are undefined when no instance passed the earlier stages (docs/metrics.md#vlind):
         # a finding about the model, not broken data, so they are not required
         metrics=(
             Metric("s_ck", required=True, headline=True),

@@ -1,4 +1,4 @@
-"""The record schemas of the five evaluators (SPEC §2.1–2.5), and validation against one.
+"""The record schemas of the five evaluators (docs/metrics.md), and validation against one.
 The registry (``evaluators/registry.py``) says which schema is whose; ``scoring.validate``
 validates by evaluator name.
 
@@ -227,7 +227,7 @@ NB_LABELS = {"c1": 0, "c2": 1}
 
 
 class LcmNbSchema(Schema):
-    """SPEC §2.2: ``{"id", "p_yes": 2×2, "p_text": 2×2, "p_image": 2×2, "answer": "c1"|"c2"|null}``."""
+    """docs/metrics.md#lcm-nb: ``{"id", "p_yes": 2×2, "p_text": 2×2, "p_image": 2×2, "answer": "c1"|"c2"|null}``."""
 
     matrices = ("p_yes", "p_text", "p_image")
 
@@ -265,7 +265,7 @@ def _answer_pair_problem(value: Any) -> str | None:
 
 
 class VlindSchema(Schema):
-    """SPEC §2.3: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
+    """docs/metrics.md#vlind: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
 
 
     def structure_problems(self, record):
@@ -354,7 +354,7 @@ def _answer_text_problem(value: Any) -> str | None:
 
 
 class DeccSchema(Schema):
-    """SPEC §2.5: ``{"id", "direct", "v1", "l1", "v2"?, "l2"?, "answer"?}``."""
+    """docs/metrics.md#decc: ``{"id", "direct", "v1", "l1", "v2"?, "l2"?, "answer"?}``."""
 
 
     def structure_problems(self, record):

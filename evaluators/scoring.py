@@ -1,8 +1,8 @@
-"""From records to the metrics of SPEC §2: one entry point for every evaluator.
+"""From records to the metrics of docs/metrics.md: one entry point for every evaluator.
 
 ``validate(evaluator, parsed)`` checks parsed records against the evaluator's schema
 once; ``score(valid_records)`` returns the JSON object ``vlgate score`` prints: the
-set-level metrics under their SPEC key names, plus a breakdown ``by_<field>`` when the
+set-level metrics under their names in docs/metrics.md, plus a breakdown ``by_<field>`` when the
 records carry the evaluator's grouping field (category or concept) or one is asked for.
 What each evaluator's schema, per-sample quantities and aggregate are comes from
 ``evaluators/registry.py``.

@@ -1,4 +1,4 @@
-"""The ``vlgate`` command line (SPEC §4).
+"""The ``vlgate`` command line.
 
 Errors a user can fix (bad records, a missing column, a missing file) print one
 line each on stderr and exit with status 2; no traceback.
@@ -562,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     score = commands.add_parser(
         "score",
-        help="metrics from per-sample records (SPEC §2), one JSON object on stdout",
+        help="metrics from per-sample records (docs/metrics.md), one JSON object on stdout",
         description="Validate a JSONL file of per-sample records against the evaluator's schema and print its metrics as JSON.",
     )
     score.add_argument("evaluator", choices=registry.names(), help="which record contract and metrics")
@@ -574,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     correlate = commands.add_parser(
         "correlate",
-        help="Pearson/Spearman/Kendall between table columns across models (SPEC §2.6)",
+        help="Pearson/Spearman/Kendall between table columns across models (docs/metrics.md#correlations)",
         description="Correlate column X with each column of Y in a CSV with one row per model; prints {y: {pearson, spearman, kendall, n}}.",
     )
     correlate.add_argument("table", metavar="TABLE.csv")

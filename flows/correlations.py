@@ -1,4 +1,4 @@
-"""The correlation step of the validation flow (SPEC §2.6): each label-free metric against
+"""The correlation step of the validation flow (docs/metrics.md#correlations): each label-free metric against
 the labelled metrics the evaluator registry pairs it with, across the model's validated
 versions (as the papers' tables do across models), and the candidate's per-sample P_LC
 against the champion's on their shared samples.
@@ -19,7 +19,7 @@ from vlgate.flows.recording import log_metric_dict
 
 def version_table(client: Any, model_name: str, include_run: str | None = None) -> pd.DataFrame:
     """One row per validated version of the model (its latest validation run), columns
-    the logged metrics with their SPEC names (``genception/gc@3``)."""
+    the logged metrics with their names as docs/metrics.md writes them (``genception/gc@3``)."""
     rows = {version: {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()} for version, run in tracking.validation_runs(client, model_name, include_run).items()}
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "version"

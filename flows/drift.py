@@ -1,4 +1,4 @@
-"""The scheduled drift check (SPEC §3).
+"""The scheduled drift check (ARCHITECTURE.md, what the service promises).
 
     drift_check(model):
         score the champion on its reference batch (once; records are cached) and on the new batch

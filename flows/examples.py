@@ -1,7 +1,7 @@
 """``vlgate examples``: the model-free tour, in seconds.
 
-Scores the shipped example records of all five evaluators (SPEC §2) and reproduces the
-VL-LCM paper's Table 1 correlations from its printed values (SPEC §2.6). ``vlgate demo``
+Scores the shipped example records of all five evaluators (docs/metrics.md) and reproduces the
+VL-LCM paper's Table 1 correlations from its printed values (docs/metrics.md#correlations). ``vlgate demo``
 is the whole service loop; this is what the metric layer alone does.
 """
 

@@ -1,4 +1,4 @@
-"""Great Expectations suites for one evaluator's output on one model version (SPEC §1, §2).
+"""Great Expectations suites for one evaluator's output on one model version (docs/metrics.md).
 
 ``validate_evaluator_output(evaluator, records, metrics, expected_rows)`` runs two GX
 suites and returns one :class:`ExpectationReport` holding every GX result:
@@ -22,7 +22,7 @@ Applied to every evaluator
     partial set would not be comparable across versions; ``n_skipped`` (present
     only when ``score`` dropped invalid records) must be 0. Every other known
     metric, when present, is range-checked but may be null: labelled metrics are
-    omitted or undefined on unlabelled data (SPEC §2) and that is not an error.
+    omitted or undefined on unlabelled data (docs/metrics.md#records) and that is not an error.
     usable output: a valid run can still be unusable — every answer unparseable,
     "true" to every statement, one description for every image — and then its scores
     measure the failure, not the skill. The registry's ``max_share`` of a count

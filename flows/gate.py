@@ -1,4 +1,4 @@
-"""The promotion gate (SPEC §3): a YAML policy per registered model, judged on a
+"""The promotion gate (ARCHITECTURE.md, what the service promises): a YAML policy per registered model, judged on a
 candidate's evaluator outputs and, where there is one, the current champion's.
 
 A policy file::
@@ -300,7 +300,7 @@ def decide(
     (UTC by default) is the day waivers are checked against."""
     checks: list[Check] = []
     # every evaluator the suite ran is judged, required or not: an output that crashed or
-    # failed its expectations blocks promotion (SPEC: any failed expectation); ``required``
+    # failed its expectations blocks promotion (fail closed: any failed expectation); ``required``
     # adds that the evaluator must be there at all
     judged = [*policy.required, *(name for name in candidate if name not in policy.required)]
     for evaluator in judged:

@@ -22,7 +22,7 @@ log = logging.getLogger("vlgate.serve")
 
 def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
     """Every registered model: its champion and each version's validation state, decision
-    and reasons (SPEC §4)."""
+    and reasons."""
     client = tracking.connect(home)
     claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
     models = []

@@ -1,4 +1,4 @@
-"""The validation flow (SPEC §3): a registered version is evaluated, its outputs are
+"""The validation flow (ARCHITECTURE.md, what the service promises): a registered version is evaluated, its outputs are
 validated, logged to one MLflow run, correlated with the model's earlier versions, and
 gated.
 

@@ -1,4 +1,4 @@
-"""Rank correlations (SPEC §2.6): the VL-LCM paper's Table 1 reproduced by `vlgate correlate --ranks`."""
+"""Rank correlations (docs/metrics.md#correlations): the VL-LCM paper's Table 1 reproduced by `vlgate correlate --ranks`."""
 
 import json
 import re

@@ -1,4 +1,4 @@
-"""DeCC reliability (SPEC §2.5, paper §3) against hand-computed values."""
+"""DeCC reliability (docs/metrics.md#decc, paper §3) against hand-computed values."""
 
 import json
 

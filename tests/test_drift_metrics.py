@@ -1,4 +1,4 @@
-"""Drift statistics (SPEC §3, drift): two-sample KS + mean drop on higher-is-better scores.
+"""Drift statistics (ARCHITECTURE.md, what the service promises: drift): two-sample KS + mean drop on higher-is-better scores.
 
 The samples are fixed grids whose KS statistic can be counted by hand: the statistic is
 the largest gap between the two empirical CDFs, and where one sample lies entirely below
@@ -184,7 +184,7 @@ def test_bad_values_raise():
 
 
 def test_module_is_pure_math():
-    """SPEC §1: metric math imports no model, MLflow or Prefect code."""
+    """ARCHITECTURE.md, layers: metric math imports no model, MLflow or Prefect code."""
     import subprocess
     import sys
 

@@ -81,7 +81,7 @@ def test_shipped_examples_pass(examples, evaluator):
 
 
 def test_report_ranges_follow_spec(examples):
-    """GC@T is a similarity in [-1, 1] (SPEC §2.4); rates and probabilities are in [0, 1]."""
+    """GC@T is a similarity in [-1, 1] (docs/metrics.md#genception); rates and probabilities are in [0, 1]."""
     by_column = {(r["table"], r["column"], r["expectation"]): r for r in _run(examples, "genception").results}
     assert by_column[("metrics", "gc@3", "ExpectColumnValuesToBeBetween")]["kwargs"] == {"column": "gc@3", "min_value": -1.0, "max_value": 1.0}
     assert by_column[("records", "s@2", "ExpectColumnValuesToBeBetween")]["kwargs"]["min_value"] == -1.0

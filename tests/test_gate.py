@@ -123,7 +123,7 @@ def test_policy_file_errors_name_the_field(tmp_path):
 
 
 def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it_fails():
-    """SPEC §3: any failed expectation or missing result means no promotion: ``required``
+    """Fail closed (ARCHITECTURE.md): any failed expectation or missing result means no promotion: ``required``
     says which evaluators must be there, not which failures count."""
     policy = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/lcm": 0.0})
     good = _result(_mc_records([0.9, 0.8, 0.7, 0.6]))

@@ -1,4 +1,4 @@
-"""GenCeption GC@T and GC_FID@T (SPEC §2.4, paper Eq. 3–4) against hand-computed values."""
+"""GenCeption GC@T and GC_FID@T (docs/metrics.md#genception, paper Eq. 3–4) against hand-computed values."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""VL-LCM on MC-VQA (SPEC §2.1, paper Eq. 2–6) against hand-computed values."""
+"""VL-LCM on MC-VQA (docs/metrics.md#lcm-mc, paper Eq. 2–6) against hand-computed values."""
 
 import json
 from math import sqrt
@@ -114,7 +114,7 @@ def test_padding_mixed_k_matches_separate_scoring():
 
 
 def test_ties_take_lowest_index_for_p_lc_but_a_tied_answer_is_unanswered():
-    # both options have equal P_LC; k̂ must be option 0 (SPEC: the lowest index on a tie)
+    # both options have equal P_LC; k̂ must be option 0 (docs/metrics.md: the lowest index on a tie)
     records = [{"id": "t", "p_mc": [0.6, 0.6], "p_yes": [0.9, 0.9], "answer": 0}]
     samples = lcm_mc.per_sample(np.array([[0.6, 0.6]]), np.array([[0.9, 0.9]]), np.array([0]))
     assert samples["chosen"].tolist() == [0]

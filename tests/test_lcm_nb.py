@@ -1,4 +1,4 @@
-"""VL-LCM on NaturalBench-format units (SPEC §2.2, paper Eq. 7–11) against hand-computed values."""
+"""VL-LCM on NaturalBench-format units (docs/metrics.md#lcm-nb, paper Eq. 7–11) against hand-computed values."""
 
 import json
 

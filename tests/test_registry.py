@@ -269,7 +269,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
         client.set_terminated(run_id, "FINISHED")
         outputs[version] = output
 
-    # logged under MLflow's name and read back under the SPEC's
+    # logged under MLflow's name and read back under vlgate's
     table = version_table(client, "g5")
     assert "genception/gc@5" in table.columns
     assert table.loc["4", "genception/gc@5"] == pytest.approx(outputs[4].metrics["gc@5"])

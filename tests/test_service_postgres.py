@@ -1,5 +1,5 @@
 """The service against a real MLflow tracking server process on 127.0.0.1 backed by
-PostgreSQL (SPEC §3): webhooks delivered by the server itself, the poller beside them,
+PostgreSQL (ARCHITECTURE.md, what the service promises): webhooks delivered by the server itself, the poller beside them,
 vlgate's claims in PostgreSQL too.
 
 Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth). `.ci/run` starts it and

@@ -1,4 +1,4 @@
-"""VLind-Bench pipeline scores (SPEC §2.3, paper Eq. 1–5) against hand-computed values."""
+"""VLind-Bench pipeline scores (docs/metrics.md#vlind, paper Eq. 1–5) against hand-computed values."""
 
 import json
 

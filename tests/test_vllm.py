@@ -3,7 +3,7 @@ the demo's own checkpoints (LLaVA, text heads zero-padded to the 32 dimensions v
 attention runs: ``checkpoints.pad_attention_heads``).
 
 These tests run in the second environment, ``.venv-vllm`` (``make test`` builds it and runs
-this module there; README, "vLLM"): vLLM's CPU build cannot share an environment with the
+this module there; docs/vllm.md): vLLM's CPU build cannot share an environment with the
 service stack. Elsewhere they skip, unless ``VLGATE_REQUIRE_VLLM=1`` (CI) makes that a failure.
 
 One engine per checkpoint for the whole session (vLLM's start-up is the slow part), and

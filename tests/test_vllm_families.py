@@ -3,7 +3,7 @@ it, scored by vlgate's vLLM backend must give the model card's numbers (one plai
 transformers forward of ``processor.apply_chat_template(tokenize=True)``) within
 :data:`TOLERANCE`, one and two images, lcm-mc and lcm-nb as the runners send them, and
 greedy text equal to ``model.generate``. A family vLLM cannot run here is declared in its
-:class:`OnVllm` with the reason, and the test shows that reason, so the README's vLLM column
+:class:`OnVllm` with the reason, and the test shows that reason, so the vLLM column of docs/model-families.md
 (rendered from those declarations by ``tests/test_model_families.py``) goes stale loudly.
 
 These run in ``.venv-vllm`` (``make test``); elsewhere they skip, unless

@@ -1,4 +1,4 @@
-"""``VLGATE_HOME``: the one folder holding the embedded default's state (SPEC §4)."""
+"""``VLGATE_HOME``: the one folder holding the embedded default's state."""
 
 from __future__ import annotations
 

@@ -381,7 +381,7 @@ def champion_version(client, model_name: str) -> str | None:
 
 
 def logged_metric_name(name: str) -> str:
-    """Back from MLflow's name to the SPEC's: ``genception/gc_at_3`` → ``genception/gc@3``."""
+    """Back from MLflow's name to vlgate's (docs/metrics.md): ``genception/gc_at_3`` → ``genception/gc@3``."""
     return name.replace("_at_", "@")
 
 

@@ -1,11 +1,11 @@
-"""The one interface every model backend implements (SPEC §1).
+"""The one interface every model backend implements (ARCHITECTURE.md).
 
 A backend wraps one loaded model and answers four kinds of request, all batched:
 
 - :meth:`VisionLanguageBackend.choice_probs` — for each (images, prompt) request, the
   next-token distribution after the chat template's assistant turn, restricted to the
   request's answer options (option letters, Yes/No, True/False) and renormalised over
-  them. One forward pass, no generation. This is what every probability in SPEC §2 is.
+  them. One forward pass, no generation. This is what every probability in docs/metrics.md is.
 - :meth:`VisionLanguageBackend.generate` — greedy text, bounded tokens (VLind answers,
   GenCeption descriptions, DeCC decompositions and reasoning).
 - :meth:`ImageEncoder.embed` — image features (GenCeption's Enc).

@@ -1,4 +1,4 @@
-"""Image encoders: GenCeption's Enc (SPEC §2.4).
+"""Image encoders: GenCeption's Enc (docs/metrics.md#genception).
 
 - :class:`VitClsEncoder` — the reference implementation's encoder: a ViT's CLS token,
   the last hidden state at position 0 (``AutoModel`` + ``AutoImageProcessor``).

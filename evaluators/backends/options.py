@@ -1,6 +1,6 @@
 """Which first answer tokens mean which answer option, and the option distribution they give.
 
-Every probability in SPEC §2 is the next-token distribution at the assistant turn,
+Every probability in docs/metrics.md is the next-token distribution at the assistant turn,
 restricted to the request's options (option letters, Yes/No, True/False) and
 renormalised over them. A model can say option "A" with several different first tokens
 (``A``, `` A``, ``a``...), so each option's probability is the summed probability of

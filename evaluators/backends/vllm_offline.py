@@ -1,5 +1,5 @@
 """The vLLM backend, in process (``vllm.LLM``); an optional extra: ``pip install 'vlgate[vllm]'``
-on a GPU machine, ``make vllm-env`` for the CPU build (README, "vLLM").
+on a GPU machine, ``make vllm-env`` for the CPU build (docs/vllm.md).
 
 - Loading goes through the same gate as the transformers backend: :func:`resolve_model`,
   :func:`check_checkpoint`, ``trust_remote_code`` from the :class:`LoadPolicy`, and

@@ -18,7 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 @dataclass(frozen=True)
 class McItem:
-    """VL-LCM on multiple-choice VQA (SPEC §2.1): an image, a question, K options.
+    """VL-LCM on multiple-choice VQA (docs/metrics.md#lcm-mc): an image, a question, K options.
 
     ``more_images`` are a multi-image question's further images (MMMU's ``image_2`` …
     ``image_7``, in number order; ``image`` is ``image_1``); which of :attr:`images` a request
@@ -42,7 +42,7 @@ class McItem:
 
 @dataclass(frozen=True)
 class NbUnit:
-    """VL-LCM on NaturalBench format (SPEC §2.2): images (V1, V2), texts (T1, T2).
+    """VL-LCM on NaturalBench format (docs/metrics.md#lcm-nb): images (V1, V2), texts (T1, T2).
     ``text_kind`` is "question" (NaturalBench's yes/no questions) or "statement".
 
     ``question_type`` is NaturalBench's ``Question_Type``: "yes_no", or "multiple_choice"
@@ -64,7 +64,7 @@ class NbUnit:
 
 @dataclass(frozen=True)
 class VlindItem:
-    """VLind-Bench (SPEC §2.3): s_cf is ``true_statement``, s_fact is ``false_statement``.
+    """VLind-Bench (docs/metrics.md#vlind): s_cf is ``true_statement``, s_fact is ``false_statement``.
     ``best_image`` is the counterfactual image VP and CB ask about; ``counterfactual_images``
     are the accepted ones, one LP pair each. The benchmark's own files may name a best image
     that is not among the accepted ones (its evaluation scripts still use it for VP and CB);
@@ -84,7 +84,7 @@ class VlindItem:
 
 @dataclass(frozen=True)
 class GenceptionItem:
-    """GenCeption (SPEC §2.4): one seed image X⁽⁰⁾ of a category."""
+    """GenCeption (docs/metrics.md#genception): one seed image X⁽⁰⁾ of a category."""
 
     id: str
     category: str
@@ -93,7 +93,7 @@ class GenceptionItem:
 
 @dataclass(frozen=True)
 class DeccItem:
-    """DeCC (SPEC §2.5): a question about an image, its options if multiple-choice,
+    """DeCC (docs/metrics.md#decc): a question about an image, its options if multiple-choice,
     and optionally a reference decomposition (sub-questions) to use instead of the decomposer's."""
 
     id: str

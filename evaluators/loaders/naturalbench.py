@@ -30,7 +30,7 @@ the file's folder. One row per unit; fields read (the Hub columns, which the aut
   for yes_no units; a release laid out as the harnesses assume reads as c1 throughout.
 - ``category`` if present (NaturalBench has none; its ``Source`` is not a category).
 
-The answer follows SPEC §2.2: c1 when (V1,T1) and (V2,T2) are the "yes" pairs, c2 when
+The answer follows docs/metrics.md#lcm-nb: c1 when (V1,T1) and (V2,T2) are the "yes" pairs, c2 when
 (V1,T2) and (V2,T1) are:
 
 | Image_0_Question_0 | Image_0_Question_1 | Image_1_Question_0 | Image_1_Question_1 | answer |
@@ -75,7 +75,7 @@ from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, image_fiel
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset, NbUnit
 from vlgate.evaluators.loaders.tables import same_image
 
-#: (image i, question j) answer fields, in the order y11, y12, y21, y22 of SPEC §2.2.
+#: (image i, question j) answer fields, in the order y11, y12, y21, y22 of docs/metrics.md#lcm-nb.
 ANSWER_FIELDS = ("Image_0_Question_0", "Image_0_Question_1", "Image_1_Question_0", "Image_1_Question_1")
 PATTERNS = {("yes", "no", "no", "yes"): "c1", ("no", "yes", "yes", "no"): "c2"}
 #: Question_Type → its two answers, the one that plays "yes" first (the harnesses' extract_answer: 1 for yes / A, 0 for no / B).

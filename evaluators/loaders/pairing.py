@@ -1,10 +1,10 @@
 """NaturalBench-format units from separate image–question pairs, by seeded random pairing
-(SPEC §2.2, last paragraph; VL-LCM paper §3.3, last paragraph).
+(docs/metrics.md#lcm-nb, unlabelled data; VL-LCM paper §3.3, last paragraph).
 
 Unit for pairs a, b: images (V_a, V_b), texts (T_a, T_b), ``answer=None``, ``text_kind="question"``,
 id ``"{a.id}+{b.id}"``, category the pair's category when both share it.
 
-How the pairing is drawn (choices where the SPEC and the paper are silent):
+How the pairing is drawn (choices where the paper is silent):
 
 - Order: the pairs sorted by SHA-256 of ``"{seed}:{id}"``; consecutive compatible items are
   paired. A hash rather than a random generator, so the units depend only on the seed and the

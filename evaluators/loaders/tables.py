@@ -31,7 +31,7 @@ them changes), so each embedded image is written once into a content-addressed c
 format PIL reads in the header), atomically (a temporary file renamed), and a cell becomes an
 :class:`~.common.EmbeddedImage` holding that path. The same bytes are one file however often
 and in whichever data set they occur; a second load writes nothing. The cache lives in
-``VLGATE_HOME`` (SPEC §4: the one folder of vlgate's state and caches), not beside the data,
+``VLGATE_HOME`` (the one folder of vlgate's state and caches), not beside the data,
 since a downloaded data set may be read-only or a shared Hub cache. An item's fingerprint is
 the same as if its images had been files: the store hashes the file's bytes, which are the
 embedded bytes. A cell with no bytes but a ``path`` is read as a file path relative to the

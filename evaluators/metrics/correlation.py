@@ -1,4 +1,4 @@
-"""Rank correlations between metrics across models or samples (SPEC §2.6).
+"""Rank correlations between metrics across models or samples (docs/metrics.md#correlations).
 
 Pearson, Spearman and Kendall come from scipy.stats. Table cells of the form
 ``value/rank`` (as the VL-LCM paper prints them) are read by
@@ -81,7 +81,7 @@ def _column(frame, name: str, ranks: bool) -> tuple[np.ndarray, np.ndarray | Non
 
 
 def correlate_table(frame, x: str, ys: list[str], ranks: bool = False) -> dict[str, dict[str, float | int | None]]:
-    """SPEC §2.6: ``{y: {pearson, spearman, kendall, n}}`` between column ``x`` and each of ``ys``,
+    """docs/metrics.md#correlations: ``{y: {pearson, spearman, kendall, n}}`` between column ``x`` and each of ``ys``,
     one row per model; cells are read as strings so ``value/rank`` survives."""
     x_values, x_order = _column(frame, x, ranks)
     result = {}
@@ -103,7 +103,7 @@ def _reorder(order: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
 
 
 def paired_sample_correlations(candidate, champion, column: str = "p_lc", key: str = "id") -> dict[str, float | int | None]:
-    """SPEC §2.6: correlations of a per-sample score (P_LC by default) between two model
+    """docs/metrics.md#correlations: correlations of a per-sample score (P_LC by default) between two model
     versions, on the samples both were scored on (inner join on ``key``)."""
     joined = candidate[[key, column]].merge(champion[[key, column]], on=key, suffixes=("_candidate", "_champion"))
     return correlations(joined[f"{column}_candidate"].to_numpy(), joined[f"{column}_champion"].to_numpy())

@@ -1,4 +1,4 @@
-"""DeCC reliability (SPEC §2.5; DeCC paper §3 "Consistency Comparison" and §4 metrics).
+"""DeCC reliability (docs/metrics.md#decc; DeCC paper §3 "Consistency Comparison" and §4 metrics).
 
 Inputs are the answers as strings: the direct answer A0, the VLM agent's and
 the LLM agent's reasoned answers after the first decomposition (v1, l1) and,
@@ -19,7 +19,7 @@ _NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
 
 
 def normalise_answer(answer: str) -> str:
-    """SPEC §2.5: lower-cased, everything but letters and digits removed."""
+    """docs/metrics.md#decc: lower-cased, everything but letters and digits removed."""
     return _NOT_LETTER_OR_DIGIT.sub("", answer.lower())
 
 

@@ -1,4 +1,4 @@
-"""Drift of a label-free score between a reference batch and a new batch (SPEC §3, drift).
+"""Drift of a label-free score between a reference batch and a new batch (ARCHITECTURE.md, what the service promises: drift).
 
 Pure numpy/scipy. The scheduled drift flow scores the champion on a new unlabelled batch
 with the label-free metrics (per-sample VL-LCM consistency, DeCC reliability, GenCeption

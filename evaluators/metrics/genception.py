@@ -1,4 +1,4 @@
-"""GenCeption GC@T and GC_FID@T (SPEC §2.4; GenCeption paper §2.2, Eq. 3–4).
+"""GenCeption GC@T and GC_FID@T (docs/metrics.md#genception; GenCeption paper §2.2, Eq. 3–4).
 
 ``similarities`` is (N, T): s_t = cos(Enc(X^(t)), Enc(X^(0))), always against
 the seed image. Features for FID are one (N, D) array per iteration t = 0..T.

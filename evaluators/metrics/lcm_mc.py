@@ -1,4 +1,4 @@
-"""VL-LCM on multiple-choice VQA (SPEC §2.1; VL-LCM paper §3.2, Eq. 2–6).
+"""VL-LCM on multiple-choice VQA (docs/metrics.md#lcm-mc; VL-LCM paper §3.2, Eq. 2–6).
 
 Inputs are dense arrays: ``p_mc`` and ``p_yes`` of shape (N, K). Records with
 fewer than K options are padded with zeros on the right, which leaves every
@@ -61,7 +61,7 @@ def logical_consistency(option_lc: np.ndarray) -> np.ndarray:
 
 
 def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.DataFrame:
-    """Per-sample quantities from which every set-level metric of SPEC §2.1 is a mean or a count.
+    """Per-sample quantities from which every set-level metric of docs/metrics.md#lcm-mc is a mean or a count.
 
     Columns: ``p_lc``, ``chosen`` (arg-max of P_LC), ``n_yes``, ``reliable``,
     ``unanswered`` and, where the label is known (``answer >= 0``), ``correct``,
@@ -72,7 +72,7 @@ def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.Da
     rows = np.arange(p_mc.shape[0])
     p_jyn = joint_yes_no_probability(sufficient_probability(p_yes), necessary_probability(p_yes))
     option_lc = option_consistency(p_mc, p_jyn)
-    chosen = np.argmax(option_lc, axis=1)  # np.argmax takes the lowest index on ties, as SPEC asks
+    chosen = np.argmax(option_lc, axis=1)  # np.argmax takes the lowest index on ties, as docs/metrics.md defines
     reliable = (p_mc[rows, chosen] > 0.5) & (p_jyn[rows, chosen] > 0.5)
     frame = pd.DataFrame(
         {
@@ -95,7 +95,7 @@ def per_sample(p_mc: np.ndarray, p_yes: np.ndarray, answer: np.ndarray) -> pd.Da
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
-    """Set-level metrics of SPEC §2.1 from :func:`per_sample`; labelled ones only where labels exist."""
+    """Set-level metrics of docs/metrics.md#lcm-mc from :func:`per_sample`; labelled ones only where labels exist."""
     n_yes = samples["n_yes"].to_numpy()
     metrics: dict[str, float | int | None] = {
         "n": int(len(samples)),

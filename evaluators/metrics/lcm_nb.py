@@ -1,4 +1,4 @@
-"""VL-LCM on NaturalBench-format units (SPEC §2.2; VL-LCM paper §3.3, Eq. 7–11).
+"""VL-LCM on NaturalBench-format units (docs/metrics.md#lcm-nb; VL-LCM paper §3.3, Eq. 7–11).
 
 A unit has images V1, V2 and statements T1, T2. Arrays per unit (N units):
 ``p_yes[n, i, j]`` = P(yes | V_i, T_j); ``p_text[n, i, j]`` = P(choose T_j | V_i)
@@ -64,7 +64,7 @@ def unit_consistency(test_lc: np.ndarray) -> np.ndarray:
 
 
 def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answer: np.ndarray) -> pd.DataFrame:
-    """Per-unit quantities from which every set-level metric of SPEC §2.2 is a mean.
+    """Per-unit quantities from which every set-level metric of docs/metrics.md#lcm-nb is a mean.
 
     Columns: ``p_lc`` and, where labelled, ``yn_correct`` (of 4), ``q_correct``
     (questions right on both images, of 2), ``i_correct`` (images right on both
@@ -103,14 +103,14 @@ def per_sample(p_yes: np.ndarray, p_text: np.ndarray, p_image: np.ndarray, answe
     frame["q_correct"] = unknown(right.all(axis=1).sum(axis=1))  # statement right on both images
     frame["i_correct"] = unknown(right.all(axis=2).sum(axis=1))  # image right on both statements
     frame["g_correct"] = unknown(right.all(axis=(1, 2)))
-    # Eq. 9's threshold is open in the paper; sqrt makes it the same test as Eq. 5 (SPEC §2.2).
+    # Eq. 9's threshold is open in the paper; sqrt makes it the same test as Eq. 5 (docs/metrics.md#lcm-nb).
     frame["j_correct"] = unknown(((np.sqrt(np.stack(jyn_gt_tests, axis=1)) > 0.5) & np.stack(pairs_answered, axis=1)).sum(axis=1))
     frame["lc_gt"] = unknown(np.stack(lc_gt_tests, axis=1).mean(axis=1))
     return frame
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
-    """Set-level metrics of SPEC §2.2 from :func:`per_sample`; labelled ones only where labels exist."""
+    """Set-level metrics of docs/metrics.md#lcm-nb from :func:`per_sample`; labelled ones only where labels exist."""
     metrics: dict[str, float | int | None] = {"n": int(len(samples)), "lcm": mean_or_none(samples["p_lc"]), "n_unanswered": int(samples["unanswered"].sum())}
     labelled = samples[samples["yn_correct"].notna()]
     if len(labelled):

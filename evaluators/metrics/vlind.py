@@ -1,4 +1,4 @@
-"""VLind-Bench pipeline scores (SPEC §2.3; VLind-Bench paper §3–4, Eq. 1–5).
+"""VLind-Bench pipeline scores (docs/metrics.md#vlind; VLind-Bench paper §3–4, Eq. 1–5).
 
 Answers are coded as int8: 1 = "True", 0 = "False", −1 = unparseable (null).
 Every test is a pair (answer to the statement that should be True, answer to
@@ -22,7 +22,7 @@ _DROPPED_PUNCTUATION = re.compile(r"[,.]")
 
 
 def parse_true_false(generated: str) -> bool | None:
-    """The benchmark's answer parser (SPEC §2.3): lower-case, newlines to spaces,
+    """The benchmark's answer parser (docs/metrics.md#vlind): lower-case, newlines to spaces,
     drop "," and ".", split on spaces; the first word that is exactly "true" or
     "false" decides; otherwise None."""
     words = _DROPPED_PUNCTUATION.sub("", generated.lower().replace("\n", " ")).split(" ")
@@ -127,7 +127,7 @@ def unanswered(ck: np.ndarray, vp: np.ndarray, cb: np.ndarray, lp: np.ndarray, l
 
 
 def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
-    """Pipeline scores and raw accuracies as the benchmark's scoring computes them (SPEC §2.3)."""
+    """Pipeline scores and raw accuracies as the benchmark's scoring computes them (docs/metrics.md#vlind)."""
     n = len(samples)
     return {
         "n": int(n),

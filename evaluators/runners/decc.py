@@ -1,4 +1,4 @@
-"""DeCC runner (SPEC §2.5; DeCC paper §3 "Task Decomposition", "Consistency Comparison",
+"""DeCC runner (docs/metrics.md#decc; DeCC paper §3 "Task Decomposition", "Consistency Comparison",
 App. A few-shot prompts).
 
 Per item (question Q about image I):

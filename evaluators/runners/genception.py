@@ -1,4 +1,4 @@
-"""GenCeption runner (SPEC §2.4; GenCeption paper §2.1–2.2, Algorithm 1).
+"""GenCeption runner (docs/metrics.md#genception; GenCeption paper §2.1–2.2, Algorithm 1).
 
 Per seed image X⁽⁰⁾, for t = 1..T:
 
@@ -308,7 +308,7 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
 
 def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np.ndarray] | None:
     """Every X_t's features, written as ``features.npz`` beside the records and read back
-    aligned to them, so GC_FID@T comes with the run (SPEC §2.4); FID needs two images."""
+    aligned to them, so GC_FID@T comes with the run (docs/metrics.md#genception); FID needs two images."""
     if len(records) < 2:
         return None
     path = write_features(records, folder / "features.npz")

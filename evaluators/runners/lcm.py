@@ -1,4 +1,4 @@
-"""VL-LCM runners: multiple-choice VQA (SPEC §2.1) and NaturalBench format (§2.2).
+"""VL-LCM runners: multiple-choice VQA (docs/metrics.md#lcm-mc) and NaturalBench format (#lcm-nb).
 
 MC: per sample one MC prompt (option letters) and K yes/no probes, one per option. All
 K+1 prompts repeat the image(s) and the question (a multi-image question's images are
@@ -139,7 +139,7 @@ def load_nb_units(settings: LcmNbSettings, out: Path) -> tuple[list[NbUnit], lis
     """The units to run (and the loader's per-item errors). With ``pair_seed``, units are
     built by seeded pairing of unlabelled image-question pairs; the pairing is written
     beside the records (``pairing.json``) so every version is scored on the same units
-    (SPEC §2.2)."""
+    (docs/metrics.md#lcm-nb)."""
     from vlgate.evaluators.loaders import load_dataset, pair_unlabelled
 
     if settings.pair_seed is None:

@@ -1,4 +1,4 @@
-"""VLind-Bench runner (SPEC §2.3): the benchmark's four tests, answers generated and
+"""VLind-Bench runner (docs/metrics.md#vlind): the benchmark's four tests, answers generated and
 parsed the way the benchmark parses them (first word that is exactly true/false).
 
 Each test is a pair: the statement that should be judged True first, the one that
