@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
@@ -75,12 +75,12 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     champion's run is downloaded once for all the versions judged against it."""
     model_version = client.get_model_version(model_name, str(version))
     tags = model_version.tags
-    reasons = tags.get(tracking.TAG_REASONS)
+    reasons = tags.get(tag_keys.REASONS)
     data = ValidationReportData(
         model=model_name,
         version=str(version),
-        run_id=tags.get(tracking.TAG_RUN),
-        decision=tags.get(tracking.TAG_DECISION),
+        run_id=tags.get(tag_keys.VALIDATION_RUN),
+        decision=tags.get(tag_keys.DECISION),
         reasons=reasons.split("\n") if reasons else [],
         champion=tracking.champion_version(client, model_name),
         source=model_version.source,
@@ -92,7 +92,7 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     data.metrics = {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()}
     data.params = dict(run.data.params)
     data.run_status = run.info.status
-    data.model_check = run.data.tags.get(tracking.TAG_MODEL_CHECK)
+    data.model_check = run.data.tags.get(tag_keys.MODEL_CHECK)
     data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     scratch.mkdir(parents=True, exist_ok=True)
     for name, attribute in (("decision.json", "gate"), ("correlations.json", "correlations")):
@@ -139,7 +139,7 @@ def _compare_with_champion(client, data: ValidationReportData, scratch: Path, ru
         return
     data.judged_against = str(champion)
     try:
-        run_id = client.get_model_version(data.model, data.judged_against).tags.get(tracking.TAG_RUN)
+        run_id = client.get_model_version(data.model, data.judged_against).tags.get(tag_keys.VALIDATION_RUN)
     except MlflowException:  # the champion's version was deleted since
         run_id = None
     if not run_id:
@@ -177,11 +177,11 @@ def leaderboard(client, model_name: str) -> pd.DataFrame:
     champion = tracking.champion_version(client, model_name)
     rows = []
     for version in tracking.model_versions(client, model_name):
-        run_id = version.tags.get(tracking.TAG_RUN)
+        run_id = version.tags.get(tag_keys.VALIDATION_RUN)
         row: dict[str, Any] = {
             "version": str(version.version),
-            "decision": version.tags.get(tracking.TAG_DECISION, "pending"),
-            "reasons": version.tags.get(tracking.TAG_REASONS, ""),
+            "decision": version.tags.get(tag_keys.DECISION, "pending"),
+            "reasons": version.tags.get(tag_keys.REASONS, ""),
             "champion": str(version.version) == champion,
             "run_id": run_id,
             "registered": datetime.fromtimestamp(version.creation_timestamp / 1000, tz=timezone.utc),
@@ -202,17 +202,17 @@ def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
     if experiment is None:
         return pd.DataFrame(columns=DRIFT_COLUMNS)
     rows = []
-    for run in tracking.search_all_runs(client, [experiment.experiment_id], "tags.`vlgate.kind` = 'drift'"):
+    for run in tracking.search_all_runs(client, [experiment.experiment_id], tag_keys.runs_of_kind(tag_keys.RunKind.DRIFT)):
         for metric, value, drifted in _drift_checks(client, run, scratch):
             rows.append(
                 {
                     "time": datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc),
-                    "version": run.data.tags.get("vlgate.version"),
+                    "version": run.data.tags.get(tag_keys.VERSION),
                     "metric": metric,
                     "value": value,
                     "drifted": drifted,
                     "run_id": run.info.run_id,
-                    "batch": run.data.tags.get("vlgate.batch"),
+                    "batch": run.data.tags.get(tag_keys.BATCH),
                 }
             )
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS).sort_values("time", kind="stable")
@@ -221,7 +221,7 @@ def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
 def _drift_checks(client, run: Any, scratch: Path) -> list[tuple[str, float | None, bool]]:
     """(metric, mean of the checked batch, drifted) of each check of a drift run: from its
     ``TAG_DRIFT_CHECKS`` tag, else (older or oversized runs) from its drift.json."""
-    brief = run.data.tags.get(tracking.TAG_DRIFT_CHECKS)
+    brief = run.data.tags.get(tag_keys.DRIFT_CHECKS)
     if brief is not None:
         try:
             return [(str(metric), None if value is None else float(value), bool(drifted)) for metric, value, drifted in json.loads(brief)]

@@ -23,7 +23,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.evaluators import registry
@@ -506,5 +506,5 @@ def log_report(client, run_id: str, page: Path, figures: list[Figure]) -> None:
         client.log_artifact(run_id, str(target), artifact_path="report")
         if figures:
             client.log_artifacts(run_id, str(folder), artifact_path="report/plots")
-    client.set_tag(run_id, "vlgate.report", "report/report.html")
+    client.set_tag(run_id, tag_keys.REPORT, "report/report.html")
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vlgate import tag_keys
 from vlgate.config import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -28,9 +29,10 @@ _EXIT_CODES = f"0 promoted, {EXIT_REJECTED} rejected (a rule failed on the numbe
 
 
 def _exit_status(outcome: str) -> int:
-    from vlgate.flows.gate import INCONCLUSIVE, NOT_JUDGED, PROMOTED
+    from vlgate.flows.gate import Outcome
 
-    return {PROMOTED: 0, NOT_JUDGED: EXIT_NOT_JUDGED, INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(outcome, EXIT_REJECTED)
+    codes: dict[str, int] = {Outcome.PROMOTED: 0, Outcome.COULD_NOT_JUDGE: EXIT_NOT_JUDGED, Outcome.INCONCLUSIVE: EXIT_INCONCLUSIVE}
+    return codes.get(outcome, EXIT_REJECTED)
 
 
 class UserError(Exception):
@@ -268,13 +270,13 @@ def cmd_release(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from vlgate.flows.settings import prepare_environment
-    from vlgate.registry_hooks.claims import ClaimStore
+    from vlgate.registry_hooks.claims import LIVE_STATES, ClaimStore
 
     claims = ClaimStore.for_home(prepare_environment())
     claim = claims.get(args.name, str(args.version))
     if claim is None:
         raise UserError(f"{args.name} v{args.version}: no claim (nothing to release)")
-    alive = claim.state in ("claimed", "running") and claim.lease_expires > datetime.now(timezone.utc)
+    alive = claim.state in LIVE_STATES and claim.lease_expires > datetime.now(timezone.utc)
     if alive and not args.force:
         raise UserError(f"{args.name} v{args.version} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
     claims.release(args.name, str(args.version))
@@ -294,7 +296,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from mlflow.exceptions import MlflowException
 
         from vlgate import tracking
-        from vlgate.flows.gate import NOT_JUDGED
+        from vlgate.flows.gate import Outcome
         from vlgate.flows.validation import validate_model_version
 
         try:
@@ -306,7 +308,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             summary = validate_model_version(args.name, str(args.version))
         except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
-            summary = {"model": args.name, "version": str(args.version), "decision": "rejected", "outcome": NOT_JUDGED, "error": f"{type(error).__name__}: {error}"}
+            summary = {"model": args.name, "version": str(args.version), "decision": "rejected", "outcome": Outcome.COULD_NOT_JUDGE, "error": f"{type(error).__name__}: {error}"}
     if args.json:
         _print_json(summary)
     else:
@@ -372,7 +374,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     suites: dict[str, str | None] = {}
     for version in (args.version, args.other):
         try:
-            run_id = client.get_model_version(args.name, str(version)).tags.get(tracking.TAG_RUN)
+            run_id = client.get_model_version(args.name, str(version)).tags.get(tag_keys.VALIDATION_RUN)
         except MlflowException as error:
             if error.error_code == "RESOURCE_DOES_NOT_EXIST":
                 raise UserError(f"{args.name} v{version}: no such registered version") from None

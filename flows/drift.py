@@ -25,7 +25,7 @@ import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.flows import progress
 from vlgate.flows.settings import ServiceConfig, prepare_environment
@@ -68,10 +68,10 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
 
     drifted = any(r.drifted for r in results)
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
-    tags = {"vlgate.kind": "drift", "vlgate.model": model_name, "vlgate.version": version, "vlgate.drift": str(drifted).lower(), "vlgate.batch": batch}
+    tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: model_name, tag_keys.VERSION: version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch}
     checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
-    if len(checks) <= tracking.MAX_TAG_CHARS:
-        tags[tracking.TAG_DRIFT_CHECKS] = checks
+    if len(checks) <= tag_keys.MAX_VALUE_CHARS:
+        tags[tag_keys.DRIFT_CHECKS] = checks
     run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version} drift check", tags)
     now = int(time.time() * 1000)
     metrics = []

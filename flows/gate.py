@@ -58,6 +58,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,8 +207,23 @@ class GatePolicy(BaseModel):
         return ", ".join(repr(name) for name in self._static_checks()[-3:])
 
 
-PASS, FAIL, UNJUDGED, INCONCLUSIVE, WAIVED = "pass", "fail", "could not judge", "inconclusive", "waived"
-PROMOTED, REJECTED, NOT_JUDGED = "promoted", "rejected", "could not judge"
+class Verdict(StrEnum):
+    """One check's verdict (see :class:`Check`)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    COULD_NOT_JUDGE = "could not judge"
+    INCONCLUSIVE = "inconclusive"
+    WAIVED = "waived"
+
+
+class Outcome(StrEnum):
+    """A decision's outcome (see :attr:`Decision.outcome`): what ``vlgate validate``'s exit status says."""
+
+    PROMOTED = "promoted"
+    REJECTED = "rejected"
+    COULD_NOT_JUDGE = "could not judge"
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass
@@ -237,10 +253,12 @@ class Check:
     waiver: Waiver | None = None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         if self.waiver is not None:
-            return WAIVED
-        return PASS if self.passed else INCONCLUSIVE if self.inconclusive else FAIL if self.judged else UNJUDGED
+            return Verdict.WAIVED
+        if self.passed:
+            return Verdict.PASS
+        return Verdict.INCONCLUSIVE if self.inconclusive else Verdict.FAIL if self.judged else Verdict.COULD_NOT_JUDGE
 
     def as_dict(self) -> dict[str, Any]:
         fields = {k: v for k, v in vars(self).items() if k not in ("judged", "inconclusive")}
@@ -259,15 +277,17 @@ class Decision:
     policy: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """promoted; rejected when a rule failed on the numbers; could not judge when
         something to judge was missing (the version may be fine: rerun once fixed);
         inconclusive when the only failures are comparisons too uncertain to decide
         (more shared samples would)."""
         if self.promote:
-            return PROMOTED
+            return Outcome.PROMOTED
         verdicts = {c.verdict for c in self.checks}
-        return REJECTED if FAIL in verdicts else NOT_JUDGED if UNJUDGED in verdicts else INCONCLUSIVE
+        if Verdict.FAIL in verdicts:
+            return Outcome.REJECTED
+        return Outcome.COULD_NOT_JUDGE if Verdict.COULD_NOT_JUDGE in verdicts else Outcome.INCONCLUSIVE
 
     @property
     def reasons(self) -> list[str]:

@@ -16,7 +16,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
@@ -45,7 +45,7 @@ def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
         for by, groups in breakdowns.items():
             client.log_table(run_id, data=tracking.breakdown_frame(by.removeprefix("by_"), groups), artifact_file=f"tables/{evaluator}.{by}.json")
     if output.records:
-        client.set_tag(run_id, f"vlgate.fingerprints.{evaluator}", fingerprint_digest(output.records))
+        client.set_tag(run_id, tag_keys.fingerprints(evaluator), fingerprint_digest(output.records))
         if output.samples is not None:
             client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
     if output.records and output.folder is not None:
@@ -58,7 +58,7 @@ def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
     client.log_dict(run_id, {"entry": entry, "error": output.error}, f"evaluators/{evaluator}/run.json")
     if output.expectations is not None:
         client.log_dict(run_id, output.expectations, f"expectations/{evaluator}.json")
-        client.set_tag(run_id, f"vlgate.expectations.{evaluator}", "passed" if output.expectations["success"] else "failed")
+        client.set_tag(run_id, tag_keys.expectations(evaluator), tag_keys.EXPECTATIONS_PASSED if output.expectations["success"] else tag_keys.EXPECTATIONS_FAILED)
 
 
 def claim_token(model_name: str, version: str, claimed_at: str) -> str:
@@ -78,10 +78,10 @@ def ensure_validation_run(client: Any, claims: ClaimStore, model_name: str, vers
     token = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
     run_id = tracking.first_run_with_token(client, experiment, token) if token else None
     if run_id is None:
-        tags = {"vlgate.kind": "validation", "vlgate.model": model_name, "vlgate.version": str(version)}
+        tags = {tag_keys.KIND: tag_keys.RunKind.VALIDATION, tag_keys.MODEL: model_name, tag_keys.VERSION: str(version)}
         run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version}", tags, token)
-    claims.update(model_name, version, run_id=run_id)
-    client.set_model_version_tag(model_name, version, tracking.TAG_RUN, run_id)
+    claims.record_run(model_name, version, run_id)
+    client.set_model_version_tag(model_name, version, tag_keys.VALIDATION_RUN, run_id)
     return run_id
 
 
@@ -107,7 +107,7 @@ def write_decision_tags(client: Any, model_name: str, version: str, run_id: str 
     """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
     rejected or could not judge) and ``vlgate.reasons`` on the version (and its run):
     always written."""
-    tags = {tracking.TAG_DECISION: label, tracking.TAG_OUTCOME: outcome, tracking.TAG_REASONS: tracking.reasons_tag(reasons)}
+    tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     for key, value in tags.items():
         client.set_model_version_tag(model_name, version, key, value)
         if run_id:
@@ -128,7 +128,7 @@ def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[st
 
     if not champion or champion_version is None:
         return []
-    champion_run = client.get_model_version(model_name, champion_version).tags.get(tracking.TAG_RUN)
+    champion_run = client.get_model_version(model_name, champion_version).tags.get(tag_keys.VALIDATION_RUN)
     existing = {entry.path for entry in client.list_artifacts(run_id, "item_diff")}
     logged = []
     diffs, _ = compare_outputs(candidate, champion)
@@ -140,9 +140,9 @@ def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[st
             client.log_table(run_id, data=table, artifact_file=artifact)
         logged.append(artifact)
     if logged:
-        client.set_tag(run_id, tracking.TAG_ITEM_DIFF_CHAMPION, champion_version)
+        client.set_tag(run_id, tag_keys.ITEM_DIFF_CHAMPION, champion_version)
         if champion_run:
-            client.set_tag(run_id, tracking.TAG_ITEM_DIFF_CHAMPION_RUN, champion_run)
+            client.set_tag(run_id, tag_keys.ITEM_DIFF_CHAMPION_RUN, champion_run)
     return logged
 
 
@@ -152,7 +152,7 @@ def champion_outputs(client: Any, model_name: str, exclude_version: str) -> tupl
     version = tracking.champion_version(client, model_name)
     if version is None or version == str(exclude_version):
         return version, None
-    run_id = client.get_model_version(model_name, version).tags.get(tracking.TAG_RUN)
+    run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         return version, {}
     return version, run_outputs(client, run_id)
@@ -177,7 +177,7 @@ def run_outputs(client: Any, run_id: str) -> dict[str, EvaluatorOutput]:
             if error:
                 outputs[folder.name] = EvaluatorOutput.failed(folder.name, error)
             elif (folder / "metrics.json").is_file() and (folder / "records.jsonl").is_file():
-                passed = tags.get(f"vlgate.expectations.{folder.name}") == "passed"
+                passed = tags.get(tag_keys.expectations(folder.name)) == tag_keys.EXPECTATIONS_PASSED
                 output = EvaluatorOutput.from_folder(folder.name, folder, expectations_passed=passed)
                 outputs[folder.name] = dataclasses.replace(output, folder=None)  # the download is temporary
     return outputs

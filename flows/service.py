@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.config import ConfigError
 from vlgate.flows.prefect_server import local_prefect_server
 from vlgate.flows.settings import ServiceConfig, config_problem, drift_problem, prepare_environment
@@ -32,17 +32,17 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
         versions = []
         for version in tracking.model_versions(client, registered.name):
             claim = claims.get((registered.name, str(version.version)))
-            reasons = version.tags.get(tracking.TAG_REASONS)
+            reasons = version.tags.get(tag_keys.REASONS)
             versions.append(
                 {
                     "version": str(version.version),
                     "state": claim.state if claim else "pending",
                     "claimed_via": claim.claimed_via if claim else None,
                     "attempts": claim.attempts if claim else 0,
-                    "decision": version.tags.get(tracking.TAG_DECISION),
-                    "outcome": version.tags.get(tracking.TAG_OUTCOME),
+                    "decision": version.tags.get(tag_keys.DECISION),
+                    "outcome": version.tags.get(tag_keys.OUTCOME),
                     "reasons": reasons.split("\n") if reasons else [],
-                    "validation_run_id": version.tags.get(tracking.TAG_RUN),
+                    "validation_run_id": version.tags.get(tag_keys.VALIDATION_RUN),
                     "source": version.source,
                     "description": tracking.registered_description(version.description),
                 }

@@ -24,12 +24,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
-from vlgate.flows.gate import NOT_JUDGED, GatePolicy, decide
+from vlgate.flows.gate import GatePolicy, Outcome, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
@@ -79,7 +79,7 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
     """``vlgate gate``: the version's existing validation run judged again (a changed
     policy, a new champion) without evaluating anything; recorded only with ``record``."""
     client = tracking.connect()
-    run_id = client.get_model_version(model_name, version).tags.get(tracking.TAG_RUN)
+    run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
     if record and tracking.champion_version(client, model_name) == str(version):
@@ -116,7 +116,7 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     claims = ClaimStore.for_home(home)
     if claims.get(model_name, version) is None:
         claims.claim(model_name, version, via="manual")
-    claims.update(model_name, version, state="running", renew=True)
+    claims.start(model_name, version)
     shown_as = progress.subject(model_name, str(version))
     progress.stage(shown_as, progress.STARTED)
     try:
@@ -133,10 +133,10 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
             delay = claims.defer(model_name, str(version), message, first_delay)
             get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
             raise
-        claims.update(model_name, version, state="failed", detail=message)
+        claims.fail(model_name, version, message)
         record_failure(model_name, str(version), claims, message)
         raise
-    claims.update(model_name, version, state="done", detail=summary["decision"])
+    claims.finish(model_name, version, summary["decision"])
     progress.stage(shown_as, progress.DONE, detail=summary["decision"])
     return summary
 
@@ -148,13 +148,13 @@ def record_model_check(client: Any, run_id: str, model_uri: str, suite_path: str
         result = check_candidate(model_uri, suite_path, str(home / "model-cache"), str(home / "model-checks"))
     except Exception as error:  # the numbers were computed already; the stamp says it is missing
         get_run_logger().warning("model check of %s failed: %s", model_uri, error)
-        client.set_tag(run_id, tracking.TAG_MODEL_CHECK, f"failed: {type(error).__name__}: {error}"[:5000])
+        client.set_tag(run_id, tag_keys.MODEL_CHECK, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         return
     if result is None:
-        client.set_tag(run_id, tracking.TAG_MODEL_CHECK, "not checked: the model is served over HTTP")
+        client.set_tag(run_id, tag_keys.MODEL_CHECK, "not checked: the model is served over HTTP")
         return
     client.log_dict(run_id, result.to_dict(), "model_check.json")
-    client.set_tag(run_id, tracking.TAG_MODEL_CHECK, stamp(result))
+    client.set_tag(run_id, tag_keys.MODEL_CHECK, stamp(result))
 
 
 def record_failure(model_name: str, version: str, claims: ClaimStore, message: str) -> None:
@@ -164,7 +164,7 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         client = tracking.connect()
         claim = claims.get(model_name, version)
         run_id = claim.run_id if claim else None
-        write_decision_tags(client, model_name, version, run_id, "rejected", [f"validation failed: {message} (fail closed)"], NOT_JUDGED)
+        write_decision_tags(client, model_name, version, run_id, "rejected", [f"validation failed: {message} (fail closed)"], Outcome.COULD_NOT_JUDGE)
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
@@ -194,8 +194,8 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         # the compare view's axes: what differs between validations (paths and digests are tags)
         params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
         params |= {f"protocol.{name}": protocol for name, protocol in suite.protocols().items()}
-        client.set_tag(run_id, "vlgate.suite_path", str(config.suite))
-        client.set_tag(run_id, "vlgate.policy_path", str(config.policy))
+        client.set_tag(run_id, tag_keys.SUITE_PATH, str(config.suite))
+        client.set_tag(run_id, tag_keys.POLICY_PATH, str(config.policy))
         client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
@@ -230,7 +230,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         report = publish_report(model_name, version)
     except Exception as error:
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
-        client.set_tag(run_id, "vlgate.report", f"failed: {type(error).__name__}: {error}"[:5000])
+        client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
     return {
         "model": model_name,

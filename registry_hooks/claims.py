@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -49,8 +50,15 @@ log = logging.getLogger("vlgate.claims")
 #: A claim's life: claimed → running → done | failed. ``failed`` is final too: a version
 #: whose validation errored is not promoted and its reasons are recorded (fail closed);
 #: re-validating it is an explicit operator action (``release``).
-STATES = ("claimed", "running", "done", "failed")
-FINAL_STATES = ("done", "failed")
+class ClaimState(StrEnum):
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+#: the states whose lease may run out (a worker holds them)
+LIVE_STATES = (ClaimState.CLAIMED, ClaimState.RUNNING)
 #: The longest wait before a validation stopped by a transient fault runs again.
 RETRY_CAP_S = 1800.0
 #: PostgreSQL advisory lock held while the tables are created or updated (any fixed number
@@ -109,7 +117,7 @@ def default_owner() -> str:
 class Claim:
     model_name: str
     version: str
-    state: str
+    state: ClaimState
     claimed_via: str
     owner: str
     claimed_at: datetime
@@ -208,7 +216,7 @@ class ClaimStore:
         row = {
             "model_name": model_name,
             "version": str(version),
-            "state": "claimed",
+            "state": ClaimState.CLAIMED,
             "claimed_via": via,
             "owner": owner or default_owner(),
             "claimed_at": now,
@@ -247,7 +255,7 @@ class ClaimStore:
         statement = (
             claims_table.update()
             .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
-            .where(claims_table.c.state.in_(("claimed", "running")), claims_table.c.lease_expires < now)
+            .where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.lease_expires < now)
             .values(owner=owner or default_owner(), lease_expires=now + self.lease, attempts=claims_table.c.attempts + 1, updated_at=now)
         )
         with self.engine.begin() as connection:
@@ -265,7 +273,7 @@ class ClaimStore:
         statement = (
             claims_table.update()
             .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
-            .values(state="claimed", lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now)
+            .values(state=ClaimState.CLAIMED, lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now)
         )
         with self.engine.begin() as connection:
             connection.execute(statement)
@@ -273,13 +281,31 @@ class ClaimStore:
 
     def expired(self) -> list[Claim]:
         now = _now()
-        query = claims_table.select().where(claims_table.c.state.in_(("claimed", "running")), claims_table.c.lease_expires < now)
+        query = claims_table.select().where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.lease_expires < now)
         with self.engine.connect() as connection:
             return [self._claim(row) for row in connection.execute(query)]
 
-    def update(self, model_name: str, version: str, state: str | None = None, run_id: str | None = None, detail: str | None = None, renew: bool = False) -> None:
-        if state is not None and state not in STATES:
-            raise ValueError(f"claim state {state!r} is not one of {STATES}")
+    def start(self, model_name: str, version: str) -> None:
+        """The flow runs: ``running``, the lease renewed."""
+        self._set(model_name, version, state=ClaimState.RUNNING, renew=True)
+
+    def renew(self, model_name: str, version: str) -> None:
+        """The lease starts again from now."""
+        self._set(model_name, version, renew=True)
+
+    def record_run(self, model_name: str, version: str, run_id: str) -> None:
+        """The validation run the flow logs to, so that a flow run again finds it."""
+        self._set(model_name, version, run_id=run_id)
+
+    def finish(self, model_name: str, version: str, decision: str | None = None) -> None:
+        """Decided: ``done``, with the decision as the claim's detail."""
+        self._set(model_name, version, state=ClaimState.DONE, detail=decision)
+
+    def fail(self, model_name: str, version: str, reason: str) -> None:
+        """The validation errored: ``failed`` (final until an operator releases it), with why."""
+        self._set(model_name, version, state=ClaimState.FAILED, detail=reason)
+
+    def _set(self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None, renew: bool = False) -> None:
         values: dict = {"updated_at": _now()}
         if state is not None:
             values["state"] = state
@@ -310,7 +336,7 @@ class ClaimStore:
             claims_table.c.model_name == model_name,
             claims_table.c.version == str(version),
             claims_table.c.attempts == claim.attempts,
-            claims_table.c.state.in_(("claimed", "running")),
+            claims_table.c.state.in_(LIVE_STATES),
         )
 
         def beat() -> None:
@@ -357,6 +383,7 @@ class ClaimStore:
         values.pop("updated_at", None)
         values["claimed_at"] = _aware(values["claimed_at"])
         values["lease_expires"] = _aware(values["lease_expires"])
+        values["state"] = ClaimState(values["state"])
         return Claim(**values)
 
     # --- webhook deliveries -----------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vlgate import tag_keys
 from vlgate.flows.cli import main
 
 EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
@@ -60,7 +61,7 @@ def test_validating_a_model_that_is_not_configured_is_one_line_and_leaves_nothin
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'unlisted' has no suite and policy" in err[0]
     assert ClaimStore.for_home(home).get("unlisted", "1") is None
-    assert tracking.TAG_DECISION not in client.get_model_version("unlisted", "1").tags
+    assert tag_keys.DECISION not in client.get_model_version("unlisted", "1").tags
 
 
 def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_path, monkeypatch, capsys):
@@ -71,11 +72,11 @@ def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_p
     claims = ClaimStore.for_home(home)
     assert main(["release", "m", "1"]) == 2 and "no claim" in capsys.readouterr().err
     claims.claim("m", "1", via="poller")
-    claims.update("m", "1", state="failed", detail="MlflowException: registry away")
+    claims.fail("m", "1", "MlflowException: registry away")
     assert main(["release", "m", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["released"]["state"] == "failed"
     assert claims.get("m", "1") is None and claims.claim("m", "1", via="poller")  # claimable again
-    claims.update("m", "1", state="running", renew=True)
+    claims.start("m", "1")
     assert main(["release", "m", "1"]) == 2 and "--force" in capsys.readouterr().err
     assert claims.get("m", "1") is not None
     assert main(["release", "m", "1", "--force"]) == 0

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from vlgate import tag_keys
 from vlgate.dashboards import plots
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.evaluators.records import parse_jsonl, read_jsonl
@@ -236,7 +237,7 @@ def test_store_holds_the_expected_decisions(validated_store):
     from vlgate import tracking
 
     client, _ = validated_store
-    decisions = {str(v.version): v.tags[tracking.TAG_DECISION] for v in client.search_model_versions("name='shapes'")}
+    decisions = {str(v.version): v.tags[tag_keys.DECISION] for v in client.search_model_versions("name='shapes'")}
     assert decisions == {"1": "promoted", "2": "promoted", "3": "rejected", "4": "rejected"}
     assert tracking.champion_version(client, "shapes") == "2"
 
@@ -253,10 +254,10 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     version = client.get_model_version("shapes", "3")
     assert page.index('id="decision"') < page.index('id="reasons"') < page.index('id="evaluator-')
     assert re.search(r'id="decision" class="decision rejected">REJECTED<', page)
-    for reason in version.tags[tracking.TAG_REASONS].split("\n"):
+    for reason in version.tags[tag_keys.REASONS].split("\n"):
         assert f"<li>{html.escape(reason)}</li>" in page
-    assert "lcm-mc/lcm vs champion" in version.tags[tracking.TAG_REASONS]
-    run_id = version.tags[tracking.TAG_RUN]
+    assert "lcm-mc/lcm vs champion" in version.tags[tag_keys.REASONS]
+    run_id = version.tags[tag_keys.VALIDATION_RUN]
     logged = {tracking.logged_metric_name(k): v for k, v in client.get_run(run_id).data.metrics.items()}
     # the breakdowns are logged as MLflow tables (a row per group), not as hundreds of metrics
     for table in client.list_artifacts(run_id, "tables"):
@@ -345,7 +346,6 @@ def test_the_items_lost_are_shown_with_their_pictures_and_both_versions_answers(
 
 
 def test_versions_asked_under_other_protocols_or_evaluated_on_other_suites_are_not_compared(validated_store, tmp_path, capsys):
-    from vlgate import tracking
     from vlgate.dashboards.report import write_reports
     from vlgate.flows.cli import main
     from vlgate.registry_hooks.claims import ClaimStore
@@ -366,7 +366,7 @@ def test_versions_asked_under_other_protocols_or_evaluated_on_other_suites_are_n
     assert 'data-lost="decc/multi"' in page and 'data-lost="lcm-mc/' not in page
 
     for version, suite in (("1", "mc-2025"), ("2", "mc-2026")):
-        client.log_param(client.get_model_version("mixed", version).tags[tracking.TAG_RUN], "suite", suite)
+        client.log_param(client.get_model_version("mixed", version).tags[tag_keys.VALIDATION_RUN], "suite", suite)
     capsys.readouterr()
     assert main(["diff", "mixed", "2", "1", "--evaluator", "decc"]) == 2
     assert "mixed v2 was evaluated on the suite mc-2026, v1 on mc-2025: their items are not comparable" in capsys.readouterr().err

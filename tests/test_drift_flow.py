@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from prefect.testing.fixtures import asserting_events_worker, mock_should_emit_events, reset_worker_events  # noqa: F401 (fixtures)
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.flows import drift
 
@@ -45,7 +45,7 @@ def test_every_drift_check_is_a_tagged_run_with_its_statistics(tmp_path, monkeyp
     with open(client.download_artifacts(run_id, "drift.json", str(tmp_path / "download"))) as handle:
         checks = json.load(handle)["checks"]
     assert [(c["metric"], c["drifted"]) for c in checks] == [("lcm-nb/lcm", False), ("decc/reliable_rate/multi", True)]
-    assert json.loads(run.data.tags[tracking.TAG_DRIFT_CHECKS]) == [["lcm-nb/lcm", pytest.approx(0.6), False], ["decc/reliable_rate/multi", pytest.approx(0.3), True]]
+    assert json.loads(run.data.tags[tag_keys.DRIFT_CHECKS]) == [["lcm-nb/lcm", pytest.approx(0.6), False], ["decc/reliable_rate/multi", pytest.approx(0.3), True]]
     assert run.info.status == "FINISHED" and run.data.tags["vlgate.model"] == "m"
 
 
@@ -61,7 +61,7 @@ def test_the_drift_history_is_read_from_the_run_search_and_drift_json_only_where
     # an @ in the metric name is what the MLflow metric names cannot carry and the brief keeps
     checks = [[detect_drift("genception/gc@3", REFERENCE, REFERENCE - shift, alpha=0.05, max_mean_drop=0.05)] for shift in (0.0, 0.3, 0.1)]
     runs = [drift.log_drift_run(client, "m", "2", f"batch-{n}", {}, results, tmp_path) for n, results in enumerate(checks)]
-    client.delete_tag(runs[1], tracking.TAG_DRIFT_CHECKS)  # as a run logged before the tag
+    client.delete_tag(runs[1], tag_keys.DRIFT_CHECKS)  # as a run logged before the tag
     downloads = []
     read_artifact = collect._download
     monkeypatch.setattr(collect, "_download", lambda client, run_id, *rest: downloads.append(run_id) or read_artifact(client, run_id, *rest))

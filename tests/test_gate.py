@@ -140,11 +140,11 @@ def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it
 
 
 def test_structured_checks_and_the_outcome_ci_acts_on():
-    from vlgate.flows.gate import NOT_JUDGED, PROMOTED, REJECTED
+    from vlgate.flows.gate import Outcome, Verdict
 
     champion = {"lcm-mc": _result(_mc_records([0.9] * 30))}
     worse = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)
-    assert worse.outcome == REJECTED
+    assert worse.outcome == Outcome.REJECTED
     by_rule = {check.rule: check for check in worse.checks}
     regression = by_rule["regression"].as_dict()
     assert regression["verdict"] == "fail" and regression["metric"] == "lcm-mc/lcm" and regression["limit"] == -0.02
@@ -172,13 +172,13 @@ def test_structured_checks_and_the_outcome_ci_acts_on():
     }
     assert json.loads(json.dumps(worse.as_dict()))["outcome"] == "rejected"
 
-    assert decide(POLICY, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).outcome == PROMOTED
+    assert decide(POLICY, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).outcome == Outcome.PROMOTED
     policy = GatePolicy(required=["lcm-mc", "decc"], floors={"lcm-mc/acc": 0.5}, resamples=100)
     missing = decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 5))}, None)
-    assert missing.outcome == NOT_JUDGED  # nothing failed on the numbers: decc did not run
-    assert [c.verdict for c in missing.checks if not c.passed] == [NOT_JUDGED]
+    assert missing.outcome == Outcome.COULD_NOT_JUDGE  # nothing failed on the numbers: decc did not run
+    assert [c.verdict for c in missing.checks if not c.passed] == [Verdict.COULD_NOT_JUDGE]
     below = decide(policy, {"lcm-mc": _result(_mc_records([0.2] * 5))}, None)
-    assert below.outcome == REJECTED  # a failed floor decides, whatever else is missing
+    assert below.outcome == Outcome.REJECTED  # a failed floor decides, whatever else is missing
 
 
 # --- comparisons: three verdicts, the multiple-comparison correction, superiority ----------
@@ -223,7 +223,7 @@ def _drifted_pair(shift: float, n: int = 40, copies: int = 1, categories=("a", "
 def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
     """Three per-category regression rules, each with p ≈ 0.026 of being worse than the
     margin: alone each would reject; corrected over three comparisons none is shown."""
-    from vlgate.flows.gate import INCONCLUSIVE, REJECTED
+    from vlgate.flows.gate import Outcome
 
     candidate, champion = _drifted_pair(0.03)
 
@@ -233,28 +233,28 @@ def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
         return decision, [c for c in decision.checks if c.rule == "regression"]
 
     uncorrected, raw = compared("none")
-    assert uncorrected.outcome == REJECTED and [c.verdict for c in raw] == ["fail"] * 3
+    assert uncorrected.outcome == Outcome.REJECTED and [c.verdict for c in raw] == ["fail"] * 3
     assert [c.name for c in raw] == [f"lcm-mc/lcm[{c}] vs champion" for c in "abc"] and [c.category for c in raw] == list("abc")
     p = raw[0].p_value
     assert 0.05 / 3 < p <= 0.05 and {c.p_value for c in raw} == {p}
     holm, corrected = compared("holm")
-    assert holm.outcome == INCONCLUSIVE and [c.verdict for c in corrected] == ["inconclusive"] * 3
+    assert holm.outcome == Outcome.INCONCLUSIVE and [c.verdict for c in corrected] == ["inconclusive"] * 3
     assert [c.p_value for c in corrected] == pytest.approx([min(1.0, 3 * p)] * 3)  # equal p's: Holm is Bonferroni here
     assert "holm-adjusted p" in corrected[0].detail and "over 3 comparisons" in corrected[0].detail
-    assert compared("bonferroni")[0].outcome == INCONCLUSIVE
+    assert compared("bonferroni")[0].outcome == Outcome.INCONCLUSIVE
     # a clear regression is still found after the correction
     clear, _ = _drifted_pair(0.05)
-    assert decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=400), clear, champion).outcome == REJECTED
+    assert decide(GatePolicy(required=["lcm-mc"], categories={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=400), clear, champion).outcome == Outcome.REJECTED
 
 
 def test_an_inconclusive_comparison_says_how_many_samples_would_decide_and_that_many_do():
-    from vlgate.flows.gate import INCONCLUSIVE
+    from vlgate.flows.gate import Outcome
 
     policy = GatePolicy(required=["lcm-mc"], regressions={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=2000)
     candidate, champion = _drifted_pair(0.02, categories=("a",))
     decision = decide(policy, candidate, champion)
     [check] = [c for c in decision.checks if c.rule == "regression"]
-    assert decision.outcome == INCONCLUSIVE and not decision.promote
+    assert decision.outcome == Outcome.INCONCLUSIVE and not decision.promote
     assert check.verdict == "inconclusive" and check.interval[0] < -0.01 < check.interval[1]
     needed = check.samples_needed
     assert needed > 40 and f"about {needed} shared samples would decide" in check.detail
@@ -266,20 +266,20 @@ def test_an_inconclusive_comparison_says_how_many_samples_would_decide_and_that_
 
 
 def test_superiority_requires_the_candidate_shown_better():
-    from vlgate.flows.gate import PROMOTED, REJECTED
+    from vlgate.flows.gate import Outcome
 
     policy = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.0}}, resamples=500)
     champion = {"lcm-mc": _result(_mc_records([0.8] * 30))}
     same = decide(policy, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)  # non-inferior, but not better
     [check] = [c for c in same.checks if c.rule == "superiority"]
-    assert same.outcome == REJECTED and check.name == "lcm-mc/lcm superiority" and check.verdict == "fail"
+    assert same.outcome == Outcome.REJECTED and check.name == "lcm-mc/lcm superiority" and check.verdict == "fail"
     assert "not shown above +0" in check.detail
     better = decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion)
-    assert better.outcome == PROMOTED and better.checks[-1].bound > 0
+    assert better.outcome == Outcome.PROMOTED and better.checks[-1].bound > 0
     assert decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).promote  # a first version has nothing to beat
     # a margin larger than the gain: shown not to clear it
     strict = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.5}}, resamples=500)
-    assert decide(strict, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion).outcome == REJECTED
+    assert decide(strict, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion).outcome == Outcome.REJECTED
 
 
 def test_per_category_floors_with_only_and_min_samples():

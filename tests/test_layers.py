@@ -16,7 +16,7 @@ ALLOWED = {
     "registry_hooks": {"evaluators", "tracking"},
     "flows": {"evaluators", "tracking", "dashboards", "registry_hooks"},
 }
-ROOT_MODULES = {"config", "home", "__init__"}
+ROOT_MODULES = {"config", "home", "tag_keys", "__init__"}
 
 
 def imported_vlgate_packages(path: Path) -> set[str]:
@@ -48,8 +48,9 @@ def test_a_package_imports_only_the_layers_below_it(package):
 
 
 def test_mlflow_io_and_the_root_modules_import_no_service_package():
-    for module in ("tracking", "config", "home"):
-        assert imported_vlgate_packages(ROOT / "vlgate" / f"{module}.py") <= {"evaluators", "home", "config"}
+    for module in ("tracking", "config", "home", "tag_keys"):
+        assert imported_vlgate_packages(ROOT / "vlgate" / f"{module}.py") <= {"evaluators", "home", "config", "tag_keys"}
+    assert imported_vlgate_packages(ROOT / "vlgate" / "tag_keys.py") == set()
 
 
 def test_metric_math_imports_no_model_mlflow_or_prefect():

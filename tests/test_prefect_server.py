@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.flows.prefect_server import LocalPrefectServer, ensure_seed_database, seed_database_path
 
 
@@ -97,7 +97,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     # a suite that does not load is bad input, found before anything runs or is recorded
     missing = validate("broken", "1", "--json")
     assert missing.returncode == 2 and f"suite {home / 'no-such-suite.yaml'}: no such file" in missing.stderr, missing.stderr[-3000:]
-    assert tracking.TAG_OUTCOME not in tracking.connect(home).get_model_version("broken", "1").tags
+    assert tag_keys.OUTCOME not in tracking.connect(home).get_model_version("broken", "1").tags
     # data that is not there is found by the evaluator: it failed, so the version could not be judged
     (home / "broken-suite.yaml").write_text(yaml.safe_dump({"name": "broken", "evaluators": {"lcm-mc": {"data": "no-such-data"}}}))
     config["models"]["broken"]["suite"] = "broken-suite.yaml"
@@ -105,7 +105,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     unjudged = validate("broken", "1", "--json")
     assert unjudged.returncode == 4, unjudged.stderr[-3000:]
     assert json.loads(unjudged.stdout)["outcome"] == "could not judge"
-    assert tracking.connect(home).get_model_version("broken", "1").tags[tracking.TAG_OUTCOME] == "could not judge"
+    assert tracking.connect(home).get_model_version("broken", "1").tags[tag_keys.OUTCOME] == "could not judge"
 
 
 @pytest.mark.service

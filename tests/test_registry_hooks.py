@@ -104,11 +104,11 @@ def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
     claims.claim("m", "1", via="webhook")
     assert claims.take_over_expired("m", "1") is False  # lease still running
     claims.lease = timedelta(seconds=-1)  # every lease written from now on is already over
-    claims.update("m", "1", renew=True)
+    claims.renew("m", "1")
     assert [c.version for c in claims.expired()] == ["1"]
     assert claims.take_over_expired("m", "1") is True
     assert claims.get("m", "1").attempts == 2
-    claims.update("m", "1", state="done")
+    claims.finish("m", "1")
     assert claims.expired() == [] and claims.take_over_expired("m", "1") is False
 
 
@@ -373,12 +373,12 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
     sweeps: list[list] = []
 
     def slow_flow(model_name, version):
-        first.update(model_name, version, state="running", renew=True)
+        first.start(model_name, version)
         with first.heartbeat(model_name, version, interval_s=0.2):
             for _ in range(15):  # 3 s: three leases
                 time.sleep(0.2)
                 sweeps.append(sweeper.resume_expired())
-        first.update(model_name, version, state="done")
+        first.finish(model_name, version)
 
     worker = Dispatcher(first, start=slow_flow)
     assert worker.offer("m", "1", via="poller")
@@ -388,7 +388,7 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
 
     # a worker that dies mid-flow: its beats stop with it, the lease runs out, one takeover
     assert first.claim("m", "2", via="poller")
-    first.update("m", "2", state="running", renew=True)
+    first.start("m", "2")
     with first.heartbeat("m", "2", interval_s=0.2):
         time.sleep(1.5)
         assert sweeper.resume_expired() == []
@@ -412,7 +412,8 @@ def test_a_deleted_and_re_created_models_version_is_validated_again_exactly_once
     recorder = Recorder()
     dispatcher = Dispatcher(claims, start=recorder)
     assert poll_once(client, dispatcher) == [("m", "1")]
-    claims.update("m", "1", state="done", run_id="old-run")
+    claims.record_run("m", "1", "old-run")
+    claims.finish("m", "1")
     assert poll_once(client, dispatcher) == []
     client.delete_registered_model("m")
     time.sleep(0.01)  # a later creation_timestamp (milliseconds)

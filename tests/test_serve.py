@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
 
@@ -49,7 +49,7 @@ def test_serve_validates_new_versions_and_runs_the_drift_schedule(tiny_world, sm
     process = subprocess.Popen([str(Path(sys.executable).parent / "vlgate"), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: tracking.champion_version(client, "tiny") == "1", 300, "the poller's validation of v1", process)
-        assert client.get_model_version("tiny", "1").tags[tracking.TAG_DECISION] == "promoted"
+        assert client.get_model_version("tiny", "1").tags[tag_keys.DECISION] == "promoted"
         experiment = client.get_experiment_by_name("vlgate/tiny").experiment_id
 
         def drift_runs():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.flows.cli import main
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
@@ -71,8 +71,8 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
         claim = claims.get("tiny", version)
         assert (claim.state, claim.claimed_via, claim.attempts) == ("done", "poller", 1)
         mv = client.get_model_version("tiny", version)
-        assert mv.tags[tracking.TAG_DECISION] == "promoted", mv.tags.get(tracking.TAG_REASONS)
-        run = client.get_run(mv.tags[tracking.TAG_RUN])
+        assert mv.tags[tag_keys.DECISION] == "promoted", mv.tags.get(tag_keys.REASONS)
+        run = client.get_run(mv.tags[tag_keys.VALIDATION_RUN])
         assert run.info.status == "FINISHED" and run.data.tags["vlgate.version"] == version
         # metrics logged under EVALUATOR/METRIC equal what the evaluators wrote
         for evaluator in ("lcm-mc", "lcm-nb", "decc"):
@@ -91,9 +91,9 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
         assert not [name for name in run.data.metrics if "/by_" in name]
         assert any(".by_" in a.path for a in client.list_artifacts(run.info.run_id, "tables"))
         assert f"{tracking.VALIDATION_LINK}[{run.info.run_id}](#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in mv.description
-        assert client.get_experiment(run.info.experiment_id).tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+        assert client.get_experiment(run.info.experiment_id).tags[tag_keys.EXPERIMENT_KIND] == "custom_model_development"
     assert tracking.champion_version(client, "tiny") == "2"
-    decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tracking.TAG_RUN], "decision.json", str(home / "dl"))).read_text())
+    decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tag_keys.VALIDATION_RUN], "decision.json", str(home / "dl"))).read_text())
     assert decision["champion_before"] == "1" and decision["promote"] is True
     per_sample = decision["per_sample_correlations"]["lcm-mc/p_lc~champion"]
     assert per_sample["n"] == 48 and -1 <= per_sample["spearman"] <= 1
@@ -103,12 +103,12 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-language-prior", home=home)
     validate_pending(home, "tiny")
     third = client.get_model_version("tiny", "3")
-    assert third.tags[tracking.TAG_DECISION] == "rejected"
-    assert third.tags[tracking.TAG_REASONS].startswith("lcm-mc/acc floor:") and "fails" in third.tags[tracking.TAG_REASONS]
+    assert third.tags[tag_keys.DECISION] == "rejected"
+    assert third.tags[tag_keys.REASONS].startswith("lcm-mc/acc floor:") and "fails" in third.tags[tag_keys.REASONS]
     assert tracking.champion_version(client, "tiny") == "2"
 
     # three validated versions: correlations across versions are defined and logged
-    correlations = json.loads(Path(client.download_artifacts(third.tags[tracking.TAG_RUN], "correlations.json", str(home / "dl3"))).read_text())
+    correlations = json.loads(Path(client.download_artifacts(third.tags[tag_keys.VALIDATION_RUN], "correlations.json", str(home / "dl3"))).read_text())
     assert correlations["lcm-mc/lcm~lcm-mc/acc"]["n"] == 3
 
     # the flow published the version's report: logged, kept under $VLGATE_HOME, and the
@@ -117,7 +117,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     from vlgate.dashboards.report import genception_chains
     from vlgate.flows.settings import report_image_roots
 
-    run_id = third.tags[tracking.TAG_RUN]
+    run_id = third.tags[tag_keys.VALIDATION_RUN]
     assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
     assert {"report/report.html", "report/leaderboard.html", "report/plots"} <= {a.path for a in client.list_artifacts(run_id, "report")}
     page = (home / "reports" / "tiny" / "v3.html").read_text()
@@ -125,10 +125,10 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
 
     # every run carries the fast-path stamp, checked once per digest: each version's file
     # under model-checks, and the report's line beside the decision
-    assert client.get_run(run_id).data.tags[tracking.TAG_MODEL_CHECK] == "exact"
+    assert client.get_run(run_id).data.tags[tag_keys.MODEL_CHECK] == "exact"
     assert 'id="model-check"' in page and "fast paths: exact</span>" in page
     stamped = json.loads(Path(client.download_artifacts(run_id, "model_check.json", str(home / "dl-check"))).read_text())
-    assert stamped["trusted"] is True and stamped["digest"] == third.tags[tracking.TAG_DIGEST]
+    assert stamped["trusted"] is True and stamped["digest"] == third.tags[tag_keys.CHECKPOINT_DIGEST]
     assert {path["path"] for path in stamped["paths"] if path["used"]} == {"batched scoring", "shared prefix", "batched generation"}
     assert len(list((home / "model-checks").glob("*.json"))) == 3
     data = load_validation(client, "tiny", "3", home / "dl-report")
@@ -157,9 +157,9 @@ def test_failed_expectation_blocks_promotion(home, tiny_world):
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
     validate_pending(home, "tiny")
     version = client.get_model_version("tiny", "1")
-    assert version.tags[tracking.TAG_DECISION] == "rejected"
-    assert version.tags[tracking.TAG_REASONS].startswith("lcm-mc expectations: failed expectations: records: row count is 47, expected 48")
-    run = client.get_run(version.tags[tracking.TAG_RUN])
+    assert version.tags[tag_keys.DECISION] == "rejected"
+    assert version.tags[tag_keys.REASONS].startswith("lcm-mc expectations: failed expectations: records: row count is 47, expected 48")
+    run = client.get_run(version.tags[tag_keys.VALIDATION_RUN])
     assert run.data.tags["vlgate.expectations.lcm-mc"] == "failed"
     assert run.data.metrics["lcm-mc/n"] == 47  # what was computed is kept and logged
     assert tracking.champion_version(client, "tiny") is None
@@ -225,7 +225,7 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
     assert summary["n"] == 12
     for shard in ("0-of-2", "1-of-2"):
         assert len((out / "lcm-mc" / "shards" / f"{shard}.jsonl").read_text().splitlines()) == 6
-    run = client.get_run(client.get_model_version("tiny", "1").tags[tracking.TAG_RUN])
+    run = client.get_run(client.get_model_version("tiny", "1").tags[tag_keys.VALIDATION_RUN])
     workers = json.loads(Path(client.download_artifacts(run.info.run_id, "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]["shard_workers"]
     assert len(workers) == 2 and all(not worker.endswith(f":{os.getpid()}") for worker in workers)  # computed in the cluster's processes
 
@@ -260,9 +260,9 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
     claim = ClaimStore.for_home(home).get("slow", "1")
     assert claim.state == "done" and claim.attempts == 1
     tags = client.get_model_version("slow", "1").tags
-    assert tags[tracking.TAG_DECISION] == "rejected" and tags[tracking.TAG_OUTCOME] == "could not judge"
-    assert "lcm-mc" in tags[tracking.TAG_REASONS] and "ShardTimedOut" in tags[tracking.TAG_REASONS]
-    assert "with 4 of 4 items left" in tags[tracking.TAG_REASONS]
+    assert tags[tag_keys.DECISION] == "rejected" and tags[tag_keys.OUTCOME] == "could not judge"
+    assert "lcm-mc" in tags[tag_keys.REASONS] and "ShardTimedOut" in tags[tag_keys.REASONS]
+    assert "with 4 of 4 items left" in tags[tag_keys.REASONS]
 
 
 def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_when_asked(home, tiny_world, capsys):
@@ -298,12 +298,12 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert main(["gate", "g", "1", "--policy", str(strict)]) == 3
     printed = capsys.readouterr().out
     assert printed.startswith("g v1: rejected") and "lcm-mc/acc" in printed
-    assert client.get_model_version("g", "1").tags[tracking.TAG_DECISION] == "promoted"  # nothing written without --apply
+    assert client.get_model_version("g", "1").tags[tag_keys.DECISION] == "promoted"  # nothing written without --apply
 
     assert main(["gate", "g", "1", "--policy", str(strict), "--apply", "--json"]) == 3
     capsys.readouterr()
     tags = client.get_model_version("g", "1").tags
-    assert tags[tracking.TAG_DECISION] == "rejected" and "lcm-mc/acc" in tags[tracking.TAG_REASONS]
+    assert tags[tag_keys.DECISION] == "rejected" and "lcm-mc/acc" in tags[tag_keys.REASONS]
     assert tracking.champion_version(client, "g") == "2"
     assert sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir()) == evaluated  # nothing evaluated again
     # the policy judged with is recorded with the decision, as loaded and as its file
@@ -407,10 +407,10 @@ def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_
     printed = capsys.readouterr().out
     assert printed.startswith("d v2 against v1") and "lost on reliable" in printed and f"correct: lost {len(lost)}, won {len(won)}" in printed
     # the flow logged the same comparison with v2's run, as an MLflow table, beside its champion's version and run
-    run_id = client.get_model_version("d", "2").tags[tracking.TAG_RUN]
+    run_id = client.get_model_version("d", "2").tags[tag_keys.VALIDATION_RUN]
     run = client.get_run(run_id)
     tags = run.data.tags
-    assert tags[tracking.TAG_ITEM_DIFF_CHAMPION] == "1" and tags[tracking.TAG_ITEM_DIFF_CHAMPION_RUN] == client.get_model_version("d", "1").tags[tracking.TAG_RUN]
+    assert tags[tag_keys.ITEM_DIFF_CHAMPION] == "1" and tags[tag_keys.ITEM_DIFF_CHAMPION_RUN] == client.get_model_version("d", "1").tags[tag_keys.VALIDATION_RUN]
     table = client.load_table(run.info.experiment_id, "item_diff/lcm-mc-vs-v1.json", run_ids=[run_id])  # what mlflow.load_table reads
     correct = table[table["score"] == "correct"]
     assert len(correct) == len(candidate) and sorted(correct[correct["change"] < 0]["id"]) == lost

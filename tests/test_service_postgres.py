@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, Poller
@@ -192,9 +192,9 @@ def test_webhook_from_a_real_server_validates_and_moves_the_champion(service, de
         client.delete_webhook(hook)
     fresh = tracking.connect(service)  # what any MlflowClient on the server sees
     mv = fresh.get_model_version("pg-model", str(version.version))
-    assert mv.tags[tracking.TAG_DECISION] == "promoted", mv.tags.get(tracking.TAG_REASONS)
+    assert mv.tags[tag_keys.DECISION] == "promoted", mv.tags.get(tag_keys.REASONS)
     assert tracking.champion_version(fresh, "pg-model") == str(version.version)
-    metrics = fresh.get_run(mv.tags[tracking.TAG_RUN]).data.metrics
+    metrics = fresh.get_run(mv.tags[tag_keys.VALIDATION_RUN]).data.metrics
     written = (service / "validations" / "pg-model" / str(version.version) / "lcm-mc" / "metrics.json").read_text()
     import json
 
@@ -212,12 +212,12 @@ def check_the_ui_view(url: str, name: str, version: str) -> None:
     api = f"{url}/api/2.0/mlflow"
     model_version = httpx.get(f"{api}/model-versions/get", params={"name": name, "version": version}).json()["model_version"]
     tags = {tag["key"]: tag["value"] for tag in model_version.get("tags", [])}
-    run_id = tags[tracking.TAG_RUN]
+    run_id = tags[tag_keys.VALIDATION_RUN]
     run = httpx.get(f"{api}/runs/get", params={"run_id": run_id}).json()["run"]
     experiment_id = run["info"]["experiment_id"]
     assert f"{tracking.VALIDATION_LINK}[{run_id}](#/experiments/{experiment_id}/runs/{run_id})" in model_version["description"]
     experiment = httpx.get(f"{api}/experiments/get", params={"experiment_id": experiment_id}).json()["experiment"]
-    assert {tag["key"]: tag["value"] for tag in experiment["tags"]}[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert {tag["key"]: tag["value"] for tag in experiment["tags"]}[tag_keys.EXPERIMENT_KIND] == "custom_model_development"
     metric_names = {metric["key"] for metric in run["data"]["metrics"]}
     assert {"lcm-mc/lcm", "lcm-mc/acc", "lcm-nb/lcm", "vlind/s_ck", "genception/gc_at_3", "decc/reliable_rate/multi"} <= metric_names
     assert not [m for m in metric_names if "/by_" in m] and len(metric_names) < 120
@@ -275,7 +275,7 @@ def test_twenty_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
     runs = fresh.search_runs([experiment], "tags.`vlgate.kind` = 'validation'", max_results=100)
     assert sorted(int(r.data.tags["vlgate.version"]) for r in runs) == list(range(1, 21))  # exactly one run per version
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert all(fresh.get_model_version("many", str(v)).tags.get(tracking.TAG_DECISION) == "promoted" for v in range(1, 21))
+    assert all(fresh.get_model_version("many", str(v)).tags.get(tag_keys.DECISION) == "promoted" for v in range(1, 21))
 
 
 def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_is_validated_once(service, tiny_world, mlflow_server, monkeypatch):
@@ -313,4 +313,4 @@ def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_
     fresh = tracking.connect(service)
     runs = fresh.search_runs([fresh.get_experiment_by_name("vlgate/outage").experiment_id], "tags.`vlgate.kind` = 'validation'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # validated exactly once
-    assert fresh.get_model_version("outage", "1").tags.get(tracking.TAG_DECISION) == "promoted"
+    assert fresh.get_model_version("outage", "1").tags.get(tag_keys.DECISION) == "promoted"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vlgate import tracking
+from vlgate import tag_keys, tracking
 
 pytestmark = pytest.mark.service
 
@@ -94,7 +94,7 @@ def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
     active = client.search_runs([experiment])
     assert [r.info.run_id for r in active] == [run_id]
     assert claims.get("m", version).run_id == run_id
-    assert client.get_model_version("m", version).tags[tracking.TAG_RUN] == run_id
+    assert client.get_model_version("m", version).tags[tag_keys.VALIDATION_RUN] == run_id
     from mlflow.entities import ViewType
 
     deleted = client.search_runs([experiment], run_view_type=ViewType.DELETED_ONLY)
@@ -106,7 +106,7 @@ def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
     first = recording.ensure_validation_run(client, claims, "m", version)
-    claims.update("m", version, run_id="")  # the flow died before recording the run in the claim
+    claims.record_run("m", version, "")  # the flow died before recording the run in the claim
     assert claims.get("m", version).run_id == ""
     counting = RetriedCreate(client)
     assert recording.ensure_validation_run(counting, claims, "m", version) == first

@@ -18,32 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vlgate import tag_keys
 from vlgate.home import vlgate_home
 
 CHAMPION = "champion"
 EXPERIMENT_PREFIX = "vlgate/"
-TAG_DECISION = "vlgate.decision"
-#: a validation run's stamp: whether vlgate's fast paths are exact on the weights ("exact", "not exact: PATH, ...")
-TAG_MODEL_CHECK = "vlgate.model_check"
-TAG_REASONS = "vlgate.reasons"
-#: promoted, rejected (a rule failed on the numbers) or "could not judge" (something to
-#: judge was missing, or the flow failed): what `vlgate validate`'s exit status says
-TAG_OUTCOME = "vlgate.outcome"
-TAG_RUN = "vlgate.validation_run_id"
-#: on a validation run: the champion version, and its validation run, that ``item_diff/`` compares it with
-TAG_ITEM_DIFF_CHAMPION = "vlgate.item_diff.champion_version"
-TAG_ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
-TAG_DIGEST = "vlgate.checkpoint_digest"
-#: Names the one logical run a ``create_run`` call meant to make (see :func:`create_run_once`).
-TAG_RUN_TOKEN = "vlgate.run_token"
-#: MLflow keeps at most 5000 characters in a model-version tag value; the full list of
-#: reasons is in the run's decision.json.
-MAX_TAG_CHARS = 5000
-#: A drift run's checks as the report reads them: JSON ``[[metric, mean_current, drifted],
-#: ...]``, so that a report reads a model's drift history from its run search alone instead
-#: of one drift.json download per run (hourly checks: 8,760 a year). Runs without it
-#: (too many checks for one tag, or logged before it existed) are read from drift.json.
-TAG_DRIFT_CHECKS = "vlgate.drift_checks"
 
 
 #: Every URI :func:`connect` itself exported: ``mlflow.set_tracking_uri`` also sets
@@ -199,27 +178,23 @@ def model_versions(client, model_name: str) -> list[Any]:
     return sorted((version for version in found if version.name == model_name), key=lambda version: int(version.version))
 
 
-#: MLflow 3's UI opens an experiment on its GenAI overview unless told it holds model
-#: development runs; vlgate's experiments hold runs and nothing else
-EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-
-
 def experiment_id(client, name: str, home: Path | None = None) -> str:
-    """The experiment's id, created on first use (opening on its runs in MLflow's UI); on
+    """The experiment's id, created on first use (opening on its runs in MLflow's UI: MLflow
+    3 opens an experiment on its GenAI overview unless tagged as model development); on
     the embedded store its artifacts go under ``$VLGATE_HOME/mlflow/artifacts`` (not the
     working directory)."""
     from mlflow.exceptions import MlflowException
 
     existing = client.get_experiment_by_name(name)
     if existing is not None:
-        if EXPERIMENT_KIND_TAG not in existing.tags:  # made by an older vlgate
-            client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        if tag_keys.EXPERIMENT_KIND not in existing.tags:  # made by an older vlgate
+            client.set_experiment_tag(existing.experiment_id, tag_keys.EXPERIMENT_KIND, tag_keys.EXPERIMENT_KIND_VALUE)
         return existing.experiment_id
     location = None
     if embedded(client.tracking_uri):
         location = ((home or vlgate_home()).resolve() / "mlflow" / "artifacts" / hashlib.sha1(name.encode()).hexdigest()[:12]).as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        return client.create_experiment(name, artifact_location=location, tags={tag_keys.EXPERIMENT_KIND: tag_keys.EXPERIMENT_KIND_VALUE})
     except MlflowException:  # created meanwhile by another process
         return client.get_experiment_by_name(name).experiment_id
 
@@ -340,14 +315,14 @@ def register_checkpoint(client, model_name: str, folder: Path, description: str 
     except MlflowException:
         pass  # exists
     for version in model_versions(client, model_name):
-        if version.tags.get(TAG_DIGEST) == digest:
+        if version.tags.get(tag_keys.CHECKPOINT_DIGEST) == digest:
             return version
     experiment = experiment_id(client, f"{model_name} (registrations)", home)
-    run = client.get_run(create_run_once(client, experiment, Path(folder).name, {"vlgate.kind": "registration", TAG_DIGEST: digest}))
+    run = client.get_run(create_run_once(client, experiment, Path(folder).name, {tag_keys.KIND: tag_keys.RunKind.REGISTRATION, tag_keys.CHECKPOINT_DIGEST: digest}))
     client.log_artifacts(run.info.run_id, str(folder), artifact_path="checkpoint")
     client.set_terminated(run.info.run_id)
     source = f"{run.info.artifact_uri}/checkpoint"
-    return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={TAG_DIGEST: digest, **(tags or {})})
+    return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={tag_keys.CHECKPOINT_DIGEST: digest, **(tags or {})})
 
 
 def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str], token: str | None = None) -> str:
@@ -356,13 +331,13 @@ def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str]
     POST and a second run appears. The run carries ``token`` (one per logical run; a fresh
     one by default), and the earliest run with it is the one returned; later twins are deleted."""
     token = token or uuid.uuid4().hex
-    created = client.create_run(experiment, run_name=run_name, tags={**tags, "mlflow.runName": run_name, TAG_RUN_TOKEN: token}).info.run_id
+    created = client.create_run(experiment, run_name=run_name, tags={**tags, "mlflow.runName": run_name, tag_keys.RUN_TOKEN: token}).info.run_id
     return first_run_with_token(client, experiment, token) or created
 
 
 def first_run_with_token(client, experiment: str, token: str) -> str | None:
     """The earliest active run made under ``token``, deleting any later twin; None if none."""
-    runs = client.search_runs([experiment], f"tags.`{TAG_RUN_TOKEN}` = '{token}'", max_results=50)
+    runs = client.search_runs([experiment], f"tags.`{tag_keys.RUN_TOKEN}` = '{token}'", max_results=50)
     if not runs:
         return None
     first, *twins = sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
@@ -391,15 +366,15 @@ def validation_runs(client, model_name: str, include_run: str | None = None) -> 
     experiment = client.get_experiment_by_name(validation_experiment(model_name))
     if experiment is None:
         return {}
-    runs = search_all_runs(client, [experiment.experiment_id], "tags.`vlgate.kind` = 'validation'")
+    runs = search_all_runs(client, [experiment.experiment_id], tag_keys.runs_of_kind(tag_keys.RunKind.VALIDATION))
     latest = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):
         if run.info.status == "FINISHED" or run.info.run_id == include_run:
-            latest[run.data.tags.get("vlgate.version")] = run
+            latest[run.data.tags.get(tag_keys.VERSION)] = run
     return dict(sorted(latest.items(), key=lambda item: int(item[0]) if str(item[0]).isdigit() else 0))
 
 
 def reasons_tag(reasons: list[str]) -> str:
     """One reason per line (a reason may itself contain "; ")."""
     text = "\n".join(reasons)
-    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 40] + " … (all reasons: decision.json)"
+    return text if len(text) <= tag_keys.MAX_VALUE_CHARS else text[: tag_keys.MAX_VALUE_CHARS - 40] + " … (all reasons: decision.json)"

@@ -1,0 +1,93 @@
+"""Every MLflow tag vlgate writes, on runs and on registered model versions, and the
+limit MLflow keeps of a value. Writers and readers name a tag through this module only,
+so a key is spelled once and a reader finds what the writer wrote.
+
+Values are strings (MLflow's); where a tag takes one of a few values, they are a
+``StrEnum`` here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+#: MLflow keeps at most 5000 characters of a tag value (runs and model versions alike);
+#: a longer text (all of a decision's reasons) is whole in the run's artifacts.
+MAX_VALUE_CHARS = 5000
+
+
+class RunKind(StrEnum):
+    """What a run in a model's experiment is (tag :data:`KIND`)."""
+
+    REGISTRATION = "registration"
+    VALIDATION = "validation"
+    DRIFT = "drift"
+
+
+# --- on an experiment vlgate makes (MLflow's own key: the UI's kind of experiment) -------
+EXPERIMENT_KIND, EXPERIMENT_KIND_VALUE = "mlflow.experimentKind", "custom_model_development"
+
+# --- on every run vlgate makes ---------------------------------------------------------
+#: a :class:`RunKind`
+KIND = "vlgate.kind"
+MODEL = "vlgate.model"
+VERSION = "vlgate.version"
+#: names the one logical run a ``create_run`` call meant to make (``tracking.create_run_once``)
+RUN_TOKEN = "vlgate.run_token"
+
+# --- on a registration run -------------------------------------------------------------
+CHECKPOINT_DIGEST = "vlgate.checkpoint_digest"
+
+# --- on a validation run (and, where said, on the model version) -------------------------
+#: on the version: its validation run's id
+VALIDATION_RUN = "vlgate.validation_run_id"
+#: on the version and its run: promoted or rejected (fail closed)
+DECISION = "vlgate.decision"
+#: on the version and its run: promoted, rejected or "could not judge" (something to judge
+#: was missing, or the flow failed): what ``vlgate validate``'s exit status says
+OUTCOME = "vlgate.outcome"
+#: on the version and its run: the reasons, one a line, cut at :data:`MAX_VALUE_CHARS`
+#: (decision.json has them all)
+REASONS = "vlgate.reasons"
+#: whether vlgate's fast paths are exact on the weights ("exact", "not exact: PATH, ...")
+MODEL_CHECK = "vlgate.model_check"
+#: the champion version, and its validation run, that ``item_diff/`` compares the run with
+ITEM_DIFF_CHAMPION = "vlgate.item_diff.champion_version"
+ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
+SUITE_PATH = "vlgate.suite_path"
+POLICY_PATH = "vlgate.policy_path"
+#: ``report/report.html``, or ``failed: ...`` when the report could not be drawn
+REPORT = "vlgate.report"
+#: the values of :func:`expectations`; :func:`fingerprints` is the other per-evaluator tag
+EXPECTATIONS_PASSED, EXPECTATIONS_FAILED = "passed", "failed"
+
+# --- on a drift run --------------------------------------------------------------------
+#: "true" or "false"
+DRIFT = "vlgate.drift"
+#: the batch suite checked
+BATCH = "vlgate.batch"
+#: the checks in brief, JSON ``[[metric, mean_current, drifted], ...]``, so that a report
+#: reads a model's drift history from its run search alone instead of one drift.json
+#: download per run (hourly checks: 8,760 a year); a run whose checks do not fit in one
+#: tag has only drift.json
+DRIFT_CHECKS = "vlgate.drift_checks"
+
+
+def expectations(evaluator: str) -> str:
+    """The validation run's tag saying whether ``evaluator``'s expectations passed."""
+    return f"vlgate.expectations.{evaluator}"
+
+
+def fingerprints(evaluator: str) -> str:
+    """The validation run's tag holding a digest of ``evaluator``'s record fingerprints
+    (which model, protocol and items its records came from)."""
+    return f"vlgate.fingerprints.{evaluator}"
+
+
+def runs_of_kind(kind: RunKind) -> str:
+    """An MLflow run search filter for the runs of ``kind``."""
+    return f"tags.`{KIND}` = '{kind}'"
+
+
+def cut(value: str) -> str:
+    """``value`` as MLflow keeps it: at most :data:`MAX_VALUE_CHARS` characters."""
+    return value[:MAX_VALUE_CHARS]
