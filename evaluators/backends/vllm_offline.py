@@ -42,8 +42,8 @@ A checkpoint saved by transformers 5 whose CLIP or SigLIP vision tower lacks the
 (:mod:`.weight_layout`); ``info.extra["served"]`` names the folder the engine loaded.
 
 A model whose attention the engine cannot compute here (Gemma3's and PaliGemma's
-bidirectional image attention on vLLM's CPU build: :func:`attention_gap`) is refused, its
-engine stopped, in one line naming the model and the reason.
+bidirectional image attention on vLLM's CPU build: :func:`attention_gap`) is refused before
+an engine starts, in one line naming the model and the reason.
 
 Before the engine starts, the checkpoint's architecture is checked against vLLM's model
 registry: an architecture vLLM implements but cannot import here (a module needing a package
@@ -154,23 +154,37 @@ def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
             ) from error
 
 
-def attention_gap(llm: Any) -> str | None:
-    """Why the started engine would not compute the model's own attention, or None. Gemma3
-    and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM mask); vLLM
-    does that only on attention backends that support it (``supports_mm_prefix``), and its
-    CPU backend does not: it would attend causally there and score another model."""
-    model_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
-    if not getattr(model_config, "is_mm_prefix_lm", False):
-        return None
+def attention_gap(hf_config: Any) -> str | None:
+    """Why vLLM would not compute the attention of the model ``hf_config`` describes, or
+    None. Gemma3 and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM
+    mask); vLLM does that only on attention backends that support it
+    (``supports_mm_prefix``), and its CPU backend does not: it would attend causally there
+    and score another model. Which models need the mask is vLLM's own rule
+    (``ModelArchConfigConvertorBase.is_mm_prefix_lm``), read from the checkpoint's config, so
+    the refusal comes before an engine starts."""
     try:
         from vllm.platforms import current_platform
+        from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     except ImportError:  # a vLLM without them picks a backend that supports the mask, or refuses itself
         return None
+    if hf_config is None or not ModelArchConfigConvertorBase(hf_config, hf_config.get_text_config()).is_mm_prefix_lm():
+        return None
     if current_platform.is_cpu() and not CPUAttentionBackend.supports_mm_prefix():
-        architecture = getattr(getattr(model_config, "hf_config", None), "model_type", "this model")
+        architecture = getattr(hf_config, "model_type", "this model")
         return f"{architecture} attends bidirectionally over image tokens, which vLLM's CPU attention does not (it would attend causally)"
     return None
+
+
+def checkpoint_config(path: Path, trust_remote_code: bool) -> Any:
+    """The checkpoint's transformers config, or None when transformers cannot read it
+    without the engine (the engine then reports the problem itself)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception:  # an unknown model type, a broken config: the engine's error is the clearer one
+        return None
 
 
 def engine_prompt(text: str, images: Sequence[Image.Image]) -> dict[str, Any]:
@@ -238,6 +252,10 @@ class VllmBackend(VisionLanguageBackend):
         digest = model_digest(path)
         served = vllm_layout(path, digest, cache_dir or Path.cwd() / ".vlgate-model-cache")
         key = engine_key(served, digest, policy.trust_remote_code, engine_kwargs)
+        config = checkpoint_config(served, policy.trust_remote_code)
+        gap = attention_gap(config)
+        if gap is not None:
+            raise BackendError(f"model {reference}: vLLM cannot score it exactly here: {gap}; score it with backend: transformers")
         with _ENGINES_LOCK:  # a second load of the same model waits for the first engine, then shares it
             shared = _ENGINES.get(key)
             if shared is None:
@@ -245,7 +263,8 @@ class VllmBackend(VisionLanguageBackend):
                     llm = vllm.LLM(model=str(served), trust_remote_code=policy.trust_remote_code, **engine_kwargs)
                 except Exception as error:  # vLLM raises several types for configs and models it cannot run
                     raise BackendError(f"model {reference}: vLLM could not load it from {path}: {error}") from error
-                gap = attention_gap(llm)
+                # a config transformers could not read alone is the engine's, now it has read it
+                gap = attention_gap(llm.llm_engine.model_config.hf_config) if config is None else None
                 if gap is not None:
                     shutdown_engine(llm)
                     raise BackendError(f"model {reference}: vLLM cannot score it exactly here: {gap}; score it with backend: transformers")
