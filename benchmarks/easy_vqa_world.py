@@ -142,7 +142,8 @@ def main() -> None:
         result.errors = load_errors + result.errors
         entry = finished_entry(result, version_out, len(items), len(load_errors), runner.models, runner.protocol)
         seconds = time.perf_counter() - started
-        metrics, by_type = entry["metrics"], entry["metrics"].get("by_category", {})
+        metrics = entry.metrics or {}
+        by_type = metrics.get("by_category", {})
         cells = [f"{metrics[m]:6.3f}" if metrics.get(m) is not None else f"{'-':>6}" for m in METRICS]
         cells += [f"{by_type[kind]['acc']:10.3f}" if kind in by_type else f"{'-':>10}" for kind in kinds]
         main_rows.append(f"  {name:>15} | " + " | ".join(cells) + f" | {seconds:7.1f}" + (f"  ({len(result.errors)} item errors)" if result.errors else ""))

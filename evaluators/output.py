@@ -2,7 +2,7 @@
 
 Two names, one for each side of a boundary:
 
-* the **summary** (``EvaluatorSummary``): the JSON entry a run returns across the Prefect
+* the **summary** (:class:`EvaluatorSummary`): the entry a run returns across the Prefect
   task boundary and writes to ``summary.json`` — metrics, counts, the models it used, or
   the error that stopped it;
 * the **output** (:class:`EvaluatorOutput`): the summary plus the records parsed and
@@ -19,15 +19,60 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.records import ParsedLines, read_jsonl
 from vlgate.evaluators.scoring import per_sample_frame, validate
 
-#: One evaluator's entry in a run's summary: ``metrics``, ``n_items``, ``n_load_errors``,
-#: ``reused``, ``computed``, ``item_errors``, ``models`` (and ``shard_workers``), or only
-#: ``error``. Plain JSON, because it crosses process and task boundaries.
-EvaluatorSummary = dict[str, Any]
+
+class EvaluatorSummary(BaseModel):
+    """One evaluator's entry in a run's summary (``summary.json``, a validation run's
+    ``evaluators/EVALUATOR/run.json``): what it ran and counted, or only the ``error`` that
+    stopped it. It crosses process and task boundaries (Prefect persists it as JSON), and
+    its JSON holds the fields that were set (:meth:`as_json`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protocol: str | None = None
+    metrics: dict[str, Any] | None = None
+    #: the data set's items that loaded, and those that did not (missing or corrupt images)
+    n_items: int = 0
+    n_load_errors: int = 0
+    #: records found in the store and records computed by this run
+    reused: int = 0
+    computed: int = 0
+    item_errors: list[str] = Field(default_factory=list)
+    #: the models the evaluator ran (role → reference and digest)
+    models: dict[str, Any] = Field(default_factory=dict)
+    #: the worker of each shard, in shard order (sharded runs)
+    shard_workers: list[str] | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, error: str) -> EvaluatorSummary:
+        return cls(error=error)
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class ShardResult(BaseModel):
+    """What one evaluator shard hands to the merge across a task boundary: its records'
+    fingerprints in item order, its item errors, counts, and where it ran."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shard: int
+    n_shards: int
+    fingerprints: list[str]
+    #: ``ItemError`` fields, one dict per item that could not be evaluated
+    item_errors: list[dict[str, Any]]
+    reused: int
+    computed: int
+    models: dict[str, Any]
+    protocol: str
+    worker: str
 
 
 @dataclass
@@ -44,7 +89,7 @@ class EvaluatorOutput:
     metrics: dict[str, Any] | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     samples: pd.DataFrame | None = None
-    summary: EvaluatorSummary = field(default_factory=dict)
+    summary: EvaluatorSummary = field(default_factory=EvaluatorSummary)
     folder: Path | None = None
     error: str | None = None
     expectations: dict[str, Any] | None = None
@@ -53,7 +98,8 @@ class EvaluatorOutput:
     @property
     def expected_rows(self) -> int:
         """The data set's item count (loaded or not): what a complete run has rows for."""
-        return int(self.summary.get("n_items", len(self.records))) + int(self.summary.get("n_load_errors", 0))
+        loaded = self.summary.n_items if "n_items" in self.summary.model_fields_set else len(self.records)
+        return loaded + self.summary.n_load_errors
 
     @property
     def protocol(self) -> str | None:
@@ -65,7 +111,7 @@ class EvaluatorOutput:
 
     @classmethod
     def failed(cls, evaluator: str, error: str) -> EvaluatorOutput:
-        return cls(evaluator, error=error, summary={"error": error})
+        return cls(evaluator, error=error, summary=EvaluatorSummary.failed(error))
 
     @classmethod
     def from_records(cls, evaluator: str, records: list[dict[str, Any]], metrics: dict[str, Any] | None = None, **fields: Any) -> EvaluatorOutput:
@@ -89,7 +135,8 @@ class EvaluatorOutput:
         folder = Path(folder)
         records_path = folder / "records.jsonl"
         parsed = read_jsonl(records_path) if records_path.is_file() else ParsedLines()
-        metrics = (summary or {}).get("metrics")
+        summary = summary or EvaluatorSummary()
+        metrics = summary.metrics
         if metrics is None and (folder / "metrics.json").is_file():
             metrics = json.loads((folder / "metrics.json").read_text())
-        return cls.from_parsed(evaluator, parsed, metrics, summary=dict(summary or {}), folder=folder, **fields)
+        return cls.from_parsed(evaluator, parsed, metrics, summary=summary, folder=folder, **fields)

@@ -18,7 +18,7 @@ from prefect.states import State
 from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
-from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
+from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary, ShardResult
 from vlgate.flows import progress
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def retry_unless_timed_out(_task: Task, _run: TaskRun, state: State) -> bool:
 )
 def evaluate_shard(
     model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None
-) -> dict[str, Any]:
+) -> ShardResult:
     """One shard of one evaluator on one version; raises (so Prefect retries) when it
     fails. Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
@@ -115,7 +115,7 @@ def evaluate_shard(
 
 
 @task(name="merge-shards", retries=1)
-def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[dict[str, Any]]) -> EvaluatorSummary:
+def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
     from vlgate.evaluators.runners.suite import Suite, merge_shards
 
     return merge_shards(Suite.from_file(suite_path), Path(out), evaluator, shards)
@@ -151,7 +151,7 @@ def evaluate_version(
                 if tracking.transient(error):
                     raise
                 get_run_logger().warning("evaluator %s failed: %s", name, error)
-                entries[name] = {"error": f"{type(error).__name__}: {error}"}
+                entries[name] = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
     return entries
 
 
@@ -160,8 +160,8 @@ def check_evaluator(evaluator: str, summary: EvaluatorSummary, folder: Path) -> 
     Expectations: rows = the data set's items, ids unique, values in range, the label-free
     metrics present. If the check itself cannot run, the output is kept and its
     expectations count as failed."""
-    if "error" in summary:
-        return EvaluatorOutput.failed(evaluator, summary["error"])
+    if summary.error is not None:
+        return EvaluatorOutput.failed(evaluator, summary.error)
     output = EvaluatorOutput.from_folder(evaluator, folder, summary, expectations_passed=False)
     try:
         from vlgate.flows.expectations import validate_evaluator_output

@@ -54,7 +54,7 @@ def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
                 client.log_artifacts(run_id, str(path), artifact_path=f"evaluators/{evaluator}/{path.name}")
             elif path.is_file():
                 client.log_artifact(run_id, str(path), artifact_path=f"evaluators/{evaluator}")
-    entry = {k: v for k, v in output.summary.items() if k not in ("metrics", "error")}
+    entry = {k: v for k, v in output.summary.as_json().items() if k not in ("metrics", "error")}
     client.log_dict(run_id, {"entry": entry, "error": output.error}, f"evaluators/{evaluator}/run.json")
     if output.expectations is not None:
         client.log_dict(run_id, output.expectations, f"expectations/{evaluator}.json")

@@ -161,6 +161,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     """One version registered and validated through the validation flow's own steps
     (expectations, logging, correlations, gate) on records given here instead of a model."""
     from vlgate import tracking
+    from vlgate.evaluators.output import EvaluatorSummary
     from vlgate.flows import correlations, evaluation, recording, validation
 
     run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
@@ -181,7 +182,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         metrics = score(validate(name, parse_jsonl(json.dumps(r) for r in rows)))
         (folder / "metrics.json").write_text(json.dumps(metrics))
-        outcomes[name] = evaluation.check_evaluator(name, {"metrics": metrics, "n_items": len(rows)}, folder)
+        outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
     validation.judge_and_promote.fn(model, str(version), run_id, str(policy), outcomes)

@@ -15,7 +15,7 @@ import yaml
 from vlgate.evaluators import registry
 from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError
-from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
@@ -145,7 +145,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
     assert json.loads((tmp_path / "coin" / "metrics.json").read_text())["confidence"] == pytest.approx(0.8)
 
     # expectation-checked: the registry's column range and required metric become GX expectations
-    output = EvaluatorOutput.from_folder("coin", tmp_path / "coin", {"metrics": metrics, "n_items": 4})
+    output = EvaluatorOutput.from_folder("coin", tmp_path / "coin", EvaluatorSummary(metrics=metrics, n_items=4))
     assert validate_evaluator_output("coin", output.samples, metrics, 4).success
     broken = validate_evaluator_output("coin", output.samples, {k: v for k, v in metrics.items() if k != "confidence"}, 4)
     assert not broken.success and any("metric 'confidence' is missing" in line for line in broken.failures())
@@ -261,7 +261,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
         records = _genception_records(offset)
         metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
         assert "gc@5" in metrics and "gc@3" not in metrics
-        output = EvaluatorOutput.from_records("genception", records, metrics, summary={"metrics": metrics, "n_items": len(records)})
+        output = EvaluatorOutput.from_records("genception", records, metrics, summary=EvaluatorSummary(metrics=metrics, n_items=len(records)))
         report = validate_evaluator_output("genception", output.samples, metrics, len(records))
         assert report.success and any(r["column"] == "gc@5" and r["expectation"] == "ExpectColumnValuesToNotBeNull" for r in report.results)
         recording.log_evaluator.fn(run_id, output)

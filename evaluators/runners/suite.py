@@ -38,6 +38,7 @@ from vlgate.evaluators import protocols, registry
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
+from vlgate.evaluators.output import EvaluatorSummary, ShardResult
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.base import EvaluatorSettings, ItemProgress, Runner, RunnerContext, RunResult
 from vlgate.evaluators.runners.store import RecordStore
@@ -209,19 +210,21 @@ def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, 
     return definition.build_runner(spec, context)
 
 
-def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any], protocol: str) -> dict[str, Any]:
+def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any], protocol: str, shard_workers: list[str] | None = None) -> EvaluatorSummary:
     """One evaluator's summary entry: its records finished and scored (``finish_evaluator``),
     the counts, and the protocol it ran under."""
-    return {
-        "protocol": protocol,
-        "metrics": finish_evaluator(result, out),
-        "n_items": n_items,
-        "n_load_errors": n_load_errors,
-        "reused": result.reused,
-        "computed": result.computed,
-        "item_errors": [str(error) for error in result.errors],
-        "models": models,
-    }
+    fields: dict[str, Any] = {"shard_workers": shard_workers} if shard_workers is not None else {}
+    return EvaluatorSummary(
+        protocol=protocol,
+        metrics=finish_evaluator(result, out),
+        n_items=n_items,
+        n_load_errors=n_load_errors,
+        reused=result.reused,
+        computed=result.computed,
+        item_errors=[str(error) for error in result.errors],
+        models=models,
+        **fields,
+    )
 
 
 def run_suite(
@@ -249,7 +252,6 @@ def run_suite(
     summary: dict[str, Any] = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
     try:
         for name, spec in selected.items():
-            entry: dict[str, Any] = {}
             try:
                 items, load_errors = load_items(name, spec, out)
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
@@ -261,8 +263,8 @@ def run_suite(
                 result.errors = load_errors + result.errors
                 entry = finished_entry(result, out, len(items), len(load_errors), runner.models, runner.protocol)
             except Exception as error:  # one evaluator's failure must not discard the others' results
-                entry = {"error": f"{type(error).__name__}: {error}"}
-            summary["evaluators"][name] = entry
+                entry = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
+            summary["evaluators"][name] = entry.as_json()
     finally:
         vlm.close()
     summary_name = f"summary-{only[0]}.json" if only is not None and len(only) == 1 else "summary.json"
@@ -291,11 +293,11 @@ def run_evaluator_shard(
     cache_dir: Path | None = None,
     progress: bool = False,
     on_progress: ItemProgress | None = None,
-) -> dict[str, Any]:
+) -> ShardResult:
     """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model``. Raises when
     the evaluator fails (the caller retries; records already written are kept). Returns
-    what ``merge_shards`` needs, all JSON: the records' fingerprints in item order, the
-    item errors and the counts. ``on_progress(done, total)``: the shard's items as they complete."""
+    what ``merge_shards`` needs: the records' fingerprints in item order, the item errors
+    and the counts. ``on_progress(done, total)``: the shard's items as they complete."""
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     spec = _spec(suite, evaluator)
@@ -311,39 +313,39 @@ def run_evaluator_shard(
     finally:
         if not held:
             vlm.close()
-    return {
-        "shard": shard,
-        "n_shards": n_shards,
-        "fingerprints": [record["fingerprint"] for record in result.records],
-        "item_errors": [dataclasses.asdict(error) for error in result.errors],
-        "reused": result.reused,
-        "computed": result.computed,
-        "models": runner.models,
-        "protocol": runner.protocol,
-        "worker": f"{socket.gethostname()}:{os.getpid()}",
-    }
+    return ShardResult(
+        shard=shard,
+        n_shards=n_shards,
+        fingerprints=[record["fingerprint"] for record in result.records],
+        item_errors=[dataclasses.asdict(error) for error in result.errors],
+        reused=result.reused,
+        computed=result.computed,
+        models=runner.models,
+        protocol=runner.protocol,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )
 
 
-def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResult]) -> EvaluatorSummary:
     """Every shard's records, back in item order, written and scored as one run; returns
     the evaluator's summary entry (as ``run_suite`` has it)."""
     out = Path(out)
-    n_shards = {shard["n_shards"] for shard in shards}
-    if len(n_shards) != 1 or sorted(shard["shard"] for shard in shards) != list(range(next(iter(n_shards), 0))):
-        raise ValueError(f"{evaluator}: shards {[(s['shard'], s['n_shards']) for s in shards]} are not one complete split")
+    n_shards = {shard.n_shards for shard in shards}
+    if len(n_shards) != 1 or sorted(shard.shard for shard in shards) != list(range(next(iter(n_shards), 0))):
+        raise ValueError(f"{evaluator}: shards {[(s.shard, s.n_shards) for s in shards]} are not one complete split")
     items, load_errors = load_items(evaluator, _spec(suite, evaluator), out)
     position = {item.id: index for index, item in enumerate(items)}
     records: list[dict[str, Any]] = []
     for shard in shards:
-        store = RecordStore(shard_store_path(out, evaluator, shard["shard"], shard["n_shards"]))
-        for key in shard["fingerprints"]:
+        store = RecordStore(shard_store_path(out, evaluator, shard.shard, shard.n_shards))
+        for key in shard.fingerprints:
             record = store.get(key)
             if record is None:
-                raise ValueError(f"{evaluator}: shard {shard['shard']}-of-{shard['n_shards']} lists a record its store does not hold ({key})")
+                raise ValueError(f"{evaluator}: shard {shard.shard}-of-{shard.n_shards} lists a record its store does not hold ({key})")
             records.append(record)
     records.sort(key=lambda record: position[record["id"]])
-    item_errors = [ItemError(**error) for shard in shards for error in shard["item_errors"]]
-    reused, computed = sum(shard["reused"] for shard in shards), sum(shard["computed"] for shard in shards)
+    item_errors = [ItemError(**error) for shard in shards for error in shard.item_errors]
+    reused, computed = sum(shard.reused for shard in shards), sum(shard.computed for shard in shards)
     result = RunResult(evaluator, records, errors=load_errors + item_errors, reused=reused, computed=computed)
-    entry = finished_entry(result, out, len(items), len(load_errors), shards[0]["models"], shards[0]["protocol"])
-    return entry | {"shard_workers": [shard["worker"] for shard in sorted(shards, key=lambda shard: shard["shard"])]}
+    workers = [shard.worker for shard in sorted(shards, key=lambda shard: shard.shard)]
+    return finished_entry(result, out, len(items), len(load_errors), shards[0].models, shards[0].protocol, shard_workers=workers)
