@@ -22,6 +22,17 @@ def vlgate(home: Path, *args: str, timeout: float = 1500) -> subprocess.Complete
     return subprocess.run(command, env=env | {"VLGATE_HOME": str(home)}, capture_output=True, text=True, timeout=timeout)
 
 
+def load_table(client, monkeypatch, experiment: str, artifact: str, run_id: str):
+    """``client.load_table``, which finds the run through mlflow's global tracking URI, not
+    the client's: pointed at the client's store for the call (a test before this one may
+    have set the global to another), as MLflow's own tests do it."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)  # the global is exported to it: put back after the test
+    with _use_tracking_uri(client.tracking_uri):
+        return client.load_table(experiment, artifact_file=artifact, run_ids=[run_id])
+
+
 @pytest.mark.timeout(1800)
 def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(default_world, tmp_path, monkeypatch):
     home = tmp_path / "home"
@@ -57,7 +68,6 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     from vlgate.flows.demo import VERSIONS, caught_by
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow' / 'mlflow.db'}")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)  # load_table searches runs through mlflow's global URI
     experiment = client.get_experiment_by_name("vlgate/world-vlm").experiment_id
     # each faulty version is rejected by the evaluator built to catch its fault, and only by it,
     # and the demo prints that story
@@ -92,7 +102,7 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
         assert diffed.returncode == 0, diffed.stderr[-2000:]
         [diff] = json.loads(diffed.stdout)["evaluators"]
         assert shown == {score: entry["lost"] for score, entry in diff["scores"].items()} and max(shown.values()) > 0, (number, shown)
-        table = client.load_table(experiment, artifact_file=f"item_diff/{evaluator}-vs-v3.json", run_ids=[versions[number]["validation_run_id"]])
+        table = load_table(client, monkeypatch, experiment, f"item_diff/{evaluator}-vs-v3.json", versions[number]["validation_run_id"])
         assert {score: int((rows["change"] < 0).sum()) for score, rows in table.groupby("score")} == shown
 
     second = vlgate(home, "demo", timeout=600)
