@@ -54,7 +54,13 @@ class EvaluatorSummary(BaseModel):
         return cls(error=error)
 
     def as_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The fields that were set, as JSON values (a NumPy number in the metrics as the
+        Python number it holds)."""
+        return json.loads(json.dumps(self.model_dump(exclude_unset=True), default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 class ShardResult(BaseModel):
