@@ -109,10 +109,9 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     expectations = _download(client, data.run_id, "expectations", scratch)
     if expectations is not None:
         data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}
-    data.evaluators = run_evaluators(client, data.run_id, scratch)
-    if runs is not None:
-        runs[data.run_id] = data.evaluators
-    _compare_with_champion(client, data, scratch, runs if runs is not None else {})
+    runs = {} if runs is None else runs
+    data.evaluators = runs[data.run_id] = run_evaluators(client, data.run_id, scratch)
+    _compare_with_champion(client, data, scratch, runs)
     return data
 
 

@@ -230,12 +230,14 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
     checks = [check for check in data.gate.get("checks", []) if check.get("rule") in ("regression", "superiority") and str(check.get("metric") or "").startswith(f"{evaluator}/")]
     diff = data.item_diffs.get(evaluator)
     if diff is None:
-        return {"champion": data.judged_against, "checks": checks, "scores": [], "items": [], "listed_score": None, "missing": data.not_compared.get(evaluator, "not compared")}
+        return {"champion": data.judged_against, "checks": checks, "scores": [], "items": [], "listed": None, "missing": data.not_compared.get(evaluator, "not compared")}
     output = data.evaluators[evaluator]
     fields = registry.get(evaluator).item_fields
+    # an item's own picture is shown whether or not the evaluator lists it among its fields
     image_fields = [name for name in IMAGE_FIELDS if name in fields or name == "image"]
     items = []
     listed_score = diff.first_score_lost()
+    binary = diff.scores[listed_score].kind == "binary"
     for item in diff.listed("lost", LOST_ITEMS, listed_score):
         record = diff.candidate_records.get(str(item["id"]), {})
         paths: list[str | None] = []
@@ -248,15 +250,15 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
             for name, values in item["fields"].items()
             if name not in image_fields
         ]
-        binary = diff.scores[listed_score].kind == "binary"
         shown = {key: format_number(item[key], count=binary) for key in ("candidate", "champion")}
         category = None if pd.isna(item["category"]) else str(item["category"])
         items.append({"id": item["id"], "category": category, **shown, "images": [image for image in images if image], "rows": rows})
+    scores = [{"score": name, **entry} for name, entry in diff.summary().items()]
     return {
         "champion": data.judged_against,
         "checks": checks,
-        "scores": [{"score": name, **entry} for name, entry in diff.summary().items()],
-        "listed_score": listed_score,
+        "scores": scores,
+        "listed": next(row for row in scores if row["score"] == listed_score),
         "items": items,
         "missing": None,
     }
