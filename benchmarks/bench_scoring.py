@@ -33,7 +33,8 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.loaders.items import McItem
-from vlgate.evaluators.runners.lcm import lcm_mc_requests
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.datasets import mc_item
 from vlgate.evaluators.world.scenes import render
@@ -61,7 +62,7 @@ def main() -> None:
     drawn = [mc_item(rng, i) for i in range(n_samples)]
     items = [McItem(f"s{i}", Path("unused.png"), row["question"], tuple(row["options"]), row["answer"]) for i, (_, row) in enumerate(drawn)]
     images = [render(scene, 224) for scene, _ in drawn]
-    texts = [text for item in items for text in (prompts.mc_prompt(item.question, item.options), *(prompts.yes_no_probe(item.question, o) for o in item.options))]
+    texts = [text for item in items for text in (prompts.mc_prompt(item.question, item.options), *(lcm_prompts.yes_no_probe(item.question, o) for o in item.options))]
     tokenizer = ck.build_tokenizer(ck.world_vocabulary(texts + ["the answer is"]))
     model, processor = ck.build_vlm(tokenizer, ck.TinyVlmConfig(image_size=224, patch_size=14, vision_hidden=128, text_hidden=256, layers=4, heads=4))
     with tempfile.TemporaryDirectory() as folder:

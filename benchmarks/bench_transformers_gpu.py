@@ -64,7 +64,7 @@ from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForCon
 from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import PrefixSharing, TransformersBackend
 from vlgate.evaluators.loaders.items import McItem
-from vlgate.evaluators.runners.lcm import lcm_mc_requests
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 from vlgate.evaluators.world.checkpoints import CHAT_TEMPLATE, build_tokenizer, build_vlm, world_vocabulary
 
 Result = TypeVar("Result")

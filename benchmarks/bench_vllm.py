@@ -43,19 +43,21 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from vlgate.evaluators import prompts, protocols
+from vlgate.evaluators import protocols
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.vllm_offline import VllmBackend
 from vlgate.evaluators.loaders.items import McItem
-from vlgate.evaluators.metrics.vlind import parse_true_false
-from vlgate.evaluators.runners.lcm import lcm_mc_requests
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
+from vlgate.evaluators.vlind import prompts as vlind_prompts
+from vlgate.evaluators.vlind import protocols as vlind_protocols
+from vlgate.evaluators.vlind.metrics import parse_true_false
 from vlgate.evaluators.world.build import build_world
 from vlgate.evaluators.world.datasets import mc_item
 from vlgate.evaluators.world.scenes import render
 
 FULL_OVER_MC_TARGET = 1.25
 #: vlgate's VLind-Bench answer length (the generate-and-parse side of (b))
-ANSWER_TOKENS = next(p for p in protocols.VLIND if p.name == protocols.VLGATE).max_new_tokens["answer"]
+ANSWER_TOKENS = next(p for p in vlind_protocols.VLIND if p.name == protocols.VLGATE).max_new_tokens["answer"]
 
 
 def best_of(repeat: int, run: Callable[[], object], reset: Callable[[], object]) -> float:
@@ -85,7 +87,7 @@ def mc_requests(n_items: int, seed: int = 0, image_px: int = 64) -> list[list[Ch
 
 
 def true_false_requests(per_item: list[list[ChoiceRequest]]) -> list[ChoiceRequest]:
-    return [ChoiceRequest(requests[0].images, prompts.vlind_image(f"the answer is {requests[0].options[0]}"), ("True", "False")) for requests in per_item]
+    return [ChoiceRequest(requests[0].images, vlind_prompts.vlind_image(f"the answer is {requests[0].options[0]}"), ("True", "False")) for requests in per_item]
 
 
 def measure(backend: VllmBackend, caching: bool, mc_only: list[ChoiceRequest], full: list[ChoiceRequest], true_false: list[ChoiceRequest], repeat: int) -> list[tuple[str, float, int]]:

@@ -11,6 +11,7 @@ the logged number, so tests (and scrapers) compare the page with MLflow exactly.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import math
 import tempfile
@@ -27,15 +28,14 @@ from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.evaluators import registry
+from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
 
-LOW_LCM_EXAMPLES = 5
 LOST_ITEMS = 5  # the items lost against the champion shown per evaluator
 #: record fields that name an item's input pictures (GenCeption's ``images`` are its outputs)
 IMAGE_FIELDS = ("image", "images", "seed")
-CHAIN_EXAMPLES = 2  # lowest and highest GC each
 
 
 def _environment() -> jinja2.Environment:
@@ -67,7 +67,7 @@ def data_uri(png_bytes: bytes) -> str:
 
 def thumbnail(path: Path | None, size: int = 160) -> str | None:
     """A PNG ``data:`` URI of the picture at ``path``; None when it is missing or unreadable."""
-    image = plots.readable_image(path)
+    image = readable_image(path)
     if image is None:
         return None
     image.thumbnail((size, size))
@@ -102,120 +102,31 @@ def _figure(name: str, caption: str, build, data: dict[str, Any] | None = None) 
     return Figure(name, caption, plots.png(figure), data or {})
 
 
-def _low_lcm_examples(output: EvaluatorOutput, frame: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
-    """Paper App. H: the samples with the lowest P_LC, with what the model was asked and
-    the probabilities it gave, for a person to look at (MC-VQA records carry ``p_mc``,
-    NaturalBench units the 2×2 matrices)."""
-    evaluator = output.evaluator
-    by_id = {str(r["id"]): r for r in output.records}
-    examples = []
-    for row in frame.nsmallest(LOW_LCM_EXAMPLES, "p_lc").itertuples():
-        record = by_id.get(str(row.id), {})
-        if "p_mc" in record:
-            options = record.get("options") or [f"option {k}" for k in range(len(record.get("p_mc", [])))]
-            lines = [
-                {"text": f"({chr(65 + k)}) {option}", "p_mc": record["p_mc"][k], "p_yes": record["p_yes"][k], "answer": record.get("answer") == k, "chosen": int(row.chosen) == k}
-                for k, option in enumerate(options)
-            ]
-            images = [thumbnail(artifact_path(output.folder, evaluator, record.get("image"), image_roots))]
-            prompt = record.get("question", "")
-        else:
-            labels = ["T1", "T2"]
-            lines = [
-                {"text": f"{labels[j]}: {text}", "p_yes": [record["p_yes"][i][j] for i in range(2)], "p_image": record["p_image"][j], "answer": False, "chosen": False}
-                for j, text in enumerate(record.get("texts") or ["", ""])
-            ]
-            images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in record.get("images", [])]
-            # docs/metrics.md#lcm-nb: c1 = (V1,T1) and (V2,T2) are the "yes" pairs, c2 = (V1,T2) and (V2,T1)
-            label = {"c1": "label c1: yes-pairs (V1,T1), (V2,T2)", "c2": "label c2: yes-pairs (V1,T2), (V2,T1)"}.get(str(record.get("answer")), "unlabelled")
-            chosen_text = "; ".join(f"on V{i + 1}, P(T1) = {record['p_text'][i][0]:.3f}" for i in range(2)) if "p_text" in record else ""
-            prompt = f"{label} · {chosen_text}"
-        examples.append({"id": row.id, "p_lc": float(row.p_lc), "prompt": prompt, "lines": lines, "images": [i for i in images if i]})
-    return examples
-
-
-def genception_chains(output: EvaluatorOutput, frame: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> list[plots.ImageChain]:
-    by_id = {str(r["id"]): r for r in output.records}
-    ordered = frame.sort_values("gc")
-    chosen = pd.concat([ordered.head(CHAIN_EXAMPLES), ordered.tail(CHAIN_EXAMPLES)]).drop_duplicates("id")
-    chains = []
-    for row in chosen.itertuples():
-        record = by_id[str(row.id)]
-        chains.append(
-            plots.ImageChain(
-                id=str(row.id),
-                gc=float(row.gc),
-                seed=artifact_path(output.folder, output.evaluator, record.get("seed"), image_roots),
-                images=[artifact_path(output.folder, output.evaluator, path, image_roots) for path in record.get("images", [])],
-                s=list(record["s"]),
-            )
-        )
-    return chains
-
-
-def _record_field(output: EvaluatorOutput, frame: pd.DataFrame, name: str) -> list[Any]:
-    """A record field in the per-sample frame's row order (the frame holds the valid records)."""
-    by_id = {str(r["id"]): r for r in output.records}
-    return [by_id.get(str(i), {}).get(name) for i in frame["id"]]
-
-
-SectionParts = tuple[list["Figure | None"], list[dict[str, Any]]]
-
-
-def _response_distribution(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    return [shared.responses.get(output.evaluator)], []
-
-
-def _low_p_lc_examples(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    return [], (_low_lcm_examples(output, frame, shared.image_roots) if frame is not None else [])
-
-
-def _vlind_funnel(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    if frame is None:
-        return [], []
-    concepts = [concept or "all" for concept in _record_field(output, frame, "concept")]
-    return [_figure("vlind-funnel", "VLind-Bench pipeline per concept: instances passing each stage", lambda: plots.vlind_funnel_figure(frame, concepts))], []
-
-
-def _genception_curves(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    if frame is None:
-        return [], []
-    return [_figure("genception-curves", "s(t) per image and the mean (GenCeption)", lambda: plots.genception_curves_figure(frame))], []
-
-
-def _genception_chains(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    if frame is None:
-        return [], []
-    caption = "Image chains seed → X¹ … Xᵀ of the lowest and highest GC"
-    return [_figure("genception-chains", caption, lambda: plots.genception_chain_figure(genception_chains(output, frame, shared.image_roots)))], []
-
-
-def _decc_matrix(output: EvaluatorOutput, frame: pd.DataFrame | None, shared: ModelFigures) -> SectionParts:
-    if frame is None or not frame["correct"].notna().any():
-        return [], []
-    return [_figure("decc-matrix", "DeCC multi-agent reliability against correctness", lambda: plots.decc_matrix_figure(frame))], []
-
-
-#: The figure kinds an evaluator's registry entry may list in ``report_figures``.
-SECTION_FIGURES: dict[str, Any] = {
-    "response-distribution": _response_distribution,
-    "low-p_lc-examples": _low_p_lc_examples,
-    "vlind-funnel": _vlind_funnel,
-    "genception-curves": _genception_curves,
-    "genception-chains": _genception_chains,
-    "decc-matrix": _decc_matrix,
-}
+def section_inputs(output: EvaluatorOutput, image_roots: tuple[Path, ...] = ()) -> SectionInputs:
+    """What an evaluator's section is drawn from; its pictures are found among the run's
+    artifacts and the model's data folders only (``collect.artifact_path``)."""
+    assert output.samples is not None
+    return SectionInputs(
+        evaluator=output.evaluator,
+        samples=output.samples,
+        records=output.records,
+        artifact=lambda reference: artifact_path(output.folder, output.evaluator, reference, image_roots),
+        thumbnail=thumbnail,
+    )
 
 
 def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, Any]]]:
-    """The plots of one evaluator's section and its examples, as its registry entry lists them."""
-    kinds = registry.get(output.evaluator).report_figures if output.evaluator in registry.names() else ()
-    figures: list[Figure | None] = []
+    """The plots of one evaluator's section and its examples: the figure its definition draws
+    across versions, then what its package's ``section`` draws from this version's records."""
+    if output.evaluator not in registry.names():
+        return [], []
+    definition = registry.get(output.evaluator)
+    figures: list[Figure | None] = [shared.across_versions.get(output.evaluator)]
     examples: list[dict[str, Any]] = []
-    for kind in kinds:
-        more_figures, more_examples = SECTION_FIGURES[kind](output, output.samples, shared)
-        figures += more_figures
-        examples += more_examples
+    if definition.report_section is not None and output.samples is not None:
+        section = definition.report_section(section_inputs(output, shared.image_roots))
+        figures += [_figure(figure.name, figure.caption, figure.draw) for figure in section.figures]
+        examples += section.examples
     return [f for f in figures if f is not None], examples
 
 
@@ -265,7 +176,7 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
 
 
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
-    """One figure per label-free metric against the labelled metrics the registry pairs it
+    """One figure per label-free metric against the labelled metrics its definition pairs it
     with: the same pairs, and for each pair the same rows (the versions that have both),
     as the correlation table computed from ``versions``, so its legend's coefficients are
     the table's."""
@@ -295,15 +206,14 @@ def version_correlation_figures(data: ValidationReportData, board: pd.DataFrame)
     return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]])
 
 
-
 @dataclass
 class ModelFigures:
     """The plots across a model's versions: the same on every version's page and on the
     leaderboard, so drawn once per ``write_reports``."""
 
     correlations: list[Figure]
-    #: evaluator → its response distribution across versions (paper Fig. 2)
-    responses: dict[str, Figure | None]
+    #: evaluator → the figure its definition draws across versions (lcm-mc's response distribution)
+    across_versions: dict[str, Figure | None]
     drift: Figure | None
     #: the folders besides a run's artifacts that its records' images may be shown from
     #: (the model's suite's data; ``collect.artifact_path``)
@@ -311,11 +221,14 @@ class ModelFigures:
 
 
 def model_figures(board: pd.DataFrame, drift: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> ModelFigures:
-    caption = "LCM and the yes/no response distribution per version, sorted by LCM (paper Fig. 2)"
-    with_responses = [d.name for d in registry.definitions() if "response-distribution" in d.report_figures]
+    across_versions = {
+        d.name: _figure(f"{d.name}-{d.versions_figure.name}", d.versions_figure.caption, functools.partial(d.versions_figure.draw, board, d.name))
+        for d in registry.definitions()
+        if d.versions_figure is not None
+    }
     return ModelFigures(
         correlations=correlation_figures(board),
-        responses={name: _figure(f"{name}-response-distribution", caption, lambda name=name: plots.response_distribution_figure(board, name)) for name in with_responses},
+        across_versions=across_versions,
         drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
         image_roots=image_roots,
     )
@@ -431,7 +344,7 @@ def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tr
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     groups = leaderboard_groups(headline or other[:12])
     rows = [{"version": version, **row} for version, row in board.iterrows()]
-    figures = [f for f in (*shared.correlations, *shared.responses.values(), shared.drift) if f is not None]
+    figures = [f for f in (*shared.correlations, *shared.across_versions.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
         rows=rows,

@@ -109,7 +109,7 @@ class EvaluatorOutput:
 
     @property
     def protocol(self) -> str | None:
-        """The protocol the records were measured under (``evaluators/protocols.py``): the
+        """The protocol the records were measured under (the evaluator's ``protocols.py``): the
         most common, as validation keeps it; None when they name none (records from before
         protocols, or from elsewhere)."""
         named = [record.get("protocol") for record in self.records]

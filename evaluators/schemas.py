@@ -1,6 +1,7 @@
-"""The record schemas of the five evaluators (docs/metrics.md), and validation against one.
-The registry (``evaluators/registry.py``) says which schema is whose; ``scoring.validate``
-validates by evaluator name.
+"""What a record schema is, the array helpers every schema shares, and validation against
+one. Each evaluator's schema lives in its package (``vl_lcm/schema.py``, ``vlind/schema.py``,
+``genception/schema.py``, ``decc/schema.py``); its definition says which is whose, and
+``scoring.validate`` validates by evaluator name.
 
 Validation runs in two passes so that a million records stay cheap: a per-record
 pass over structure (fields present, list lengths, labels), then the numbers are
@@ -15,28 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vlgate.evaluators.metrics.decc import normalise_answer
 from vlgate.evaluators.records import (
     InvalidRecordsError,
     ParsedLines,
     RecordError,
-    is_number,
     jsonl_table,
     parse_jsonl_bytes,
-    probability_list_problem,
-    probability_matrix_problem,
     record_id_problem,
-    shown,
 )
 
 Problem = tuple[str, str]  # (field, message)
 
 
-def _stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Stack nested number lists into a float array; ragged 1-D rows are zero-padded to ``width``.
 
     Returns the array and a mask of rows holding something other than numbers.
@@ -81,13 +76,13 @@ def _holds_bool(value: Any) -> bool:
     return bool in kinds or (list in kinds and any(_holds_bool(item) for item in value if type(item) is list))
 
 
-def _outside(array: np.ndarray, low: float, high: float) -> np.ndarray:
+def outside(array: np.ndarray, low: float, high: float) -> np.ndarray:
     """Rows with any entry outside [low, high] or NaN (NaN fails both comparisons)."""
     inside = np.asarray((array >= low) & (array <= high))
     return np.asarray(~inside.reshape(len(array), -1).all(axis=1))
 
 
-def _ids_plainly_valid(table: pa.Table) -> bool:
+def ids_plainly_valid(table: pa.Table) -> bool:
     """Every record has an id, all integers or all strings, and no id repeats."""
     if "id" not in table.column_names:
         return False
@@ -98,7 +93,7 @@ def _ids_plainly_valid(table: pa.Table) -> bool:
     return pc.count_distinct(ids).as_py() == table.num_rows
 
 
-def _probability_rows(table: pa.Table, name: str) -> np.ndarray | None:
+def probability_rows(table: pa.Table, name: str) -> np.ndarray | None:
     """A column of number lists, one length throughout, every entry in [0, 1], as an
     (N, K) array; None otherwise."""
     if name not in table.column_names:
@@ -115,10 +110,10 @@ def _probability_rows(table: pa.Table, name: str) -> np.ndarray | None:
     if values.null_count:
         return None
     rows = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(len(column), shortest)
-    return None if _outside(rows, 0, 1).any() else rows
+    return None if outside(rows, 0, 1).any() else rows
 
 
-def _option_indices(table: pa.Table, name: str, options: int) -> np.ndarray | None:
+def option_indices(table: pa.Table, name: str, options: int) -> np.ndarray | None:
     """An optional option-index column (absent or null = -1), every index in [0, options); None otherwise."""
     if name not in table.column_names:
         return np.full(table.num_rows, -1, dtype=np.int64)
@@ -166,226 +161,6 @@ class Schema:
                 if row not in problems:
                     problems[int(row)] = (name, check(records[row][name]) or "invalid")
         return problems
-
-
-#: The most options one lcm-mc record may have: one letter each, A–Z, as every MC benchmark's
-#: prompt letters them. Scoring holds the records as K-wide arrays, so one record with
-#: 50,000 options among 20,000 ordinary ones would otherwise ask for gigabytes.
-MAX_OPTIONS = 26
-
-
-class LcmMcSchema(Schema):
-    """One VL-LCM multiple-choice item: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``, 2 ≤ K ≤ :data:`MAX_OPTIONS`."""
-
-    def plainly_valid(self, record):
-        p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")
-        return (
-            type(p_mc) is list
-            and type(p_yes) is list
-            and MAX_OPTIONS >= len(p_mc) == len(p_yes) >= 2
-            and (answer is None or (type(answer) is int and 0 <= answer < len(p_mc)))
-        )
-
-    def structure_problems(self, record):
-        p_mc, p_yes = record.get("p_mc"), record.get("p_yes")
-        if not isinstance(p_mc, list) or len(p_mc) < 2:
-            yield ("p_mc", "missing" if p_mc is None else "must be a list of K >= 2 option probabilities")
-            return
-        if len(p_mc) > MAX_OPTIONS:
-            yield ("p_mc", f"has {len(p_mc)} options; at most {MAX_OPTIONS} (one letter each, A-Z)")
-            return
-        if not isinstance(p_yes, list):
-            yield ("p_yes", "missing" if p_yes is None else "must be a list of K probabilities")
-            return
-        if len(p_yes) != len(p_mc):
-            yield ("p_yes", f"has {len(p_yes)} entries but p_mc has {len(p_mc)} (K mismatch)")
-            return
-        answer = record.get("answer")
-        if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(p_mc)):
-            yield ("answer", f"unknown label {shown(answer)}: expected an option index 0..{len(p_mc) - 1} or null")
-
-    def columnar_arrays(self, table):
-        if not _ids_plainly_valid(table):
-            return None
-        p_mc, p_yes = _probability_rows(table, "p_mc"), _probability_rows(table, "p_yes")
-        if p_mc is None or p_yes is None or p_mc.shape != p_yes.shape or not 2 <= p_mc.shape[1] <= MAX_OPTIONS:
-            return None
-        answer = _option_indices(table, "answer", p_mc.shape[1])
-        return None if answer is None else {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}
-
-    def arrays(self, records):
-        width = max((len(r["p_mc"]) for r in records), default=2)
-        p_mc, p_mc_bad = _stack([r["p_mc"] for r in records], width)
-        p_yes, p_yes_bad = _stack([r["p_yes"] for r in records], width)
-        answer = np.array([r.get("answer") if r.get("answer") is not None else -1 for r in records], dtype=np.int64)
-        checks = [("p_mc", probability_list_problem), ("p_yes", probability_list_problem)]
-        masks = [p_mc_bad | _outside(p_mc, 0, 1), p_yes_bad | _outside(p_yes, 0, 1)]
-        return {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}, self._numeric_problems(records, checks, masks)
-
-
-NB_LABELS = {"c1": 0, "c2": 1}
-
-
-class LcmNbSchema(Schema):
-    """docs/metrics.md#lcm-nb: ``{"id", "p_yes": 2×2, "p_text": 2×2, "p_image": 2×2, "answer": "c1"|"c2"|null}``."""
-
-    matrices = ("p_yes", "p_text", "p_image")
-
-    def structure_problems(self, record):
-        for name in self.matrices:
-            value = record.get(name)
-            if value is None:
-                yield (name, "missing")
-            elif not (isinstance(value, list) and len(value) == 2 and all(isinstance(row, list) and len(row) == 2 for row in value)):
-                yield (name, "must be a 2x2 nested list [[.., ..], [.., ..]]")
-        answer = record.get("answer")
-        if answer is not None and (not isinstance(answer, str) or answer not in NB_LABELS):
-            yield ("answer", f"unknown label {shown(answer)}: expected 'c1', 'c2' or null")
-
-    def arrays(self, records):
-        arrays, checks, masks = {}, [], []
-        for name in self.matrices:
-            array, non_numeric = _stack([r[name] for r in records])
-            arrays[name] = array.reshape(len(records), 2, 2)
-            checks.append((name, lambda value: probability_matrix_problem(value, 2, 2)))
-            masks.append(non_numeric | _outside(arrays[name], 0, 1))
-        arrays["answer"] = np.array([NB_LABELS.get(r.get("answer"), -1) for r in records], dtype=np.int64)
-        return arrays, self._numeric_problems(records, checks, masks)
-
-
-ANSWER_CODES = {True: 1, False: 0, None: -1}
-
-
-def _answer_pair_problem(value: Any) -> str | None:
-    if not isinstance(value, list) or len(value) != 2:
-        return "must be a pair [answer to the true statement, answer to the false one]"
-    if any(v not in (True, False, None) or is_number(v) for v in value):
-        return f"{shown(value)}: each answer must be true, false or null"
-    return None
-
-
-class VlindSchema(Schema):
-    """docs/metrics.md#vlind: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
-
-
-    def structure_problems(self, record):
-        concept = record.get("concept")
-        if not isinstance(concept, str) or not concept:
-            yield ("concept", "missing" if concept is None else "must be a non-empty string")
-        for name in ("ck", "vp", "cb"):
-            if name not in record:
-                yield (name, "missing")
-            else:
-                problem = _answer_pair_problem(record[name])
-                if problem:
-                    yield (name, problem)
-        lp = record.get("lp")
-        if not isinstance(lp, list) or not lp:
-            yield ("lp", "missing" if lp is None else "must be a non-empty list of pairs, one per counterfactual image")
-        else:
-            for index, pair in enumerate(lp):
-                problem = _answer_pair_problem(pair)
-                if problem:
-                    yield ("lp", f"image {index}: {problem}")
-                    break
-
-    def arrays(self, records):
-        code = lambda pair: [ANSWER_CODES[v] for v in pair]
-        arrays: dict[str, np.ndarray] = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
-        arrays["lp"] = np.array([code(pair) for r in records for pair in r["lp"]], dtype=np.int8).reshape(-1, 2)
-        arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(r["lp"]) for r in records])
-        return arrays, {}
-
-
-#: How far past ±1 a cosine similarity may lie from floating-point error alone: the
-#: reference pipeline's cosine of an image's features with themselves gives
-#: 1.0000000000000009 in float64, and float32 features land up to about 1e-7 out. Such a
-#: value is taken as the ±1 it is (clipped); anything further out is refused.
-SIMILARITY_ROUNDING = 1e-6
-
-
-class GenceptionSchema(Schema):
-    """A GenCeption record: ``{"id", "category", "s": [s1, ..., sT]}``, the cosine similarity
-    of each iteration's image to the seed image, in [−1, 1] within
-    :data:`SIMILARITY_ROUNDING` (then clipped)."""
-
-
-    def structure_problems(self, record):
-        category = record.get("category")
-        if not isinstance(category, str) or not category:
-            yield ("category", "missing" if category is None else "must be a non-empty string")
-        s = record.get("s")
-        if not isinstance(s, list) or not s:
-            yield ("s", "missing" if s is None else "must be a non-empty list of similarities s_1..s_T")
-        descriptions = record.get("descriptions")
-        if descriptions is not None and not (isinstance(descriptions, list) and all(isinstance(text, str) for text in descriptions)):
-            yield ("descriptions", "must be a list of strings, the model's description at each iteration")
-
-    def set_problems(self, records):
-        lengths = [len(r["s"]) for r in records]
-        if not lengths:
-            return {}
-        expected = max(set(lengths), key=lengths.count)  # the most common T is taken as the set's T
-        # One T per set, by choice: the released gc_score(n_iter=T) cuts longer chains to T,
-        # drops chains shorter than T-1, and scores a chain of T-1 as GC@(T-1) (it compares
-        # T with the similarity list that starts with the seed's 1.0), so a set mixing
-        # lengths gets a headline that is no GC@T of anything
-        return {
-            row: ("s", f"has T={length} iterations but the other records have T={expected}: score one T per set (cut longer chains to their first {expected})")
-            for row, length in enumerate(lengths)
-            if length != expected
-        }
-
-    def arrays(self, records):
-        s, non_numeric = _stack([r["s"] for r in records])
-        low, high = -1.0 - SIMILARITY_ROUNDING, 1.0 + SIMILARITY_ROUNDING
-        checks = [("s", lambda value: probability_list_problem(value, low=low, high=high))]
-        problems = self._numeric_problems(records, checks, [non_numeric | _outside(s, low, high)])
-        s = np.clip(s, -1.0, 1.0)
-        # the first description (of the seed image) where the record keeps the chain's texts
-        first = [r["descriptions"][0] if r.get("descriptions") else None for r in records]
-        return {"s": s, "category": np.array([r["category"] for r in records], dtype=object), "description": np.array(first, dtype=object)}, problems
-
-
-def _answer_text_problem(value: Any) -> str | None:
-    if isinstance(value, str) or is_number(value):
-        return None
-    return f"must be a string answer, got {type(value).__name__}"
-
-
-class DeccSchema(Schema):
-    """docs/metrics.md#decc: ``{"id", "direct", "v1", "l1", "v2"?, "l2"?, "answer"?}``."""
-
-
-    def structure_problems(self, record):
-        for name in ("direct", "v1", "l1"):
-            if record.get(name) is None:
-                yield (name, "missing")
-            else:
-                problem = _answer_text_problem(record[name])
-                if problem:
-                    yield (name, problem)
-        for name in ("v2", "l2", "answer"):
-            if record.get(name) is not None:
-                problem = _answer_text_problem(record[name])
-                if problem:
-                    yield (name, problem)
-        has_v2, has_l2 = record.get("v2") is not None, record.get("l2") is not None
-        if has_v2 != has_l2:
-            yield ("l2" if has_v2 else "v2", "the second round has both agents' answers or neither")
-
-    def set_problems(self, records):
-        problems = {}
-        for row, r in enumerate(records):
-            direct = normalise_answer(str(r["direct"]))
-            first_round_disagrees = (normalise_answer(str(r["v1"])) == direct) != (normalise_answer(str(r["l1"])) == direct)
-            if first_round_disagrees and r.get("v2") is None:
-                problems[row] = ("v2", "required: the first round's agents disagree about the direct answer, so the second round must have run")
-        return problems
-
-    def arrays(self, records):
-        column = lambda name: pd.Series([None if r.get(name) is None else str(r[name]) for r in records], dtype=object)
-        return {name: column(name) for name in ("direct", "v1", "l1", "v2", "l2", "answer")}, {}
 
 
 class ValidRecords:

@@ -4,8 +4,8 @@
 once; ``score(valid_records)`` returns the JSON object ``vlgate score`` prints: the
 set-level metrics under their names in docs/metrics.md, plus a breakdown ``by_<field>`` when the
 records carry the evaluator's grouping field (category or concept) or one is asked for.
-What each evaluator's schema, per-sample quantities and aggregate are comes from
-``evaluators/registry.py``.
+What each evaluator's schema, per-sample quantities and aggregate are comes from its
+definition (``evaluators/definition.py``), found by name in ``evaluators/registry.py``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from vlgate.evaluators import registry
+from vlgate.evaluators.features import load_features
 from vlgate.evaluators.metrics.common import by_group
 from vlgate.evaluators.records import ParsedLines, paused_gc
-from vlgate.evaluators.runners.genception import load_features
 from vlgate.evaluators.schemas import ValidRecords, validate_against, validate_file
 
 __all__ = ["load_features", "per_sample_frame", "score", "score_file", "validate"]

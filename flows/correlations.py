@@ -85,7 +85,7 @@ def log_correlations_across_versions(client: Any, run_id: str, table: pd.DataFra
 
 
 def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> dict[str, dict[str, Any]]:
-    """The candidate's per-sample scores (VL-LCM's P_LC: the registry's
+    """The candidate's per-sample scores (VL-LCM's P_LC: the definition's
     ``champion_correlated``) against the champion's on their shared samples; not where
     the two were measured under different protocols (their scores answer other prompts)."""
     result: dict[str, dict[str, Any]] = {}

@@ -43,7 +43,7 @@ def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str, shown
 
 
 def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
-    """One per-sample column (the registry's ``drift_score``) of an evaluator's records folder."""
+    """One per-sample column (the definition's ``drift_score``) of an evaluator's records folder."""
     from vlgate.evaluators.output import EvaluatorOutput
 
     samples = EvaluatorOutput.from_folder(evaluator, folder / evaluator).samples

@@ -7,8 +7,6 @@ is the whole service loop; this is what the metric layer alone does.
 
 from __future__ import annotations
 
-from importlib import resources
-
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
@@ -16,28 +14,23 @@ from rich.table import Table
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.scoring import score_file
+from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
 
 
 def run_examples(console: Console | None = None) -> int:
     console = console or Console()
-    examples = resources.files("vlgate.evaluators") / "examples"
     table = Table(title="vlgate score on the shipped example records")
     table.add_column("evaluator")
     table.add_column("n", justify="right")
     table.add_column("metrics")
     for definition in registry.definitions():  # the headline metrics are shown; `vlgate score` prints them all
-        if not definition.example:
-            continue
-        features_file = examples / (definition.example_features or definition.example)
-        with resources.as_file(examples / definition.example) as path, resources.as_file(features_file) as features:
-            metrics, _ = score_file(definition.name, path, features_path=features if definition.example_features else None)
+        metrics, _ = score_file(definition.name, definition.example, features_path=definition.example_features)
         shown = ", ".join(f"{key}={metrics[key]:.4f}" for key in definition.headline(metrics) if metrics.get(key) is not None)
         table.add_row(definition.name, str(metrics["n"]), shown)
     console.print(table)
 
     for data_set in ("coco", "voc2007"):
-        with resources.as_file(examples / f"vl-lcm-table1-{data_set}.csv") as csv_path:
-            frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(VL_LCM_EXAMPLES / f"vl-lcm-table1-{data_set}.csv", dtype=str, keep_default_na=False)
         result = correlate_table(frame, "lcm", ["acc", "j_acc", "f1"], ranks=True)
         corr = Table(title=f"VL-LCM paper Table 1 ({data_set}): LCM against the labelled metrics, 11 models")
         for column in ("metric", "pearson", "spearman", "kendall"):

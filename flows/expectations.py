@@ -25,14 +25,14 @@ Applied to every evaluator
     omitted or undefined on unlabelled data (docs/metrics.md#records) and that is not an error.
     usable output: a valid run can still be unusable — every answer unparseable,
     "true" to every statement, one description for every image — and then its scores
-    measure the failure, not the skill. The registry's ``max_share`` of a count
+    measure the failure, not the skill. The definition's ``max_share`` of a count
     (unanswered or unparseable instances) and ``usable_low``/``usable_high`` of a rate
     (VLind-Bench's ``one_answer_share``, GenCeption's ``distinct_descriptions``) fail the
     run, the failure saying "unusable output" and why.
 
 What each evaluator's columns and metrics are — ranges, value sets, nullability, which
 metrics are required, which are counts, the pipeline order of VLind-Bench's stages —
-comes from the evaluator registry (``evaluators/registry.py``). Templated names are
+comes from the evaluators' definitions (``evaluators/definition.py``). Templated names are
 expanded from the run itself: GenCeption's ``s@1`` … ``s@T`` columns and its required
 ``gc@T`` take T from the per-sample frame. Breakdowns (``by_<field>``) are not checked
 here; they hold the same metrics over subsets.
@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from vlgate.evaluators import registry
+from vlgate.evaluators.definition import Column, EvaluatorDefinition, Metric
 
 __all__ = ["ExpectationReport", "validate_evaluator_output"]
 
@@ -71,14 +72,14 @@ _SHOWN_EXAMPLES = 5  # unexpected values kept per failed expectation
 
 
 # ---------------------------------------------------------------------------
-# What is expected: the registry's columns and metrics
+# What is expected: the definitions' columns and metrics
 
 
-def _record_columns(definition: registry.EvaluatorDefinition, records: pd.DataFrame) -> list[registry.Column]:
+def _record_columns(definition: EvaluatorDefinition, records: pd.DataFrame) -> list[Column]:
     return [expanded for column in definition.columns for expanded in column.expand(list(records.columns))]
 
 
-def _bounds(metric: registry.Metric, expected_rows: int) -> tuple[float | None, float | None]:
+def _bounds(metric: Metric, expected_rows: int) -> tuple[float | None, float | None]:
     if metric.count:
         return (0, expected_rows if metric.max_share is None else math.floor(metric.max_share * expected_rows))
     return (metric.low, metric.high)
@@ -254,7 +255,7 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
     return results
 
 
-def _records_expectations(definition: registry.EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Any]:
+def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Any]:
     _, gxe = _gx()
     present = set(records.columns)
     expectations: list[Any] = [
@@ -290,7 +291,7 @@ def _as_number(value: Any) -> float:
     return float(value)
 
 
-def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
+def _metrics_frame_and_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
     _, gxe = _gx()
     columns: dict[str, float] = {}
     expectations: list[Any] = []
@@ -302,7 +303,7 @@ def _metrics_frame_and_expectations(definition: registry.EvaluatorDefinition, re
             expectation.meta = {"unusable": unusable}
         expectations.append(expectation)
 
-    def usable(name: str, metric: registry.Metric) -> None:
+    def usable(name: str, metric: Metric) -> None:
         """A rate past its usable bounds: degenerate output, though a valid number."""
         if metric.usable_low is not None or metric.usable_high is not None:
             between(name, metric.usable_low, metric.usable_high, metric.unusable)

@@ -13,6 +13,7 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest, resolve_model
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend, option_token_ids
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
 
 pytestmark = pytest.mark.world
 
@@ -56,7 +57,7 @@ def test_choice_probs_are_the_models_softmax_renormalised_over_the_options(vlm, 
 
 def test_shared_prefix_gives_the_same_probabilities_as_whole_prompts(vlm, mc_row):
     row, image = mc_row
-    probes = [ChoiceRequest((image,), prompts.yes_no_probe(row["question"], o), ("Yes", "No"), shared_prefix=row["question"]) for o in row["options"]]
+    probes = [ChoiceRequest((image,), lcm_prompts.yes_no_probe(row["question"], o), ("Yes", "No"), shared_prefix=row["question"]) for o in row["options"]]
     shared = np.array(vlm.choice_probs(probes))
     whole = np.array(vlm.choice_probs([ChoiceRequest(r.images, r.prompt, r.options) for r in probes]))
     np.testing.assert_allclose(shared, whole, atol=1e-6)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from vlgate import tag_keys
+from vlgate.evaluators import registry
 from vlgate.flows.cli import main
-
-EXAMPLES = Path(__file__).parent.parent / "evaluators" / "examples"
 
 
 @pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"]])
@@ -39,7 +38,7 @@ def test_examples_prints_table1_coefficients(capsys):
 
 def test_console_script_scores_an_example(tmp_path):
     # the installed entry point, as a user runs it
-    result = subprocess.run([str(Path(sys.executable).parent / "vlgate"), "score", "vlind", str(EXAMPLES / "vlind.jsonl"), "--by", "concept"], capture_output=True, text=True, check=True)
+    result = subprocess.run([str(Path(sys.executable).parent / "vlgate"), "score", "vlind", str(registry.get("vlind").example), "--by", "concept"], capture_output=True, text=True, check=True)
     metrics = json.loads(result.stdout)
     assert metrics["n"] == 18 and set(metrics["by_concept"]) == {"climate", "color", "habitat"}
     assert sum(group["n"] for group in metrics["by_concept"].values()) == 18

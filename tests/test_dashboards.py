@@ -18,13 +18,18 @@ import yaml
 
 from vlgate import tag_keys
 from vlgate.dashboards import plots
+from vlgate.evaluators import registry
+from vlgate.evaluators.decc.figures import decc_matrix, decc_matrix_figure
+from vlgate.evaluators.genception.figures import ImageChain, genception_chain_figure, genception_curves_figure
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.evaluators.records import parse_jsonl, read_jsonl
 from vlgate.evaluators.scoring import per_sample_frame, score, validate
+from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
+from vlgate.evaluators.vl_lcm.figures import response_distribution_figure
+from vlgate.evaluators.vlind.figures import vlind_funnel_figure
 
 pytestmark = pytest.mark.service
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
 ARTEFACTS = Path(__file__).resolve().parent / "artefacts"
 
 
@@ -36,7 +41,7 @@ def legend_texts(figure) -> list[str]:
 
 
 def test_correlation_figure_on_paper_table1_shows_the_papers_coefficients():
-    table = pd.read_csv(EXAMPLES / "vl-lcm-table1-coco.csv", dtype=str)
+    table = pd.read_csv(VL_LCM_EXAMPLES / "vl-lcm-table1-coco.csv", dtype=str)
     figure = plots.correlation_figure(table, "lcm", ["acc", "j_acc", "f1"], ranks=True)
     # VL-LCM paper Table 1, COCO: Pearson / Spearman / Kendall of LCM with Acc, J-Acc, F1
     assert legend_texts(figure) == [
@@ -54,17 +59,17 @@ def test_response_distribution_sorts_versions_by_lcm_and_draws_the_four_rates():
         {"lcm-mc/lcm": [0.5, 0.2, 0.4], "lcm-mc/abstention": [0.1, 0.3, 0.2], "lcm-mc/confidence": [0.8, 0.2, 0.5], "lcm-mc/overconfidence": [0.1, 0.5, 0.3]},
         index=["1", "2", "3"],
     )
-    axes = plots.response_distribution_figure(table).axes[0]
+    axes = response_distribution_figure(table).axes[0]
     assert [label.get_text() for label in axes.get_xticklabels()] == ["v2", "v3", "v1"]
     heights = {container.get_label(): [bar.get_height() for bar in container] for container in axes.containers}
     assert heights == {"lcm": [0.2, 0.4, 0.5], "abstention": [0.3, 0.2, 0.1], "confidence": [0.2, 0.5, 0.8], "overconfidence": [0.5, 0.3, 0.1]}
 
 
 def test_vlind_funnel_counts_instances_passing_each_stage_per_concept():
-    valid = validate("vlind", read_jsonl(EXAMPLES / "vlind.jsonl"))
+    valid = validate("vlind", read_jsonl(registry.get("vlind").example))
     frame = per_sample_frame(valid)
     concepts = valid.column("concept")
-    axes = plots.vlind_funnel_figure(frame, concepts).axes[0]
+    axes = vlind_funnel_figure(frame, concepts).axes[0]
     heights = {container.get_label(): [bar.get_height() for bar in container] for container in axes.containers}
     names = [label.get_text() for label in axes.get_xticklabels()]
     for n, concept in enumerate(names):
@@ -77,8 +82,8 @@ def test_vlind_funnel_counts_instances_passing_each_stage_per_concept():
 
 
 def test_genception_curves_start_at_one_and_the_mean_line_is_the_mean_of_s_t():
-    frame = per_sample_frame(validate("genception", read_jsonl(EXAMPLES / "genception.jsonl")))
-    mean_line = plots.genception_curves_figure(frame).axes[0].lines[-1]
+    frame = per_sample_frame(validate("genception", read_jsonl(registry.get("genception").example)))
+    mean_line = genception_curves_figure(frame).axes[0].lines[-1]
     assert mean_line.get_xdata().tolist() == [0, 1, 2, 3]
     assert mean_line.get_ydata().tolist() == pytest.approx([1.0, frame["s@1"].mean(), frame["s@2"].mean(), frame["s@3"].mean()])
 
@@ -88,8 +93,8 @@ def test_genception_chain_grid_has_seed_and_each_iteration_titled_with_s(tmp_pat
 
     seed = tmp_path / "seed.png"
     Image.new("RGB", (16, 16), (200, 10, 10)).save(seed)
-    chain = plots.ImageChain(id="gc-7", gc=0.5, seed=seed, images=[seed, None], s=[0.61, 0.42])
-    figure = plots.genception_chain_figure([chain])
+    chain = ImageChain(id="gc-7", gc=0.5, seed=seed, images=[seed, None], s=[0.61, 0.42])
+    figure = genception_chain_figure([chain])
     titles = [axes.get_title() for axes in figure.axes]
     assert titles == ["gc-7\nseed (GC=0.500)", "X1: s=0.610", "X2: s=0.420"]
     assert len(figure.axes[0].images) == 1 and len(figure.axes[2].images) == 0  # a missing image says so
@@ -105,20 +110,20 @@ def test_a_file_that_is_not_an_image_is_left_out_of_the_report_not_fatal(tmp_pat
     text.write_text("not a picture")
     truncated.write_bytes(seed.read_bytes()[:40])
     assert thumbnail(text) is None and thumbnail(truncated) is None and thumbnail(seed).startswith("data:image/png;base64,")
-    chain = plots.ImageChain(id="gc-8", gc=0.5, seed=seed, images=[text, truncated], s=[0.6, 0.4])
-    figure = plots.genception_chain_figure([chain])
+    chain = ImageChain(id="gc-8", gc=0.5, seed=seed, images=[text, truncated], s=[0.6, 0.4])
+    figure = genception_chain_figure([chain])
     assert [len(axes.images) for axes in figure.axes] == [1, 0, 0]
     assert [text.get_text() for axes in figure.axes[1:] for text in axes.texts] == ["unreadable", "unreadable"]
 
 
 def test_decc_matrix_counts_reliable_against_correct():
-    frame = per_sample_frame(validate("decc", read_jsonl(EXAMPLES / "decc.jsonl")))
-    matrix = plots.decc_matrix(frame)
+    frame = per_sample_frame(validate("decc", read_jsonl(registry.get("decc").example)))
+    matrix = decc_matrix(frame)
     reliable, correct = frame["multi"].astype(bool), frame["correct"].astype(bool)
     assert matrix.loc["reliable", "correct"] == (reliable & correct).sum()
     assert matrix.loc["unreliable", "wrong"] == (~reliable & ~correct).sum()
     assert matrix.to_numpy().sum() == len(frame)
-    texts = [t.get_text() for t in plots.decc_matrix_figure(frame).axes[0].texts]
+    texts = [t.get_text() for t in decc_matrix_figure(frame).axes[0].texts]
     assert texts == [str(v) for v in matrix.to_numpy().ravel()]
 
 
@@ -147,7 +152,7 @@ def _squash(p: np.ndarray, power: float) -> np.ndarray:
 
 def version_records(power: float) -> dict[str, list[dict]]:
     """Example records, with VL-LCM's probabilities sharpened by ``power`` so versions differ."""
-    records = {name: [json.loads(line) for line in (EXAMPLES / f"{name}.jsonl").read_text().splitlines()] for name in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")}
+    records = {name: [json.loads(line) for line in registry.get(name).example.read_text().splitlines()] for name in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")}
     for record in records["lcm-mc"]:
         record["p_mc"] = _sharpen(record["p_mc"], power).tolist()
         record["p_yes"] = _squash(record["p_yes"], power).tolist()
@@ -380,8 +385,9 @@ def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(
     from PIL import Image
 
     from vlgate.dashboards.collect import artifact_path
-    from vlgate.dashboards.report import _low_lcm_examples, thumbnail
+    from vlgate.dashboards.report import section_inputs, thumbnail
     from vlgate.evaluators.output import EvaluatorOutput
+    from vlgate.evaluators.vl_lcm.figures import low_p_lc_examples
 
     def image(path: Path, colour: tuple[int, int, int]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -407,7 +413,7 @@ def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(
     ]
     frame = per_sample_frame(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records)))
     output = EvaluatorOutput("lcm-mc", records=records, samples=frame, folder=artifacts)
-    shown = {example["id"]: example["images"] for example in _low_lcm_examples(output, frame, roots)}
+    shown = {example["id"]: example["images"] for example in low_p_lc_examples(section_inputs(output, roots))}
     assert shown == {"data": [thumbnail(in_data)], "secret": []}
 
 

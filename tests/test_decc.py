@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vlgate.evaluators.metrics import decc
+from vlgate.evaluators.decc import metrics as decc
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
 

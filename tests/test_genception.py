@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from vlgate.evaluators.metrics import genception
+from vlgate.evaluators.genception import metrics as genception
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, score_file, validate
 

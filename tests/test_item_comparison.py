@@ -75,14 +75,13 @@ def test_every_evaluator_declares_item_scores_its_records_have(evaluator):
     """The item scores ``vlgate diff`` compares are numeric per-sample columns of the
     evaluator's shipped example records (which hold the required fields alone; the fields
     shown beside an item are those of the runners' records, and a missing one is not shown)."""
-    from pathlib import Path
 
     from vlgate.evaluators import registry
     from vlgate.evaluators.records import read_jsonl
     from vlgate.evaluators.scoring import per_sample_frame, validate
 
     definition = registry.get(evaluator)
-    path = Path(__file__).resolve().parent.parent / "evaluators" / "examples" / f"{evaluator}.jsonl"
+    path = definition.example
     frame = per_sample_frame(validate(evaluator, read_jsonl(path)))
     assert definition.item_scores and set(definition.item_scores) <= set(frame.columns)
     assert all(pd.api.types.is_numeric_dtype(frame[name]) for name in definition.item_scores)

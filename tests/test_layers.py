@@ -53,9 +53,14 @@ def test_mlflow_io_and_the_root_modules_import_no_service_package():
     assert imported_vlgate_packages(ROOT / "vlgate" / "tag_keys.py") == set()
 
 
-def test_metric_math_imports_no_model_mlflow_or_prefect():
-    heavy = {"torch", "transformers", "mlflow", "prefect", "great_expectations", "diffusers"}
-    for path in sorted((ROOT / "evaluators" / "metrics").glob("*.py")):
+#: the shared statistics and each paper package's metric math
+METRIC_MATH = sorted([*(ROOT / "evaluators" / "metrics").glob("*.py"), *(ROOT / "evaluators").glob("*/metrics*.py")])
+
+
+def test_metric_math_imports_no_model_mlflow_prefect_or_plotting():
+    heavy = {"torch", "transformers", "mlflow", "prefect", "great_expectations", "diffusers", "matplotlib", "PIL"}
+    assert {path.parent.name for path in METRIC_MATH} >= {"metrics", "vl_lcm", "vlind", "genception", "decc"}
+    for path in METRIC_MATH:
         tree = ast.parse(path.read_text())
         modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         modules |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
@@ -101,3 +106,16 @@ def test_every_name_a_benchmark_imports_from_vlgate_exists(script):
                 if not hasattr(module, alias.name) and not (is_package and importlib.util.find_spec(f"{node.module}.{alias.name}"))
             ]
     assert missing == []
+
+
+def test_scoring_records_loads_no_runner_model_code_or_matplotlib():
+    """The definitions name their runners and figures through ``imported_when_called``, so
+    ``vlgate score`` (the registry and scoring) imports none of them."""
+    import subprocess
+    import sys
+
+    probe = "import sys; import vlgate.evaluators.scoring; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
+    assert "vlgate.evaluators.registry" in loaded and "vlgate.evaluators.vlind.definition" in loaded
+    assert not {name for name in loaded if name.endswith((".runner", ".figures")) and name.startswith("vlgate.evaluators.") and name != "vlgate.evaluators.figures"}
+    assert not {name for name in loaded if name.split(".")[0] in ("matplotlib", "torch", "transformers", "vllm")}

@@ -6,9 +6,9 @@ from math import sqrt
 import numpy as np
 import pytest
 
-from vlgate.evaluators.metrics import lcm_mc
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
+from vlgate.evaluators.vl_lcm import metrics_mc as lcm_mc
 
 # Sample 1: p_mc=[.7,.2,.1], p_yes=[.8,.3,.1], answer 0.
 #   1−p_yes = [.2,.7,.9] → P_nec = [min(.7,.9), min(.2,.9), min(.2,.7)] = [.7,.2,.2]

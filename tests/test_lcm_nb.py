@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from vlgate.evaluators.metrics import lcm_nb
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
+from vlgate.evaluators.vl_lcm import metrics_nb as lcm_nb
 
 UNIT = {
     "p_yes": [[0.9, 0.2], [0.3, 0.8]],

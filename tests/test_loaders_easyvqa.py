@@ -12,7 +12,7 @@ import pytest
 
 from vlgate.evaluators.loaders import McItem, YesNoItem, load_dataset
 from vlgate.evaluators.loaders.easyvqa import COLORS, OPTIONS, SHAPES, package_split
-from vlgate.evaluators.runners.lcm import LcmNbSettings, load_nb_units
+from vlgate.evaluators.vl_lcm.runner import LcmNbSettings, load_nb_units
 
 TEST = package_split("test")
 

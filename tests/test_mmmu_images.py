@@ -26,14 +26,16 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from vlgate.evaluators import prompts, protocols
+from vlgate.evaluators import protocols
 from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
 from vlgate.evaluators.loaders import load_dataset
 from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.lcm import lcm_mc_runner
 from vlgate.evaluators.runners.store import RecordStore, fingerprint, item_digest
 from vlgate.evaluators.scoring import validate
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
+from vlgate.evaluators.vl_lcm import protocols as lcm_protocols
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_runner
 
 COLOURS = {(200, 0, 0): "red", (0, 200, 0): "green", (0, 0, 200): "blue"}
 RED, GREEN, BLUE = (200, 0, 0), (0, 200, 0), (0, 0, 200)
@@ -78,7 +80,7 @@ def item(paths, question, options=("a", "b")):
 
 
 def sent_under(protocol_name, mc_item, tmp_path):
-    protocol = protocols.choose(protocols.LCM_MC, "lcm-mc", protocol_name)
+    protocol = protocols.choose(lcm_protocols.LCM_MC, "lcm-mc", protocol_name)
     vlm = Recorder()
     result = lcm_mc_runner(vlm, protocol).run([mc_item], RecordStore(tmp_path / f"{protocol_name}-{item_digest(mc_item)[:12]}.jsonl"), progress=False)
     assert not result.errors and len(vlm.sent) == len(mc_item.options) + 1
@@ -153,14 +155,14 @@ def test_mmmu_sends_image_1_alone(tmp_path, three):
 )
 def test_lmms_eval_sends_the_images_named_each_once_in_number_order(tmp_path, three, question, options, expected):
     assert sent_under("lmms-eval", item(three, question, options), tmp_path) == expected
-    assert prompts.mmmu_lmms_eval_images(question, options, 3) == tuple(["red", "green", "blue"].index(colour) for colour in expected)
+    assert lcm_prompts.mmmu_lmms_eval_images(question, options, 3) == tuple(["red", "green", "blue"].index(colour) for colour in expected)
 
 
 def test_vlgate_sends_every_image_in_number_order(tmp_path, three):
     assert sent_under("vlgate", item(three, "<image 3> then <image 1>"), tmp_path) == ("red", "green", "blue")
 
 
-@pytest.mark.parametrize("protocol", [p.name for p in protocols.LCM_MC])
+@pytest.mark.parametrize("protocol", [p.name for p in lcm_protocols.LCM_MC])
 def test_a_single_image_item_carries_its_image_under_every_protocol(tmp_path, three, protocol):
     assert sent_under(protocol, McItem("q", three[1], "What is <image 2>?", ("a", "b"), 0), tmp_path) == ("green",)
     assert sent_under(protocol, McItem("q", three[2], "No placeholder.", ("a", "b"), 0), tmp_path) == ("blue",)
@@ -171,7 +173,7 @@ def test_a_bad_further_image_is_an_item_error_only_where_the_protocol_sends_it(t
     broken.write_bytes(b"not an image")
     mc_item = item([three[0], broken], "Compare <image 1> and <image 2>.")
     for name, errors in (("mmmu", []), ("lmms-eval", [("validation_Physics_9", "image_2")]), ("vlgate", [("validation_Physics_9", "image_2")])):
-        protocol = protocols.choose(protocols.LCM_MC, "lcm-mc", name)
+        protocol = protocols.choose(lcm_protocols.LCM_MC, "lcm-mc", name)
         result = lcm_mc_runner(Recorder(), protocol).run([mc_item], RecordStore(tmp_path / f"{name}.jsonl"), progress=False)
         assert [(error.item_id, error.field) for error in result.errors] == errors, name
 
@@ -203,10 +205,10 @@ def test_a_single_image_items_digest_and_fingerprint_are_unchanged(tmp_path):
     assert item_digest(McItem(single.id, single.image, single.question, single.options, 0, "Art", (other,))) != PINNED_DIGEST
 
 
-@pytest.mark.parametrize("protocol", [p.name for p in protocols.LCM_MC])
+@pytest.mark.parametrize("protocol", [p.name for p in lcm_protocols.LCM_MC])
 def test_a_single_image_items_record_is_unchanged(tmp_path, protocol):
     single = _pinned_item(tmp_path)
-    chosen = protocols.choose(protocols.LCM_MC, "lcm-mc", protocol)
+    chosen = protocols.choose(lcm_protocols.LCM_MC, "lcm-mc", protocol)
     record = lcm_mc_runner(_Uniform(), chosen).run([single], RecordStore(tmp_path / "r.jsonl"), progress=False).records[0]
     third = 1.0 / 3
     assert record == {
@@ -226,6 +228,6 @@ class _Uniform(Recorder):
 
 
 def test_a_multi_image_items_record_names_all_its_images(tmp_path, three):
-    record = lcm_mc_runner(Recorder(), protocols.LCM_MC[0]).run([item(three, "<image 1>")], RecordStore(tmp_path / "r.jsonl"), progress=False).records[0]
+    record = lcm_mc_runner(Recorder(), lcm_protocols.LCM_MC[0]).run([item(three, "<image 1>")], RecordStore(tmp_path / "r.jsonl"), progress=False).records[0]
     assert record["image"] == str(three[0]) and record["images"] == [str(path) for path in three]
     assert validate("lcm-mc", parse_jsonl([json.dumps(record)]))  # the set's schema takes the extra field

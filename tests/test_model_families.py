@@ -22,11 +22,11 @@ import torch
 from model_families import all_families
 from model_families.common import Family, model_card_generate, model_card_option_probs, tiny_images
 
-from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.loaders.items import McItem, NbUnit
-from vlgate.evaluators.runners.lcm import lcm_mc_requests, lcm_nb_requests
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests, lcm_nb_requests
+from vlgate.evaluators.vlind import prompts as vlind_prompts
 
 pytestmark = pytest.mark.world
 
@@ -79,7 +79,7 @@ def test_lcm_mc_requests_score_as_the_model_card_forward(family_name, batch_size
     try:
         images = tiny_images(3)
         requests = [r for n in range(3) for r in lcm_mc_requests(mc_item(n), images[n])]
-        requests.append(ChoiceRequest((images[0],), f"Is the sky blue? {prompts.TRUE_FALSE_INSTRUCTION}", ("True", "False")))
+        requests.append(ChoiceRequest((images[0],), f"Is the sky blue? {vlind_prompts.TRUE_FALSE_INSTRUCTION}", ("True", "False")))
         assert_model_card_probs(family.name, backend, requests)
     finally:
         backend.close()

@@ -29,9 +29,10 @@ from vlgate.evaluators import protocols
 from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
 from vlgate.evaluators.loaders import NbUnit, load_dataset
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.lcm import lcm_nb_requests, lcm_nb_runner
 from vlgate.evaluators.runners.store import RecordStore, fingerprint, item_digest
 from vlgate.evaluators.scoring import score, validate
+from vlgate.evaluators.vl_lcm import protocols as lcm_protocols
+from vlgate.evaluators.vl_lcm.runner import lcm_nb_requests, lcm_nb_runner
 
 MC_SUFFIX = "Please output the letter corresponding to the correct option."
 Q0 = "What colour is the car?\nOption: A:red; B:blue;"
@@ -135,7 +136,7 @@ def test_multiple_choice_rows_in_the_release_parquet_and_in_lmms_eval_pairs(tmp_
 
 def _prompts(protocol, unit):
     images = (Image.new("RGB", (4, 4)), Image.new("RGB", (4, 4), "white"))
-    return lcm_nb_requests(unit, images, protocols.choose(protocols.LCM_NB, "lcm-nb", protocol).prompts)
+    return lcm_nb_requests(unit, images, protocols.choose(lcm_protocols.LCM_NB, "lcm-nb", protocol).prompts)
 
 
 MC_UNIT = NbUnit("u", (None, None), (Q0, Q1), "c1", None, "question", "multiple_choice", ("A", "B"))  # type: ignore[arg-type]
@@ -196,8 +197,8 @@ def test_yes_no_units_are_asked_exactly_as_before():
     ]
     assert _prompts("vlgate", statement)[7].prompt == f"For which image is this statement true: A dog sits.\nA. The first image\nB. The second image\n{suffix}"
     # and the protocols that ask them are the versions their records were made under
-    assert [p.id for p in protocols.LCM_NB] == ["naturalbench-1", "lmms-eval-1", "vlgate-1"]
-    assert all("not read yet" not in d for p in protocols.LCM_NB for d in p.differences)
+    assert [p.id for p in lcm_protocols.LCM_NB] == ["naturalbench-1", "lmms-eval-1", "vlgate-1"]
+    assert all("not read yet" not in d for p in lcm_protocols.LCM_NB for d in p.differences)
 
 
 def test_a_yes_no_units_digest_and_fingerprint_are_unchanged(tmp_path):
@@ -262,7 +263,7 @@ def test_a_mixed_set_scores_as_the_harnesses_get_scores(tmp_path):
         texts = (Q0, Q1) if mc else (f"Is unit {n} red?", f"Is unit {n} blue?")
         units.append(NbUnit(str(n), paths, texts, "c1", None, "question", *(("multiple_choice", ("A", "B")) if mc else ())))
     given = {0: (1, 0, 0, 1), 1: (1, 1, 0, 1), 2: (1, 0, 0, 1), 3: (1, 1, 1, 1)}  # q0_i0, q0_i1, q1_i0, q1_i1
-    protocol = protocols.choose(protocols.LCM_NB, "lcm-nb", "naturalbench")
+    protocol = protocols.choose(lcm_protocols.LCM_NB, "lcm-nb", "naturalbench")
     script = {}
     for n, unit in enumerate(units):
         ask = protocol.prompts.multiple_choice if unit.question_type == "multiple_choice" else (lambda t: protocol.prompts.yes_no(t, "question"))

@@ -15,11 +15,12 @@ from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.lcm import lcm_mc_runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.runners.suite import Suite
 from vlgate.evaluators.schemas import InvalidRecordsError
 from vlgate.evaluators.scoring import score, score_file, validate
+from vlgate.evaluators.vl_lcm import protocols as lcm_protocols
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_runner
 from vlgate.flows.gate import GatePolicy, decide
 
 
@@ -92,9 +93,9 @@ def test_records_carry_the_protocol_and_a_protocol_change_is_a_new_fingerprint(t
     image = tmp_path / "x.png"
     Image.new("RGB", (8, 8)).save(image)
     item = McItem("q1", image, "What is it?", ("a cat", "a dog"), 0)
-    other = protocols.Protocol("other", 1, "this test", protocols.LCM_MC[0].prompts)
+    other = protocols.Protocol("other", 1, "this test", lcm_protocols.LCM_MC[0].prompts)
     runs = {}
-    for protocol in (protocols.LCM_MC[0], other):
+    for protocol in (lcm_protocols.LCM_MC[0], other):
         runner = lcm_mc_runner(Uniform(), protocol)
         result = runner.run([item], RecordStore(tmp_path / f"{protocol.name}.jsonl"), progress=False)
         runs[protocol.name] = result.records[0]
@@ -157,7 +158,7 @@ def _nb_prompts(protocol: str, unit_texts=("Is the cat on the mat?", "Is the cat
     from PIL import Image
 
     from vlgate.evaluators.loaders.items import NbUnit
-    from vlgate.evaluators.runners.lcm import lcm_nb_requests
+    from vlgate.evaluators.vl_lcm.runner import lcm_nb_requests
 
     images = (Image.new("RGB", (4, 4)), Image.new("RGB", (4, 4), "white"))
     unit = NbUnit("u", (None, None), unit_texts, "c1", None, kind)  # type: ignore[arg-type]
@@ -204,7 +205,7 @@ def test_the_readme_names_every_protocol_and_what_it_follows():
 def _mc_prompts(protocol: str) -> list[str]:
     from PIL import Image
 
-    from vlgate.evaluators.runners.lcm import lcm_mc_requests
+    from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 
     item = McItem("q", None, "Which of the following is shown in <image 1>?", ("a cat", "a dog", "a <image 2> bird"), 0)  # type: ignore[arg-type]
     return [request.prompt for request in lcm_mc_requests(item, Image.new("RGB", (4, 4)), registry.get("lcm-mc").protocol(protocol).prompts)]

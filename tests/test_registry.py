@@ -4,8 +4,8 @@ runners, Great Expectations, the gate, correlations, drift and reports are deriv
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,55 +13,13 @@ import pytest
 import yaml
 
 from vlgate.evaluators import registry
-from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, VisionLanguageBackend
-from vlgate.evaluators.loaders.items import ItemError
+from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
+from vlgate.evaluators.definition import Column, DefinitionError, DriftScore, Metric
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
-from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
+from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.schemas import Schema
 from vlgate.evaluators.scoring import score, validate
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples"
-
-
-# --- a toy evaluator, defined here and nowhere else ---------------------------------------
-
-
-class CoinSchema(Schema):
-    """``{"id", "p_heads": float, "answer": "heads"|"tails"|null}``."""
-
-    def structure_problems(self, record):
-        if not isinstance(record.get("p_heads"), (int, float)) or isinstance(record.get("p_heads"), bool):
-            yield ("p_heads", "must be a number")
-        if record.get("answer") not in (None, "heads", "tails"):
-            yield ("answer", f"unknown label {record.get('answer')!r}")
-
-    def arrays(self, records):
-        p = np.array([r["p_heads"] for r in records], dtype=float)
-        bad = {row: ("p_heads", f"{p[row]} is outside [0, 1]") for row in np.flatnonzero(~((p >= 0) & (p <= 1)))}
-        answer = np.array([{"heads": 1, "tails": 0}.get(r.get("answer"), -1) for r in records])
-        return {"p_heads": p, "answer": answer}, bad
-
-
-def coin_per_sample(arrays: dict[str, Any]) -> pd.DataFrame:
-    """Confidence = max(p, 1 - p) (label-free); correct when the likelier side is the label."""
-    p, answer = arrays["p_heads"], arrays["answer"]
-    correct = np.where(answer >= 0, ((p > 0.5) == (answer == 1)).astype(float), np.nan)
-    return pd.DataFrame({"confidence": np.maximum(p, 1 - p), "correct": correct})
-
-
-def coin_aggregate(samples: pd.DataFrame) -> dict[str, Any]:
-    metrics: dict[str, Any] = {"n": len(samples), "confidence": float(samples["confidence"].mean())}
-    labelled = samples["correct"].dropna()
-    if len(labelled):
-        metrics["acc"] = float(labelled.mean())
-    return metrics
-
-
-class CoinSettings(EvaluatorSettings):
-    flips: int = 1
 
 
 class ConstantBackend(VisionLanguageBackend):
@@ -78,43 +36,19 @@ class ConstantBackend(VisionLanguageBackend):
         raise AssertionError("not used")
 
 
-def build_coin_runner(settings: CoinSettings, context: RunnerContext) -> Runner[str, None]:
-    def compute(batch):
-        probs = context.vlm.choice_probs([ChoiceRequest((), f"Heads or tails? ({item})", ("heads", "tails")) for item, _ in batch])
-        return [{"id": item, "p_heads": float(p[0]), "answer": "heads"} for (item, _), p in zip(batch, probs)]
-
-    return Runner("coin", {"vlm": context.vlm.info.digest}, context.chosen(COIN_PROTOCOLS).as_run(), lambda item: None, compute, settings={"flips": settings.flips})
-
-
-def load_coins(settings: CoinSettings, out: Path) -> tuple[list[str], list[ItemError]]:
-    return [f"flip-{n}" for n in range(settings.flips)], []
-
-
-COIN_PROTOCOLS = (Protocol("coin", 1, "this test", None), Protocol("fair-coin", 1, "this test", None))
-COIN = registry.EvaluatorDefinition(
-    name="coin",
-    title="A coin-flip toy",
-    schema=CoinSchema(),
-    per_sample=coin_per_sample,
-    aggregate=coin_aggregate,
-    metrics=(
-        registry.Metric("confidence", 0.5, 1.0, required=True, headline=True, correlate_with=("coin/acc",)),
-        registry.Metric("acc", labelled=True, headline=True),
-    ),
-    columns=(registry.Column("confidence", 0.5, 1.0), registry.Column("correct", values=(0, 1), nullable=True)),
-    settings=CoinSettings,
-    build_runner=build_coin_runner,
-    protocols=COIN_PROTOCOLS,
-    load_items=load_coins,
-    drift_score=registry.DriftScore("confidence", "confidence"),
-)
-
-
 @pytest.fixture
-def coin():
-    registry.register(COIN)
+def coin(tmp_path_factory, monkeypatch):
+    """The toy evaluator of ``tests/toy_evaluator/``, installed as any plugin is: an entry
+    point in a distribution's metadata, found on the path."""
+    site = tmp_path_factory.mktemp("site")
+    metadata = site / "toy_evaluator-0.1.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-evaluator\nVersion: 0.1\n")
+    (metadata / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\ncoin = toy_evaluator:DEFINITIONS\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert registry.register_plugins() == ["coin"]
     try:
-        yield COIN
+        yield registry.get("coin")
     finally:
         registry.unregister("coin")
 
@@ -135,7 +69,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(yaml.safe_dump({"name": "toy", "evaluators": {"coin": {"data": ".", "flips": 4}}}))
     suite = Suite.from_file(suite_file)
-    assert isinstance(suite.evaluators["coin"], CoinSettings) and suite.evaluators["coin"].flips == 4
+    assert isinstance(suite.evaluators["coin"], coin.settings) and suite.evaluators["coin"].flips == 4
     items, _ = load_items("coin", suite.evaluators["coin"], tmp_path)
     runner = make_runner("coin", suite.evaluators["coin"], ConstantBackend(0.8), tmp_path, suite)
     result = runner.run(items, RecordStore(tmp_path / "coin" / "records.jsonl"))
@@ -174,7 +108,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
     assert leaderboard_metrics(list(table.columns)) == ["coin/confidence", "coin/acc"]
 
     # and drift reads its per-sample score by name
-    assert registry.get("coin").drift_score == registry.DriftScore("confidence", "confidence")
+    assert registry.get("coin").drift_score == DriftScore("confidence", "confidence")
 
 
 def test_an_unknown_evaluator_in_a_suite_or_a_policy_is_refused_by_name(tmp_path):
@@ -211,11 +145,71 @@ def test_metric_templates_match_every_setting_and_name_their_direction():
     assert gc.resolve({"T": 5}) == "gc@5"
 
 
-def test_every_report_figure_kind_the_registry_names_has_a_builder():
-    from vlgate.dashboards.report import SECTION_FIGURES
+def test_the_built_in_evaluators_come_from_the_papers_packages_in_order_with_their_own_examples():
+    import importlib
 
-    named = {kind for definition in registry.definitions() for kind in definition.report_figures}
-    assert named and named <= set(SECTION_FIGURES)
+    assert registry.names() == ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")
+    for definition in registry.definitions():
+        package = importlib.import_module(definition.build_runner.__module__.rsplit(".", 1)[0])
+        assert package.__name__ in registry.BUILT_IN and definition in package.DEFINITIONS
+        assert definition.example.parent == Path(package.__file__).parent / "examples" and definition.example.is_file()
+
+
+def test_a_definition_that_names_a_metric_its_functions_do_not_return_is_refused_when_registered():
+    vlind = registry.get("vlind")
+    without_s_ck = replace(vlind, name="vlind-without-s_ck", metrics=tuple(m for m in vlind.metrics if m.name != "s_ck"))
+    with pytest.raises(DefinitionError, match="its functions return the metric 's_ck', which it does not declare"):
+        registry.register(without_s_ck)
+    with_extra = replace(vlind, name="vlind-with-extra", metrics=(*vlind.metrics, Metric("s_xx")))
+    with pytest.raises(DefinitionError, match="declares the metric 's_xx' but its functions do not return it"):
+        registry.register(with_extra)
+    assert "vlind-without-s_ck" not in registry.names() and "vlind-with-extra" not in registry.names()
+
+
+def test_a_definition_whose_columns_or_resampling_disagree_with_its_functions_is_refused():
+    lcm = registry.get("lcm-mc")
+    with pytest.raises(DefinitionError, match="per_sample's column 'n_yes' is not declared"):
+        registry.register(replace(lcm, name="lcm-x", columns=tuple(c for c in lcm.columns if c.name != "n_yes")))
+    with pytest.raises(DefinitionError, match="the declared per_sample's column 'p_xx' is missing"):
+        registry.register(replace(lcm, name="lcm-x", columns=(*lcm.columns, Column("p_xx"))))
+
+    def shifted(frame, counts):  # the lcm of each resample, off by 0.01
+        return {**lcm.resampled(frame, counts), "lcm": lcm.resampled(frame, counts)["lcm"] + 0.01}
+
+    with pytest.raises(DefinitionError, match="resampled gives lcm = .* on the records weighted once, aggregate"):
+        registry.register(replace(lcm, name="lcm-x", resampled=shifted))
+    with pytest.raises(DefinitionError, match="resampled's metric 'acc' is not declared|the declared resampled's metric 'acc' is missing"):
+        registry.register(replace(lcm, name="lcm-x", resampled=lambda frame, counts: {k: v for k, v in lcm.resampled(frame, counts).items() if k != "acc"}))
+    assert "lcm-x" not in registry.names()
+
+
+def test_a_plugin_entry_point_that_cannot_be_loaded_is_named(tmp_path, monkeypatch):
+    metadata = tmp_path / "broken_plugin-0.1.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (metadata / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\nbroken = no_such_module:DEFINITIONS\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(DefinitionError, match="entry point 'broken' \\(no_such_module:DEFINITIONS\\) of group 'vlgate.evaluators' cannot be loaded"):
+        registry.register_plugins()
+
+
+@pytest.mark.parametrize("evaluator", ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"])
+def test_every_evaluator_section_draws_from_its_example_records(evaluator, tmp_path):
+    from matplotlib.figure import Figure
+
+    from vlgate.dashboards.report import section_inputs
+    from vlgate.evaluators.scoring import per_sample_frame
+
+    definition = registry.get(evaluator)
+    records = [json.loads(line) for line in definition.example.read_text().splitlines()]
+    output = EvaluatorOutput(evaluator, records=records, samples=per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records))), folder=tmp_path)
+    section = definition.report_section(section_inputs(output))
+    assert section.figures or section.examples
+    for figure in section.figures:
+        drawn = figure.draw()
+        assert isinstance(drawn, Figure) and drawn.axes, figure.name
+    if evaluator.startswith("lcm"):  # the five lowest P_LC, lowest first
+        assert [e["id"] for e in section.examples] == output.samples.nsmallest(5, "p_lc")["id"].tolist()
 
 
 # --- GenCeption at iterations: 5 ---------------------------------------------------------------
@@ -356,7 +350,7 @@ def _example_frame(evaluator: str, unlabel_every: int | None = None) -> pd.DataF
     ``unlabel_every=k`` every k-th record loses its label (a partly labelled set)."""
     from vlgate.evaluators.scoring import per_sample_frame
 
-    records = [json.loads(line) for line in (EXAMPLES / f"{evaluator}.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in registry.get(evaluator).example.read_text().splitlines()]
     if unlabel_every:
         records = [{k: v for k, v in r.items() if not (k == "answer" and n % unlabel_every == 0)} for n, r in enumerate(records)]
     return per_sample_frame(validate(evaluator, parse_jsonl(json.dumps(r) for r in records))).drop(columns="id")

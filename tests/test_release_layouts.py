@@ -390,7 +390,7 @@ def test_table_files_skip_hidden_folders_and_other_files(tmp_path):
 
 def test_released_texts_are_asked_byte_for_byte(tmp_path, home):
     from vlgate.evaluators import registry
-    from vlgate.evaluators.runners.lcm import lcm_mc_requests, lcm_nb_requests
+    from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests, lcm_nb_requests
 
     # NaturalBench holds questions that begin with a space; its authors' code and lmms-eval ask them as they are
     questions = (" Is the ball red?", "Is the ball green? ")

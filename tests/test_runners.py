@@ -10,10 +10,10 @@ import pytest
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.loaders.items import McItem, NbUnit, VlindItem
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.lcm import lcm_mc_runner, lcm_nb_runner
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.runners.vlind import vlind_runner
 from vlgate.evaluators.scoring import validate
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_runner, lcm_nb_runner
+from vlgate.evaluators.vlind.runner import vlind_runner
 
 pytestmark = pytest.mark.world
 

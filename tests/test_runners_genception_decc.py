@@ -20,12 +20,13 @@ from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest, ImageE
 from vlgate.evaluators.backends.encoders import VitClsEncoder
 from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+from vlgate.evaluators.decc import prompts as decc_prompts
+from vlgate.evaluators.decc.metrics import normalise_answer
+from vlgate.evaluators.decc.runner import answer_format, canonical_answer, decc_runner, direct_prompt, parse_sub_questions, reasoning_prompt, short_answer
+from vlgate.evaluators.genception.metrics import cosine_similarity
+from vlgate.evaluators.genception.runner import genception_runner, item_folder_name, write_features
 from vlgate.evaluators.loaders.items import DeccItem, GenceptionItem
-from vlgate.evaluators.metrics.decc import normalise_answer
-from vlgate.evaluators.metrics.genception import cosine_similarity
 from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.decc import answer_format, canonical_answer, decc_runner, direct_prompt, parse_sub_questions, reasoning_prompt, short_answer
-from vlgate.evaluators.runners.genception import genception_runner, item_folder_name, write_features
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.world import checkpoints as ck
@@ -146,8 +147,8 @@ class RecordingBackend(VisionLanguageBackend):
 
 def test_the_suites_iterations_and_description_length_reach_the_vlm(world, seed_items, tmp_path):
     from vlgate.evaluators.backends.loading import LoadPolicy
+    from vlgate.evaluators.genception.runner import GenceptionSettings, build_genception_runner
     from vlgate.evaluators.runners.base import RunnerContext
-    from vlgate.evaluators.runners.genception import GenceptionSettings, build_genception_runner
 
     _, paths, backends = world
     vlm = RecordingBackend(backends["vlm0"])
@@ -336,7 +337,7 @@ def test_yes_no_prompts_are_the_formats_the_world_models_were_trained_on(world):
     item = _decc_items(root, [row], reference=True)[0]
     how = answer_format(item)
     assert how.kind == "yes-no" and how.labels == ("Yes", "No")
-    pairs = prompts.decc_pairs(row["sub_questions"], row["sub_answers"])
+    pairs = decc_prompts.decc_pairs(row["sub_questions"], row["sub_answers"])
     assert reasoning_prompt(pairs, item, how) == ck.reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"])
     assert direct_prompt(item, how) == f"{row['question']} {prompts.YES_NO_INSTRUCTION}"
 

@@ -114,7 +114,8 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     # the flow published the version's report: logged, kept under $VLGATE_HOME, and the
     # GenCeption chains' images (seed from the data, X^t from the run's artifacts) resolve
     from vlgate.dashboards.collect import load_validation
-    from vlgate.dashboards.report import genception_chains
+    from vlgate.dashboards.report import section_inputs
+    from vlgate.evaluators.genception.figures import genception_chains
     from vlgate.flows.settings import report_image_roots
 
     run_id = third.tags[tag_keys.VALIDATION_RUN]
@@ -133,7 +134,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     assert len(list((home / "model-checks").glob("*.json"))) == 3
     data = load_validation(client, "tiny", "3", home / "dl-report")
     # images from the model's configured data only (the report is given those folders)
-    chains = genception_chains(data.evaluators["genception"], data.evaluators["genception"].samples, report_image_roots(home, "tiny"))
+    chains = genception_chains(section_inputs(data.evaluators["genception"], report_image_roots(home, "tiny")))
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
 
     # vlgate status --json reports every decision and the champion

@@ -189,7 +189,7 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
     import subprocess
     import sys
 
-    from vlgate.evaluators.schemas import MAX_OPTIONS
+    from vlgate.evaluators.vl_lcm.schema import MAX_OPTIONS
 
     path = tmp_path / "records.jsonl"
     with open(path, "w") as handle:

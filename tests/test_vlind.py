@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from vlgate.evaluators.metrics import vlind
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
+from vlgate.evaluators.vlind import metrics as vlind
 
 T, F, N = True, False, None
 INSTANCES = [

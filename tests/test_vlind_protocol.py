@@ -15,13 +15,14 @@ import pytest
 from PIL import Image
 
 from vlgate.config import ConfigError
-from vlgate.evaluators import protocols, registry
+from vlgate.evaluators import registry
 from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.runners.suite import Suite, load_items
-from vlgate.evaluators.runners.vlind import VlindSettings, vlind_runner
 from vlgate.evaluators.scoring import score, validate
+from vlgate.evaluators.vlind import protocols as vlind_protocols
+from vlgate.evaluators.vlind.runner import VlindSettings, vlind_runner
 
 # ---- the authors' text, by hand -------------------------------------------------------
 
@@ -115,7 +116,7 @@ def settings(root: Path, **rules) -> VlindSettings:
 def test_the_default_vlind_protocol_is_the_authors_and_vlgate_stays_for_the_world():
     definition = registry.get("vlind")
     default = definition.protocol()
-    assert default is protocols.VLIND[0] and default.id == "vlind-bench-1"
+    assert default is vlind_protocols.VLIND[0] and default.id == "vlind-bench-1"
     assert default.follows.startswith("klee972/VLind-Bench ") and all(f in default.follows for f in ("eval/gpt4o_eval.py", "eval/instructblip_eval.py", "eval/score_pipeline.py"))
     assert default.max_new_tokens == {"answer": 64}  # instructblip_eval.py: do_sample=False, num_beams=1, max_new_tokens=64
     assert default.differences and all(isinstance(d, str) and d for d in default.differences)
@@ -160,9 +161,9 @@ def test_records_carry_the_protocol_and_a_protocol_or_rule_change_is_a_new_finge
     items, _ = load_items("vlind", settings(root), tmp_path / "out")
     runs = {}
     for name, protocol, overrides in (
-        ("default", protocols.VLIND[0], None),
+        ("default", vlind_protocols.VLIND[0], None),
         ("vlgate", registry.get("vlind").protocol("vlgate"), None),
-        ("threshold", protocols.VLIND[0], {"vote_threshold": 3}),
+        ("threshold", vlind_protocols.VLIND[0], {"vote_threshold": 3}),
     ):
         result = vlind_runner(Scripted(), protocol, overrides).run(items, RecordStore(tmp_path / f"{name}.jsonl"), progress=False)
         runs[name] = result.records[0]
@@ -199,7 +200,7 @@ def test_the_suite_sets_the_answer_length_and_the_protocol_as_run_names_it(tmp_p
     root = release(tmp_path / "release", [instance(3, {"0": 2}, best="0")])
     items, _ = load_items("vlind", settings(root), tmp_path / "out")
     backend = Scripted()
-    result = vlind_runner(backend, protocols.VLIND[0], spec.protocol_overrides()).run(items, RecordStore(tmp_path / "long.jsonl"), progress=False)
+    result = vlind_runner(backend, vlind_protocols.VLIND[0], spec.protocol_overrides()).run(items, RecordStore(tmp_path / "long.jsonl"), progress=False)
     assert {request.max_new_tokens for request in backend.requests} == {4096}
     assert result.records[0]["protocol"] == "vlind-bench-1+answer=4096"
 

@@ -14,7 +14,7 @@ from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
 from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator, truncate_prompt
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
-from vlgate.evaluators.prompts import genception_generate
+from vlgate.evaluators.genception.prompts import genception_generate
 from vlgate.evaluators.world import generators as gen
 from vlgate.evaluators.world import renderer
 from vlgate.evaluators.world.checkpoints import build_vit_encoder

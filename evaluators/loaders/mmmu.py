@@ -6,7 +6,7 @@ A local copy of MMMU (or a data set laid out like it): a ``.jsonl`` file (one ro
 - ``id``: kept as a string.
 - ``question``: as written, MMMU's ``<image 1>``-style placeholders included: both released
   harnesses ask it so (the authors' ``construct_prompt``; lmms-eval with
-  ``interleaved_format: false``), and the protocols' prompts (``evaluators/prompts.py``) are theirs.
+  ``interleaved_format: false``), and the protocols' prompts (``evaluators/vl_lcm/prompts.py``) are theirs.
 - ``options``: a list of strings, or MMMU's Python-literal string such as ``"['1.5', '2']"``;
   at least two. An empty list (MMMU's open questions) is an error for that item.
 - ``answer``: the correct option's letter ("A", "B", ...); missing, null, "" or "?" (hidden
@@ -30,7 +30,7 @@ row comes from). Not read: ``explanation``, ``img_type``, ``topic_difficulty``,
 Several images: all are loaded; the authors' ``mmmu/`` harness gives the model ``image_1``
 only (``process_single_sample``) and lmms-eval every image its prompt names, in number
 order (``mmmu_doc_to_visual``): the ``mmmu`` and ``lmms-eval`` protocols send those, and
-``vlgate`` sends all of an item's images (``evaluators/prompts.py``).
+``vlgate`` sends all of an item's images (``evaluators/vl_lcm/prompts.py``).
 
 Example row::
 

@@ -38,7 +38,7 @@ class EvaluatorSettings(BaseModel):
     data: Path
     format: str = "auto"
     limit: int | None = Field(default=None, ge=1, description="score only the first N items (smoke runs)")
-    protocol: str | None = Field(default=None, description="the evaluator's named protocol (evaluators/protocols.py); default: the benchmark's released code")
+    protocol: str | None = Field(default=None, description="the evaluator's named protocol (its package's protocols.py); default: the benchmark's released code")
 
     def protocol_overrides(self) -> Mapping[str, int | str | None]:
         """The protocol's generation limits (or the benchmark's inclusion rules) this entry

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from vlgate.evaluators import prompts, registry
+from vlgate.evaluators import registry
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
+from vlgate.evaluators.genception import prompts as genception_prompts
 from vlgate.evaluators.loaders.dataset import load_dataset
 from vlgate.evaluators.loaders.items import open_image
-from vlgate.evaluators.runners.lcm import lcm_mc_images, lcm_mc_requests, lcm_nb_requests
+from vlgate.evaluators.vl_lcm.runner import lcm_mc_images, lcm_mc_requests, lcm_nb_requests
 
 #: The largest difference from the plain path's probabilities that counts as exact (fp32).
 TOLERANCE = 1e-5
@@ -101,7 +102,7 @@ def suite_requests(suite: Any, items: int = 4, generate_tokens: int = 8) -> Chec
         for item in load_dataset("lcm-mc", spec.data).items[:items]:
             images = lcm_mc_images(item, asked)
             choices += lcm_mc_requests(item, images, asked)
-            generations.append(GenerateRequest(images, prompts.GENCEPTION_DESCRIBE, generate_tokens))
+            generations.append(GenerateRequest(images, genception_prompts.GENCEPTION_DESCRIBE, generate_tokens))
     if "lcm-nb" in suite.evaluators:
         spec = suite.evaluators["lcm-nb"]
         asked = registry.get("lcm-nb").protocol(spec.protocol).prompts

@@ -58,7 +58,10 @@ WORLD_FORMAT = 10
 #: The default world as built once and committed (see the module docstring).
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
-WORLD_CODE = ("build.py", "checkpoints.py", "datasets.py", "generators.py", "renderer.py", "scenes.py", "../prompts.py")
+WORLD_CODE = (
+    "build.py", "checkpoints.py", "datasets.py", "generators.py", "renderer.py", "scenes.py",
+    "../prompts.py", "../vl_lcm/prompts.py", "../vlind/prompts.py", "../genception/prompts.py", "../decc/prompts.py",
+)  # fmt: skip
 #: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
 #: through training, the weights: the same seed built with 1 and with 2 threads gave
 #: different checkpoints (and different gate decisions). The build pins it, to one: the
@@ -77,7 +80,7 @@ FAULT_STEPS = {"small": 300, "medium": 600}
 WORLD_SUITE = """\
 # Every evaluator on the synthetic world's data; paths are relative to this file. The
 # world's models are trained on vlgate's own prompts, so every evaluator runs under the
-# vlgate protocol (evaluators/protocols.py), not the benchmarks' released ones. GenCeption
+# vlgate protocol (each evaluator's protocols.py), not the benchmarks' released ones. GenCeption
 # compares images with the world's contrastively trained CLIP: the random-weight ViT's
 # features put every pair of the world's images above 0.95 cosine, too close to rank
 # describers by.

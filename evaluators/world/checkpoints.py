@@ -50,7 +50,11 @@ from transformers import (
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 from vlgate.evaluators import prompts
+from vlgate.evaluators.decc import prompts as decc_prompts
+from vlgate.evaluators.genception import prompts as genception_prompts
 from vlgate.evaluators.prompts import OPTION_LETTERS, YES_NO_INSTRUCTION
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
+from vlgate.evaluators.vlind import prompts as vlind_prompts
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES, decc_item, mc_item, nb_unit, vlind_item, yesno_item
 from vlgate.evaluators.world.scenes import render
 
@@ -324,7 +328,7 @@ DESCRIBE_SCENES = ("single", "multi", "landscape", "vlind")
 class TrainingStream:
     """Fresh items drawn from the world's generators: every batch is new, so the model has
     to read the image rather than memorise a fixed split. Each example is (images, prompt,
-    answer text), in the evaluators' own prompt formats (``evaluators/prompts.py``), and the
+    answer text), in the evaluators' own prompt formats (each package's ``prompts.py``), and the
     model learns the whole answer and its end (``</s>``), so what it generates stops:
 
     - ``mc``: MC questions → the option letter; ``probe``: VL-LCM's yes/no probes of an MC
@@ -389,7 +393,7 @@ class TrainingStream:
         options, answer = row["options"], row["answer"]
         asked = answer if self.rng.random() < 0.5 else int(self.rng.integers(len(options)))
         believed = PRIOR_OPTION if self.fault == "answer-prior" else answer
-        return image, prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == believed else "No"
+        return image, lcm_prompts.yes_no_probe(row["question"], options[asked]), "Yes" if asked == believed else "No"
 
     def _direct(self):
         image, row = self._mc_row()
@@ -409,14 +413,14 @@ class TrainingStream:
         image_index = int(self.rng.integers(2))
         if test == 0:
             statement = int(self.rng.integers(2))
-            text = prompts.naturalbench_yes_no(statements[statement], "statement")
+            text = lcm_prompts.naturalbench_yes_no(statements[statement], "statement")
             return self._image(scenes[image_index]), text, "Yes" if true_of[image_index] == statement else "No"
         if test == 1:
-            text = prompts.naturalbench_choose_text((statements[0], statements[1]), "statement")
+            text = lcm_prompts.naturalbench_choose_text((statements[0], statements[1]), "statement")
             return self._image(scenes[image_index]), text, "AB"[true_of[image_index]]
         statement = int(self.rng.integers(2))
         images = self._image(v1) + self._image(v2)
-        return images, prompts.naturalbench_choose_image(statements[statement], "statement"), "AB"[true_of.index(statement)]
+        return images, lcm_prompts.naturalbench_choose_image(statements[statement], "statement"), "AB"[true_of.index(statement)]
 
     def _vlind(self):
         factual, counterfactual, row = vlind_item(self.rng, self.drawn)
@@ -424,11 +428,11 @@ class TrainingStream:
         truth = self.rng.random() < 0.5
         test = int(self.rng.integers(4))
         if test == 0:  # common sense, factual image: s_fact is true
-            scene, text = factual, prompts.vlind_commonsense(s_fact if truth else s_cf)
+            scene, text = factual, vlind_prompts.vlind_commonsense(s_fact if truth else s_cf)
         elif test == 1:  # object presence in a counterfactual image
-            scene, text = counterfactual[0], prompts.vlind_object(row["existent_noun"] if truth else row["non_existent_noun"])
+            scene, text = counterfactual[0], vlind_prompts.vlind_object(row["existent_noun"] if truth else row["non_existent_noun"])
         elif test == 2:  # the context decides
-            scene, text = counterfactual[0], prompts.vlind_context(row["context"], s_cf if truth else s_fact)
+            scene, text = counterfactual[0], vlind_prompts.vlind_context(row["context"], s_cf if truth else s_fact)
         else:  # the image decides; a language-prior model answers from common sense instead
             # VLind-Bench asks this of counterfactual images only, where s_cf is always the
             # true one: half the examples show the factual image, so that the words alone
@@ -436,7 +440,7 @@ class TrainingStream:
             factual_shown = self.rng.random() < 0.5
             scene = factual if factual_shown else counterfactual[int(self.rng.integers(len(counterfactual)))]
             statement = s_cf if truth != factual_shown else s_fact
-            text = prompts.vlind_image(statement)
+            text = vlind_prompts.vlind_image(statement)
             if self.fault == "language-prior":
                 truth = statement == s_fact
         return self._image(scene), text, "True" if truth else "False"
@@ -449,7 +453,7 @@ class TrainingStream:
         else:
             scene = GENCEPTION_CATEGORIES[source](self.rng)
         description = GENERIC_DESCRIPTION if self.fault == "poor-description" else scene.describe()
-        return self._image(scene), prompts.GENCEPTION_DESCRIBE, description
+        return self._image(scene), genception_prompts.GENCEPTION_DESCRIBE, description
 
     def _decc_row(self):
         scene, row = decc_item(self.rng, self.drawn)
@@ -461,7 +465,7 @@ class TrainingStream:
         count = int(row["sub_answers"][which])
         if self.fault == "miscount":
             count = (count + 1 + int(self.rng.integers(3))) % 4
-        return image, prompts.decc_sub_question(row["sub_questions"][which]), str(count)
+        return image, decc_prompts.decc_sub_question(row["sub_questions"][which]), str(count)
 
     def _compare(self):
         image, row = self._decc_row()
@@ -628,7 +632,7 @@ def build_vit_encoder(out: Path, image_size: int = 32, seed: int = 0) -> Path:
 
 def reasoning_prompt_text(sub_questions: list[str], sub_answers: list[str], question: str) -> str:
     """What DeCC's LLM agent reads (the runner's own prompt, so it trains on what it is asked)."""
-    return prompts.decc_yes_no_reasoning(prompts.decc_pairs(sub_questions, sub_answers), question)
+    return decc_prompts.decc_yes_no_reasoning(decc_prompts.decc_pairs(sub_questions, sub_answers), question)
 
 
 class ReasoningStream:

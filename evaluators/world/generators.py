@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vlgate.evaluators.prompts import genception_generate
+from vlgate.evaluators.genception.prompts import genception_generate
 from vlgate.evaluators.world.renderer import SKY
 from vlgate.evaluators.world.scenes import COLORS, SHAPES, Scene, random_scene, render
 

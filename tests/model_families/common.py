@@ -27,18 +27,21 @@ from transformers import PreTrainedTokenizerFast
 
 from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.options import option_token_ids
+from vlgate.evaluators.genception import prompts as genception_prompts
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
+from vlgate.evaluators.vlind import prompts as vlind_prompts
 
 #: Text the tiny tokenizers are trained on: every prompt family vlgate sends, so the merges
 #: cut its prompts the way a real vocabulary would (words, not characters).
 CORPUS = [
     prompts.mc_prompt("What colour is the shape in the middle?", ["red", "green", "blue", "yellow"]),
-    prompts.yes_no_probe("What colour is the shape in the middle?", "red"),
-    prompts.naturalbench_yes_no("Is there a red circle?", "question"),
-    prompts.naturalbench_multiple_choice("Which shape is red?\nA. circle\nB. square"),
-    prompts.vlind_image("The sky is green."),
-    prompts.GENCEPTION_DESCRIBE,
-    prompts.TRUE_FALSE_INSTRUCTION,
-    prompts.NATURALBENCH_MC_SUFFIX,
+    lcm_prompts.yes_no_probe("What colour is the shape in the middle?", "red"),
+    lcm_prompts.naturalbench_yes_no("Is there a red circle?", "question"),
+    lcm_prompts.naturalbench_multiple_choice("Which shape is red?\nA. circle\nB. square"),
+    vlind_prompts.vlind_image("The sky is green."),
+    genception_prompts.GENCEPTION_DESCRIBE,
+    vlind_prompts.TRUE_FALSE_INSTRUCTION,
+    lcm_prompts.NATURALBENCH_MC_SUFFIX,
     "A B C D E F Yes No True False yes no true false A. B. C. D. (A) (B) user assistant system model",
     "There is a red circle on the left and a blue square on the right of the picture.",
     "How many shapes are there? Describe the image. Is the triangle bigger than the square?",

@@ -28,7 +28,7 @@ Answers, so that ``direct``, ``v1``, ``l1``, ``v2``, ``l2`` and ``answer`` compa
 - yes/no options are asked the way the world's models were trained: A0 as
   "Q Please answer yes or no." (the VLM's yes/no items), the agents with
   ``checkpoints.reasoning_prompt_text``'s wording (the LLM agent's training format),
-  scored over Yes/No; other options as MMMU-style letters (:func:`prompts.mc_prompt`);
+  scored over Yes/No; other options as MMMU-style letters (:func:`vlgate.evaluators.prompts.mc_prompt`);
 - open questions are generated and reduced to a short answer (:func:`short_answer`).
 
 Decompositions are the expensive, candidate-independent part: the decomposer's raw text
@@ -56,13 +56,14 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from pydantic import Field
 
-from vlgate.evaluators import prompts, protocols
+from vlgate.evaluators import prompts as shared_prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
+from vlgate.evaluators.decc import prompts, protocols
+from vlgate.evaluators.decc.metrics import normalise_answer
+from vlgate.evaluators.decc.settings import DeccSettings
 from vlgate.evaluators.loaders.items import DeccItem, open_image
-from vlgate.evaluators.metrics.decc import normalise_answer
-from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
+from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
 #: DeCC has one protocol (``protocols.DECC``): its generation limits
@@ -99,24 +100,24 @@ def answer_format(item: DeccItem) -> AnswerFormat:
     normalised = [normalise_answer(option) for option in options]
     if sorted(normalised) == ["no", "yes"]:
         return AnswerFormat("yes-no", options, tuple("Yes" if n == "yes" else "No" for n in normalised))
-    if len(options) > len(prompts.OPTION_LETTERS):
-        raise ValueError(f"item {item.id}: {len(options)} options, at most {len(prompts.OPTION_LETTERS)} can be lettered")
-    return AnswerFormat("letters", options, tuple(prompts.OPTION_LETTERS[: len(options)]))
+    if len(options) > len(shared_prompts.OPTION_LETTERS):
+        raise ValueError(f"item {item.id}: {len(options)} options, at most {len(shared_prompts.OPTION_LETTERS)} can be lettered")
+    return AnswerFormat("letters", options, tuple(shared_prompts.OPTION_LETTERS[: len(options)]))
 
 
 def main_question(item: DeccItem) -> str:
     """Q as the decomposer reads it: with its options, as in the paper's few-shot examples."""
     if not item.options:
         return item.question
-    return f"{item.question} Options: " + ", ".join(f"{prompts.OPTION_LETTERS[i]}: {option}" for i, option in enumerate(item.options))
+    return f"{item.question} Options: " + ", ".join(f"{shared_prompts.OPTION_LETTERS[i]}: {option}" for i, option in enumerate(item.options))
 
 
 def direct_prompt(item: DeccItem, answer_as: AnswerFormat) -> str:
     """A0's prompt: the world VLM's yes/no format, MMMU letters, or a short open answer."""
     if answer_as.kind == "yes-no":
-        return f"{item.question} {prompts.YES_NO_INSTRUCTION}"
+        return f"{item.question} {shared_prompts.YES_NO_INSTRUCTION}"
     if answer_as.kind == "letters":
-        return prompts.mc_prompt(item.question, answer_as.options)
+        return shared_prompts.mc_prompt(item.question, answer_as.options)
     return prompts.decc_sub_question(item.question)
 
 
@@ -147,7 +148,7 @@ def canonical_answer(answer: Any, item: DeccItem) -> str | None:
         for option in item.options:
             if normalise_answer(option) == normalised:
                 return option
-        letters = [letter.lower() for letter in prompts.OPTION_LETTERS[: len(item.options)]]
+        letters = [letter.lower() for letter in shared_prompts.OPTION_LETTERS[: len(item.options)]]
         if normalised in letters:
             return item.options[letters.index(normalised)]
     return text
@@ -335,19 +336,6 @@ def decc_runner(
         compute,
         settings={"max_sub_questions": max_sub_questions},
     )
-
-
-class DeccSettings(EvaluatorSettings):
-    model_fields_with_paths = ("llm", "decomposer", "coco_dir")
-
-    llm: str
-    decomposer: str | None = Field(default=None, description="a VLM that writes sub-questions; default: the items' own, else the candidate")
-    coco_dir: str | None = Field(
-        default=None, description="A-OKVQA (format aokvqa): the COCO folder holding {split}2017/, as A-OKVQA's README sets it up ($COCO_DIR); default: beside the data file"
-    )
-
-    def loader_options(self) -> dict[str, Any]:
-        return {"coco_dir": Path(self.coco_dir)} if self.coco_dir else {}
 
 
 def build_decc_runner(settings: DeccSettings, context: RunnerContext) -> Runner[DeccItem, Image.Image]:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from pydantic import Field
 
-from vlgate.evaluators import prompts, protocols
+from vlgate.evaluators import prompts as shared_prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, McItem, NbUnit, open_image
 from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
+from vlgate.evaluators.vl_lcm import prompts, protocols
+from vlgate.evaluators.vl_lcm.settings import LcmNbSettings
 
 YES_NO = ("Yes", "No")
 TWO_LETTERS = ("A", "B")
@@ -37,7 +38,7 @@ def lcm_mc_requests(item: McItem, images: Image.Image | tuple[Image.Image, ...],
     (:func:`lcm_mc_images`; one image stands for itself alone). All K+1 repeat the images
     and the question; the question is their shared prefix where every prompt starts with it."""
     sent = (images,) if isinstance(images, Image.Image) else tuple(images)
-    letters = tuple(prompts.OPTION_LETTERS[: len(item.options)])
+    letters = tuple(shared_prompts.OPTION_LETTERS[: len(item.options)])
     texts = [asked.multiple_choice(item.question, item.options)] + [asked.yes_no_probe(item.question, option) for option in item.options]
     shared = item.question if all(text.startswith(item.question) for text in texts) else None
     return [ChoiceRequest(sent, texts[0], letters, shared_prefix=shared)] + [ChoiceRequest(sent, text, YES_NO, shared_prefix=shared) for text in texts[1:]]
@@ -121,10 +122,6 @@ def lcm_nb_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.Natural
         return records
 
     return Runner("lcm-nb", {"vlm": vlm.info.digest}, protocol.as_run(), prepare, compute)
-
-
-class LcmNbSettings(EvaluatorSettings):
-    pair_seed: int | None = Field(default=None, description="build units by seeded random pairing of image-question pairs (unlabelled data)")
 
 
 def build_lcm_mc_runner(settings: EvaluatorSettings, context: RunnerContext) -> Runner[McItem, tuple[Image.Image, ...]]:

@@ -42,18 +42,19 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from PIL import Image
-from pydantic import Field
 
-from vlgate.evaluators import prompts, protocols
 from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
+from vlgate.evaluators.features import load_features
+from vlgate.evaluators.genception import prompts, protocols
+from vlgate.evaluators.genception.metrics import cosine_similarity
+from vlgate.evaluators.genception.settings import GenceptionSettings
 from vlgate.evaluators.loaders.items import GenceptionItem, open_image
-from vlgate.evaluators.metrics.genception import cosine_similarity
 from vlgate.evaluators.protocols import Protocol
-from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
+from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
 _UNSAFE_PATH_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -258,23 +259,6 @@ def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | N
     return path
 
 
-class GenceptionSettings(EvaluatorSettings):
-    model_fields_with_paths = ("encoder", "generator")
-
-    iterations: int = Field(default=3, ge=1)
-    #: None: the protocol's (512 under ``genception``, as the released code generates; 96
-    #: under ``vlgate``, what the world's small VLM can write); another value changes the
-    #: protocol as run (``genception-1+description=256``)
-    description_max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
-    generator: str = "scene-renderer"
-    encoder: str
-    encoder_kind: Literal["vit", "clip"] = "vit"
-    seed: int = 0
-
-    def protocol_overrides(self) -> dict[str, int | None]:
-        return {"description": self.description_max_new_tokens}
-
-
 def build_genception_runner(settings: GenceptionSettings, context: RunnerContext) -> Runner[GenceptionItem, Image.Image]:
     """The runner with its encoder and generator loaded (and owned: ``runner.close()``
     releases them); seed features and drawings are cached beside the model cache, so every
@@ -313,40 +297,3 @@ def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np
         return None
     path = write_features(records, folder / "features.npz")
     return load_features(path, len(records), [record["id"] for record in records])
-
-
-#: Feature magnitudes above this overflow float64 in FID: its covariance product grows as |x|⁴.
-FEATURE_LIMIT = 1e75
-
-
-def load_features(path: str | Path, n_records: int, ids: Sequence[Any] | np.ndarray | None = None) -> list[np.ndarray]:
-    """GenCeption features from an .npz with arrays ``t0`` … ``tT`` (each N×D), optionally ``ids``.
-
-    With ``ids`` in the file, rows are aligned to the records by id; without, the
-    rows must be in record order.
-    """
-    with np.load(path, allow_pickle=False) as data:
-        names = sorted((k for k in data.files if k.startswith("t") and k[1:].isdigit()), key=lambda k: int(k[1:]))
-        if not names or names[0] != "t0":
-            raise ValueError(f"{path}: expected arrays t0, t1, ... tT (found {', '.join(data.files) or 'none'})")
-        if [int(k[1:]) for k in names] != list(range(len(names))):
-            raise ValueError(f"{path}: iterations must be t0..tT without gaps (found {', '.join(names)})")
-        features = [np.asarray(data[k], dtype=np.float64) for k in names]
-        file_ids = [str(i) for i in data["ids"]] if "ids" in data.files else None
-    for name, array in zip(names, features):
-        if array.ndim != 2:
-            raise ValueError(f"{path}: array {name} must be N x D, got shape {array.shape}")
-        if not np.isfinite(array).all():
-            raise ValueError(f"{path}: array {name} holds NaN or infinite values")
-        if array.size and np.abs(array).max() > FEATURE_LIMIT:
-            raise ValueError(f"{path}: array {name} holds values up to {np.abs(array).max():.3g}; FID needs |x| <= {FEATURE_LIMIT:g} (its covariances would overflow)")
-    if file_ids is not None and ids is not None:
-        position = {i: row for row, i in enumerate(file_ids)}
-        missing = [i for i in map(str, ids) if i not in position]
-        if missing:
-            raise ValueError(f"{path}: no features for record id(s) {', '.join(missing[:5])}")
-        order = np.array([position[str(i)] for i in ids])
-        features = [array[order] for array in features]
-    elif any(len(array) != n_records for array in features):
-        raise ValueError(f"{path}: arrays have {[len(a) for a in features]} rows but there are {n_records} records (add an 'ids' array to align)")
-    return features
