@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import registry
@@ -120,7 +120,53 @@ class Waiver(BaseModel):
 
 
 Correction = Literal["holm", "bonferroni", "none"]
-_CATEGORY_CHECK = re.compile(r"(?P<metric>\S+)\[(?P<category>[^\]]+)\] (?P<rule>floor|ceiling|vs champion)")
+
+
+class Rule(StrEnum):
+    """What a check judges: that an evaluator ran, its expectations, a floor or ceiling on a
+    metric, a regression against the champion, a superiority over it."""
+
+    RAN = "ran"
+    EXPECTATIONS = "expectations"
+    FLOOR = "floor"
+    CEILING = "ceiling"
+    REGRESSION = "regression"
+    SUPERIORITY = "superiority"
+
+    @property
+    def phrase(self) -> str:
+        """How a check's name says the rule (``lcm-mc/acc vs champion``)."""
+        return "vs champion" if self is Rule.REGRESSION else self.value
+
+
+#: The category of a per-category check made when the candidate has no categories at all.
+EVERY_CATEGORY = "*"
+_CHECK_NAME = re.compile(r"(?P<metric>[^\s\[]+)(?:\[(?P<category>[^\]]+)\])? (?P<phrase>ran|expectations|floor|ceiling|vs champion|superiority)")
+
+
+@dataclass(frozen=True)
+class CheckKey:
+    """What identifies a check: its rule, its metric (``EVALUATOR/METRIC``, or the evaluator
+    for ``ran`` and ``expectations``) and, for a per-category rule, the category. Its
+    ``name`` is how the decision prints it and how a waiver names it."""
+
+    rule: Rule
+    metric: str
+    category: str | None = None
+
+    @property
+    def name(self) -> str:
+        scope = f"[{self.category}]" if self.category is not None else ""
+        return f"{self.metric}{scope} {self.rule.phrase}"
+
+    @classmethod
+    def parse(cls, name: str) -> CheckKey | None:
+        """The key a printed name stands for; None for a name no check could have."""
+        match = _CHECK_NAME.fullmatch(name)
+        if match is None:
+            return None
+        rule = next(rule for rule in Rule if rule.phrase == match["phrase"])
+        return cls(rule, match["metric"], match["category"])
 
 
 class GatePolicy(BaseModel):
@@ -137,6 +183,8 @@ class GatePolicy(BaseModel):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=2000, ge=100)
     seed: int = 0
+    #: each waiver by the key of the check it names, resolved when the policy is read
+    _waived: dict[CheckKey, Waiver] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: str | Path) -> GatePolicy:
@@ -162,12 +210,14 @@ class GatePolicy(BaseModel):
                 if section == "categories" and registry.get(evaluator).group_field is None:
                     with_groups = ", ".join(d.name for d in registry.definitions() if d.group_field)
                     raise ValueError(f"categories.{name}: {evaluator}'s records have no categories (evaluators with them: {with_groups})")
-        first_waiver: dict[str, int] = {}
+        first_waiver: dict[CheckKey, int] = {}
         for n, waiver in enumerate(self.waivers):
-            if not self.makes_check(waiver.check):
+            key = CheckKey.parse(waiver.check)
+            if key is None or not self.makes_check(key):
                 raise ValueError(f"waivers.{n}.check: the policy makes no check {waiver.check!r} (names as the decision prints them, e.g. {self.example_checks()})")
-            if first_waiver.setdefault(waiver.check, n) != n:  # which one applied would depend on their order
-                raise ValueError(f"waivers.{n}.check: {waiver.check!r} is waived already by waivers.{first_waiver[waiver.check]}; one check takes one waiver")
+            if first_waiver.setdefault(key, n) != n:  # which one applied would depend on their order
+                raise ValueError(f"waivers.{n}.check: {waiver.check!r} is waived already by waivers.{first_waiver[key]}; one check takes one waiver")
+            self._waived[key] = waiver
 
     def evaluators(self) -> set[str]:
         """Every evaluator the policy needs results of."""
@@ -182,29 +232,32 @@ class GatePolicy(BaseModel):
         if missing:
             raise ValueError(f"needs {', '.join(missing)}, which {suite} does not run (it runs {', '.join(sorted(runs)) or 'nothing'})")
 
-    def makes_check(self, name: str) -> bool:
-        """Whether one of the policy's rules produces a check of this name (waivers must name one)."""
-        if name in self._static_checks():
-            return True
-        match = _CATEGORY_CHECK.fullmatch(name)
-        if match is None or match["metric"] not in self.categories:
+    def makes_check(self, key: CheckKey) -> bool:
+        """Whether one of the policy's rules produces this check (waivers must name one)."""
+        if key.category is None:
+            return key in self._static_checks()
+        rule = self.categories.get(key.metric)
+        if rule is None:
             return False
-        rule = self.categories[match["metric"]]
-        made = {"floor": rule.floor is not None, "ceiling": rule.ceiling is not None, "vs champion": rule.max_drop is not None}[match["rule"]]
-        return made and (rule.only is None or match["category"] in rule.only)
+        made = {Rule.FLOOR: rule.floor is not None, Rule.CEILING: rule.ceiling is not None, Rule.REGRESSION: rule.max_drop is not None}.get(key.rule, False)
+        return made and (rule.only is None or key.category in rule.only)
 
-    def _static_checks(self) -> list[str]:
+    def waiver(self, key: CheckKey) -> Waiver | None:
+        """The waiver naming this check, if any."""
+        return self._waived.get(key)
+
+    def _static_checks(self) -> list[CheckKey]:
         evaluators = sorted(self.evaluators() | set(registry.names()))
         return [
-            *(f"{e} {what}" for e in evaluators for what in ("ran", "expectations")),
-            *(f"{m} floor" for m in self.floors),
-            *(f"{m} ceiling" for m in self.ceilings),
-            *(f"{m} vs champion" for m in self.regressions),
-            *(f"{m} superiority" for m in self.superiority),
+            *(CheckKey(rule, e) for e in evaluators for rule in (Rule.RAN, Rule.EXPECTATIONS)),
+            *(CheckKey(Rule.FLOOR, m) for m in self.floors),
+            *(CheckKey(Rule.CEILING, m) for m in self.ceilings),
+            *(CheckKey(Rule.REGRESSION, m) for m in self.regressions),
+            *(CheckKey(Rule.SUPERIORITY, m) for m in self.superiority),
         ]
 
     def example_checks(self) -> str:
-        return ", ".join(repr(name) for name in self._static_checks()[-3:])
+        return ", ".join(repr(key.name) for key in self._static_checks()[-3:])
 
 
 class Verdict(StrEnum):
@@ -232,41 +285,53 @@ class Check:
     no), inconclusive (a comparison whose interval spans its margin), could not judge
     (something to judge was missing: an evaluator that did not run, a metric undefined,
     no shared samples; such a check fails closed too), or waived (failed, let through by
-    a waiver in the policy)."""
+    a waiver in the policy). ``detail`` says why in words; the numbers are fields."""
 
-    name: str
-    passed: bool
+    key: CheckKey
+    verdict: Verdict
     detail: str
-    rule: str = ""  # ran, expectations, floor, ceiling, regression, superiority
-    metric: str | None = None  # EVALUATOR/METRIC, or the evaluator for ran/expectations
     candidate: float | None = None
     champion: float | None = None
     limit: float | None = None  # the floor or ceiling, -max_drop of a regression rule, min_gain of a superiority rule
     interval: tuple[float, float] | None = None  # the bootstrap interval of the improvement (candidate better: positive)
     bound: float | None = None  # the bound judged against the limit (improvement's lower bound)
-    judged: bool = True
-    category: str | None = None  # a per-category rule's category
     p_value: float | None = None  # a comparison's adjusted p-value of "shown below the limit"
     n_shared: int | None = None  # a comparison's shared samples
     samples_needed: int | None = None  # an inconclusive comparison's estimate of the shared samples that would decide
-    inconclusive: bool = False
     waiver: Waiver | None = None
 
     @property
-    def verdict(self) -> Verdict:
-        if self.waiver is not None:
-            return Verdict.WAIVED
-        if self.passed:
-            return Verdict.PASS
-        return Verdict.INCONCLUSIVE if self.inconclusive else Verdict.FAIL if self.judged else Verdict.COULD_NOT_JUDGE
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def rule(self) -> Rule:
+        return self.key.rule
+
+    @property
+    def metric(self) -> str:
+        return self.key.metric
+
+    @property
+    def category(self) -> str | None:
+        return self.key.category
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in (Verdict.PASS, Verdict.WAIVED)
 
     def as_dict(self) -> dict[str, Any]:
-        fields = {k: v for k, v in vars(self).items() if k not in ("judged", "inconclusive")}
-        return fields | {
+        numbers = {k: v for k, v in vars(self).items() if k not in ("key", "verdict", "detail", "waiver", "interval")}
+        return {"name": self.name, "passed": self.passed, "detail": self.detail, "rule": self.rule, "metric": self.metric, "category": self.category} | numbers | {
             "interval": list(self.interval) if self.interval else None,
             "waiver": self.waiver.model_dump(mode="json") if self.waiver else None,
             "verdict": self.verdict,
         }
+
+
+def _verdict(passed: bool, judged: bool = True) -> Verdict:
+    """A check's verdict from whether it held and whether there was anything to judge."""
+    return Verdict.PASS if passed else Verdict.FAIL if judged else Verdict.COULD_NOT_JUDGE
 
 
 @dataclass
@@ -326,25 +391,25 @@ def decide(
     for evaluator in judged:
         result = candidate.get(evaluator)
         if result is None:
-            checks.append(Check(f"{evaluator} ran", False, "no result (fail closed)", "ran", evaluator, judged=False))
+            checks.append(Check(CheckKey(Rule.RAN, evaluator), Verdict.COULD_NOT_JUDGE, "no result (fail closed)"))
         elif result.error:
-            checks.append(Check(f"{evaluator} ran", False, f"failed: {result.error}", "ran", evaluator, judged=False))
+            checks.append(Check(CheckKey(Rule.RAN, evaluator), Verdict.COULD_NOT_JUDGE, f"failed: {result.error}"))
         else:
-            checks.append(Check(f"{evaluator} ran", True, f"{len(result.records)} records", "ran", evaluator))
+            checks.append(Check(CheckKey(Rule.RAN, evaluator), Verdict.PASS, f"{len(result.records)} records"))
             passed = result.expectations_passed
-            checks.append(Check(f"{evaluator} expectations", passed, "passed" if passed else _expectation_failures(result), "expectations", evaluator))
-    for name, kind, limit in [*((n, "floor", v) for n, v in policy.floors.items()), *((n, "ceiling", v) for n, v in policy.ceilings.items())]:
+            checks.append(Check(CheckKey(Rule.EXPECTATIONS, evaluator), _verdict(passed), "passed" if passed else _expectation_failures(result)))
+    for name, kind, limit in [*((n, Rule.FLOOR, v) for n, v in policy.floors.items()), *((n, Rule.CEILING, v) for n, v in policy.ceilings.items())]:
         evaluator, metric = registry.split_metric(name)
-        checks.append(_bound_check(f"{name} {kind}", name, kind, limit, _metric(candidate.get(evaluator), metric)))
+        checks.append(_bound_check(CheckKey(kind, name), limit, _metric(candidate.get(evaluator), metric)))
     for name, rule in policy.categories.items():
         checks.extend(_category_bound_checks(name, rule, candidate))
-    comparisons = [_Comparison(f"{name} vs champion", name, "regression", -rule.max_drop) for name, rule in policy.regressions.items()]
-    comparisons += [_Comparison(f"{name} superiority", name, "superiority", rule.min_gain) for name, rule in policy.superiority.items()]
+    comparisons = [_Comparison(CheckKey(Rule.REGRESSION, name), -rule.max_drop) for name, rule in policy.regressions.items()]
+    comparisons += [_Comparison(CheckKey(Rule.SUPERIORITY, name), rule.min_gain) for name, rule in policy.superiority.items()]
     for name, rule in policy.categories.items():
         if rule.max_drop is not None:
             comparisons += _category_comparisons(name, rule, candidate, champion)
     checks.extend(_judge_comparisons(policy, comparisons, candidate, champion))
-    _apply_waivers(checks, policy.waivers, today or datetime.now(UTC).date())
+    _apply_waivers(checks, policy, today or datetime.now(UTC).date())
     return Decision(promote=all(check.passed for check in checks), checks=checks, policy=policy.model_dump(mode="json"))
 
 
@@ -357,12 +422,13 @@ def _expectation_failures(output: EvaluatorOutput, shown: int = 2) -> str:
     return "failed expectations: " + "; ".join(failures[:shown]) + more
 
 
-def _bound_check(label: str, name: str, kind: str, limit: float, value: float | None, category: str | None = None) -> Check:
+def _bound_check(key: CheckKey, limit: float, value: float | None) -> Check:
     if value is None:
-        return Check(label, False, "metric missing or undefined (fail closed)", kind, name, limit=limit, judged=False, category=category)
-    passed = value >= limit if kind == "floor" else value <= limit
-    detail = f"{value:.4f} {'>=' if kind == 'floor' else '<='} {limit} {'holds' if passed else 'fails'}"
-    return Check(label, passed, detail, kind, name, candidate=value, limit=limit, category=category)
+        return Check(key, Verdict.COULD_NOT_JUDGE, "metric missing or undefined (fail closed)", limit=limit)
+    floor = key.rule is Rule.FLOOR
+    passed = value >= limit if floor else value <= limit
+    detail = f"{value:.4f} {'>=' if floor else '<='} {limit} {'holds' if passed else 'fails'}"
+    return Check(key, _verdict(passed), detail, candidate=value, limit=limit)
 
 
 def _categories(output: EvaluatorOutput | None, evaluator: str) -> dict[str, dict[str, Any]] | None:
@@ -374,41 +440,38 @@ def _categories(output: EvaluatorOutput | None, evaluator: str) -> dict[str, dic
 
 def _category_bound_checks(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput]) -> list[Check]:
     evaluator, metric = registry.split_metric(name)
-    bounds = [(kind, limit) for kind, limit in (("floor", rule.floor), ("ceiling", rule.ceiling)) if limit is not None]
+    bounds = [(kind, limit) for kind, limit in ((Rule.FLOOR, rule.floor), (Rule.CEILING, rule.ceiling)) if limit is not None]
     if not bounds:
         return []
     breakdown = _categories(candidate.get(evaluator), evaluator)
     if breakdown is None:
-        return [Check(f"{name}[*] {kind}", False, "no per-category metrics (fail closed)", kind, name, limit=limit, judged=False) for kind, limit in bounds]
+        return [Check(CheckKey(kind, name, EVERY_CATEGORY), Verdict.COULD_NOT_JUDGE, "no per-category metrics (fail closed)", limit=limit) for kind, limit in bounds]
     checks = []
     for category in rule.only or sorted(breakdown):
         values = breakdown.get(category)
         for kind, limit in bounds:
-            label = f"{name}[{category}] {kind}"
+            key = CheckKey(kind, name, category)
             if values is not None and int(values.get("n", 0)) < rule.min_samples:
-                checks.append(Check(label, True, f"skipped: {int(values.get('n', 0))} records < min_samples {rule.min_samples}", kind, name, limit=limit, category=category))
+                checks.append(Check(key, Verdict.PASS, f"skipped: {int(values.get('n', 0))} records < min_samples {rule.min_samples}", limit=limit))
                 continue
             value = None if values is None or values.get(metric) is None else float(values[metric])
-            checks.append(_bound_check(label, name, kind, limit, value, category))
+            checks.append(_bound_check(key, limit, value))
     return checks
 
 
 @dataclass
 class _Comparison:
-    """One comparison with the champion before it is judged: its label, metric, rule,
-    margin, and the category it is restricted to."""
+    """One comparison with the champion before it is judged: its check's key (a regression
+    or superiority rule, its metric and category) and margin."""
 
-    label: str
-    metric: str
-    rule: str  # regression or superiority
+    key: CheckKey
     limit: float
-    category: str | None = None
     ids: set[Any] | None = None  # the category's sample ids; None: every sample
     skipped: str | None = None
 
-    def check(self, passed: bool, detail: str, judged: bool = True, **numbers: Any) -> Check:
+    def check(self, verdict: Verdict, detail: str, **numbers: Any) -> Check:
         """A check of this comparison made without a bootstrap (nothing to compare, skipped, fail closed)."""
-        return Check(self.label, passed, detail, self.rule, self.metric, limit=self.limit, judged=judged, category=self.category, **numbers)
+        return Check(self.key, verdict, detail, limit=self.limit, **numbers)
 
 
 def _statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | None]:
@@ -444,12 +507,12 @@ def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, Ev
             by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
     limit = -float(rule.max_drop or 0.0)
     if champion is not None and not by_category:
-        return [_Comparison(f"{name}[*] vs champion", name, "regression", limit, skipped="no per-category records (fail closed)")]
+        return [_Comparison(CheckKey(Rule.REGRESSION, name, EVERY_CATEGORY), limit, skipped="no per-category records (fail closed)")]
     comparisons = []
     for category in rule.only or sorted(by_category):
         ids = by_category.get(category, set())
         skipped = f"skipped: {len(ids)} records < min_samples {rule.min_samples}" if len(ids) < rule.min_samples else None
-        comparisons.append(_Comparison(f"{name}[{category}] vs champion", name, "regression", limit, category, ids, skipped))
+        comparisons.append(_Comparison(CheckKey(Rule.REGRESSION, name, category), limit, ids, skipped))
     return comparisons
 
 
@@ -461,15 +524,15 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
     for n, comparison in enumerate(comparisons):
         if comparison.skipped is not None:
             skipped = comparison.skipped.startswith("skipped")
-            checks[n] = comparison.check(skipped, comparison.skipped, judged=skipped)
+            checks[n] = comparison.check(Verdict.PASS if skipped else Verdict.COULD_NOT_JUDGE, comparison.skipped)
             continue
         if champion is None:
-            checks[n] = comparison.check(True, "no champion yet: nothing to compare with")
+            checks[n] = comparison.check(Verdict.PASS, "no champion yet: nothing to compare with")
             continue
-        evaluator, metric = registry.split_metric(comparison.metric)
+        evaluator, metric = registry.split_metric(comparison.key.metric)
         mine, theirs = candidate.get(evaluator), champion.get(evaluator)
         if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
-            checks[n] = comparison.check(False, "per-sample records missing for the candidate or the champion (fail closed)", judged=False)
+            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, "per-sample records missing for the candidate or the champion (fail closed)")
             continue
         if mine.protocol != theirs.protocol:
             named = lambda protocol: f"protocol {protocol}" if protocol else "no protocol"
@@ -477,7 +540,7 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
                 f"not comparable: the candidate's {evaluator} records were measured under {named(mine.protocol)}, the champion's under {named(theirs.protocol)} "
                 "(fail closed; validate the champion again under the suite's protocol, or set the suite's protocol to the champion's)"
             )
-            checks[n] = comparison.check(False, detail, judged=False)
+            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, detail)
             continue
         mine_samples, their_samples = mine.samples, theirs.samples
         if comparison.ids is not None:
@@ -487,12 +550,12 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
         )
         if result.lower is None or result.upper is None or result.difference is None:
             detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
-            checks[n] = comparison.check(False, detail, judged=False, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
+            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, detail, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
             continue
-        sign = -1.0 if lower_is_better(comparison.metric) else 1.0
+        sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
         improvements = sign * result.distribution
         # regression: shown worse means improvement < -max_drop; superiority: shown not better means <= min_gain
-        p_value = bootstrap_p_value(improvements, comparison.limit, strict=comparison.rule == "regression")
+        p_value = bootstrap_p_value(improvements, comparison.limit, strict=comparison.key.rule is Rule.REGRESSION)
         tested.append((n, comparison, result, improvements, p_value))
     raw = [p for *_, p in tested]
     adjusted = holm_adjusted(raw) if policy.correction == "holm" else bonferroni_adjusted(raw) if policy.correction == "bonferroni" else raw
@@ -507,11 +570,11 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
 
 def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: PairedDifference, improvements: np.ndarray, p_value: float, alpha: float, fail_level: float, family: int) -> Check:
     assert result.lower is not None and result.upper is not None and result.difference is not None
-    sign = -1.0 if lower_is_better(comparison.metric) else 1.0
+    sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
     improvement = sign * result.difference
     low, high = sorted((sign * result.lower, sign * result.upper))
     limit = comparison.limit
-    superiority = comparison.rule == "superiority"
+    superiority = comparison.key.rule is Rule.SUPERIORITY
     passed = low > limit if superiority else low >= limit
     shown_below = not passed and p_value <= alpha
     inconclusive = not passed and not shown_below
@@ -530,33 +593,28 @@ def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: Paire
         decide_with = f"about {samples_needed} shared samples would decide" if samples_needed else "the estimate sits on the margin: no number of samples decides"
         detail = f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {decide_with}"
     return Check(
-        comparison.label,
-        passed,
+        comparison.key,
+        Verdict.PASS if passed else Verdict.INCONCLUSIVE if inconclusive else Verdict.FAIL,
         detail,
-        comparison.rule,
-        comparison.metric,
         candidate=result.candidate,
         champion=result.champion,
         limit=limit,
         interval=(low, high),
         bound=low,
-        category=comparison.category,
         p_value=p_value,
         n_shared=result.n_shared,
         samples_needed=samples_needed,
-        inconclusive=inconclusive,
     )
 
 
-def _apply_waivers(checks: list[Check], waivers: list[Waiver], today: date) -> None:
+def _apply_waivers(checks: list[Check], policy: GatePolicy, today: date) -> None:
     """A failing check named by a waiver whose day has not passed is let through, on record."""
-    by_check = {waiver.check: waiver for waiver in waivers}
     for check in checks:
-        waiver = by_check.get(check.name)
+        waiver = policy.waiver(check.key)
         if waiver is None or check.passed:
             continue
         if waiver.until < today:
             check.detail += f" (waiver by {waiver.by} expired on {waiver.until.isoformat()})"
             continue
-        check.waiver, check.passed = waiver, True
+        check.waiver, check.verdict = waiver, Verdict.WAIVED
         check.detail += f"; WAIVED by {waiver.by} until {waiver.until.isoformat()}: {waiver.reason}"

@@ -11,7 +11,7 @@ from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.flows.gate import GatePolicy, decide
+from vlgate.flows.gate import CheckKey, GatePolicy, Rule, decide
 
 
 def _mc_records(p_right: list[float], ids=None) -> list[dict]:
@@ -351,9 +351,13 @@ def test_waivers_may_name_every_check_the_policy_makes():
         categories={"lcm-mc/lcm": {"max_drop": 0.05, "floor": 0.2, "only": ["animals"]}},
     )
     for name in ["lcm-mc ran", "decc expectations", "lcm-mc/acc floor", "lcm-mc/lcm vs champion", "lcm-mc/acc superiority", "lcm-mc/lcm[animals] vs champion", "lcm-mc/lcm[animals] floor"]:
-        assert policy.makes_check(name), name
+        key = CheckKey.parse(name)
+        assert key is not None and key.name == name and policy.makes_check(key), name
     for name in ["lcm-mc/acc ceiling", "lcm-mc/lcm[vehicles] floor", "lcm-mc/lcm[animals] ceiling", "lcm-mc/acc[animals] floor"]:
-        assert not policy.makes_check(name), name
+        assert not policy.makes_check(CheckKey.parse(name)), name
+    assert CheckKey.parse("lcm-mc/lcm[animals] vs champion") == CheckKey(Rule.REGRESSION, "lcm-mc/lcm", "animals")
+    assert CheckKey.parse("decc/reliable_rate/multi superiority") == CheckKey(Rule.SUPERIORITY, "decc/reliable_rate/multi")
+    assert CheckKey.parse("lcm-mc/acc is fine") is None
     with pytest.raises(ValueError, match="needs decc, which the suite does not run"):
         policy.model_copy(update={"required": ["lcm-mc", "decc"]}).check_suite(["lcm-mc"])
     policy.check_suite(["lcm-mc", "decc"])
