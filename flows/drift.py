@@ -27,19 +27,20 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
+from vlgate.evaluators.runners.suite import Suite
 from vlgate.flows import progress
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
 
 @task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
-def score_batch(model_uri: str, suite_path: str, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> dict[str, Any]:
+def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> dict[str, Any]:
     """The champion's records on one batch (resumable: fingerprinted records are reused);
     its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.runners.suite import run_suite
 
     progress.stage(shown_as, progress.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)
-    return run_suite(model_uri, Suite.from_file(suite_path), Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done)
+    return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done)
 
 
 def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
@@ -52,11 +53,10 @@ def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
     return samples[column].to_numpy(dtype=float)
 
 
-def _suite_key(path: Path) -> str:
-    from vlgate.evaluators.runners.suite import Suite
-
-    suite = Suite.from_file(path)
-    material = [path.read_bytes().hex()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.values()]
+def _suite_key(suite: Suite) -> str:
+    """The folder a batch's records go to: the suite's content as loaded (not its file's
+    bytes: a comment changes nothing) and its data files' names and sizes."""
+    material = [suite.model_dump_json()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.values()]
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
@@ -129,10 +129,11 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     progress.stage(shown_as, progress.STARTED)
     folder = home / "drift" / model_name / f"v{champion}"
     cache = str(home / "model-cache")
-    reference_out = folder / f"reference-{_suite_key(drift.reference)}"
-    reference = score_batch(model_uri, str(drift.reference), str(reference_out), cache, shown_as, "reference")
-    current_out = folder / f"batch-{_suite_key(batch_suite)}"
-    current = score_batch(model_uri, str(batch_suite), str(current_out), cache, shown_as, "new batch")
+    reference_suite, current_suite = Suite.from_file(drift.reference), Suite.from_file(batch_suite)  # read once, here
+    reference_out = folder / f"reference-{_suite_key(reference_suite)}"
+    reference = score_batch(model_uri, reference_suite, str(reference_out), cache, shown_as, "reference")
+    current_out = folder / f"batch-{_suite_key(current_suite)}"
+    current = score_batch(model_uri, current_suite, str(current_out), cache, shown_as, "new batch")
     progress.stage(shown_as, progress.TESTING)
 
     scores = {}

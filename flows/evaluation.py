@@ -20,6 +20,7 @@ from prefect.tasks import exponential_backoff
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary, ShardResult
 from vlgate.flows import progress
+from vlgate.flows.plan import ValidationPlan  # a flow's and a task's parameters are validated against it
 
 if TYPE_CHECKING:
     from vlgate.evaluators.runners.base import ItemProgress
@@ -41,21 +42,21 @@ def _tree_state(path: Path) -> list[tuple[str, int, int]]:
 def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
     """(The registered version's identity — its source, run and creation time, since a
     deleted model's version number comes back with other weights —, evaluator, shard,
-    suite file, the data files' names/sizes/times, vlgate's version, the output folder:
-    results are files there) identifies a shard's result."""
+    what the evaluator's results depend on in the suite (``ValidationPlan.evaluator_digest``:
+    its content, not its file's bytes), the data files' names/sizes/times, vlgate's version,
+    the output folder: results are files there) identifies a shard's result."""
     from vlgate import __version__
     from vlgate.evaluators.backends.loading import mlflow_identity
-    from vlgate.evaluators.runners.suite import Suite
 
-    suite_path = Path(parameters["suite_path"])
-    spec = Suite.from_file(suite_path).evaluators[parameters["evaluator"]]
+    plan: ValidationPlan = parameters["plan"]
+    evaluator = parameters["evaluator"]
     material = [
-        mlflow_identity(parameters["model_uri"])[1],
-        parameters["evaluator"],
+        mlflow_identity(plan.model_uri)[1],
+        evaluator,
         parameters["shard"],
         parameters["n_shards"],
-        suite_path.read_bytes().hex(),
-        _tree_state(spec.data),
+        plan.evaluator_digest(evaluator),
+        _tree_state(plan.suite.evaluators[evaluator].data),
         __version__,
         parameters["out"],
     ]
@@ -99,49 +100,42 @@ def retry_unless_timed_out(_task: Task, _run: TaskRun, state: State) -> bool:
     persist_result=True,
     result_serializer="json",
 )
-def evaluate_shard(
-    model_name: str, version: str, model_uri: str, suite_path: str, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None
-) -> ShardResult:
-    """One shard of one evaluator on one version; raises (so Prefect retries) when it
+def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None) -> ShardResult:
+    """One shard of one evaluator on the plan's version; raises (so Prefect retries) when it
     fails. Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
     ``time_limit_s`` it stops for good (:func:`within_time_limit`)."""
-    from vlgate.evaluators.runners.suite import Suite, run_evaluator_shard
+    from vlgate.evaluators.runners.suite import run_evaluator_shard
 
-    subject = progress.subject(model_name, version)
+    subject = progress.subject(plan.model, plan.version)
     progress.stage(subject, progress.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
     items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
-    return run_evaluator_shard(model_uri, Suite.from_file(suite_path), Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
+    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
 
 
 @task(name="merge-shards", retries=1)
-def merge_evaluator(suite_path: str, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
-    from vlgate.evaluators.runners.suite import Suite, merge_shards
+def merge_evaluator(plan: ValidationPlan, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
+    from vlgate.evaluators.runners.suite import merge_shards
 
-    return merge_shards(Suite.from_file(suite_path), Path(out), evaluator, shards)
+    return merge_shards(plan.suite, Path(out), evaluator, shards)
 
 
 @flow(name="vlgate-evaluate")
-def evaluate_version(
-    model_name: str, version: str, suite_path: str, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None
-) -> dict[str, EvaluatorSummary]:
-    """Every evaluator of the suite on the version, each split into ``n_shards`` tasks on
-    this flow's task runner (threads, or a Dask cluster) and merged back into one result.
+def evaluate_version(plan: ValidationPlan, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None) -> dict[str, EvaluatorSummary]:
+    """Every evaluator of the plan's suite on its version, each split into ``n_shards`` tasks
+    on this flow's task runner (threads, or a Dask cluster) and merged back into one result.
     An evaluator that still fails after its retries, or runs past ``task_timeout_s`` (a
     hung model, a template that loops), is an ``error`` entry; one stopped by a server that
     did not answer (``tracking.transient``) fails the flow instead, so that the claim is
     retried later rather than judged."""
-    from vlgate.evaluators.runners.suite import Suite, holding_models
+    from vlgate.evaluators.runners.suite import holding_models
 
-    model_uri = f"models:/{model_name}/{version}"
     merged, shards = {}, {}
     entries: dict[str, EvaluatorSummary] = {}
     with holding_models():  # one load of the candidate per task thread, not one per evaluator
-        for name in Suite.from_file(suite_path).evaluators:
-            shards[name] = [
-                evaluate_shard.submit(model_name, version, model_uri, suite_path, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)
-            ]
-            merged[name] = merge_evaluator.submit(suite_path, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
+        for name in plan.suite.evaluators:
+            shards[name] = [evaluate_shard.submit(plan, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)]
+            merged[name] = merge_evaluator.submit(plan, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
         for name, future in merged.items():
             try:
                 for shard_future in shards[name]:  # a failed shard's own error, not the merge's "never ran"

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from vlgate.evaluators.runners.model_check import OTHER_ENGINE, ModelCheck
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.runners.suite import Suite
 
 #: Items per evaluator the flow's check runs (a structural fault shows on the first item;
 #: `vlgate check-model --items` runs more).
@@ -71,15 +75,14 @@ def engine_problem(result: ModelCheck) -> str | None:
     )
 
 
-def check_candidate(model_uri: str, suite_path: str, cache_dir: str, checks_folder: str) -> ModelCheck | None:
-    """The candidate's check, made once per digest (the evaluators have downloaded its
-    weights into ``cache_dir`` already); None for a suite served over HTTP, whose model
-    vlgate cannot run itself."""
+def check_candidate(model_uri: str, suite: Suite, cache_dir: str, checks_folder: str) -> ModelCheck | None:
+    """The candidate's check under ``suite``, made once per digest (the evaluators have
+    downloaded its weights into ``cache_dir`` already); None for a suite served over HTTP,
+    whose model vlgate cannot run itself."""
     from vlgate.evaluators.backends.loading import model_digest, resolve_model
     from vlgate.evaluators.runners.model_check import check_model
-    from vlgate.evaluators.runners.suite import Suite, transformers_batch_size
+    from vlgate.evaluators.runners.suite import transformers_batch_size
 
-    suite = Suite.from_file(suite_path)
     if suite.backend == "openai":
         return None
     digest = model_digest(resolve_model(model_uri, Path(cache_dir), suite.policy))

@@ -178,18 +178,12 @@ def model_problem(home: Path, model_name: str) -> str | None:
 def config_problem(config: ModelConfig) -> str | None:
     """A model's suite and policy loaded and checked against each other, or the one line
     that says what is wrong (naming the file and the field)."""
-    from vlgate.evaluators.runners.suite import Suite  # the registry and its runners: not for every importer
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.flows.plan import read_model_config  # the registry and its runners: not for every importer
 
     try:
-        suite = Suite.from_file(config.suite)
-        policy = GatePolicy.from_file(config.policy)
+        read_model_config(config)
     except ValueError as error:
         return str(error)
-    try:
-        policy.check_suite(suite.evaluators, f"suite {config.suite}")
-    except ValueError as error:
-        return f"gate policy {config.policy}: {error}"
     return None
 
 

@@ -31,8 +31,9 @@ from vlgate.flows.correlations import correlate_with_champion, correlation_metri
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import GatePolicy, Outcome, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
+from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, config_problem, not_configured, prepare_environment, report_image_roots
+from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, report_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
 
 
@@ -41,32 +42,32 @@ class ValidationError(RuntimeError):
 
 
 @task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), cache_policy=NO_CACHE)
-def judge_and_promote(model_name: str, version: str, run_id: str, policy_path: str, outputs: dict[str, EvaluatorOutput]) -> dict[str, Any]:
+def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput]) -> dict[str, Any]:
     """One gate decision per model at a time (so no candidate is judged against a champion
     that another candidate is replacing); tags always written, alias moved on promotion."""
-    return judge(model_name, version, run_id, policy_path, outputs, record=True)
+    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True)
 
 
-def judge(model_name: str, version: str, run_id: str, policy_path: str, outputs: dict[str, EvaluatorOutput], record: bool) -> dict[str, Any]:
+def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool) -> dict[str, Any]:
     """The gate on ``outputs`` against the current champion, under the model's gate lock;
     with ``record``, ``decision.json``, the tags and (on promotion) the alias are written."""
     client = tracking.connect()
     claims = ClaimStore.for_home(prepare_environment())
     with claims.lock(f"gate:{model_name}"):
         champion_version, champion = champion_outputs(client, model_name, version)
-        decision = decide(GatePolicy.from_file(policy_path), outputs, champion)
+        decision = decide(policy, outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
         warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
         payload = decision.as_dict() | {
             "warnings": warnings,
-            "policy_path": policy_path,
+            "policy_path": str(policy_path),
             "champion_before": champion_version,
             "per_sample_correlations": per_sample,
         }
         label = "promoted" if decision.promote else "rejected"
         if record:
             client.log_dict(run_id, payload, "decision.json")  # with the policy judged with, as loaded
-            client.log_artifact(run_id, policy_path, artifact_path="config")  # and its file, replacing an earlier one of that name
+            client.log_artifact(run_id, str(policy_path), artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
             log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
             write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
@@ -84,7 +85,7 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
         raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
     if record and tracking.champion_version(client, model_name) == str(version):
         raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
-    payload = judge(model_name, version, run_id, policy_path, run_outputs(client, run_id), record)
+    payload = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record)
     return {"model": model_name, "version": version, "run_id": run_id, "recorded": record} | payload
 
 
@@ -141,11 +142,12 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
     return summary
 
 
-def record_model_check(client: Any, run_id: str, model_uri: str, suite_path: str, home: Path) -> None:
+def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Path) -> None:
     """Stamp the run with whether vlgate's fast paths are exact on these weights
     (``flows/model_check.py``); a check that fails is stamped so and never stops the flow."""
+    model_uri = plan.model_uri
     try:
-        result = check_candidate(model_uri, suite_path, str(home / "model-cache"), str(home / "model-checks"))
+        result = check_candidate(model_uri, plan.suite, str(home / "model-cache"), str(home / "model-checks"))
     except Exception as error:  # the numbers were computed already; the stamp says it is missing
         get_run_logger().warning("model check of %s failed: %s", model_uri, error)
         client.set_tag(run_id, tag_keys.MODEL_CHECK, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
@@ -177,17 +179,16 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     config = service_config.for_model(model_name)
     if config is None:  # configured when the flow started, no longer
         raise ValidationError(not_configured(home, model_name))
-    problem = config_problem(config)
-    if problem:  # a policy mistake is found now, not after every evaluator ran
-        raise ValidationError(problem)
+    try:  # read once, checked now (a policy mistake is found before any evaluator ran), handed to every step
+        plan = ValidationPlan.read(config, model_name, version)
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
     client = tracking.connect(home)
     tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
     from mlflow.entities import Param
 
-    from vlgate.evaluators.runners.suite import Suite
-
-    suite = Suite.from_file(config.suite)
+    suite = plan.suite
     run = client.get_run(run_id)
     link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
     if not run.data.params:  # a resumed run has them already; params cannot be overwritten
@@ -199,8 +200,9 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
+        client.log_dict(run_id, plan.as_logged(), "config/plan.json")
     if suite.backend == "vllm":  # another engine is checked first: if it is not exact, nothing it scored would count
-        engine_check = check_candidate(f"models:/{model_name}/{version}", str(config.suite), str(home / "model-cache"), str(home / "model-checks"))
+        engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None
         if problem:
             raise ValidationError(f"{model_name} v{version}: {problem}")
@@ -208,11 +210,9 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     # evaluation runs as a subflow so that its task runner comes from vlgate.yaml, for a
     # run started here and for one a Prefect worker starts from the deployment alike
     evaluation = service_config.evaluation
-    entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(
-        model_name, version, str(config.suite), str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s
-    )
+    entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
-    record_model_check(client, run_id, f"models:/{model_name}/{version}", str(config.suite), home)
+    record_model_check(client, run_id, plan, home)
     progress.stage(shown_as, progress.EXPECTATIONS)
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
     progress.stage(shown_as, progress.RECORDING)
@@ -221,7 +221,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     progress.stage(shown_as, progress.CORRELATIONS)
     across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
     progress.stage(shown_as, progress.GATE)
-    decision = judge_and_promote(model_name, version, run_id, str(config.policy), outputs)
+    decision = judge_and_promote(plan, run_id, outputs)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision["decision"])
     progress.stage(shown_as, progress.DECIDED, detail=decision["decision"])

@@ -168,6 +168,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     from vlgate import tracking
     from vlgate.evaluators.output import EvaluatorSummary
     from vlgate.flows import correlations, evaluation, recording, validation
+    from vlgate.flows.gate import GatePolicy
 
     run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
     version = client.create_model_version(model, f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
@@ -190,7 +191,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    validation.judge_and_promote.fn(model, str(version), run_id, str(policy), outcomes)
+    validation.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True)
     client.set_terminated(run_id, "FINISHED")
     return str(version)
 

@@ -17,6 +17,7 @@ import yaml
 
 from vlgate import tag_keys, tracking
 from vlgate.flows.cli import main
+from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
@@ -83,6 +84,11 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
         assert "genception/gc_at_3" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"tables", "evaluators", "expectations", "decision.json", "correlations.json", "config"} <= artifacts
+        # the plan the flow read once: the suite and policy as loaded, with the content digest results are cached under
+        plan = json.loads(Path(client.download_artifacts(run.info.run_id, "config/plan.json", str(home / f"plan-{version}"))).read_text())
+        assert (plan["model"], plan["version"], plan["policy_path"]) == ("tiny", version, str(home / "gate-tiny.yaml"))
+        assert list(plan["suite"]["evaluators"]) == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"] and plan["policy"]["floors"] == LENIENT.get("floors", {})
+        assert plan["suite_digest"] == ValidationPlan.model_validate({k: v for k, v in plan.items() if k != "suite_digest"}).suite_digest()
         # MLflow's UI: params are the compare view's axes, digests are tags, breakdowns are tables, the version links its run
         protocols = {f"protocol.{name}": "vlgate-1" for name in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")}  # the world's suite
         expected_params = {"suite": None, "backend": "transformers", "evaluators": "lcm-mc,lcm-nb,vlind,genception,decc", "policy": "gate-tiny.yaml", "model_uri": f"models:/tiny/{version}"}

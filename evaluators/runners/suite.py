@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import protocols, registry
@@ -61,7 +61,8 @@ class Suite(BaseModel):
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     policy: LoadPolicy = LoadPolicy()
     vllm: dict[str, Any] = Field(default_factory=dict)
-    evaluators: dict[str, EvaluatorSettings]
+    #: dumped as each entry's own settings model (with its own fields), not as the base class
+    evaluators: dict[str, SerializeAsAny[EvaluatorSettings]]
 
     @field_validator("evaluators", mode="before")
     @classmethod

@@ -1,0 +1,74 @@
+"""What one validation runs on, read once when its flow starts: the model's suite and gate
+policy from ``vlgate.yaml``, loaded, checked against each other, and handed to every step
+and task as one :class:`ValidationPlan` (logged with the run as ``config/plan.json``). What
+the early check validated is then what every later step reads, even if the files change
+while the flow runs; and a result's cache key comes from the suite's content, so editing a
+comment in the suite file recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from vlgate.evaluators.runners.suite import Suite
+from vlgate.flows.gate import GatePolicy
+
+if TYPE_CHECKING:
+    from vlgate.flows.settings import ModelConfig
+
+
+def read_model_config(config: ModelConfig) -> tuple[Suite, GatePolicy]:
+    """A model's suite and policy loaded and checked against each other; ValueError with the
+    one line that says what is wrong (naming the file and the field)."""
+    suite = Suite.from_file(config.suite)
+    policy = GatePolicy.from_file(config.policy)
+    try:
+        policy.check_suite(suite.evaluators, f"suite {config.suite}")
+    except ValueError as error:
+        raise ValueError(f"gate policy {config.policy}: {error}") from None
+    return suite, policy
+
+
+class ValidationPlan(BaseModel):
+    """One version's validation: which version, and the suite and policy it is judged with,
+    as loaded when the flow started (with the files they came from, for the record)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str
+    suite: Suite
+    policy: GatePolicy
+    suite_path: Path
+    policy_path: Path
+
+    @classmethod
+    def read(cls, config: ModelConfig, model: str, version: str) -> ValidationPlan:
+        """The plan of ``model`` v``version`` under its configuration (:func:`read_model_config`)."""
+        suite, policy = read_model_config(config)
+        return cls(model=model, version=str(version), suite=suite, policy=policy, suite_path=config.suite, policy_path=config.policy)
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.model}/{self.version}"
+
+    def suite_digest(self) -> str:
+        """sha256 of the suite's content as loaded (resolved paths and defaults included), not of its file's bytes."""
+        return hashlib.sha256(self.suite.model_dump_json().encode()).hexdigest()
+
+    def evaluator_digest(self, evaluator: str) -> str:
+        """sha256 of what one evaluator's results depend on in the suite: the suite-wide
+        settings (backend, batch size, load policy, engine options) and its own entry, so that
+        changing another evaluator's entry or the suite's name recomputes nothing of it."""
+        shared = self.suite.model_dump(mode="json", exclude={"evaluators", "name"})
+        own = self.suite.evaluators[evaluator].model_dump(mode="json")
+        return hashlib.sha256(json.dumps({"suite": shared, evaluator: own}, sort_keys=True).encode()).hexdigest()
+
+    def as_logged(self) -> dict[str, Any]:
+        """The plan as ``config/plan.json`` holds it."""
+        return self.model_dump(mode="json") | {"suite_digest": self.suite_digest()}
