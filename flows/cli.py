@@ -296,8 +296,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from mlflow.exceptions import MlflowException
 
         from vlgate import tracking
-        from vlgate.flows.gate import Outcome
-        from vlgate.flows.validation import validate_model_version
+        from vlgate.flows.validation import ValidationResult, validate_model_version
 
         try:
             tracking.connect(home).get_model_version(args.name, str(args.version))
@@ -306,14 +305,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 raise UserError(f"{args.name} v{args.version}: no such registered version") from None
             # anything else (the registry away...) is the flow's to retry and record
         try:
-            summary = validate_model_version(args.name, str(args.version))
+            result = validate_model_version(args.name, str(args.version))
         except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
-            summary = {"model": args.name, "version": str(args.version), "decision": "rejected", "outcome": Outcome.COULD_NOT_JUDGE, "error": f"{type(error).__name__}: {error}"}
+            result = ValidationResult.failed(args.name, str(args.version), error)
+    summary = result.as_json()
     if args.json:
         _print_json(summary)
     else:
         _print_decision(summary)
-    return _exit_status(summary["outcome"])
+    return _exit_status(result.outcome)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -480,7 +480,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     """One drift check of the model's champion now, as the schedule runs it."""
     from vlgate import tracking
     from vlgate.evaluators.runners.suite import Suite
-    from vlgate.flows.drift import NOT_CHECKED
+    from vlgate.flows.drift import DriftOutcome, DriftResult
     from vlgate.flows.prefect_server import local_prefect_server
     from vlgate.flows.settings import CONFIG_FILE, ServiceConfig, prepare_environment
 
@@ -497,15 +497,16 @@ def cmd_drift(args: argparse.Namespace) -> int:
             raise UserError(str(error)) from None
     champion = tracking.champion_version(tracking.connect(home), args.name)
     if champion is None:
-        summary: dict[str, Any] = {"model": args.name, "version": None, "outcome": NOT_CHECKED, "error": "no champion yet: nothing to check for drift", "checks": []}
+        result = DriftResult(model=args.name, version=None, outcome=DriftOutcome.NOT_CHECKED, error="no champion yet: nothing to check for drift", checks=[])
     else:
         with local_prefect_server(home):
             from vlgate.flows.drift import drift_check
 
             try:
-                summary = drift_check(args.name, str(batch) if batch else None)
+                result = drift_check(args.name, str(batch) if batch else None)
             except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
-                summary = {"model": args.name, "version": champion, "outcome": NOT_CHECKED, "error": f"{type(error).__name__}: {error}", "checks": []}
+                result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
+    summary = result.as_json()
     if args.json:
         _print_json(summary)
     else:
@@ -516,7 +517,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
             print(f"  {'drifted' if check['drifted'] else 'ok':<8} {check['metric']}: {check['reason']}")
         if summary.get("run_id"):
             print(f"drift run: {summary['run_id']}")
-    return EXIT_REJECTED if summary.get("drifted") else EXIT_NOT_JUDGED if summary["outcome"] == NOT_CHECKED else 0
+    return EXIT_REJECTED if result.drifted else EXIT_NOT_JUDGED if result.outcome == DriftOutcome.NOT_CHECKED else 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -220,7 +220,7 @@ def run_drift_checks(home: Path, console: Console) -> list[dict]:
     checks = []
     with progress.display(console):  # the champion's items on the reference and on each batch
         for name in ("incoming-clean", "incoming-shifted"):
-            checks.append(drift_check(MODEL_NAME, batch=str(suites[name])) | {"batch_name": name})
+            checks.append(drift_check(MODEL_NAME, batch=str(suites[name])).as_json() | {"batch_name": name})
     return checks
 
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
@@ -89,9 +91,33 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     return run_id
 
 
-#: A drift check's outcome: no drift, drifted, or could not check (no score was testable:
-#: too few samples, every evaluator failed, or no champion to check)
-NO_DRIFT, DRIFTED, NOT_CHECKED = "no drift", "drifted", "could not check"
+class DriftOutcome(StrEnum):
+    """A drift check's outcome: no drift, drifted, or could not check (no score was
+    testable: too few samples, every evaluator failed, or no champion to check)."""
+
+    NO_DRIFT = "no drift"
+    DRIFTED = "drifted"
+    NOT_CHECKED = "could not check"
+
+
+class DriftResult(BaseModel):
+    """What the drift flow returns and ``vlgate drift --json`` prints: the champion checked,
+    the outcome, its run and every score's check (``DriftResult.as_dict`` of the metric
+    layer); ``error`` when it could not check at all."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str | None
+    outcome: DriftOutcome
+    drifted: bool = False
+    run_id: str | None = None
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields that were set, as JSON values."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 #: The Prefect event a drift emits; an automation (a notification, a retraining
 #: deployment) triggers on it.
@@ -109,7 +135,7 @@ def emit_drift_event(model_name: str, version: str, run_id: str, drifted: list) 
 
 
 @flow(name="vlgate-drift", log_prints=True)
-def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
+def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     """Compare the champion's label-free scores on the new batch with its reference batch."""
     from vlgate.evaluators.metrics.drift import detect_drifts
 
@@ -151,8 +177,8 @@ def drift_check(model_name: str, batch: str | None = None) -> dict[str, Any]:
     drifted = [r for r in results if r.drifted]
 
     run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)
-    outcome = DRIFTED if drifted else NO_DRIFT if any(r.p_value is not None for r in results) else NOT_CHECKED
-    summary = {"model": model_name, "version": str(champion), "drifted": bool(drifted), "outcome": outcome, "run_id": run_id, "checks": [r.as_dict() for r in results]}
+    outcome = DriftOutcome.DRIFTED if drifted else DriftOutcome.NO_DRIFT if any(r.p_value is not None for r in results) else DriftOutcome.NOT_CHECKED
+    summary = DriftResult(model=model_name, version=str(champion), drifted=bool(drifted), outcome=outcome, run_id=run_id, checks=[r.as_dict() for r in results])
     if drifted:
         emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))

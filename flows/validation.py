@@ -18,11 +18,12 @@ interrupted evaluator recomputes only what its fingerprinted record store lacks.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators.output import EvaluatorOutput
@@ -39,6 +40,37 @@ from vlgate.registry_hooks.claims import ClaimStore
 
 class ValidationError(RuntimeError):
     """The flow cannot judge this version at all (no config, no such version)."""
+
+
+class ValidationResult(BaseModel):
+    """What the validation flow returns and ``vlgate validate --json`` prints: the decision
+    and its outcome (the exit status), every check (``Check.as_dict``), the policy judged
+    with, the warnings, the correlations across versions and the report's path. A flow
+    that failed has ``error`` instead of checks (see :meth:`failed`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str
+    decision: Literal["promoted", "rejected"]
+    outcome: Outcome
+    run_id: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    policy: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    correlations: dict[str, Any] = Field(default_factory=dict)
+    report: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, model: str, version: str, error: BaseException) -> ValidationResult:
+        """A flow that stopped: rejected, could not judge (the flow recorded it: claim failed, version tagged)."""
+        return cls(model=model, version=str(version), decision="rejected", outcome=Outcome.COULD_NOT_JUDGE, error=f"{type(error).__name__}: {error}")
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields that were set, as JSON values (a failed flow's have no checks)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 @task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), cache_policy=NO_CACHE)
@@ -107,7 +139,7 @@ def publish_report(model_name: str, version: str) -> str:
 
 
 @flow(name="vlgate-validate", log_prints=True)
-def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
+def validate_model_version(model_name: str, version: str) -> ValidationResult:
     """Validate one registered version and gate it; the claim row must exist (the
     registry hooks create it) or is created here for a manual run."""
     home = prepare_environment()
@@ -137,8 +169,8 @@ def validate_model_version(model_name: str, version: str) -> dict[str, Any]:
         claims.fail(model_name, version, message)
         record_failure(model_name, str(version), claims, message)
         raise
-    claims.finish(model_name, version, summary["decision"])
-    progress.stage(shown_as, progress.DONE, detail=summary["decision"])
+    claims.finish(model_name, version, summary.decision)
+    progress.stage(shown_as, progress.DONE, detail=summary.decision)
     return summary
 
 
@@ -173,7 +205,7 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         get_run_logger().warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
 
 
-def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> dict[str, Any]:
+def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> ValidationResult:
     logger = get_run_logger()
     service_config = ServiceConfig.load(home)
     config = service_config.for_model(model_name)
@@ -232,16 +264,16 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
-    return {
-        "model": model_name,
-        "version": version,
-        "run_id": run_id,
-        "decision": decision["decision"],
-        "outcome": decision["outcome"],
-        "reasons": decision["reasons"],
-        "checks": decision["checks"],
-        "policy": decision["policy"],
-        "warnings": decision["warnings"],
-        "correlations": across,
-        "report": report,
-    }
+    return ValidationResult(
+        model=model_name,
+        version=version,
+        run_id=run_id,
+        decision=decision["decision"],
+        outcome=decision["outcome"],
+        reasons=decision["reasons"],
+        checks=decision["checks"],
+        policy=decision["policy"],
+        warnings=decision["warnings"],
+        correlations=across,
+        report=report,
+    )
