@@ -45,6 +45,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from vlgate.registry_hooks import migrations
+
 log = logging.getLogger("vlgate.claims")
 
 #: A claim's life: claimed → running → done | failed. ``failed`` is final too: a version
@@ -98,6 +100,28 @@ locks_table = sa.Table(
     sa.Column("owner", sa.String(256), nullable=False),
     sa.Column("expires", sa.DateTime(timezone=True), nullable=False),
 )
+
+
+#: The revision of each schema a state database had before its schema was versioned,
+#: told apart by the one column the second added: such a database is stamped with it once,
+#: then upgraded like any other.
+_UNVERSIONED = (("registered_at", "0002"), (None, "0001"))
+
+
+def upgrade_schema(connection: sa.Connection) -> None:
+    """Bring the state database to the latest revision of ``registry_hooks/migrations``
+    (creating it when empty), on ``connection`` and inside the caller's schema lock."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations.SCRIPTS))
+    config.attributes["connection"] = connection
+    inspector = sa.inspect(connection)
+    if claims_table.name in inspector.get_table_names() and migrations.VERSION_TABLE not in inspector.get_table_names():
+        present = {column["name"] for column in inspector.get_columns(claims_table.name)}
+        command.stamp(config, next(revision for column, revision in _UNVERSIONED if column is None or column in present))
+    command.upgrade(config, "head")
 
 
 def _now() -> datetime:
@@ -167,8 +191,7 @@ class ClaimStore:
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True)
         with self._schema_lock() as connection:
-            metadata.create_all(connection)
-            self._add_missing_columns(connection)
+            upgrade_schema(connection)
 
     @contextlib.contextmanager
     def _schema_lock(self) -> Iterator[sa.Connection]:
@@ -195,15 +218,6 @@ class ClaimStore:
             if self.engine.dialect.name == "postgresql":
                 connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             yield connection
-
-    @staticmethod
-    def _add_missing_columns(connection: sa.Connection) -> None:
-        """Columns added after a state database was created (``registered_at``)."""
-        present = {column["name"] for column in sa.inspect(connection).get_columns(claims_table.name)}
-        for column in claims_table.columns:
-            if column.name not in present:
-                kind = column.type.compile(dialect=connection.dialect)
-                connection.exec_driver_sql(f"ALTER TABLE {claims_table.name} ADD COLUMN {column.name} {kind}")
 
     @classmethod
     def for_home(cls, home: Path, **kwargs) -> ClaimStore:

@@ -449,6 +449,7 @@ def test_claims_written_before_registration_times_adopt_one_without_revalidating
     engine.dispose()
     claims = ClaimStore(url)
     assert claims.get("m", "1").registered_at is None and claims.get("m", "1").state == "done"
+    assert schema_revision(claims) == "0002"  # stamped as the first schema, then migrated
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.create_registered_model("m")
@@ -513,3 +514,36 @@ def test_malformed_deliveries_signed_or_not_are_refused_with_4xx_and_claim_nothi
     dispatcher.wait()
     assert recorder.started == [("m", "2")]
     assert [(claim.model_name, claim.version) for claim in claims.all()] == [("m", "2")]
+
+
+def schema_revision(claims: ClaimStore) -> str:
+    with claims.engine.connect() as connection:
+        return connection.exec_driver_sql("SELECT version_num FROM vlgate_schema_version").scalar()
+
+
+def migrated_schema_is_the_stores(claims: ClaimStore) -> None:
+    """The tables the migrations build are the ones the store's queries are written against:
+    the same columns, nullability and primary keys, at the last revision."""
+    import sqlalchemy as sa
+
+    from vlgate.registry_hooks.claims import metadata
+
+    inspector = sa.inspect(claims.engine)
+    assert set(inspector.get_table_names()) == {*metadata.tables, "vlgate_schema_version"}
+    for table in metadata.tables.values():
+        found = {column["name"]: column["nullable"] for column in inspector.get_columns(table.name)}
+        assert found == {column.name: column.nullable for column in table.columns}, table.name
+        assert set(inspector.get_pk_constraint(table.name)["constrained_columns"]) == {column.name for column in table.primary_key}, table.name
+    assert schema_revision(claims) == "0002"
+
+
+def test_a_new_state_database_is_built_by_the_migrations_to_the_stores_schema(tmp_path):
+    migrated_schema_is_the_stores(ClaimStore(f"sqlite:///{tmp_path}/state.db"))
+
+
+def test_a_state_database_at_the_last_revision_opens_unchanged(tmp_path):
+    url = f"sqlite:///{tmp_path}/state.db"
+    first = ClaimStore(url)
+    first.claim("m", "1", via="poller")
+    again = ClaimStore(url)
+    assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0002"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_registry_hooks import migrated_schema_is_the_stores
 
 from vlgate import tag_keys, tracking
 from vlgate.flows.validation import validate_model_version
@@ -136,6 +137,7 @@ def test_processes_opening_a_fresh_state_database_at_once_all_succeed(open_store
     try:
         assert open_stores_at_once(f"{PG}/{database}") == ["ok"] * 6
         claims = ClaimStore(f"{PG}/{database}")
+        migrated_schema_is_the_stores(claims)  # the migrations build the same schema on PostgreSQL
         assert claims.claim("m", "1", via="poller") is True and claims.claim("m", "1", via="webhook") is False
         claims.engine.dispose()
     finally:
