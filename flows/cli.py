@@ -160,6 +160,7 @@ EXIT_NOT_EXACT = 1
 
 
 def cmd_check_model(args: argparse.Namespace) -> int:
+    from vlgate.evaluators.backends import kinds as backends
     from vlgate.evaluators.backends.base import BackendError
     from vlgate.evaluators.runners.model_check import EXAMPLES_SUITE, check_model
     from vlgate.evaluators.runners.suite import Suite
@@ -170,8 +171,9 @@ def cmd_check_model(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     backend = args.backend or suite.backend
-    if backend == "openai":
-        raise UserError(f"suite {suite.name}: its model is served over HTTP (backend: openai); check-model runs the checkpoint itself (--backend transformers or vllm)")
+    if not backends.get(backend).local:
+        local = " or ".join(name for name in backends.names() if backends.get(name).local)
+        raise UserError(f"suite {suite.name}: its model is served over HTTP (backend: {backend}); check-model runs the checkpoint itself (--backend {local})")
     try:
         result = check_model(args.model, suite, items=args.items, backend=backend, device=args.device, cache_dir=vlgate_home() / "model-cache")
     except (BackendError, ValueError) as exc:
@@ -555,6 +557,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from vlgate import __version__
     from vlgate.evaluators import registry
+    from vlgate.evaluators.backends import kinds as backends
 
     parser = argparse.ArgumentParser(
         prog="vlgate",
@@ -634,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_model.add_argument("model", metavar="M", help="a checkpoint folder, an MLflow URI (models:/NAME/1) or a Hugging Face id")
     check_model.add_argument("--suite", metavar="SUITE.yaml", help="whose lcm-mc/lcm-nb items and batch size to use (default: the shipped examples)")
     check_model.add_argument("--items", type=int, default=4, metavar="N", help="items per evaluator (default 4)")
-    check_model.add_argument("--backend", choices=("transformers", "vllm"), help="the engine to check (default: the suite's); vllm also compares vLLM's engine with the transformers plain path")
+    local_backends = [name for name in backends.names() if backends.get(name).local]
+    check_model.add_argument("--backend", choices=local_backends, help="the engine to check (default: the suite's); another engine than transformers (vllm) is also compared with the transformers plain path")
     check_model.add_argument("--device", help="torch device for the check (default: CUDA when present)")
     check_model.add_argument("--json", action="store_true", help="the result as one JSON object")
     check_model.set_defaults(handler=cmd_check_model)

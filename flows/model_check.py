@@ -79,11 +79,12 @@ def check_candidate(model_uri: str, suite: Suite, cache_dir: str, checks_folder:
     """The candidate's check under ``suite``, made once per digest (the evaluators have
     downloaded its weights into ``cache_dir`` already); None for a suite served over HTTP,
     whose model vlgate cannot run itself."""
+    from vlgate.evaluators.backends import kinds as backends
     from vlgate.evaluators.backends.loading import model_digest, resolve_model
     from vlgate.evaluators.runners.model_check import check_model
     from vlgate.evaluators.runners.suite import transformers_batch_size
 
-    if suite.backend == "openai":
+    if not backends.get(suite.backend).local:
         return None
     digest = model_digest(resolve_model(model_uri, Path(cache_dir), suite.policy))
     file = check_file(Path(checks_folder), digest, suite.backend, transformers_batch_size(suite))

@@ -26,6 +26,7 @@ from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
+from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
@@ -233,7 +234,7 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
         client.log_dict(run_id, plan.as_logged(), "config/plan.json")
-    if suite.backend == "vllm":  # another engine is checked first: if it is not exact, nothing it scored would count
+    if backends.get(suite.backend).other_engine:  # another engine is checked first: if it is not exact, nothing it scored would count
         engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None
         if problem:

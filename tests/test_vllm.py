@@ -150,6 +150,16 @@ def test_vllm_refuses_an_architecture_it_cannot_run_here_naming_the_model(tmp_pa
         VllmBackend.load(folder, dtype="float32", gpu_memory_utilization=0.1)
 
 
+def test_vllm_refuses_attention_heads_its_cpu_attention_cannot_compute_before_an_engine_starts(default_world):
+    """The world's LLM agent (DeCC's, heads 16 wide): vLLM's CPU attention would start the
+    engine and die at the first request; vlgate refuses it from its config, naming why."""
+    out, manifest = default_world
+    started = time.monotonic()
+    with pytest.raises(BackendError, match=r"^model .*llm-agent: vLLM cannot score it exactly here: its attention heads are 16 wide, and vLLM's CPU attention computes heads 32, 64, .* wide only"):
+        VllmBackend.load(out / "checkpoints" / "llm-agent", dtype="float32", gpu_memory_utilization=0.1)
+    assert time.monotonic() - started < 30 and not engine_processes()
+
+
 def engine_processes() -> set[int]:
     import psutil
 

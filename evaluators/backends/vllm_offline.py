@@ -156,7 +156,8 @@ def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
 
 def attention_gap(hf_config: Any) -> str | None:
     """Why vLLM would not compute the attention of the model ``hf_config`` describes, or
-    None. Gemma3 and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM
+    None. Its CPU attention computes some head sizes only (the synthetic world's LLM agent's
+    heads are 16 wide: the engine starts, then dies at the first request). Gemma3 and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM
     mask); vLLM does that only on attention backends that support it
     (``supports_mm_prefix``), and its CPU backend does not: it would attend causally there
     and score another model. Which models need the mask is vLLM's own rule
@@ -168,7 +169,14 @@ def attention_gap(hf_config: Any) -> str | None:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     except ImportError:  # a vLLM without them picks a backend that supports the mask, or refuses itself
         return None
-    if hf_config is None or not ModelArchConfigConvertorBase(hf_config, hf_config.get_text_config()).is_mm_prefix_lm():
+    if hf_config is None:
+        return None
+    text = hf_config.get_text_config()
+    width = getattr(text, "head_dim", None) or (text.hidden_size // text.num_attention_heads if getattr(text, "num_attention_heads", None) else None)
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if current_platform.is_cpu() and width is not None and width not in supported:  # the engine would start, then die at the first request
+        return f"its attention heads are {width} wide, and vLLM's CPU attention computes heads {', '.join(map(str, supported))} wide only"
+    if not ModelArchConfigConvertorBase(hf_config, text).is_mm_prefix_lm():
         return None
     if current_platform.is_cpu() and not CPUAttentionBackend.supports_mm_prefix():
         architecture = getattr(hf_config, "model_type", "this model")

@@ -341,11 +341,9 @@ def decc_runner(
 def build_decc_runner(settings: DeccSettings, context: RunnerContext) -> Runner[DeccItem, Image.Image]:
     """The runner with its LLM agent and decomposer loaded (and owned); decompositions are
     cached beside the model cache and reused by every candidate."""
-    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-
-    llm = TransformersBackend.load(settings.llm, context.policy, cache_dir=context.cache_dir)
+    llm = context.load_helper(settings.llm, settings.llm_backend)
     try:
-        decomposer = TransformersBackend.load(settings.decomposer, context.policy, cache_dir=context.cache_dir) if settings.decomposer else None
+        decomposer = context.load_helper(settings.decomposer, settings.llm_backend) if settings.decomposer else None
     except BaseException:
         llm.close()
         raise

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from vlgate.config import CONFIG_MODEL
 from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.protocols import Protocol
@@ -63,10 +64,20 @@ class RunnerContext:
     policy: LoadPolicy
     cache_dir: Path | None = None
     protocol: Protocol[Any] | None = None
+    #: how the suite loads models (its batch size and engine settings besides the policy)
+    options: BackendOptions | None = None
 
     def chosen(self, protocols: tuple[Protocol[Any], ...]) -> Protocol[Any]:
         """The suite's protocol, else the first (default) of the evaluator's ``protocols``."""
         return self.protocol if self.protocol is not None else protocols[0]
+
+    def load_helper(self, model: str, backend: str) -> VisionLanguageBackend:
+        """A helper model (DeCC's LLM agent, its decomposer) behind ``backend``, loaded with
+        the suite's load policy, model cache and engine settings, at the backend's own batch size."""
+        from vlgate.evaluators.backends import kinds as backends
+
+        engine = self.options.engine if self.options is not None else {}
+        return backends.load(backend, model, backends.BackendOptions(policy=self.policy, cache_dir=self.cache_dir, engine=engine))
 
     @property
     def shared_cache(self) -> Path:

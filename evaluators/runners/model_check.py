@@ -167,6 +167,7 @@ def check_model(reference: str, suite: Any, items: int = 4, backend: str = "tran
     and compares it with the transformers plain path."""
     import torch
 
+    from vlgate.evaluators.backends import kinds as backends
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
     from vlgate.evaluators.runners.suite import transformers_batch_size
 
@@ -174,10 +175,9 @@ def check_model(reference: str, suite: Any, items: int = 4, backend: str = "tran
     loaded = TransformersBackend.load(reference, suite.policy, device=device, batch_size=transformers_batch_size(suite), cache_dir=cache_dir, dtype=torch.float32)
     engine: VisionLanguageBackend | None = None
     try:
-        if backend == "vllm":
-            from vlgate.evaluators.backends.vllm_offline import VllmBackend
-
-            engine = VllmBackend.load(reference, suite.policy, cache_dir, **{**suite.vllm, "dtype": "float32"})
+        kind = backends.get(backend)
+        if kind.other_engine:  # loaded as the suite loads it, in float32 like the reference
+            engine = kind.load(reference, backends.BackendOptions(policy=suite.policy, cache_dir=cache_dir, batch_size=suite.batch_size, engine={**suite.vllm, "dtype": "float32"}))
         return check_transformers(loaded, requests, engine)
     finally:
         loaded.close()

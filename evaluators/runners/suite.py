@@ -29,13 +29,15 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import protocols, registry
+from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.output import EvaluatorSummary, ShardResult
@@ -58,11 +60,21 @@ class Suite(BaseModel):
 
     name: str
     batch_size: int = Field(default=8, ge=1)
-    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    backend: str = Field(default="transformers", description="the backend the candidate runs on (evaluators/backends/kinds.py)")
     policy: LoadPolicy = LoadPolicy()
     vllm: dict[str, Any] = Field(default_factory=dict)
     #: dumped as each entry's own settings model (with its own fields), not as the base class
     evaluators: dict[str, SerializeAsAny[EvaluatorSettings]]
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        backends.get(value)  # UnknownBackendError (a ValueError) names the known ones
+        return value
+
+    def backend_options(self, cache_dir: Path | None = None) -> BackendOptions:
+        """How the suite loads a model: its load policy, batch size and engine settings."""
+        return BackendOptions(policy=self.policy, cache_dir=cache_dir, batch_size=self.batch_size, engine=self.vllm)
 
     @field_validator("evaluators", mode="before")
     @classmethod
@@ -125,24 +137,13 @@ def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
 
 
 def transformers_batch_size(suite: Suite) -> int:
-    """Requests a transformers forward pass holds: each item asks several (K+1 for lcm-mc, 8 for lcm-nb)."""
-    return max(16, suite.batch_size * 4)
+    """Requests a transformers forward pass holds under ``suite`` (``backends.transformers_batch_size``)."""
+    return backends.transformers_batch_size(suite.batch_size)
 
 
-def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None):
+def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None) -> VisionLanguageBackend:
     """The candidate model behind the suite's backend."""
-    if suite.backend == "transformers":
-        from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend.load(model, suite.policy, cache_dir=cache_dir, batch_size=transformers_batch_size(suite))
-    if suite.backend == "vllm":
-        from vlgate.evaluators.backends.vllm_offline import VllmBackend
-
-        return VllmBackend.load(model, suite.policy, cache_dir=cache_dir, **suite.vllm)
-    from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
-
-    base_url, _, served_name = model.partition("#")  # "http://host:8000/v1#served-model-name"
-    return OpenAIHttpBackend(base_url, served_name or "default")
+    return backends.load(suite.backend, model, suite.backend_options(cache_dir))
 
 
 # Candidate models kept loaded across the shards of one evaluation (``holding_models``),
@@ -207,7 +208,7 @@ def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, 
     """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
     releases the helper models it loaded)."""
     definition = registry.get(name)
-    context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol))
+    context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol), options=suite.backend_options(cache_dir))
     return definition.build_runner(spec, context)
 
 

@@ -1,0 +1,113 @@
+"""The backends a suite may name (``backend:``), and DeCC's agents too (``llm_backend:``),
+as a registry like the evaluators': a name, how a model is loaded behind it, and what vlgate
+may do with it. Adding a backend is one :func:`register` call; nothing else branches on
+its name.
+
+* ``transformers``: the reference; every fast path is proven exact against its plain
+  forward pass (``runners/model_check.py``).
+* ``vllm``: another engine on the same weights; its numbers count only once the model
+  check has shown them equal to the transformers plain path.
+* ``openai``: a model served over HTTP (``http://host:port/v1#served-name``); vlgate
+  cannot read its weights, so it has no digest and no model check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.loading import LoadPolicy
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a suite says about loading a model: its load policy, the model cache, its batch
+    size (items per batch; None: the backend's own default, as for helper models) and its
+    engine's own settings (the suite's ``vllm:`` section)."""
+
+    policy: LoadPolicy = field(default_factory=LoadPolicy)
+    cache_dir: Path | None = None
+    batch_size: int | None = None
+    engine: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One backend: ``load(model, options)``; ``local``: it runs the weights on this
+    machine (they have a digest and can be checked); ``other_engine``: its numbers must be
+    proven equal to the transformers plain path before they count."""
+
+    name: str
+    load: Callable[[str, BackendOptions], VisionLanguageBackend]
+    local: bool = True
+    other_engine: bool = False
+
+
+def transformers_batch_size(batch_size: int) -> int:
+    """Requests a transformers forward pass holds for a suite of ``batch_size`` items: each
+    item asks several (K+1 for lcm-mc, 8 for lcm-nb)."""
+    return max(16, batch_size * 4)
+
+
+def _load_transformers(model: str, options: BackendOptions) -> VisionLanguageBackend:
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+
+    if options.batch_size is None:  # a helper model: the backend's own batch size
+        return TransformersBackend.load(model, options.policy, cache_dir=options.cache_dir)
+    return TransformersBackend.load(model, options.policy, cache_dir=options.cache_dir, batch_size=transformers_batch_size(options.batch_size))
+
+
+def _load_vllm(model: str, options: BackendOptions) -> VisionLanguageBackend:
+    from vlgate.evaluators.backends.vllm_offline import VllmBackend
+
+    return VllmBackend.load(model, options.policy, cache_dir=options.cache_dir, **options.engine)
+
+
+def _load_openai(model: str, options: BackendOptions) -> VisionLanguageBackend:
+    from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend
+
+    base_url, _, served_name = model.partition("#")  # "http://host:8000/v1#served-model-name"
+    return OpenAIHttpBackend(base_url, served_name or "default")
+
+
+_KINDS: dict[str, BackendKind] = {}
+
+
+class UnknownBackendError(ValueError):
+    pass
+
+
+def register(kind: BackendKind) -> BackendKind:
+    """Add a backend; its name must be new."""
+    if kind.name in _KINDS:
+        raise ValueError(f"backend {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    _KINDS.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_KINDS)
+
+
+def get(name: str) -> BackendKind:
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise UnknownBackendError(f"unknown backend {name!r}; expected one of {', '.join(_KINDS)}") from None
+
+
+def load(name: str, model: str, options: BackendOptions) -> VisionLanguageBackend:
+    """``model`` behind the backend called ``name``."""
+    return get(name).load(model, options)
+
+
+register(BackendKind("transformers", _load_transformers))
+register(BackendKind("vllm", _load_vllm, other_engine=True))
+register(BackendKind("openai", _load_openai, local=False))
