@@ -40,7 +40,7 @@ def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as
     its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
     from vlgate.evaluators.runners.suite import run_suite
 
-    progress.stage(shown_as, progress.SCORING, part=part)
+    progress.stage(shown_as, progress.Stage.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)
     return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done)
 
@@ -152,7 +152,7 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     model_uri = f"models:/{model_name}/{champion}"
     batch_suite = Path(batch) if batch else drift.batch
     shown_as = progress.subject(model_name, str(champion), drift_batch=batch_suite.parent.name)
-    progress.stage(shown_as, progress.STARTED)
+    progress.stage(shown_as, progress.Stage.STARTED)
     folder = home / "drift" / model_name / f"v{champion}"
     cache = str(home / "model-cache")
     reference_suite, current_suite = Suite.from_file(drift.reference), Suite.from_file(batch_suite)  # read once, here
@@ -160,7 +160,7 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     reference = score_batch(model_uri, reference_suite, str(reference_out), cache, shown_as, "reference")
     current_out = folder / f"batch-{_suite_key(current_suite)}"
     current = score_batch(model_uri, current_suite, str(current_out), cache, shown_as, "new batch")
-    progress.stage(shown_as, progress.TESTING)
+    progress.stage(shown_as, progress.Stage.TESTING)
 
     scores = {}
     for definition in registry.definitions():
@@ -182,5 +182,5 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     if drifted:
         emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
-    progress.stage(shown_as, progress.DONE, detail=outcome)
+    progress.stage(shown_as, progress.Stage.DONE, detail=outcome)
     return summary

@@ -108,7 +108,7 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
     from vlgate.evaluators.runners.suite import run_evaluator_shard
 
     subject = progress.subject(plan.model, plan.version)
-    progress.stage(subject, progress.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
+    progress.stage(subject, progress.Stage.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
     items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
     return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
@@ -41,34 +42,45 @@ log = logging.getLogger("vlgate.progress")
 
 # --- what the flows publish ------------------------------------------------------------
 
-#: a validation's stages, in the order the flow reaches them
-STARTED, EVALUATING, ITEMS, EXPECTATIONS, RECORDING, CORRELATIONS, GATE, DECIDED, REPORT, DONE, FAILED = (
-    "started", "evaluating", "items", "expectations", "recording", "correlations", "gate", "decided", "report", "done", "failed",
-)  # fmt: skip
-#: a drift check's own: scoring a batch (``part``: "reference" or "new batch"), then its tests
-SCORING, TESTING = "scoring", "testing"
+class Stage(StrEnum):
+    """Where a flow is: a validation's stages, in the order the flow reaches them, then a
+    drift check's own (scoring a batch, ``part`` "reference" or "new batch", then its tests)."""
+
+    STARTED = "started"
+    EVALUATING = "evaluating"
+    ITEMS = "items"
+    EXPECTATIONS = "expectations"
+    RECORDING = "recording"
+    CORRELATIONS = "correlations"
+    GATE = "gate"
+    DECIDED = "decided"
+    REPORT = "report"
+    DONE = "done"
+    FAILED = "failed"
+    SCORING = "scoring"
+    TESTING = "testing"
 
 #: what a stage is called where it is shown
 STAGE_WORDS = {
-    STARTED: "started",
-    EXPECTATIONS: "checking outputs (Great Expectations)",
-    RECORDING: "logging to MLflow",
-    CORRELATIONS: "correlating across versions",
-    GATE: "gate",
-    REPORT: "writing the report",
-    TESTING: "testing for drift",
+    Stage.STARTED: "started",
+    Stage.EXPECTATIONS: "checking outputs (Great Expectations)",
+    Stage.RECORDING: "logging to MLflow",
+    Stage.CORRELATIONS: "correlating across versions",
+    Stage.GATE: "gate",
+    Stage.REPORT: "writing the report",
+    Stage.TESTING: "testing for drift",
 }
 
 
 @dataclass(frozen=True)
 class Event:
     """``subject``: what runs (``subject()``: "world-vlm v2", "world-vlm v3 drift (incoming)");
-    ``stage``: one of the stages above; for ``ITEMS``, ``done`` of ``total`` items of
+    ``stage``: one of the stages above; for ``Stage.ITEMS``, ``done`` of ``total`` items of
     ``evaluator`` (``part``: which batch a drift check scores; ``shard`` of ``shards``);
-    ``detail``: the decision (``DECIDED``, ``DONE``) or the error (``FAILED``)."""
+    ``detail``: the decision (``Stage.DECIDED``, ``Stage.DONE``) or the error (``Stage.FAILED``)."""
 
     subject: str
-    stage: str
+    stage: Stage
     evaluator: str = ""
     part: str = ""
     done: int = 0
@@ -99,18 +111,18 @@ def publish(event: Event) -> None:
             log.exception("progress listener failed on %s", event)
 
 
-def stage(subject: str, name: str, **fields: Any) -> None:
+def stage(subject: str, name: Stage, **fields: Any) -> None:
     publish(Event(subject, name, **fields))
 
 
 def item_counter(subject: str, evaluator: str, part: str = "", shard: int = 0, shards: int = 1) -> Callable[[int, int], None]:
-    """A runner's ``on_progress(done, total)`` that publishes ``ITEMS`` events."""
-    return lambda done, total: publish(Event(subject, ITEMS, evaluator=evaluator, part=part, done=done, total=total, shard=shard, shards=shards))
+    """A runner's ``on_progress(done, total)`` that publishes ``Stage.ITEMS`` events."""
+    return lambda done, total: publish(Event(subject, Stage.ITEMS, evaluator=evaluator, part=part, done=done, total=total, shard=shard, shards=shards))
 
 
 def suite_counter(subject: str, part: str = "") -> Callable[[str, int, int], None]:
-    """``run_suite``'s ``on_progress(evaluator, done, total)`` that publishes ``ITEMS`` events."""
-    return lambda evaluator, done, total: publish(Event(subject, ITEMS, evaluator=evaluator, part=part, done=done, total=total))
+    """``run_suite``'s ``on_progress(evaluator, done, total)`` that publishes ``Stage.ITEMS`` events."""
+    return lambda evaluator, done, total: publish(Event(subject, Stage.ITEMS, evaluator=evaluator, part=part, done=done, total=total))
 
 
 def subscribe(listener: Listener) -> None:
@@ -195,22 +207,22 @@ class _Board:
     def apply(self, event: Event) -> _Subject:
         """The subject after ``event`` (its state, times and outcome)."""
         now = self.clock()
-        if event.stage == STARTED:  # (again, for a flow run again after a failure)
+        if event.stage == Stage.STARTED:  # (again, for a flow run again after a failure)
             self.subjects[event.subject] = _Subject(started=now)
         entry = self.subjects.setdefault(event.subject, _Subject())
-        if entry.started is None and event.stage != FAILED:
+        if entry.started is None and event.stage != Stage.FAILED:
             entry.started = now
-        if event.stage == ITEMS:
+        if event.stage == Stage.ITEMS:
             entry.items[(event.part, event.evaluator, event.shard)] = (event.done, event.total)
             entry.state = " ".join(filter(None, ("scoring" if event.part else "evaluating", event.part, event.evaluator)))
-        elif event.stage == EVALUATING:
+        elif event.stage == Stage.EVALUATING:
             entry.state = f"evaluating {event.evaluator} (loading)"
-        elif event.stage == SCORING:
+        elif event.stage == Stage.SCORING:
             entry.state = f"scoring the {event.part}"
-        elif event.stage == DECIDED:
+        elif event.stage == Stage.DECIDED:
             entry.state, entry.outcome = f"gate: {event.detail}", event.detail
-        elif event.stage in (DONE, FAILED):
-            entry.finished, entry.failed = now, event.stage == FAILED
+        elif event.stage in (Stage.DONE, Stage.FAILED):
+            entry.finished, entry.failed = now, event.stage == Stage.FAILED
             entry.outcome = event.detail or entry.outcome or "done"
             entry.state = f"failed: {event.detail}" if entry.failed else entry.outcome
         else:
@@ -270,21 +282,21 @@ class PlainProgress(_Display):
     def __call__(self, event: Event) -> None:
         with self.board.lock:
             entry = self.board.apply(event)
-            line = self._items_line(event) if event.stage == ITEMS else self._stage_line(event, entry)
+            line = self._items_line(event) if event.stage == Stage.ITEMS else self._stage_line(event, entry)
             if line:
                 self.console.print(f"  {event.subject}: {line}", markup=False, highlight=False, soft_wrap=True)
 
     def _stage_line(self, event: Event, entry: _Subject) -> str | None:
-        if event.stage in (EVALUATING, GATE):  # the items' line and the decision's say it
+        if event.stage in (Stage.EVALUATING, Stage.GATE):  # the items' line and the decision's say it
             return None
-        if event.stage == SCORING:
+        if event.stage == Stage.SCORING:
             return f"scoring the {event.part}"
-        if event.stage == DECIDED:
+        if event.stage == Stage.DECIDED:
             return f"gate: {event.detail}"
-        if event.stage == DONE:
+        if event.stage == Stage.DONE:
             took = entry.elapsed(self.board.clock())
             return f"done in {duration(took or 0.0)}" + (f" ({event.detail})" if event.detail else "")
-        if event.stage == FAILED:
+        if event.stage == Stage.FAILED:
             return f"failed: {event.detail}"
         return STAGE_WORDS.get(event.stage, event.stage)
 
@@ -349,14 +361,14 @@ class LiveProgress(_Display):
     def __call__(self, event: Event) -> None:
         with self.board.lock:
             self.board.apply(event)
-            if event.stage == ITEMS:
+            if event.stage == Stage.ITEMS:
                 key = (event.subject, event.part, event.evaluator, event.shard)
                 task = self.tasks.get(key)
                 if task is None:
                     task = self.tasks[key] = self.bars.add_task(escape(f"{event.subject}  {_item_label(event)}"), total=event.total, completed=event.done)
                 # (also marks a bar whose items were all recorded as finished, and shows a subject's bars again when it runs again)
                 self.bars.update(task, total=event.total, completed=event.done, visible=True)
-            elif event.stage in (DONE, FAILED):
+            elif event.stage in (Stage.DONE, Stage.FAILED):
                 for key, task in self.tasks.items():
                     if key[0] == event.subject:
                         self.bars.update(task, visible=False)

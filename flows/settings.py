@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.runners.suite import Suite
 
 CONFIG_FILE = "vlgate.yaml"
 
@@ -155,10 +158,11 @@ class ServiceConfig(BaseModel):
         return self.models.get(model_name, self.default)
 
 
-def not_configured(home: Path, model_name: str) -> str | None:
-    """Why ``model_name`` cannot be validated from ``home``'s configuration, or None (one
-    rule for the CLI, the flow, the webhook and the poller)."""
-    if ServiceConfig.load(home).for_model(model_name) is None:
+def not_configured(home: Path, model_name: str, config: ServiceConfig | None = None) -> str | None:
+    """Why ``model_name`` cannot be validated from ``home``'s configuration (``config`` when
+    the caller has read it already), or None (one rule for the CLI, the flow, the webhook and
+    the poller)."""
+    if (config or ServiceConfig.load(home)).for_model(model_name) is None:
         return f"registered model {model_name!r} has no suite and policy in {home / CONFIG_FILE} (models: or default:)"
     return None
 
@@ -210,17 +214,23 @@ def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
     from vlgate.evaluators.loaders.tables import image_cache_dir
     from vlgate.evaluators.runners.suite import Suite
 
-    cache = image_cache_dir()
     config = ServiceConfig.load(home).for_model(model_name)
     if config is None:
-        return (cache,)
+        return (image_cache_dir(),)
     try:
         suite = Suite.from_file(config.suite)
     except ValueError:
-        return (cache,)
+        return (image_cache_dir(),)
+    return suite_image_roots(suite)
+
+
+def suite_image_roots(suite: Suite) -> tuple[Path, ...]:
+    """The image cache and the folders of ``suite``'s data (:func:`report_image_roots`)."""
+    from vlgate.evaluators.loaders.tables import image_cache_dir
+
     # a data path may be a glob of one split's tables (MMMU/*/validation-*.parquet): its first fixed folder
     folders = {next((parent for parent in (spec.data, *spec.data.parents) if parent.is_dir()), spec.data) for spec in suite.evaluators.values()}
-    return (cache, *sorted(folders))
+    return (image_cache_dir(), *sorted(folders))
 
 
 def prepare_environment(home: Path | None = None) -> Path:

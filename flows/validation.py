@@ -35,7 +35,7 @@ from vlgate.flows.gate import GatePolicy, Outcome, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, report_image_roots
+from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
 
 
@@ -126,14 +126,15 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
 
 
 @task(name="report", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=2))
-def publish_report(model_name: str, version: str) -> str:
+def publish_report(plan: ValidationPlan) -> str:
     """The version's HTML report and plots (logged to its run under ``report/``) and the
-    model's leaderboard, also kept under ``$VLGATE_HOME/reports/MODEL/``."""
+    model's leaderboard, also kept under ``$VLGATE_HOME/reports/MODEL/``; its pictures are
+    shown from the plan's suite's data."""
     from vlgate.dashboards.report import write_reports
 
     home = prepare_environment()
-    written = write_reports(tracking.connect(), model_name, [version], home / "reports" / model_name, image_roots=report_image_roots(home, model_name))
-    return str(written.versions[version])
+    written = write_reports(tracking.connect(), plan.model, [plan.version], home / "reports" / plan.model, image_roots=suite_image_roots(plan.suite))
+    return str(written.versions[plan.version])
 
 
 # --- the flow -------------------------------------------------------------------------
@@ -144,7 +145,8 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
     """Validate one registered version and gate it; the claim row must exist (the
     registry hooks create it) or is created here for a manual run."""
     home = prepare_environment()
-    unjudgeable = not_configured(home, model_name)
+    service_config = ServiceConfig.load(home)
+    unjudgeable = not_configured(home, model_name, service_config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
         raise ValidationError(unjudgeable)
     claims = ClaimStore.for_home(home)
@@ -152,13 +154,13 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
         claims.claim(model_name, version, via="manual")
     claims.start(model_name, version)
     shown_as = progress.subject(model_name, str(version))
-    progress.stage(shown_as, progress.STARTED)
+    progress.stage(shown_as, progress.Stage.STARTED)
     try:
         with claims.heartbeat(model_name, str(version)):
-            summary = _validate(home, claims, model_name, str(version))
+            summary = _validate(home, service_config, claims, model_name, str(version))
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
-        progress.stage(shown_as, progress.FAILED, detail=message)
+        progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
             try:
                 first_delay = ServiceConfig.load(home).retry_after_s
@@ -171,7 +173,7 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
         record_failure(model_name, str(version), claims, message)
         raise
     claims.finish(model_name, version, summary.decision)
-    progress.stage(shown_as, progress.DONE, detail=summary.decision)
+    progress.stage(shown_as, progress.Stage.DONE, detail=summary.decision)
     return summary
 
 
@@ -206,12 +208,11 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         get_run_logger().warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
 
 
-def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> ValidationResult:
+def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str) -> ValidationResult:
     logger = get_run_logger()
-    service_config = ServiceConfig.load(home)
     config = service_config.for_model(model_name)
-    if config is None:  # configured when the flow started, no longer
-        raise ValidationError(not_configured(home, model_name))
+    if config is None:  # checked by the caller on this same configuration
+        raise ValidationError(not_configured(home, model_name, service_config))
     try:  # read once, checked now (a policy mistake is found before any evaluator ran), handed to every step
         plan = ValidationPlan.read(config, model_name, version)
     except ValueError as error:
@@ -246,21 +247,21 @@ def _validate(home: Path, claims: ClaimStore, model_name: str, version: str) -> 
     entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
     record_model_check(client, run_id, plan, home)
-    progress.stage(shown_as, progress.EXPECTATIONS)
+    progress.stage(shown_as, progress.Stage.EXPECTATIONS)
     outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
-    progress.stage(shown_as, progress.RECORDING)
+    progress.stage(shown_as, progress.Stage.RECORDING)
     for output in outputs.values():
         log_evaluator(run_id, output)
-    progress.stage(shown_as, progress.CORRELATIONS)
+    progress.stage(shown_as, progress.Stage.CORRELATIONS)
     across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
-    progress.stage(shown_as, progress.GATE)
+    progress.stage(shown_as, progress.Stage.GATE)
     decision = judge_and_promote(plan, run_id, outputs)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision["decision"])
-    progress.stage(shown_as, progress.DECIDED, detail=decision["decision"])
-    progress.stage(shown_as, progress.REPORT)
+    progress.stage(shown_as, progress.Stage.DECIDED, detail=decision["decision"])
+    progress.stage(shown_as, progress.Stage.REPORT)
     try:  # the decision stands without its report: a failure is recorded, not raised
-        report = publish_report(model_name, version)
+        report = publish_report(plan)
     except Exception as error:
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))

@@ -16,7 +16,7 @@ from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.runners.base import Runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.flows import progress
-from vlgate.flows.progress import DECIDED, DONE, EVALUATING, EXPECTATIONS, FAILED, GATE, ITEMS, RECORDING, STARTED, Event, LiveProgress, PlainProgress, WorldBuildProgress
+from vlgate.flows.progress import Event, LiveProgress, PlainProgress, Stage, WorldBuildProgress
 
 
 class Clock:
@@ -74,7 +74,7 @@ def test_events_from_worker_threads_reach_every_listener_and_a_failing_listener_
             thread.start()
         for thread in threads:
             thread.join()
-    progress.stage("m v9", STARTED)  # nobody listens any more
+    progress.stage("m v9", Stage.STARTED)  # nobody listens any more
     assert len(heard) == 200 and {event.subject for event in heard} == {"m v0", "m v1", "m v2", "m v3"}
     for worker in range(4):  # each worker's events in its own order
         assert [event.done for event in heard if event.subject == f"m v{worker}"] == list(range(50))
@@ -82,21 +82,21 @@ def test_events_from_worker_threads_reach_every_listener_and_a_failing_listener_
 
 def fake_validation(clock: Clock, subject: str, decision: str, evaluators: dict[str, int], seconds_per_batch: float = 1.0) -> None:
     """What validate_model_version publishes, in its order, with 8-item batches."""
-    progress.stage(subject, STARTED)
+    progress.stage(subject, Stage.STARTED)
     for evaluator, total in evaluators.items():
-        progress.stage(subject, EVALUATING, evaluator=evaluator)
+        progress.stage(subject, Stage.EVALUATING, evaluator=evaluator)
         clock.now += 2.0  # the model loads
         count = progress.item_counter(subject, evaluator)
         for done in [*range(0, total, 8), total]:
             count(done, total)
             clock.now += seconds_per_batch
-    for stage in (EXPECTATIONS, RECORDING, progress.CORRELATIONS, GATE):
+    for stage in (Stage.EXPECTATIONS, Stage.RECORDING, progress.Stage.CORRELATIONS, Stage.GATE):
         progress.stage(subject, stage)
         clock.now += 0.5
-    progress.stage(subject, DECIDED, detail=decision)
-    progress.stage(subject, progress.REPORT)
+    progress.stage(subject, Stage.DECIDED, detail=decision)
+    progress.stage(subject, progress.Stage.REPORT)
     clock.now += 1.0
-    progress.stage(subject, DONE, detail=decision)
+    progress.stage(subject, Stage.DONE, detail=decision)
 
 
 def test_without_a_terminal_each_milestone_is_one_plain_line():
@@ -104,9 +104,9 @@ def test_without_a_terminal_each_milestone_is_one_plain_line():
     with PlainProgress(Console(file=out, width=120), queued=["world-vlm v1", "world-vlm v2"], clock=clock) as shown:
         assert isinstance(shown, PlainProgress)
         fake_validation(clock, "world-vlm v1", "rejected", {"lcm-mc": 16, "vlind": 8})
-        progress.stage("world-vlm v2", STARTED)
+        progress.stage("world-vlm v2", Stage.STARTED)
         progress.item_counter("world-vlm v2", "lcm-mc")(16, 16)  # every record already there
-        progress.stage("world-vlm v2", FAILED, detail="RuntimeError: the registry went away")
+        progress.stage("world-vlm v2", Stage.FAILED, detail="RuntimeError: the registry went away")
     assert out.getvalue().splitlines() == [
         "  world-vlm v1: started",
         "  world-vlm v1: lcm-mc 16/16 items in 2.0 s (8.0 items/s)",
@@ -151,12 +151,12 @@ def test_shards_of_an_evaluator_are_summed_and_a_drift_check_names_the_batch_it_
         first(5, 5)
         second(5, 5)
         drift = progress.subject("m", "1", drift_batch="incoming")
-        progress.stage(drift, STARTED)
-        progress.stage(drift, progress.SCORING, part="reference")
+        progress.stage(drift, Stage.STARTED)
+        progress.stage(drift, progress.Stage.SCORING, part="reference")
         progress.suite_counter(drift, "reference")("decc", 4, 4)
-        progress.stage(drift, progress.TESTING)
+        progress.stage(drift, progress.Stage.TESTING)
         clock.now += 2.0
-        progress.stage(drift, DONE, detail="no drift")
+        progress.stage(drift, Stage.DONE, detail="no drift")
     assert out.getvalue().splitlines() == [
         "  m v1: lcm-nb 10/10 items in 5.0 s (2.0 items/s)",
         "  m v1 drift (incoming): started",
@@ -179,7 +179,7 @@ def test_on_a_terminal_the_live_view_shows_every_version_and_a_bar_per_running_e
     view = LiveProgress(terminal, queued=["world-vlm v1", "world-vlm v2", "world-vlm v3"], clock=clock)
     with progress.listening(view):  # the view's own Live is not started: its frames are rendered here
         fake_validation(clock, "world-vlm v1", "rejected", {"lcm-mc": 16})
-        progress.stage("world-vlm v2", STARTED)
+        progress.stage("world-vlm v2", Stage.STARTED)
         progress.item_counter("world-vlm v2", "lcm-mc")(16, 16)
         count = progress.item_counter("world-vlm v2", "vlind")
         count(0, 48)
@@ -284,29 +284,29 @@ def test_the_validation_and_drift_flows_publish_their_stages_and_every_evaluator
         drift_check("smoke")
     validation = [(e.stage, e.evaluator, e.done, e.total, e.detail) for e in heard if e.subject == "smoke v1"]
     assert validation == [
-        (STARTED, "", 0, 0, ""),
-        (EVALUATING, "lcm-mc", 0, 0, ""),
-        (ITEMS, "lcm-mc", 0, 4, ""),  # before the first batch (the suite's batch_size is 8)
-        (ITEMS, "lcm-mc", 4, 4, ""),
-        (EXPECTATIONS, "", 0, 0, ""),
-        (RECORDING, "", 0, 0, ""),
-        (progress.CORRELATIONS, "", 0, 0, ""),
-        (GATE, "", 0, 0, ""),
-        (DECIDED, "", 0, 0, "promoted"),
-        (progress.REPORT, "", 0, 0, ""),
-        (DONE, "", 0, 0, "promoted"),
+        (Stage.STARTED, "", 0, 0, ""),
+        (Stage.EVALUATING, "lcm-mc", 0, 0, ""),
+        (Stage.ITEMS, "lcm-mc", 0, 4, ""),  # before the first batch (the suite's batch_size is 8)
+        (Stage.ITEMS, "lcm-mc", 4, 4, ""),
+        (Stage.EXPECTATIONS, "", 0, 0, ""),
+        (Stage.RECORDING, "", 0, 0, ""),
+        (progress.Stage.CORRELATIONS, "", 0, 0, ""),
+        (Stage.GATE, "", 0, 0, ""),
+        (Stage.DECIDED, "", 0, 0, "promoted"),
+        (progress.Stage.REPORT, "", 0, 0, ""),
+        (Stage.DONE, "", 0, 0, "promoted"),
     ]
     checked = [(e.stage, e.part, e.evaluator, e.done, e.total) for e in heard if e.subject == "smoke v1 drift (incoming)"]
     assert checked == [
-        (STARTED, "", "", 0, 0),
-        (progress.SCORING, "reference", "", 0, 0),
-        (ITEMS, "reference", "lcm-mc", 0, 4),
-        (ITEMS, "reference", "lcm-mc", 4, 4),
-        (progress.SCORING, "new batch", "", 0, 0),
-        (ITEMS, "new batch", "lcm-mc", 0, 6),
-        (ITEMS, "new batch", "lcm-mc", 6, 6),
-        (progress.TESTING, "", "", 0, 0),
-        (DONE, "", "", 0, 0),
+        (Stage.STARTED, "", "", 0, 0),
+        (progress.Stage.SCORING, "reference", "", 0, 0),
+        (Stage.ITEMS, "reference", "lcm-mc", 0, 4),
+        (Stage.ITEMS, "reference", "lcm-mc", 4, 4),
+        (progress.Stage.SCORING, "new batch", "", 0, 0),
+        (Stage.ITEMS, "new batch", "lcm-mc", 0, 6),
+        (Stage.ITEMS, "new batch", "lcm-mc", 6, 6),
+        (progress.Stage.TESTING, "", "", 0, 0),
+        (Stage.DONE, "", "", 0, 0),
     ]
-    assert [e.detail for e in heard if e.stage == DONE][-1] == "could not check"  # lcm-mc has no drift score
+    assert [e.detail for e in heard if e.stage == Stage.DONE][-1] == "could not check"  # lcm-mc has no drift score
     assert len(heard) == len(validation) + len(checked)

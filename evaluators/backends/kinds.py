@@ -1,7 +1,8 @@
 """The backends a suite may name (``backend:``), and DeCC's agents too (``llm_backend:``),
 as a registry like the evaluators': a name, how a model is loaded behind it, and what vlgate
 may do with it. Adding a backend is one :func:`register` call; nothing else branches on
-its name.
+its name. GenCeption's helper models are chosen the same way, from
+:data:`IMAGE_ENCODERS` (``encoder_kind:``) and :data:`IMAGE_GENERATORS` (``generator:``).
 
 * ``transformers``: the reference; every fast path is proven exact against its plain
   forward pass (``runners/model_check.py``).
@@ -111,3 +112,50 @@ def load(name: str, model: str, options: BackendOptions) -> VisionLanguageBacken
 register(BackendKind("transformers", _load_transformers))
 register(BackendKind("vllm", _load_vllm, other_engine=True))
 register(BackendKind("openai", _load_openai, local=False))
+
+
+@dataclass(frozen=True)
+class HelperKind:
+    """A kind of helper model (an image encoder, an image generator): ``load(model, options)``;
+    ``needs_model``: False for one vlgate draws itself (the world's scene renderer)."""
+
+    name: str
+    load: Callable[[str, BackendOptions], Any]
+    needs_model: bool = True
+
+
+def _load_vit(model: str, options: BackendOptions) -> Any:
+    from vlgate.evaluators.backends.encoders import VitClsEncoder
+
+    return VitClsEncoder.load(model, options.policy, cache_dir=options.cache_dir)
+
+
+def _load_clip(model: str, options: BackendOptions) -> Any:
+    from vlgate.evaluators.backends.encoders import ClipImageEncoder
+
+    return ClipImageEncoder.load(model, options.policy, cache_dir=options.cache_dir)
+
+
+def _scene_renderer(_model: str, _options: BackendOptions) -> Any:
+    from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
+
+    return SceneRendererGenerator()
+
+
+def _load_diffusers(model: str, options: BackendOptions) -> Any:
+    from vlgate.evaluators.backends.image_generators import DiffusersGenerator
+
+    return DiffusersGenerator.load(model, options.policy, cache_dir=options.cache_dir)
+
+
+#: GenCeption's image encoders: ViT's CLS token (the paper's) or CLIP's image embedding
+IMAGE_ENCODERS = {kind.name: kind for kind in (HelperKind("vit", _load_vit), HelperKind("clip", _load_clip))}
+#: GenCeption's image generators: one vlgate draws itself by name, else a diffusers pipeline folder
+IMAGE_GENERATORS = {kind.name: kind for kind in (HelperKind("scene-renderer", _scene_renderer, needs_model=False), HelperKind("diffusers", _load_diffusers))}
+
+
+def image_generator(generator: str) -> HelperKind:
+    """The kind behind a suite's ``generator:``: a generator that needs no model, by its name;
+    anything else is a diffusers pipeline's folder or id."""
+    named = IMAGE_GENERATORS.get(generator)
+    return named if named is not None and not named.needs_model else IMAGE_GENERATORS["diffusers"]

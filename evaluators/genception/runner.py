@@ -47,7 +47,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
+from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.features import load_features
 from vlgate.evaluators.genception import prompts, protocols
 from vlgate.evaluators.genception.metrics import cosine_similarity
@@ -263,15 +265,10 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
     """The runner with its encoder and generator loaded (and owned: ``runner.close()``
     releases them); seed features and drawings are cached beside the model cache, so every
     candidate evaluated on this machine reuses them."""
-    from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
-    from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator
-
-    encoder_class = VitClsEncoder if settings.encoder_kind == "vit" else ClipImageEncoder
-    encoder = encoder_class.load(settings.encoder, context.policy, cache_dir=context.cache_dir)
+    options = BackendOptions(policy=context.policy, cache_dir=context.cache_dir)
+    encoder: ImageEncoder = backends.IMAGE_ENCODERS[settings.encoder_kind].load(settings.encoder, options)
     try:
-        generator: ImageGenerator = (
-            SceneRendererGenerator() if settings.generator == "scene-renderer" else DiffusersGenerator.load(settings.generator, context.policy, cache_dir=context.cache_dir)
-        )
+        generator: ImageGenerator = backends.image_generator(settings.generator).load(settings.generator, options)
     except BaseException:
         encoder.close()
         raise

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field, field_validator
 
-from pydantic import Field
-
+from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.runners.base import EvaluatorSettings
 
 
@@ -19,8 +18,15 @@ class GenceptionSettings(EvaluatorSettings):
     description_max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
     generator: str = "scene-renderer"
     encoder: str
-    encoder_kind: Literal["vit", "clip"] = "vit"
+    encoder_kind: str = Field(default="vit", description="vit (the paper's CLS token) or clip (evaluators/backends/kinds.py)")
     seed: int = 0
+
+    @field_validator("encoder_kind")
+    @classmethod
+    def _known_encoder(cls, value: str) -> str:
+        if value not in backends.IMAGE_ENCODERS:
+            raise ValueError(f"unknown image encoder {value!r}; expected one of {', '.join(backends.IMAGE_ENCODERS)}")
+        return value
 
     def protocol_overrides(self) -> dict[str, int | None]:
         return {"description": self.description_max_new_tokens}
