@@ -31,6 +31,9 @@ from vlgate.evaluators import prompts  # noqa: E402
 from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, GenerateRequest  # noqa: E402
 from vlgate.evaluators.backends.loading import model_digest  # noqa: E402
 from vlgate.evaluators.backends.vllm_offline import VllmBackend  # noqa: E402
+from vlgate.evaluators.genception import prompts as genception_prompts  # noqa: E402
+from vlgate.evaluators.vl_lcm import prompts as lcm_prompts  # noqa: E402
+from vlgate.evaluators.vlind import prompts as vlind_prompts  # noqa: E402
 from vlgate.evaluators.world.datasets import mc_item, vlind_item, yesno_item  # noqa: E402
 from vlgate.evaluators.world.scenes import render  # noqa: E402
 
@@ -75,13 +78,13 @@ def world_requests() -> dict[str, list[ChoiceRequest]]:
         scene, row = mc_item(rng, index)
         image = render(scene, 64)
         mc.append(ChoiceRequest((image,), prompts.mc_prompt(row["question"], row["options"]), LETTERS[: len(row["options"])], shared_prefix=row["question"]))
-        yes_no.append(ChoiceRequest((image,), prompts.yes_no_probe(row["question"], row["options"][index % len(row["options"])]), YES_NO, shared_prefix=row["question"]))
+        yes_no.append(ChoiceRequest((image,), lcm_prompts.yes_no_probe(row["question"], row["options"][index % len(row["options"])]), YES_NO, shared_prefix=row["question"]))
         scene, row = yesno_item(rng, index)
         yes_no.append(ChoiceRequest((render(scene, 64),), f"{row['question']} {prompts.YES_NO_INSTRUCTION}", YES_NO))
         factual, counterfactual, row = vlind_item(rng, index)
-        true_false.append(ChoiceRequest((render(counterfactual[0], 64),), prompts.vlind_image(row["true_statement"]), TRUE_FALSE))
-        true_false.append(ChoiceRequest((render(factual, 64),), prompts.vlind_commonsense(row["false_statement"]), TRUE_FALSE))
-        two_images.append(ChoiceRequest((render(factual, 64), render(counterfactual[0], 64)), prompts.naturalbench_choose_image(row["true_statement"], "statement"), ("A", "B")))
+        true_false.append(ChoiceRequest((render(counterfactual[0], 64),), vlind_prompts.vlind_image(row["true_statement"]), TRUE_FALSE))
+        true_false.append(ChoiceRequest((render(factual, 64),), vlind_prompts.vlind_commonsense(row["false_statement"]), TRUE_FALSE))
+        two_images.append(ChoiceRequest((render(factual, 64), render(counterfactual[0], 64)), lcm_prompts.naturalbench_choose_image(row["true_statement"], "statement"), ("A", "B")))
     return {"mc": mc, "yes-no": yes_no, "true-false": true_false, "two-images": two_images}
 
 
@@ -128,7 +131,7 @@ def test_vllm_greedy_generation_equals_transformers(vllm_backend, transformers_b
         scene, row = mc_item(rng, index)
         image = render(scene, 64)
         requests.append(GenerateRequest((image,), f"{row['question']} Answer in one word.", 4))
-        requests.append(GenerateRequest((image,), prompts.GENCEPTION_DESCRIBE, 12))
+        requests.append(GenerateRequest((image,), genception_prompts.GENCEPTION_DESCRIBE, 12))
     expected = transformers_backend.generate(requests)
     assert vllm_backend.generate(requests) == expected
     assert any(text for text in expected)
@@ -226,7 +229,7 @@ def test_vllm_serve_option_probabilities_equal_transformers(http_backend, transf
 
 def test_vllm_serve_greedy_generation_equals_transformers(http_backend, transformers_backend):
     rng = np.random.default_rng(5)
-    requests = [GenerateRequest((render(mc_item(rng, index)[0], 64),), prompts.GENCEPTION_DESCRIBE, 12) for index in range(4)]
+    requests = [GenerateRequest((render(mc_item(rng, index)[0], 64),), genception_prompts.GENCEPTION_DESCRIBE, 12) for index in range(4)]
     assert http_backend.generate(requests) == transformers_backend.generate(requests)
 
 
