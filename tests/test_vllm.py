@@ -157,10 +157,11 @@ def test_vllm_refuses_attention_heads_its_cpu_attention_cannot_compute_before_an
     """The world's LLM agent (DeCC's, heads 16 wide): vLLM's CPU attention would start the
     engine and die at the first request; vlgate refuses it from its config, naming why."""
     out, manifest = default_world
+    running = engine_processes()  # the module's shared engines, started by earlier tests
     started = time.monotonic()
     with pytest.raises(BackendError, match=r"^model .*llm-agent: vLLM cannot score it exactly here: its attention heads are 16 wide, and vLLM's CPU attention computes heads 32, 64, .* wide only"):
         VllmBackend.load(out / "checkpoints" / "llm-agent", dtype="float32", gpu_memory_utilization=0.1)
-    assert time.monotonic() - started < 30 and not engine_processes()
+    assert time.monotonic() - started < 30 and engine_processes() <= running  # no engine of its own was started
 
 
 def engine_processes() -> set[int]:
