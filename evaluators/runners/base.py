@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from vlgate.config import CONFIG_MODEL
+from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
@@ -74,10 +75,8 @@ class RunnerContext:
     def load_helper(self, model: str, backend: str) -> VisionLanguageBackend:
         """A helper model (DeCC's LLM agent, its decomposer) behind ``backend``, loaded with
         the suite's load policy, model cache and engine settings, at the backend's own batch size."""
-        from vlgate.evaluators.backends import kinds as backends
-
         engine = self.options.engine if self.options is not None else {}
-        return backends.load(backend, model, backends.BackendOptions(policy=self.policy, cache_dir=self.cache_dir, engine=engine))
+        return backends.load(backend, model, BackendOptions(policy=self.policy, cache_dir=self.cache_dir, engine=engine))
 
     @property
     def shared_cache(self) -> Path:
