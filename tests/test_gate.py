@@ -410,3 +410,23 @@ def test_a_large_sample_is_resampled_in_batches_with_the_same_draws(monkeypatch)
     fast = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=50, resampled=resampled)
     assert calls[:2] == [7, 7] and sum(calls) == 2 * 50  # the candidate's and the champion's, batch by batch
     assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
+
+
+def test_every_check_a_decision_makes_is_named_as_its_key_and_waivable_by_that_name():
+    """Each check's printed name parses back to its own key, and a policy can waive exactly
+    the checks it makes (every rule kind, per-category ones included)."""
+    records = [r | {"category": "animals" if n % 2 else "vehicles"} for n, r in enumerate(_mc_records([0.9, 0.8, 0.7, 0.6] * 5))]
+    policy = GatePolicy(
+        required=["lcm-mc"],
+        floors={"lcm-mc/acc": 0.5},
+        ceilings={"lcm-mc/abstention": 0.9},
+        regressions={"lcm-mc/lcm": {"max_drop": 0.02}},
+        superiority={"lcm-mc/acc": {}},
+        categories={"lcm-mc/lcm": {"floor": 0.1, "max_drop": 0.05}},
+        resamples=200,
+    )
+    decision = decide(policy, {"lcm-mc": _result(records)}, {"lcm-mc": _result(records)})
+    rules = {check.rule for check in decision.checks}
+    assert rules == set(Rule) and any(check.category for check in decision.checks)
+    for check in decision.checks:
+        assert CheckKey.parse(check.name) == check.key and policy.makes_check(check.key), check.name
