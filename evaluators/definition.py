@@ -280,9 +280,10 @@ class EvaluatorDefinition:
             resampled = self.resampled(frame, np.ones((1, len(frame))))
             problems += _differences("resampled's metric", list(resampled), directed)
             for name in set(resampled) & set(directed):
-                once, plain = float(np.asarray(resampled[name])[0]), aggregated[name]
-                if not (math.isclose(once, plain, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(once) and (plain is None or math.isnan(plain)))):
-                    problems.append(f"resampled gives {name} = {once!r} on the records weighted once, aggregate {plain!r}")
+                once = float(np.asarray(resampled[name])[0])
+                plain = math.nan if aggregated[name] is None else float(aggregated[name])  # undefined: None here, NaN there
+                if not (math.isclose(once, plain, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(once) and math.isnan(plain))):
+                    problems.append(f"resampled gives {name} = {once!r} on the records weighted once, aggregate {aggregated[name]!r}")
         if problems:
             raise DefinitionError(f"evaluator {self.name!r} (checked on {self.example.name}): " + "; ".join(problems))
 

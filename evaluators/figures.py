@@ -11,7 +11,7 @@ partial run still renders.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,7 +71,7 @@ class Section:
     report's examples table: ``id``, ``p_lc``, ``prompt``, ``lines``, ``images``)."""
 
     figures: tuple[SectionFigure, ...] = ()
-    examples: tuple[dict[str, Any], ...] = field(default=())
+    examples: tuple[dict[str, Any], ...] = ()
 
 
 def readable_image(path: Path | None) -> Image.Image | None:

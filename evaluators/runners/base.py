@@ -65,8 +65,8 @@ class RunnerContext:
     policy: LoadPolicy
     cache_dir: Path | None = None
     protocol: Protocol[Any] | None = None
-    #: how the suite loads models (its batch size and engine settings besides the policy)
-    options: BackendOptions | None = None
+    #: the suite's engine settings (its ``vllm:`` section), for helper models on that engine
+    engine: Mapping[str, Any] = field(default_factory=dict)
 
     def chosen(self, protocols: tuple[Protocol[Any], ...]) -> Protocol[Any]:
         """The suite's protocol, else the first (default) of the evaluator's ``protocols``."""
@@ -75,8 +75,7 @@ class RunnerContext:
     def load_helper(self, model: str, backend: str) -> VisionLanguageBackend:
         """A helper model (DeCC's LLM agent, its decomposer) behind ``backend``, loaded with
         the suite's load policy, model cache and engine settings, at the backend's own batch size."""
-        engine = self.options.engine if self.options is not None else {}
-        return backends.load(backend, model, BackendOptions(policy=self.policy, cache_dir=self.cache_dir, engine=engine))
+        return backends.load(backend, model, BackendOptions(policy=self.policy, cache_dir=self.cache_dir, engine=self.engine))
 
     @property
     def shared_cache(self) -> Path:

@@ -208,7 +208,7 @@ def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, 
     """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
     releases the helper models it loaded)."""
     definition = registry.get(name)
-    context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol), options=suite.backend_options(cache_dir))
+    context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol), engine=suite.vllm)
     return definition.build_runner(spec, context)
 
 
