@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from vlgate import tag_keys, tracking
+from vlgate.decisions import DECISION_FILE, DecisionRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
@@ -39,7 +40,8 @@ class ValidationReportData:
     #: whether vlgate's fast paths are exact on these weights (the run's stamp; None: not checked)
     model_check: str | None = None
     started: datetime | None = None
-    gate: dict[str, Any] = field(default_factory=dict)
+    #: the gate's decision as logged (None: the version was not judged)
+    gate: DecisionRecord | None = None
     correlations: dict[str, Any] = field(default_factory=dict)
     #: the versions' metrics the correlations were computed from (None: a run older than that file)
     correlation_versions: pd.DataFrame | None = None
@@ -95,17 +97,17 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     data.model_check = run.data.tags.get(tag_keys.MODEL_CHECK)
     data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     scratch.mkdir(parents=True, exist_ok=True)
-    for name, attribute in (("decision.json", "gate"), ("correlations.json", "correlations")):
-        local = _download(client, data.run_id, name, scratch)
-        setattr(data, attribute, (_read_json(local) if local else None) or {})
+    local = _download(client, data.run_id, DECISION_FILE, scratch)
+    data.gate = DecisionRecord.read(local) if local else None
+    local = _download(client, data.run_id, "correlations.json", scratch)
+    data.correlations = (_read_json(local) if local else None) or {}
     local = _download(client, data.run_id, "correlation_versions.json", scratch)
     rows = _read_json(local) if local else None
     if rows is not None:
         data.correlation_versions = pd.DataFrame.from_dict(rows, orient="index", dtype=float)
         data.correlation_versions.index.name = "version"
-    gate = data.gate
-    if gate.get("reasons") and len("\n".join(gate["reasons"])) > len("\n".join(data.reasons)):
-        data.reasons = list(gate["reasons"])  # the tag may be truncated; decision.json has them all
+    if data.gate is not None and len("\n".join(data.gate.reasons)) > len("\n".join(data.reasons)):
+        data.reasons = list(data.gate.reasons)  # the tag may be truncated; decision.json has them all
     expectations = _download(client, data.run_id, "expectations", scratch)
     if expectations is not None:
         data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}
@@ -133,7 +135,7 @@ def _compare_with_champion(client, data: ValidationReportData, scratch: Path, ru
     """The item-level comparison with the champion the gate judged against, where it had one."""
     from mlflow.exceptions import MlflowException
 
-    champion = data.gate.get("champion_before")
+    champion = data.gate.champion_before if data.gate is not None else None
     if not champion or str(champion) == data.version:
         return
     data.judged_against = str(champion)

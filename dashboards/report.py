@@ -27,6 +27,7 @@ import pandas as pd
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
+from vlgate.decisions import Rule
 from vlgate.evaluators import registry
 from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import field_text
@@ -138,7 +139,8 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
     when the version was not judged against a champion."""
     if data.judged_against is None:
         return None
-    checks = [check for check in data.gate.get("checks", []) if check.get("rule") in ("regression", "superiority") and str(check.get("metric") or "").startswith(f"{evaluator}/")]
+    judged = data.gate.checks if data.gate is not None else []
+    checks = [check for check in judged if check.rule in (Rule.REGRESSION, Rule.SUPERIORITY) and check.metric.startswith(f"{evaluator}/")]
     diff = data.item_diffs.get(evaluator)
     if diff is None:
         return {"champion": data.judged_against, "checks": checks, "scores": [], "items": [], "listed": None, "missing": data.not_compared.get(evaluator, "not compared")}
@@ -303,12 +305,12 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
         data=data,
         sections=sections,
         correlations=_correlation_rows(data.correlations),
-        per_sample=_correlation_rows(data.gate.get("per_sample_correlations", {})),
+        per_sample=_correlation_rows(data.gate.per_sample_correlations if data.gate is not None else {}),
         correlation_figures=correlations,
         drift_figure=shared.drift,
         drift=drift.tail(20).to_dict("records"),
-        checks=data.gate.get("checks", []),
-        champion_before=data.gate.get("champion_before"),
+        checks=data.gate.checks if data.gate is not None else [],
+        champion_before=data.gate.champion_before if data.gate is not None else None,
         tracking_uri=tracking_uri,
         mlflow_ui=mlflow_ui_command(tracking_uri),
         generated=datetime.now(timezone.utc),

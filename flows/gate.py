@@ -58,7 +58,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +66,7 @@ import pandas as pd
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
+from vlgate.decisions import CheckRecord, DecisionRecord, Outcome, Rule, Verdict, Waiver
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import (
     PairedDifference,
@@ -110,33 +110,7 @@ class CategoryRule(BaseModel):
         return self
 
 
-class Waiver(BaseModel):
-    model_config = CONFIG_MODEL
-
-    check: str = Field(min_length=1, description="the check's name as the decision prints it, e.g. 'lcm-mc/acc vs champion'")
-    by: str = Field(min_length=1)
-    reason: str = Field(min_length=1)
-    until: date = Field(description="the last day the waiver applies (UTC)")
-
-
 Correction = Literal["holm", "bonferroni", "none"]
-
-
-class Rule(StrEnum):
-    """What a check judges: that an evaluator ran, its expectations, a floor or ceiling on a
-    metric, a regression against the champion, a superiority over it."""
-
-    RAN = "ran"
-    EXPECTATIONS = "expectations"
-    FLOOR = "floor"
-    CEILING = "ceiling"
-    REGRESSION = "regression"
-    SUPERIORITY = "superiority"
-
-    @property
-    def phrase(self) -> str:
-        """How a check's name says the rule (``lcm-mc/acc vs champion``)."""
-        return "vs champion" if self is Rule.REGRESSION else self.value
 
 
 #: The category of a per-category check made when the candidate has no categories at all.
@@ -260,25 +234,6 @@ class GatePolicy(BaseModel):
         return ", ".join(repr(key.name) for key in self._static_checks()[-3:])
 
 
-class Verdict(StrEnum):
-    """One check's verdict (see :class:`Check`)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    COULD_NOT_JUDGE = "could not judge"
-    INCONCLUSIVE = "inconclusive"
-    WAIVED = "waived"
-
-
-class Outcome(StrEnum):
-    """A decision's outcome (see :attr:`Decision.outcome`): what ``vlgate validate``'s exit status says."""
-
-    PROMOTED = "promoted"
-    REJECTED = "rejected"
-    COULD_NOT_JUDGE = "could not judge"
-    INCONCLUSIVE = "inconclusive"
-
-
 @dataclass
 class Check:
     """One rule of the policy on one candidate. ``verdict``: pass, fail (the numbers say
@@ -320,13 +275,9 @@ class Check:
     def passed(self) -> bool:
         return self.verdict in (Verdict.PASS, Verdict.WAIVED)
 
-    def as_dict(self) -> dict[str, Any]:
-        numbers = {k: v for k, v in vars(self).items() if k not in ("key", "verdict", "detail", "waiver", "interval")}
-        return {"name": self.name, "passed": self.passed, "detail": self.detail, "rule": self.rule, "metric": self.metric, "category": self.category} | numbers | {
-            "interval": list(self.interval) if self.interval else None,
-            "waiver": self.waiver.model_dump(mode="json") if self.waiver else None,
-            "verdict": self.verdict,
-        }
+    def record(self) -> CheckRecord:
+        numbers = {k: v for k, v in vars(self).items() if k not in ("key", "verdict", "detail", "waiver")}
+        return CheckRecord(name=self.name, rule=self.rule, metric=self.metric, category=self.category, verdict=self.verdict, passed=self.passed, detail=self.detail, waiver=self.waiver, **numbers)
 
 
 def _verdict(passed: bool, judged: bool = True) -> Verdict:
@@ -360,8 +311,20 @@ class Decision:
         shown = [c for c in self.checks if not c.passed or c.waiver is not None]
         return [f"{c.name}: {c.detail}" for c in (shown if not self.promote else self.checks)]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"promote": self.promote, "outcome": self.outcome, "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks], "policy": self.policy}
+    def record(self, policy_path: Path, champion_before: str | None, warnings: list[str], per_sample_correlations: dict[str, dict[str, Any]]) -> DecisionRecord:
+        """The decision as logged, with what it was judged against."""
+        return DecisionRecord(
+            decision="promoted" if self.promote else "rejected",
+            promote=self.promote,
+            outcome=self.outcome,
+            reasons=self.reasons,
+            checks=[check.record() for check in self.checks],
+            policy=self.policy,
+            policy_path=str(policy_path),
+            champion_before=champion_before,
+            warnings=warnings,
+            per_sample_correlations=per_sample_correlations,
+        )
 
 
 def lower_is_better(qualified: str) -> bool:

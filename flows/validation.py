@@ -26,12 +26,13 @@ from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
+from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, Outcome
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
-from vlgate.flows.gate import GatePolicy, Outcome, decide
+from vlgate.flows.gate import GatePolicy, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
@@ -45,7 +46,7 @@ class ValidationError(RuntimeError):
 
 class ValidationResult(BaseModel):
     """What the validation flow returns and ``vlgate validate --json`` prints: the decision
-    and its outcome (the exit status), every check (``Check.as_dict``), the policy judged
+    and its outcome (the exit status), every check (as ``decision.json`` records it), the policy judged
     with, the warnings, the correlations across versions and the report's path. A flow
     that failed has ``error`` instead of checks (see :meth:`failed`)."""
 
@@ -57,7 +58,7 @@ class ValidationResult(BaseModel):
     outcome: Outcome
     run_id: str | None = None
     reasons: list[str] = Field(default_factory=list)
-    checks: list[dict[str, Any]] = Field(default_factory=list)
+    checks: list[CheckRecord] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     correlations: dict[str, Any] = Field(default_factory=dict)
@@ -70,18 +71,19 @@ class ValidationResult(BaseModel):
         return cls(model=model, version=str(version), decision="rejected", outcome=Outcome.COULD_NOT_JUDGE, error=f"{type(error).__name__}: {error}")
 
     def as_json(self) -> dict[str, Any]:
-        """The fields that were set, as JSON values (a failed flow's have no checks)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The fields that were set, as JSON values (a failed flow's have no checks); each
+        check whole, as ``decision.json`` has it."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
 
 
 @task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), cache_policy=NO_CACHE)
-def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput]) -> dict[str, Any]:
+def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput]) -> DecisionRecord:
     """One gate decision per model at a time (so no candidate is judged against a champion
     that another candidate is replacing); tags always written, alias moved on promotion."""
     return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True)
 
 
-def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool) -> dict[str, Any]:
+def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool) -> DecisionRecord:
     """The gate on ``outputs`` against the current champion, under the model's gate lock;
     with ``record``, ``decision.json``, the tags and (on promotion) the alias are written."""
     client = tracking.connect()
@@ -91,25 +93,36 @@ def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy
         decision = decide(policy, outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
         warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
-        payload = decision.as_dict() | {
-            "warnings": warnings,
-            "policy_path": str(policy_path),
-            "champion_before": champion_version,
-            "per_sample_correlations": per_sample,
-        }
-        label = "promoted" if decision.promote else "rejected"
+        judged = decision.record(policy_path, champion_version, warnings, per_sample)
         if record:
-            client.log_dict(run_id, payload, "decision.json")  # with the policy judged with, as loaded
+            client.log_dict(run_id, judged.as_json(), DECISION_FILE)  # with the policy judged with, as loaded
             client.log_artifact(run_id, str(policy_path), artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
             log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
-            write_decision_tags(client, model_name, version, run_id, label, decision.reasons, decision.outcome)
+            write_decision_tags(client, model_name, version, run_id, judged.decision, decision.reasons, decision.outcome)
             if decision.promote:
                 client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
-    return payload | {"decision": label}
+    return judged
 
 
-def judge_again(model_name: str, version: str, policy_path: str, record: bool = False) -> dict[str, Any]:
+class Rejudgement(BaseModel):
+    """What ``vlgate gate`` prints: a version's existing run judged again, and whether the
+    new decision was recorded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str
+    run_id: str
+    recorded: bool
+    judged: DecisionRecord
+
+    def as_json(self) -> dict[str, Any]:
+        """The decision's fields beside which version and run it is of (as ``validate --json``)."""
+        return {"model": self.model, "version": self.version, "run_id": self.run_id, "recorded": self.recorded} | self.judged.as_json()
+
+
+def judge_again(model_name: str, version: str, policy_path: str, record: bool = False) -> Rejudgement:
     """``vlgate gate``: the version's existing validation run judged again (a changed
     policy, a new champion) without evaluating anything; recorded only with ``record``."""
     client = tracking.connect()
@@ -118,8 +131,8 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
         raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
     if record and tracking.champion_version(client, model_name) == str(version):
         raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
-    payload = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record)
-    return {"model": model_name, "version": version, "run_id": run_id, "recorded": record} | payload
+    judged = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record)
+    return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=record, judged=judged)
 
 
 # --- report ---------------------------------------------------------------------------
@@ -257,8 +270,8 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
     progress.stage(shown_as, progress.Stage.GATE)
     decision = judge_and_promote(plan, run_id, outputs)
     client.set_terminated(run_id, "FINISHED")
-    logger.info("%s v%s: %s", model_name, version, decision["decision"])
-    progress.stage(shown_as, progress.Stage.DECIDED, detail=decision["decision"])
+    logger.info("%s v%s: %s", model_name, version, decision.decision)
+    progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)
     progress.stage(shown_as, progress.Stage.REPORT)
     try:  # the decision stands without its report: a failure is recorded, not raised
         report = publish_report(plan)
@@ -270,12 +283,12 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         model=model_name,
         version=version,
         run_id=run_id,
-        decision=decision["decision"],
-        outcome=decision["outcome"],
-        reasons=decision["reasons"],
-        checks=decision["checks"],
-        policy=decision["policy"],
-        warnings=decision["warnings"],
+        decision=decision.decision,
+        outcome=decision.outcome,
+        reasons=decision.reasons,
+        checks=decision.checks,
+        policy=decision.policy,
+        warnings=decision.warnings,
         correlations=across,
         report=report,
     )

@@ -168,10 +168,35 @@ def test_a_policy_mistake_is_bad_input_before_anything_is_evaluated(policy, says
     assert "model 'm': gate policy" in line and says.format(home=home) in line
 
 
-def test_each_outcome_has_its_exit_status():
-    from vlgate.flows.cli import _exit_status
+def test_every_command_is_one_object_with_json_exactly_where_it_has_a_text_form():
+    import argparse
 
-    assert [_exit_status(o) for o in ("promoted", "rejected", "could not judge", "inconclusive")] == [0, 3, 4, 5]
+    from vlgate.flows.cli import build_parser
+    from vlgate.flows.commands import COMMANDS
+
+    names = [command.name for command in COMMANDS]
+    (subcommands,) = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    assert list(subcommands.choices) == names and len(set(names)) == len(names)
+    for command in COMMANDS:
+        options = {option for action in subcommands.choices[command.name]._actions for option in action.option_strings}
+        assert ("--json" in options) == (command.json_help is not None), command.name
+
+
+def test_an_answer_is_printed_as_text_or_json_and_gives_its_status(capsys):
+    from vlgate.flows.cli import render
+    from vlgate.flows.commands.base import Answer
+
+    answer = Answer({"outcome": "rejected", "n": 2}, status=3, text=lambda: print("rejected (2 checks)"))
+    assert render(answer, as_json=False) == 3 and capsys.readouterr().out == "rejected (2 checks)\n"
+    assert render(answer, as_json=True) == 3 and json.loads(capsys.readouterr().out) == {"outcome": "rejected", "n": 2}
+    assert render(Answer({"a": 1}), as_json=False) == 0 and json.loads(capsys.readouterr().out) == {"a": 1}  # no text form: JSON
+    assert render(Answer(None, status=1), as_json=False) == 1 and capsys.readouterr().out == ""  # printed by the command itself
+
+
+def test_each_outcome_has_its_exit_status():
+    from vlgate.flows.commands.base import exit_status
+
+    assert [exit_status(o) for o in ("promoted", "rejected", "could not judge", "inconclusive")] == [0, 3, 4, 5]
 
 
 def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_there(tmp_path, monkeypatch, capsys):

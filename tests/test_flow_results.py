@@ -8,8 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, Outcome, Rule, Verdict
 from vlgate.flows.drift import DriftOutcome, DriftResult
-from vlgate.flows.gate import Outcome
 from vlgate.flows.validation import ValidationResult
 
 
@@ -21,9 +21,33 @@ def test_a_validation_that_stopped_is_rejected_could_not_judge_with_its_error_an
 
 
 def test_a_decided_validation_writes_every_field_it_was_given():
-    check = {"name": "lcm-mc/acc floor", "verdict": "pass", "passed": True}
+    check = CheckRecord(name="lcm-mc/acc floor", rule=Rule.FLOOR, metric="lcm-mc/acc", verdict=Verdict.PASS, passed=True, detail="0.8 >= 0.5", candidate=0.8, limit=0.5)
     result = ValidationResult(model="shapes", version="2", decision="promoted", outcome=Outcome.PROMOTED, run_id="r1", reasons=["ok"], checks=[check], report="/r/v2.html")
-    assert result.as_json() == {"model": "shapes", "version": "2", "decision": "promoted", "outcome": "promoted", "run_id": "r1", "reasons": ["ok"], "checks": [check], "report": "/r/v2.html"}
+    written = {
+        "name": "lcm-mc/acc floor", "rule": "floor", "metric": "lcm-mc/acc", "category": None, "verdict": "pass", "passed": True, "detail": "0.8 >= 0.5",
+        "candidate": 0.8, "champion": None, "limit": 0.5, "interval": None, "bound": None, "p_value": None, "n_shared": None, "samples_needed": None, "waiver": None,
+    }
+    assert result.as_json() == {"model": "shapes", "version": "2", "decision": "promoted", "outcome": "promoted", "run_id": "r1", "reasons": ["ok"], "checks": [written], "report": "/r/v2.html"}
+
+
+def test_a_decision_record_reads_back_as_written_and_a_changed_file_is_refused_naming_the_field(tmp_path):
+    check = CheckRecord(
+        name="lcm-mc/lcm vs champion", rule=Rule.REGRESSION, metric="lcm-mc/lcm", verdict=Verdict.INCONCLUSIVE, passed=False,
+        detail="spans the margin", candidate=0.61, champion=0.62, limit=-0.02, interval=(-0.05, 0.03), bound=-0.05, p_value=0.2, n_shared=40, samples_needed=160,
+    )
+    record = DecisionRecord(
+        decision="rejected", promote=False, outcome=Outcome.INCONCLUSIVE, reasons=["lcm-mc/lcm vs champion: spans the margin"], checks=[check],
+        policy={"confidence": 0.95}, policy_path="/p/gate.yaml", champion_before="1", per_sample_correlations={"lcm-mc": {"spearman": 0.5}},
+    )
+    path = tmp_path / DECISION_FILE
+    path.write_text(json.dumps(record.as_json()))
+    assert DecisionRecord.read(path) == record
+    assert DecisionRecord.read(path).checks[0].interval == (-0.05, 0.03)  # a JSON list comes back as the interval's pair
+    changed = record.as_json()
+    changed["checks"][0]["verdict"] = "maybe"
+    path.write_text(json.dumps(changed))
+    with pytest.raises(ValidationError, match=r"checks\.0\.verdict"):
+        DecisionRecord.read(path)
 
 
 def test_results_refuse_what_no_flow_produces():

@@ -2,16 +2,18 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from vlgate.decisions import Rule
 from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.flows.gate import CheckKey, GatePolicy, Rule, decide
+from vlgate.flows.gate import CheckKey, GatePolicy, decide
 
 
 def _mc_records(p_right: list[float], ids=None) -> list[dict]:
@@ -140,18 +142,18 @@ def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it
 
 
 def test_structured_checks_and_the_outcome_ci_acts_on():
-    from vlgate.flows.gate import Outcome, Verdict
+    from vlgate.decisions import Outcome, Verdict
 
     champion = {"lcm-mc": _result(_mc_records([0.9] * 30))}
     worse = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)
     assert worse.outcome == Outcome.REJECTED
     by_rule = {check.rule: check for check in worse.checks}
-    regression = by_rule["regression"].as_dict()
+    regression = by_rule["regression"].record().model_dump(mode="json")
     assert regression["verdict"] == "fail" and regression["metric"] == "lcm-mc/lcm" and regression["limit"] == -0.02
     # every record's LCM drops by exactly 0.1: candidate 0.8 vs champion 0.9, a degenerate interval at -0.1
     assert regression["candidate"] == pytest.approx(0.8) and regression["champion"] == pytest.approx(0.9)
     assert regression["interval"] == pytest.approx([-0.1, -0.1]) and regression["bound"] == pytest.approx(-0.1)
-    floor = by_rule["floor"].as_dict()
+    floor = by_rule["floor"].record().model_dump(mode="json")
     assert floor | {"detail": None} == {
         "name": "lcm-mc/acc floor",
         "passed": True,
@@ -170,7 +172,7 @@ def test_structured_checks_and_the_outcome_ci_acts_on():
         "waiver": None,
         "verdict": "pass",
     }
-    assert json.loads(json.dumps(worse.as_dict()))["outcome"] == "rejected"
+    assert worse.record(Path("policy.yaml"), "1", [], {}).as_json()["outcome"] == "rejected"
 
     assert decide(POLICY, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).outcome == Outcome.PROMOTED
     policy = GatePolicy(required=["lcm-mc", "decc"], floors={"lcm-mc/acc": 0.5}, resamples=100)
@@ -223,7 +225,7 @@ def _drifted_pair(shift: float, n: int = 40, copies: int = 1, categories=("a", "
 def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
     """Three per-category regression rules, each with p ≈ 0.026 of being worse than the
     margin: alone each would reject; corrected over three comparisons none is shown."""
-    from vlgate.flows.gate import Outcome
+    from vlgate.decisions import Outcome
 
     candidate, champion = _drifted_pair(0.03)
 
@@ -248,7 +250,7 @@ def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
 
 
 def test_an_inconclusive_comparison_says_how_many_samples_would_decide_and_that_many_do():
-    from vlgate.flows.gate import Outcome
+    from vlgate.decisions import Outcome
 
     policy = GatePolicy(required=["lcm-mc"], regressions={"lcm-mc/lcm": {"max_drop": 0.01}}, resamples=2000)
     candidate, champion = _drifted_pair(0.02, categories=("a",))
@@ -266,7 +268,7 @@ def test_an_inconclusive_comparison_says_how_many_samples_would_decide_and_that_
 
 
 def test_superiority_requires_the_candidate_shown_better():
-    from vlgate.flows.gate import Outcome
+    from vlgate.decisions import Outcome
 
     policy = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.0}}, resamples=500)
     champion = {"lcm-mc": _result(_mc_records([0.8] * 30))}
@@ -308,9 +310,9 @@ def test_a_waiver_lets_one_named_check_through_until_its_day_and_is_recorded():
     decision = decide(policy, candidate, None, today=date(2026, 12, 31))
     assert decision.promote and decision.outcome == "promoted"
     waived = decision.checks[2]
-    assert waived.verdict == "waived" and waived.as_dict()["waiver"] == waiver
+    assert waived.verdict == "waived" and waived.record().model_dump(mode="json")["waiver"] == waiver
     assert "lcm-mc/acc floor: 0.7500 >= 0.95 fails; WAIVED by alice@example.com until 2026-12-31: relabelling (JIRA-123)" in decision.reasons
-    assert decision.as_dict()["policy"]["waivers"] == [waiver]  # the policy judged with goes with the decision
+    assert decision.policy["waivers"] == [waiver]  # the policy judged with goes with the decision
     expired = decide(policy, candidate, None, today=date(2027, 1, 1))
     assert expired.outcome == "rejected" and expired.reasons == ["lcm-mc/acc floor: 0.7500 >= 0.95 fails (waiver by alice@example.com expired on 2026-12-31)"]
     # waived and otherwise rejected: the waiver is shown beside the reasons that stand

@@ -16,7 +16,7 @@ ALLOWED = {
     "registry_hooks": {"evaluators", "tracking"},
     "flows": {"evaluators", "tracking", "dashboards", "registry_hooks"},
 }
-ROOT_MODULES = {"config", "home", "tag_keys", "__init__"}
+ROOT_MODULES = {"config", "decisions", "home", "tag_keys", "__init__"}
 
 
 def imported_vlgate_packages(path: Path) -> set[str]:
@@ -48,9 +48,10 @@ def test_a_package_imports_only_the_layers_below_it(package):
 
 
 def test_mlflow_io_and_the_root_modules_import_no_service_package():
-    for module in ("tracking", "config", "home", "tag_keys"):
+    for module in ("tracking", "config", "decisions", "home", "tag_keys"):
         assert imported_vlgate_packages(ROOT / "vlgate" / f"{module}.py") <= {"evaluators", "home", "config", "tag_keys"}
     assert imported_vlgate_packages(ROOT / "vlgate" / "tag_keys.py") == set()
+    assert imported_vlgate_packages(ROOT / "vlgate" / "decisions.py") == {"config"}
 
 
 #: the shared statistics and each paper package's metric math
@@ -70,7 +71,7 @@ def test_metric_math_imports_no_model_mlflow_prefect_or_plotting():
 #: The world's build-time modules (training, data generation); only the commands that
 #: build a world (make-world, the demo's batches) and the world itself import them.
 WORLD_BUILD = {"checkpoints", "generators", "datasets", "build"}
-WORLD_BUILDERS = {"flows/cli.py", "flows/demo.py"}
+WORLD_BUILDERS = {"flows/commands/local.py", "flows/demo.py"}
 
 
 def test_runtime_code_does_not_import_the_worlds_training_code():

@@ -16,7 +16,8 @@ from vlgate.evaluators.backends.transformers_backend import PrefixSharing, Trans
 from vlgate.evaluators.runners import model_check
 from vlgate.evaluators.runners.model_check import BATCHED_GENERATION, BATCHED_SCORING, OTHER_ENGINE, SHARED_PREFIX, ModelCheck, check_transformers, suite_requests
 from vlgate.evaluators.runners.suite import Suite
-from vlgate.flows.cli import EXIT_NOT_EXACT, main
+from vlgate.flows.cli import main
+from vlgate.flows.commands.base import EXIT_NOT_EXACT
 
 WORLD_VLM = Path(__file__).resolve().parents[1] / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps10000"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate.flows.gate import CheckKey, Rule
+from vlgate.decisions import Rule
+from vlgate.flows.gate import CheckKey
 from vlgate.flows.plan import ValidationPlan, read_model_config
 from vlgate.flows.settings import ModelConfig
 

@@ -115,7 +115,7 @@ def test_cli_reports_each_bad_record_and_exits_nonzero(write_records, capsys):
     assert "line 2 (id 'k'), field 'p_yes'" in lines[0]
     assert "line 3" in lines[1] and "not valid JSON" in lines[1]
     assert "line 4 (id 'z'), field 'p_yes'" in lines[2]
-    assert "3 invalid record(s)" in lines[3] and "Traceback" not in err
+    assert lines[3].startswith(f"vlgate score: {path}: 3 invalid record(s)") and "Traceback" not in err
 
 
 def test_cli_skip_invalid_scores_the_rest(write_records, capsys):

@@ -1,0 +1,29 @@
+"""The ``vlgate`` subcommands, one :class:`~vlgate.flows.commands.base.Command` each, in the
+order ``vlgate --help`` lists them."""
+
+from __future__ import annotations
+
+from vlgate.flows.commands.base import Command
+from vlgate.flows.commands.local import CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
+from vlgate.flows.commands.registered import Diff, Drift, Gate, Register, Release, Report, Serve, Status, Validate
+
+COMMANDS: tuple[Command, ...] = (
+    Score(),
+    Correlate(),
+    MakeWorld(),
+    Evaluate(),
+    CheckModel(),
+    VllmLayout(),
+    Demo(),
+    Examples(),
+    Status(),
+    Release(),
+    Register(),
+    Validate(),
+    Gate(),
+    Diff(),
+    Report(),
+    Init(),
+    Drift(),
+    Serve(),
+)

@@ -1,0 +1,415 @@
+"""The commands on registered models and their versions: register a checkpoint, validate a
+version, judge it again, compare two versions item by item, regenerate reports, check the
+champion for drift, see the service's state, release a claim, and run the service."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vlgate import tag_keys
+from vlgate.flows.commands.base import (
+    EXIT_CODES,
+    EXIT_INCONCLUSIVE,
+    EXIT_NOT_JUDGED,
+    EXIT_REJECTED,
+    Answer,
+    Command,
+    UserError,
+    exit_status,
+    registered_version,
+    service_home,
+)
+
+
+def print_decision(summary: dict[str, Any]) -> None:
+    """The verdict and each rule's, one line each; the reasons a rule failed first."""
+    print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
+    if "error" in summary:
+        print(f"  validation failed: {summary['error']}")
+        return
+    checks = sorted(summary.get("checks", []), key=lambda check: check["verdict"] == "pass")
+    for check in checks:
+        print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
+    for warning in summary.get("warnings", []):
+        print(f"  {'warning':<15} {warning}")
+    if summary.get("report"):
+        print(f"report: {summary['report']}")
+
+
+def decision_answer(summary: dict[str, Any], outcome: str) -> Answer:
+    return Answer(summary, status=exit_status(outcome), text=lambda: print_decision(summary))
+
+
+class Status(Command):
+    name = "status"
+    help = "registered models, each version's validation state, decision and reasons, and the champion"
+    description = "Read the registry and vlgate's claims (all state under $VLGATE_HOME, or MLFLOW_TRACKING_URI / VLGATE_STATE_DB)."
+    json_help = "one JSON object on stdout"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", nargs="?", help="only this registered model")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.service import service_status, status_table
+
+        status = service_status(service_home(), args.model)
+        if args.model and not status["models"]:
+            raise UserError(f"no registered model {args.model!r}")
+
+        def table() -> None:
+            from rich.console import Console
+
+            Console().print(status_table(status))
+
+        return Answer(status, text=table)
+
+
+class Release(Command):
+    name = "release"
+    help = "forget a version's claim so that the poller validates it again (after a failure, or a worker lost for good)"
+    description = "A claim that failed (e.g. the registry was away for longer than the retries) stays failed until an operator releases it."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("version", type=int)
+        parser.add_argument("--force", action="store_true", help="also a claim whose lease is still running (its worker may be alive)")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from datetime import datetime, timezone
+
+        from vlgate.flows.settings import prepare_environment
+        from vlgate.registry_hooks.claims import LIVE_STATES, ClaimStore
+
+        claims = ClaimStore.for_home(prepare_environment())
+        claim = claims.get(args.name, str(args.version))
+        if claim is None:
+            raise UserError(f"{args.name} v{args.version}: no claim (nothing to release)")
+        alive = claim.state in LIVE_STATES and claim.lease_expires > datetime.now(timezone.utc)
+        if alive and not args.force:
+            raise UserError(f"{args.name} v{args.version} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
+        claims.release(args.name, str(args.version))
+        return Answer({"model": args.name, "version": str(args.version), "released": claim.as_dict()})
+
+
+class Register(Command):
+    name = "register"
+    help = "log a checkpoint folder to MLflow and register it as a new model version"
+    description = "What a training job does at the end; the same weights registered twice give the existing version back."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name", help="registered model name")
+        parser.add_argument("checkpoint", help="checkpoint folder (safetensors)")
+        parser.add_argument("--description")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate import tracking
+
+        problem = tracking.model_name_problem(args.name)
+        if problem:
+            raise UserError(f"model name {args.name!r}: {problem}; nothing was uploaded")
+        folder = Path(args.checkpoint)
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not a checkpoint folder")
+        try:
+            tracking.check_uploadable(folder)
+        except tracking.CheckpointError as error:
+            raise UserError(str(error)) from None
+        version = tracking.register_checkpoint(tracking.connect(service_home()), args.name, folder, description=args.description or "")
+        return Answer({"model": args.name, "version": str(version.version), "source": version.source})
+
+
+class Validate(Command):
+    name = "validate"
+    help = "run the validation flow on one registered version now (what the hooks do)"
+    description = (
+        "Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision. "
+        f"Exit status: {EXIT_CODES} (an evaluator, a metric or the champion's records missing, or the flow failed), "
+        f"{EXIT_INCONCLUSIVE} inconclusive (a comparison with the champion too uncertain: more shared samples would decide), "
+        "2 bad input (the config, suite or policy; checked before anything runs)."
+    )
+    json_help = "the decision as one JSON object: outcome, reasons, every rule's structured check"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("version")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.prefect_server import local_prefect_server
+        from vlgate.flows.settings import model_problem, prepare_environment
+
+        home = prepare_environment()
+        unjudgeable = model_problem(home, args.name)
+        if unjudgeable:  # config, suite and policy checked before a Prefect server starts or anything is claimed
+            raise UserError(unjudgeable)
+        with local_prefect_server(home):
+            from mlflow.exceptions import MlflowException
+
+            from vlgate import tracking
+            from vlgate.flows.validation import ValidationResult, validate_model_version
+
+            try:
+                registered_version(tracking.connect(home), args.name, args.version)
+            except MlflowException:  # anything but a missing version (the registry away...) is the flow's to retry and record
+                pass
+            try:
+                result = validate_model_version(args.name, str(args.version))
+            except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
+                result = ValidationResult.failed(args.name, str(args.version), error)
+        return decision_answer(result.as_json(), result.outcome)
+
+
+class Gate(Command):
+    name = "gate"
+    help = "judge a version's existing validation run again (a changed policy, a new champion) without evaluating"
+    description = (
+        "Reads the version's validation run back from MLflow (records, metrics, expectation results, failed evaluators) and "
+        "judges it against the current champion with the model's policy (or --policy). Nothing is written unless --apply: "
+        "then decision.json, the version's tags and, on promotion, the champion alias, as the flow does. "
+        f"Exit status as for validate: {EXIT_CODES}, {EXIT_INCONCLUSIVE} inconclusive, 2 bad input."
+    )
+    json_help = "the decision as one JSON object"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("version")
+        parser.add_argument("--policy", metavar="POLICY.yaml", help="judge with this policy instead of the model's (vlgate.yaml)")
+        parser.add_argument("--apply", action="store_true", help="record the decision and move the alias on promotion")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate import tracking
+        from vlgate.flows.gate import GatePolicy
+        from vlgate.flows.settings import ServiceConfig, not_configured
+        from vlgate.flows.validation import ValidationError, judge_again
+
+        home = service_home()
+        service_config = ServiceConfig.load(home)
+        config = service_config.for_model(args.name)
+        if config is None and args.policy is None:
+            raise UserError(not_configured(home, args.name, service_config) or "")
+        policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
+        try:
+            GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        registered_version(tracking.connect(home), args.name, args.version)
+        try:
+            rejudged = judge_again(args.name, str(args.version), str(policy_path), record=args.apply)
+        except ValidationError as error:
+            raise UserError(str(error)) from None
+        return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
+
+
+class Diff(Command):
+    name = "diff"
+    help = "the items a version lost and won against another, per evaluator, from their validation runs"
+    description = (
+        "Reads both versions' validation runs back from MLflow and compares each evaluator's item scores on the items both "
+        "hold, joined on the record id as the gate pairs them: a 0/1 score's lost and won items (the discordant pairs of "
+        "the gate's paired comparison), a continuous score's changes; then lists the items lost and won on the "
+        "evaluator's first score with both versions' answers. A version without records of an evaluator is exit 2."
+    )
+    json_help = "one JSON object on stdout"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name", help="registered model name")
+        parser.add_argument("version", help="the version looked at (the candidate)")
+        parser.add_argument("other", help="the version it is compared with (the champion it was judged against, say)")
+        parser.add_argument("--evaluator", help="one evaluator (default: every one both runs have)")
+        parser.add_argument("--category", help="only the items of this breakdown category")
+        parser.add_argument("--score", help="the item score whose items are listed (with --evaluator; default: its first, e.g. lcm-mc's correct)")
+        parser.add_argument("--limit", type=int, default=10, help="items listed lost and won, per evaluator (default 10)")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate import tracking
+        from vlgate.evaluators import registry
+        from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
+        from vlgate.flows.recording import run_outputs
+
+        if args.limit < 0:
+            raise UserError(f"--limit {args.limit}: expected 0 or more items")
+        if args.evaluator is not None and args.evaluator not in registry.names():
+            raise UserError(f"--evaluator {args.evaluator}: not one of {', '.join(registry.names())}")
+        if args.score is not None and args.evaluator is None:
+            raise UserError("--score names an item score of one evaluator: give --evaluator too")
+        client = tracking.connect(service_home())
+        outputs: dict[str, dict[str, Any]] = {}
+        suites: dict[str, str | None] = {}
+        for version in (args.version, args.other):
+            run_id = registered_version(client, args.name, version).tags.get(tag_keys.VALIDATION_RUN)
+            if not run_id:
+                raise UserError(f"{args.name} v{version} has no validation run yet (vlgate validate {args.name} {version})")
+            outputs[version] = run_outputs(client, run_id)
+            suites[version] = client.get_run(run_id).data.params.get("suite")
+        if None not in suites.values() and suites[args.version] != suites[args.other]:
+            raise UserError(
+                f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable"
+            )
+        evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]
+        diffs = []
+        for evaluator in evaluators:
+            mine, theirs = outputs[args.version].get(evaluator), outputs[args.other].get(evaluator)
+            for version, output in ((args.version, mine), (args.other, theirs)):
+                if output is None:
+                    raise UserError(f"{args.name} v{version} has no {evaluator} records")
+            assert mine is not None and theirs is not None
+            if mine.protocol != theirs.protocol:
+                raise UserError(
+                    f"{args.name} v{args.version} asked {evaluator} under protocol {mine.protocol}, v{args.other} under {theirs.protocol}: their items are not comparable"
+                )
+            try:
+                diffs.append(diff_outputs(mine, theirs, args.category, args.score, names=(f"{args.name} v{args.version}", f"{args.name} v{args.other}")))
+            except NothingToCompareError as error:
+                raise UserError(str(error)) from None
+        data = {"model": args.name, "version": str(args.version), "against": str(args.other), "category": args.category, "evaluators": [diff.as_dict(args.limit) for diff in diffs]}
+
+        def text() -> None:
+            print(f"{args.name} v{args.version} against v{args.other}" + (f", category {args.category}" if args.category else ""))
+            for diff in diffs:
+                print_diff(diff, args.limit)
+
+        return Answer(data, text=text)
+
+
+def print_diff(diff: Any, limit: int) -> None:
+    """One evaluator: a line per item score, then the items lost and won on the first."""
+    from vlgate.evaluators.item_diff import field_text
+
+    summary = diff.summary()
+    shared = max((entry["n_shared"] for entry in summary.values()), default=0)
+    print(f"\n{diff.evaluator}: {shared} items both versions hold")
+    for name, entry in summary.items():
+        if entry["kind"] == "binary":
+            print(f"  {name}: lost {entry['lost']}, won {entry['won']} (both right {entry['both_right']}, both wrong {entry['both_wrong']})")
+        else:
+            change = "—" if entry["mean_change"] is None else f"{entry['mean_change']:+.3f}"
+            print(f"  {name}: mean change {change}; fell on {entry['lost']}, rose on {entry['won']}")
+    for which in ("lost", "won"):
+        items = diff.listed(which, limit)
+        if not items:
+            continue
+        print(f"  {which} on {diff.listed_score} ({'largest drop' if which == 'lost' else 'largest gain'} first):")
+        for item in items:
+            category = f" [{item['category']}]" if item["category"] is not None else ""
+            print(f"    {item['id']}{category}: {item['champion']:.3g} → {item['candidate']:.3g}")
+            for field, values in item["fields"].items():
+                if values["candidate"] == values["champion"]:
+                    print(f"      {field}: {field_text(values['candidate'])}")
+                else:
+                    print(f"      {field}: {field_text(values['candidate'])}  (was {field_text(values['champion'])})")
+
+
+class Report(Command):
+    name = "report"
+    help = "regenerate a version's HTML report (or every version's) and the model's leaderboard from MLflow"
+    description = (
+        "Read the registry and the validation runs, write self-contained HTML pages (plots embedded) to --out "
+        "(default $VLGATE_HOME/reports/MODEL) and log each version's report and plots to its run under report/."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="registered model name")
+        parser.add_argument("version", nargs="?", help="one version (default: every validated version)")
+        parser.add_argument("--out", help="folder for the pages")
+        parser.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from mlflow.exceptions import MlflowException
+
+        from vlgate import tracking
+        from vlgate.dashboards.report import write_reports
+        from vlgate.flows.settings import report_image_roots
+
+        home = service_home()
+        client = tracking.connect(home)
+        try:
+            client.get_registered_model(args.model)
+            if args.version is not None:
+                client.get_model_version(args.model, str(args.version))
+        except MlflowException as error:
+            raise UserError(f"{args.model}{' v' + str(args.version) if args.version else ''}: not in the registry ({error.error_code})") from None
+        out = Path(args.out) if args.out else home / "reports" / args.model
+        versions = [str(args.version)] if args.version is not None else None
+        written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(home, args.model))
+        return Answer({"leaderboard": str(written.leaderboard), "reports": {v: str(p) for v, p in written.versions.items()}})
+
+
+class Drift(Command):
+    name = "drift"
+    help = "run a drift check of the model's champion now and print it"
+    description = (
+        "Scores the champion on the model's reference and new batches (models.NAME.drift in vlgate.yaml; --batch another "
+        "suite) and compares each label-free per-sample score: KS test, Holm-adjusted across the scores, and the mean drop "
+        "(evaluators/metrics/drift.py). Logged as a drift run like the scheduled check. "
+        f"Exit status: 0 no drift, {EXIT_REJECTED} drifted, {EXIT_NOT_JUDGED} could not check (no champion, no score "
+        "testable, or the check failed), 2 bad input."
+    )
+    json_help = "the result as one JSON object: outcome, and every score's check"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--batch", metavar="SUITE.yaml", help="the drift suite of the batch to check (default: the model's drift.batch)")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        """One drift check of the model's champion now, as the schedule runs it."""
+        from vlgate import tracking
+        from vlgate.evaluators.runners.suite import Suite
+        from vlgate.flows.drift import DriftOutcome, DriftResult
+        from vlgate.flows.prefect_server import local_prefect_server
+        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+
+        home = service_home()
+        config = ServiceConfig.load(home).for_model(args.name)
+        if config is None or config.drift is None:
+            raise UserError(f"registered model {args.name!r} has no drift section in {home / CONFIG_FILE} (models.NAME.drift: reference, batch)")
+        batch = Path(args.batch).resolve() if args.batch else None
+        for suite in (config.drift.reference, batch or config.drift.batch):
+            try:
+                Suite.from_file(suite)  # a suite mistake is bad input, before a server starts
+            except ValueError as error:
+                raise UserError(str(error)) from None
+        champion = tracking.champion_version(tracking.connect(home), args.name)
+        if champion is None:
+            result = DriftResult(model=args.name, version=None, outcome=DriftOutcome.NOT_CHECKED, error="no champion yet: nothing to check for drift", checks=[])
+        else:
+            with local_prefect_server(home):
+                from vlgate.flows.drift import drift_check
+
+                try:
+                    result = drift_check(args.name, str(batch) if batch else None)
+                except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
+                    result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
+        summary = result.as_json()
+
+        def text() -> None:
+            print(f"{summary['model']} v{summary['version']}: {summary['outcome']}" if summary["version"] else f"{summary['model']}: {summary['outcome']}")
+            if "error" in summary:
+                print(f"  {summary['error']}")
+            for check in sorted(summary["checks"], key=lambda check: not check["drifted"]):
+                print(f"  {'drifted' if check['drifted'] else 'ok':<8} {check['metric']}: {check['reason']}")
+            if summary.get("run_id"):
+                print(f"drift run: {summary['run_id']}")
+
+        status = EXIT_REJECTED if result.drifted else EXIT_NOT_JUDGED if result.outcome == DriftOutcome.NOT_CHECKED else 0
+        return Answer(summary, status=status, text=text)
+
+
+class Serve(Command):
+    name = "serve"
+    help = "the long-running service: webhook receiver, poller, scheduled drift checks"
+    description = (
+        "Poll the registry, receive MLflow webhooks on $VLGATE_HOME/vlgate.yaml's webhook host:port (secret: "
+        "VLGATE_WEBHOOK_SECRET; registered with the tracking server when it is one), and serve the drift checks' "
+        "cron deployments (starting a local Prefect server when PREFECT_API_URL is unset)."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-webhook", action="store_true", help="poller only")
+        parser.add_argument("--no-drift", action="store_true", help="no scheduled drift checks")
+        parser.add_argument("--once", action="store_true", help="poll once, wait for the flows it started, exit")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.service import serve
+
+        return Answer(None, status=serve(webhook=not args.no_webhook, once=args.once, drift=not args.no_drift))
