@@ -32,7 +32,9 @@ from rich.table import Table
 
 from vlgate import tracking
 from vlgate.flows import progress
+from vlgate.flows.displays import display
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
+from vlgate.flows.world_progress import WorldBuildProgress
 
 MODEL_NAME = "world-vlm"
 #: (checkpoint folder in the world, what the version is, the evaluator built to catch its
@@ -132,7 +134,7 @@ def _run_demo(console: Console, home: Path) -> int:
 
     console.rule("1. the synthetic world")
     # copied in seconds; trained (minutes) only where the shipped world is not the one asked for
-    with progress.WorldBuildProgress(home / "world", write=lambda line: console.print(f"  {line}", markup=False, highlight=False)) as phases:
+    with WorldBuildProgress(home / "world", write=lambda line: console.print(f"  {line}", markup=False, highlight=False)) as phases:
         manifest = build_world(home / "world", "small", seed=0, on_phase=phases)
     how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "built"
     console.print(f"world under {home / 'world'} ({how})")
@@ -150,7 +152,7 @@ def _run_demo(console: Console, home: Path) -> int:
 
     dispatcher = Dispatcher(claims, workers=1, start=validate_model_version, configured=lambda name: name == MODEL_NAME)
     # listening before the first flow starts: each version's stages and evaluators' items (flows/progress.py)
-    with progress.display(console) as shown:
+    with display(console) as shown:
         claimed = poll_once(client, dispatcher)
         resumed = dispatcher.resume_expired()
         console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
@@ -218,7 +220,7 @@ def run_drift_checks(home: Path, console: Console) -> list[dict]:
         return []
     suites = build_drift_batches(home)
     checks = []
-    with progress.display(console):  # the champion's items on the reference and on each batch
+    with display(console):  # the champion's items on the reference and on each batch
         for name in ("incoming-clean", "incoming-shifted"):
             checks.append(drift_check(MODEL_NAME, batch=str(suites[name])).as_json() | {"batch_name": name})
     return checks

@@ -38,6 +38,8 @@ from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.locks import NamedLocks
+from vlgate.registry_hooks.state_db import StateDatabase
 
 
 class ValidationError(RuntimeError):
@@ -87,8 +89,8 @@ def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy
     """The gate on ``outputs`` against the current champion, under the model's gate lock;
     with ``record``, ``decision.json``, the tags and (on promotion) the alias are written."""
     client = tracking.connect()
-    claims = ClaimStore.for_home(prepare_environment())
-    with claims.lock(f"gate:{model_name}"):
+    locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
+    with locks.hold(f"gate:{model_name}"):
         champion_version, champion = champion_outputs(client, model_name, version)
         decision = decide(policy, outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
@@ -175,11 +177,7 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
         message = f"{type(error).__name__}: {error}"
         progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
-            try:
-                first_delay = ServiceConfig.load(home).retry_after_s
-            except ValueError:  # vlgate.yaml broken meanwhile: the default wait
-                first_delay = ServiceConfig().retry_after_s
-            delay = claims.defer(model_name, str(version), message, first_delay)
+            delay = claims.defer(model_name, str(version), message, service_config.retry_after_s)  # the configuration the flow started with
             get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
             raise
         claims.fail(model_name, version, message)

@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher
 
 SIGNATURE_HEADER = "X-MLflow-Signature"
@@ -145,13 +146,13 @@ def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300, max_
         return await run_in_threadpool(deliver, delivery_id, delivery)
 
     def deliver(delivery_id: str, delivery: Delivery) -> JSONResponse:
-        claims = dispatcher.claims
-        if claims.delivery_seen(delivery_id):
+        deliveries = DeliveryLog(dispatcher.claims.db)
+        if deliveries.seen(delivery_id):
             return JSONResponse({"duplicate_delivery": delivery_id}, status_code=200)
         response = handle(delivery)
         # recorded only now: a delivery that raised on the way (500) is handled on MLflow's retry
-        claims.first_delivery(delivery_id)
-        claims.forget_deliveries_before(datetime.now(timezone.utc) - timedelta(seconds=2 * max_age_s))
+        deliveries.first(delivery_id)
+        deliveries.forget_before(datetime.now(timezone.utc) - timedelta(seconds=2 * max_age_s))
         return response
 
     def handle(delivery: Delivery) -> JSONResponse:

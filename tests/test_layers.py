@@ -48,8 +48,8 @@ def test_a_package_imports_only_the_layers_below_it(package):
 
 
 def test_mlflow_io_and_the_root_modules_import_no_service_package():
-    for module in ("tracking", "config", "decisions", "home", "tag_keys"):
-        assert imported_vlgate_packages(ROOT / "vlgate" / f"{module}.py") <= {"evaluators", "home", "config", "tag_keys"}
+    for path in [*(ROOT / "vlgate" / "tracking").glob("*.py"), *(ROOT / "vlgate" / f"{module}.py" for module in ("config", "decisions", "home", "tag_keys"))]:
+        assert imported_vlgate_packages(path) <= {"evaluators", "home", "config", "tag_keys", "tracking"}, path.name
     assert imported_vlgate_packages(ROOT / "vlgate" / "tag_keys.py") == set()
     assert imported_vlgate_packages(ROOT / "vlgate" / "decisions.py") == {"config"}
 
@@ -120,3 +120,19 @@ def test_scoring_records_loads_no_runner_model_code_or_matplotlib():
     assert "vlgate.evaluators.registry" in loaded and "vlgate.evaluators.vlind.definition" in loaded
     assert not {name for name in loaded if name.endswith((".runner", ".figures")) and name.startswith("vlgate.evaluators.") and name != "vlgate.evaluators.figures"}
     assert not {name for name in loaded if name.split(".")[0] in ("matplotlib", "torch", "transformers", "vllm")}
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """pyproject.toml lists the packages (the folders are mapped onto ``vlgate.*``): an
+    editable install finds a folder missing from the list, a wheel silently lacks it."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {name: ROOT / folder for name, folder in setuptools["package-dir"].items()}
+    found = set()
+    for name, folder in folders.items():
+        for init in folder.rglob("__init__.py"):
+            parts = init.parent.relative_to(folder).parts
+            if "shipped" not in parts and not any(part.startswith(".") for part in parts):
+                found.add(".".join((name, *parts)))
+    assert "vlgate.flows.commands" in found and found - set(setuptools["packages"]) == set()

@@ -1,5 +1,6 @@
-"""Progress of the long steps (flows/progress.py): what the runners and flows publish, and
-how the demo's displays and make-world's phase lines show it."""
+"""Progress of the long steps: what the runners and flows publish (flows/progress.py), and
+how the demo's displays (flows/displays.py) and make-world's phase lines
+(flows/world_progress.py) show it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.runners.base import Runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.flows import progress
-from vlgate.flows.progress import Event, LiveProgress, PlainProgress, Stage, WorldBuildProgress
+from vlgate.flows.displays import LiveProgress, PlainProgress, display
+from vlgate.flows.progress import Event, Stage
+from vlgate.flows.world_progress import WorldBuildProgress
 
 
 class Clock:
@@ -218,8 +221,8 @@ def test_log_lines_from_the_flows_print_above_the_live_view_not_through_it():
 
 
 def test_the_live_view_is_for_terminals_only():
-    assert isinstance(progress.display(Console(file=io.StringIO(), force_terminal=True)), LiveProgress)
-    assert isinstance(progress.display(Console(file=io.StringIO())), PlainProgress)
+    assert isinstance(display(Console(file=io.StringIO(), force_terminal=True)), LiveProgress)
+    assert isinstance(display(Console(file=io.StringIO())), PlainProgress)
 
 
 def test_make_world_names_each_phase_with_its_time_and_each_checkpoint_as_it_is_saved(tmp_path):

@@ -12,7 +12,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
+from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.webhook import DELIVERY_HEADER, PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signature
 
 pytestmark = pytest.mark.service
@@ -72,7 +74,7 @@ def test_a_busy_answer_to_the_switch_to_wal_is_retried_and_a_wal_file_is_not_swi
 
     import sqlalchemy as sa
 
-    from vlgate.registry_hooks import claims as claims_module
+    from vlgate.registry_hooks import state_db
 
     real_create_engine = sa.create_engine
     switches: list[str] = []
@@ -89,7 +91,7 @@ def test_a_busy_answer_to_the_switch_to_wal_is_retried_and_a_wal_file_is_not_swi
 
         return engine
 
-    monkeypatch.setattr(claims_module.sa, "create_engine", engine_answering_busy_once)
+    monkeypatch.setattr(state_db.sa, "create_engine", engine_answering_busy_once)
     url = f"sqlite:///{tmp_path}/state.db"
     ClaimStore(url)
     assert switches == ["PRAGMA journal_mode=WAL"] * 2  # refused once, then done
@@ -113,12 +115,14 @@ def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
 
 
 def test_delivery_ids_are_seen_once_and_locks_exclude(claims):
-    assert claims.first_delivery("d-1") is True
-    assert claims.first_delivery("d-1") is False
+    deliveries = DeliveryLog(claims.db)
+    assert deliveries.first("d-1") is True
+    assert deliveries.first("d-1") is False
+    assert deliveries.seen("d-1") and not deliveries.seen("d-2")
     inside, overlaps = [], []
 
     def hold():
-        with claims.lock("gate:m", poll_seconds=0.01):
+        with NamedLocks(claims.db).hold("gate:m", poll_seconds=0.01):
             inside.append(1)
             if len(inside) > 1:
                 overlaps.append(1)
@@ -526,7 +530,7 @@ def migrated_schema_is_the_stores(claims: ClaimStore) -> None:
     the same columns, nullability and primary keys, at the last revision."""
     import sqlalchemy as sa
 
-    from vlgate.registry_hooks.claims import metadata
+    from vlgate.registry_hooks.state_db import metadata
 
     inspector = sa.inspect(claims.engine)
     assert set(inspector.get_table_names()) == {*metadata.tables, "vlgate_schema_version"}

@@ -306,6 +306,36 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     assert [(check.name, check.verdict) for check in decisions["vllm"].checks] == [(check.name, check.verdict) for check in decisions["transformers"].checks]
 
 
+def test_decc_runs_its_llm_agent_on_vllm_with_the_records_of_transformers(default_world, tmp_path, monkeypatch):
+    """``llm_backend: vllm``: DeCC's LLM agent on vLLM while the candidate runs on
+    transformers. The world's agent (heads 16 wide, which vLLM's CPU attention refuses) is
+    padded to 32 as the world's VLMs are (the same function); its records equal those of the
+    shipped agent on transformers, and the agent ran on vLLM's engine."""
+    import shutil
+
+    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.world.checkpoints import pad_attention_heads
+
+    out, manifest = default_world
+    agent = tmp_path / "llm-agent"
+    shutil.copytree(out / manifest["checkpoints"]["llm_agent"], agent)
+    assert pad_attention_heads(agent)
+    candidate = out / manifest["checkpoints"]["vlm"]["10000"]
+    started: list[Path] = []  # what vLLM loads (the real engine: the spy only writes down the path)
+    load = VllmBackend.load.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(VllmBackend, "load", classmethod(lambda cls, model, *args, **kwargs: started.append(Path(model)) or load(cls, model, *args, **kwargs)))
+    results = {}
+    for engine, llm in (("vllm", agent), ("transformers", out / manifest["checkpoints"]["llm_agent"])):
+        suite = tmp_path / f"decc-{engine}.yaml"
+        decc = {"data": str(out / "data" / "decc"), "llm": str(llm), "llm_backend": engine, "protocol": "vlgate"}
+        suite.write_text(yaml.safe_dump({"name": f"decc-agent-on-{engine}", "batch_size": 8, "evaluators": {"decc": decc}, "vllm": engine_settings(default_world), "backend": "transformers"}))
+        results[engine] = tmp_path / engine
+        summary = run_suite(str(candidate), Suite.from_file(suite), results[engine], progress=False)
+        assert "error" not in summary["evaluators"]["decc"], summary["evaluators"]["decc"]
+    assert started == [agent]  # the agent, once; the candidate and the shipped agent on transformers
+    assert_same_records(results["vllm"], results["transformers"], "decc")
+
+
 def test_a_second_load_of_the_model_shares_the_engine_and_concurrent_calls_agree(default_world, trained_checkpoint, vllm_backend):
     """The validation flow runs evaluators as concurrent tasks, each loading the model: one
     engine serves them all (no second engine process), calls from two threads give what

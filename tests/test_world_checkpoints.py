@@ -83,6 +83,29 @@ def test_padding_the_attention_heads_keeps_the_model_s_function(tmp_path):
     assert not ck.pad_attention_heads(folder) and (folder / "model.safetensors").read_bytes() == weights
 
 
+def test_padding_a_text_only_agent_s_heads_keeps_its_function(tmp_path):
+    """DeCC's LLM agent (a text-only Llama, heads 16 wide) padded for vLLM as the VLMs are:
+    the same logits at every position, grouped key/value heads included."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    folder = tmp_path / "agent"
+    model.save_pretrained(folder)
+    tokens = torch.randint(0, 50, (2, 12))
+    with torch.no_grad():
+        before = model(tokens).logits
+    assert ck.pad_attention_heads(folder)
+    padded = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert padded.config.head_dim == ck.SERVED_HEAD_DIM and padded.model.layers[0].self_attn.k_proj.weight.shape[0] == 2 * ck.SERVED_HEAD_DIM
+    with torch.no_grad():
+        after = padded(tokens).logits
+    assert before.abs().max() > 0.05
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    assert not ck.pad_attention_heads(folder)
+
+
 def test_versions_share_initial_weights_and_differ_after_training(world):
     out, manifest = world
     untrained = AutoModelForImageTextToText.from_pretrained(out / manifest["checkpoints"]["vlm"]["0"])

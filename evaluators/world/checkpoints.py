@@ -698,14 +698,20 @@ def _rotary_positions(head_dim: int, served: int) -> torch.Tensor:
 
 
 def pad_attention_heads(folder: Path, served: int = SERVED_HEAD_DIM) -> bool:
-    """Rewrite the LLaVA checkpoint at ``folder`` with its text model's attention heads
-    zero-padded to ``served`` dimensions, the same function (logits equal to float rounding):
-    queries and keys keep their rotary frequencies (:func:`_rotary_positions`), the padded
-    dimensions are zero in queries, keys, values and the output projection, and the queries
-    are scaled by sqrt(served / head_dim) for the softmax's 1/sqrt(head_dim). False (nothing
-    written) when the heads are already that wide."""
-    model = LlavaForConditionalGeneration.from_pretrained(folder)
-    text = cast(LlamaConfig, model.config.text_config)
+    """Rewrite the checkpoint at ``folder`` (a LLaVA VLM, or a text-only Llama such as
+    DeCC's agent) with its text model's attention heads zero-padded to ``served``
+    dimensions, the same function (logits equal to float rounding): queries and keys keep
+    their rotary frequencies (:func:`_rotary_positions`), the padded dimensions are zero in
+    queries, keys, values and the output projection, and the queries are scaled by
+    sqrt(served / head_dim) for the softmax's 1/sqrt(head_dim). False (nothing written)
+    when the heads are already that wide."""
+    from transformers import LlamaForCausalLM
+
+    architecture = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
+    model_class: Any = {"LlavaForConditionalGeneration": LlavaForConditionalGeneration, "LlamaForCausalLM": LlamaForCausalLM}[architecture]
+    model = model_class.from_pretrained(folder)
+    text_of = (lambda config: config.text_config) if model_class is LlavaForConditionalGeneration else (lambda config: config)
+    text = cast(LlamaConfig, text_of(model.config))
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     if head_dim >= served:
         return False
@@ -713,12 +719,14 @@ def pad_attention_heads(folder: Path, served: int = SERVED_HEAD_DIM) -> bool:
     if served % head_dim or rope.get("rope_type", "default") != "default":
         raise ValueError(f"{folder}: cannot pad {head_dim}-wide heads with {rope} rotary embeddings to {served}")
     config = deepcopy(model.config)
-    cast(LlamaConfig, config.text_config).head_dim = served
-    padded = LlavaForConditionalGeneration(config)
+    cast(LlamaConfig, text_of(config)).head_dim = served
+    padded = model_class(config)
     positions = _rotary_positions(head_dim, served)
     state = model.state_dict()
+    # a VLM's vision tower has attention too; only the language model's heads are padded
+    language = "language_model" if model_class is LlavaForConditionalGeneration else ""
     for name, weight in state.items():
-        kind = next((kind for kind in ("q_proj", "k_proj", "v_proj", "o_proj") if name.endswith(f"self_attn.{kind}.weight") and "language_model" in name), None)
+        kind = next((kind for kind in ("q_proj", "k_proj", "v_proj", "o_proj") if name.endswith(f"self_attn.{kind}.weight") and language in name), None)
         if kind is None:
             continue
         heads = (weight.shape[1] if kind == "o_proj" else weight.shape[0]) // head_dim

@@ -127,7 +127,8 @@ class MakeWorld(Command):
         import time
 
         from vlgate.evaluators.world.build import build_world
-        from vlgate.flows.progress import WorldBuildProgress, duration
+        from vlgate.flows.displays import duration
+        from vlgate.flows.world_progress import WorldBuildProgress
         from vlgate.home import vlgate_home
 
         out = Path(args.out) if args.out else vlgate_home() / "world"

@@ -1,5 +1,5 @@
 """The state database's schema as versioned Alembic migrations (``versions/``), applied by
-``ClaimStore`` when it opens the database (``claims.upgrade_schema``). A schema change is a
+``StateDatabase`` when it opens the database (``state_db.upgrade_schema``). A schema change is a
 new file in ``versions/`` whose ``down_revision`` is the last one's; the version applied is
 kept in ``vlgate_schema_version`` (not Alembic's default ``alembic_version``, which MLflow's
 own tables use when the state shares MLflow's PostgreSQL database)."""

@@ -1,0 +1,169 @@
+"""vlgate's own state database: the claims (``claims.py``), the webhook deliveries seen
+(``deliveries.py``) and the named locks (``locks.py``), in one SQL database whose schema is
+built by the Alembic migrations of ``registry_hooks/migrations``.
+
+``VLGATE_STATE_DB`` picks the database (``postgresql://...`` in a real deployment);
+the embedded default is ``sqlite:///$VLGATE_HOME/state.db``. The tables below are what the
+queries use; ``tests/test_registry_hooks.py`` holds them equal to what the migrations build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from vlgate.registry_hooks import migrations
+
+#: PostgreSQL advisory lock held while the tables are created or updated (any fixed number
+#: that no other application on the database uses for its own lock; "vlgate" in ASCII).
+SCHEMA_LOCK_KEY = 0x766C67617465
+
+metadata = sa.MetaData()
+
+claims_table = sa.Table(
+    "vlgate_claims",
+    metadata,
+    sa.Column("model_name", sa.String(256), primary_key=True),
+    sa.Column("version", sa.String(64), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("claimed_via", sa.String(32), nullable=False),
+    sa.Column("owner", sa.String(256), nullable=False),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("lease_expires", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=1),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("detail", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("registered_at", sa.String(32)),  # the version's creation_timestamp (ms): a re-registration told apart (claims.py)
+)
+
+deliveries_table = sa.Table(
+    "vlgate_webhook_deliveries",
+    metadata,
+    sa.Column("delivery_id", sa.String(128), primary_key=True),
+    sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+locks_table = sa.Table(
+    "vlgate_locks",
+    metadata,
+    sa.Column("name", sa.String(256), primary_key=True),
+    sa.Column("owner", sa.String(256), nullable=False),
+    sa.Column("expires", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+#: The revision of each schema a state database had before its schema was versioned,
+#: told apart by the one column the second added: such a database is stamped with it once,
+#: then upgraded like any other.
+_UNVERSIONED = (("registered_at", "0002"), (None, "0001"))
+
+
+def upgrade_schema(connection: sa.Connection) -> None:
+    """Bring the state database to the latest revision of ``registry_hooks/migrations``
+    (creating it when empty), on ``connection`` and inside the caller's schema lock."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations.SCRIPTS))
+    config.attributes["connection"] = connection
+    inspector = sa.inspect(connection)
+    if claims_table.name in inspector.get_table_names() and migrations.VERSION_TABLE not in inspector.get_table_names():
+        present = {column["name"] for column in inspector.get_columns(claims_table.name)}
+        command.stamp(config, next(revision for column, revision in _UNVERSIONED if column is None or column in present))
+    command.upgrade(config, "head")
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; everything vlgate writes is UTC
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+#: Tries of the switch to WAL before "database is locked" is an error (about a minute in all).
+WAL_ATTEMPTS = 12
+
+
+def use_wal(engine: sa.Engine) -> None:
+    """Put a SQLite state database in WAL mode (readers beside one writer), once per file.
+    The switch cannot run inside the schema lock (SQLite refuses it in a transaction), and a
+    process opening a fresh database while another creates the tables can be answered
+    "database is locked" at once, without the busy timeout (SQLite's deadlock rule): the
+    switch is skipped when the file is in WAL already and retried with backoff when busy."""
+    for attempt in range(WAL_ATTEMPTS):
+        try:
+            with engine.connect() as connection:
+                if str(connection.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
+                    connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            return
+        except sa.exc.OperationalError as error:
+            if "locked" not in str(error) or attempt == WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(min(10.0, 0.05 * 2**attempt))
+
+
+class StateDatabase:
+    """vlgate's state database, opened: its engine, and its schema brought to the latest
+    migration when it is opened."""
+
+    def __init__(self, url: str):
+        self.url = url
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            # concurrent writers (receiver threads, poller, flows) wait for the write lock instead of failing
+            self.engine = sa.create_engine(url, connect_args={"timeout": 60})
+            use_wal(self.engine)
+        else:
+            self.engine = sa.create_engine(url, pool_pre_ping=True)
+        with self._schema_lock() as connection:
+            upgrade_schema(connection)
+
+    @contextlib.contextmanager
+    def _schema_lock(self) -> Iterator[sa.Connection]:
+        """A connection holding the database's schema lock until the block ends. Every
+        process (the receiver, the poller, each flow, ``vlgate status``) opens the store, and
+        "create the tables unless they exist" checks, then creates: two processes opening a
+        fresh database at once both saw no table, and one failed with "table already
+        exists". So the check and the creation happen under one lock: PostgreSQL's
+        transaction-scoped advisory lock (its DDL is transactional), SQLite's write lock
+        (``BEGIN IMMEDIATE``; the driver's own transaction handling is off for this block,
+        since it would not begin one before DDL)."""
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.connect() as connection:
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                try:
+                    yield connection
+                except BaseException:
+                    connection.exec_driver_sql("ROLLBACK")
+                    raise
+                connection.exec_driver_sql("COMMIT")
+            return
+        with self.engine.begin() as connection:
+            if self.engine.dialect.name == "postgresql":
+                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            yield connection
+
+    @staticmethod
+    def url_for_home(home: Path) -> str:
+        """``VLGATE_STATE_DB``, else the embedded default under ``home``."""
+        return os.environ.get("VLGATE_STATE_DB") or f"sqlite:///{Path(home).resolve()}/state.db"
+
+    @classmethod
+    def for_home(cls, home: Path) -> StateDatabase:
+        return cls(cls.url_for_home(home))

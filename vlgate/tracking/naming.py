@@ -1,0 +1,72 @@
+"""How vlgate's names become MLflow's and back: experiments, metric names, breakdown
+tables, the reasons tag and the line a version's description gets."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from vlgate import tag_keys
+
+EXPERIMENT_PREFIX = "vlgate/"
+
+
+def validation_experiment(model_name: str) -> str:
+    return f"{EXPERIMENT_PREFIX}{model_name}"
+
+
+_INVALID = re.compile(r"[^/\w.\- :]")
+
+
+def mlflow_metric_name(name: str) -> str:
+    """``genception/gc@3`` → ``genception/gc_at_3``; MLflow accepts only ``[/\\w.\\- :]``."""
+    return _INVALID.sub("_", name.replace("@", "_at_"))
+
+
+#: the line vlgate adds to a registered version's description (flows/recording.py)
+VALIDATION_LINK = "vlgate validation run: "
+
+
+def registered_description(description: str | None) -> str:
+    """A version's description as its registration wrote it, without vlgate's link line."""
+    return "\n".join(line for line in (description or "").splitlines() if not line.startswith(VALIDATION_LINK)).strip()
+
+
+def split_breakdowns(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A metrics dict as its set-level metrics and its breakdowns (``by_<field>``: group →
+    metrics): the first are MLflow metrics, the second MLflow tables (a run with every
+    breakdown flattened carries hundreds of metrics)."""
+    top = {key: value for key, value in metrics.items() if not (key.startswith("by_") and isinstance(value, dict))}
+    return top, {key: value for key, value in metrics.items() if key not in top}
+
+
+def breakdown_frame(field: str, groups: dict[str, Any]) -> Any:
+    """One breakdown as a table: a row per group (the field's value first), a column per metric."""
+    import pandas as pd
+
+    def cell(value: Any) -> Any:  # numbers (None where undefined); anything else is not a metric
+        return value if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) else None
+
+    return pd.DataFrame([{field: str(group), **{key: cell(value) for key, value in values.items()}} for group, values in groups.items() if isinstance(values, dict)])
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
+    """Every finite number in a metrics dict, nested keys joined by ``/``."""
+    for key, value in metrics.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict):
+            yield from flatten_metrics(value, name)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+            yield mlflow_metric_name(name), float(value)
+
+
+def logged_metric_name(name: str) -> str:
+    """Back from MLflow's name to vlgate's (docs/metrics.md): ``genception/gc_at_3`` → ``genception/gc@3``."""
+    return name.replace("_at_", "@")
+
+
+def reasons_tag(reasons: list[str]) -> str:
+    """One reason per line (a reason may itself contain "; ")."""
+    text = "\n".join(reasons)
+    return text if len(text) <= tag_keys.MAX_VALUE_CHARS else text[: tag_keys.MAX_VALUE_CHARS - 40] + " … (all reasons: decision.json)"

@@ -1,0 +1,120 @@
+"""Registered versions: registering a checkpoint folder (refusing one whose links leave
+it), waiting for a version the registry does not answer for yet, and the ``champion``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from vlgate import tag_keys
+from vlgate.tracking.paging import model_versions
+from vlgate.tracking.runs import create_run_once, experiment_id
+
+CHAMPION = "champion"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be registered as it is (bad input: exit 2)."""
+
+
+def links_leaving(folder: Path) -> list[tuple[Path, Path]]:
+    """Every symbolic link under ``folder`` (as ``os.walk`` meets them, which is how MLflow
+    uploads a folder) whose target lies outside it, or does not exist: (link, target)."""
+    root = Path(folder).resolve()
+    leaving = []
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(parent) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.exists() or not target.is_relative_to(root):
+                    leaving.append((path, target))
+    return leaving
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why MLflow's registry refuses ``name`` as a registered model's name, or None: its rule
+    (``mlflow.utils.validation._validate_model_name``) is not blank, no ``/`` or ``:``, and
+    not ``.`` or ``..``. Checked before anything is uploaded; the registry says so only after."""
+    if not name.strip():
+        return "a registered model's name cannot be blank"
+    if "/" in name or ":" in name:
+        return "a registered model's name cannot contain '/' or ':' (MLflow's rule)"
+    if name in (".", ".."):
+        return "a registered model's name cannot be '.' or '..'"
+    return None
+
+
+def check_uploadable(folder: Path) -> None:
+    """CheckpointError unless every file MLflow would upload from ``folder`` lies inside it."""
+    leaving = links_leaving(folder)
+    if leaving:
+        link, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise CheckpointError(
+            f"{folder}: {link.relative_to(folder)} links to {target}, outside the checkpoint{more}; nothing was uploaded. "
+            "Register a copy with its links resolved (cp -rL), or download with --local-dir"
+        )
+
+
+def register_checkpoint(client, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None):
+    """Log a checkpoint folder to a run and register it as a new version of ``model_name``
+    (a tracking server refuses a version whose source is a bare local path, so the
+    checkpoint goes into the run's artifacts first). Idempotent per checkpoint content:
+    the same weights registered twice give the existing version back.
+
+    A folder with a link out of it is refused before anything is uploaded: MLflow copies a
+    linked file's content, so ``secrets -> ~/.ssh/id_ed25519`` would land in the artifact
+    store for everyone who can read the model. Links inside the folder are fine."""
+    from mlflow.exceptions import MlflowException
+
+    from vlgate.evaluators.backends.loading import model_digest
+
+    problem = model_name_problem(model_name)
+    if problem:
+        raise CheckpointError(f"model name {model_name!r}: {problem}; nothing was uploaded")
+    check_uploadable(folder)
+    digest = model_digest(folder)
+    try:
+        client.create_registered_model(model_name)
+    except MlflowException:
+        pass  # exists
+    for version in model_versions(client, model_name):
+        if version.tags.get(tag_keys.CHECKPOINT_DIGEST) == digest:
+            return version
+    experiment = experiment_id(client, f"{model_name} (registrations)", home)
+    run = client.get_run(create_run_once(client, experiment, Path(folder).name, {tag_keys.KIND: tag_keys.RunKind.REGISTRATION, tag_keys.CHECKPOINT_DIGEST: digest}))
+    client.log_artifacts(run.info.run_id, str(folder), artifact_path="checkpoint")
+    client.set_terminated(run.info.run_id)
+    source = f"{run.info.artifact_uri}/checkpoint"
+    return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={tag_keys.CHECKPOINT_DIGEST: digest, **(tags or {})})
+
+
+def wait_for_version(client, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> Any:
+    """The registered version, waited for: a webhook can arrive before the registry
+    answers for the version it announces, and a tracking server can be away for a
+    moment. Retries with doubling waits until ``timeout_s``, then raises the last error
+    (the caller records it; a transient fault never becomes a verdict before that)."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+
+    deadline, wait = time.monotonic() + timeout_s, first_wait_s
+    while True:
+        try:
+            return client.get_model_version(model_name, str(version))
+        except MlflowException:
+            if time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait *= 2
+
+
+def champion_version(client, model_name: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(model_name, CHAMPION).version)  # an int from some stores
+    except MlflowException:
+        return None

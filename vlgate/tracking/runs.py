@@ -1,0 +1,71 @@
+"""Experiments and runs: created once however the tracking server fails, and a model's
+validation runs by version."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from vlgate import tag_keys
+from vlgate.home import vlgate_home
+from vlgate.tracking.naming import validation_experiment
+from vlgate.tracking.paging import search_all_runs
+from vlgate.tracking.server import embedded
+
+
+def experiment_id(client, name: str, home: Path | None = None) -> str:
+    """The experiment's id, created on first use (opening on its runs in MLflow's UI: MLflow
+    3 opens an experiment on its GenAI overview unless tagged as model development); on
+    the embedded store its artifacts go under ``$VLGATE_HOME/mlflow/artifacts`` (not the
+    working directory)."""
+    from mlflow.exceptions import MlflowException
+
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        if tag_keys.EXPERIMENT_KIND not in existing.tags:  # made by an older vlgate
+            client.set_experiment_tag(existing.experiment_id, tag_keys.EXPERIMENT_KIND, tag_keys.EXPERIMENT_KIND_VALUE)
+        return existing.experiment_id
+    location = None
+    if embedded(client.tracking_uri):
+        location = ((home or vlgate_home()).resolve() / "mlflow" / "artifacts" / hashlib.sha1(name.encode()).hexdigest()[:12]).as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location, tags={tag_keys.EXPERIMENT_KIND: tag_keys.EXPERIMENT_KIND_VALUE})
+    except MlflowException:  # created meanwhile by another process
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str], token: str | None = None) -> str:
+    """``client.create_run`` that leaves one run. ``create_run`` is not idempotent: when the
+    tracking server commits a run and dies before answering, MLflow's client retries the
+    POST and a second run appears. The run carries ``token`` (one per logical run; a fresh
+    one by default), and the earliest run with it is the one returned; later twins are deleted."""
+    token = token or uuid.uuid4().hex
+    created = client.create_run(experiment, run_name=run_name, tags={**tags, "mlflow.runName": run_name, tag_keys.RUN_TOKEN: token}).info.run_id
+    return first_run_with_token(client, experiment, token) or created
+
+
+def first_run_with_token(client, experiment: str, token: str) -> str | None:
+    """The earliest active run made under ``token``, deleting any later twin; None if none."""
+    runs = client.search_runs([experiment], f"tags.`{tag_keys.RUN_TOKEN}` = '{token}'", max_results=50)
+    if not runs:
+        return None
+    first, *twins = sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
+    for twin in twins:
+        client.delete_run(twin.info.run_id)
+    return first.info.run_id
+
+
+def validation_runs(client, model_name: str, include_run: str | None = None) -> dict[str, Any]:
+    """Version → its latest finished validation run (and ``include_run`` even while it is
+    still running: the flow correlates the version it is validating)."""
+    experiment = client.get_experiment_by_name(validation_experiment(model_name))
+    if experiment is None:
+        return {}
+    runs = search_all_runs(client, [experiment.experiment_id], tag_keys.runs_of_kind(tag_keys.RunKind.VALIDATION))
+    latest = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        if run.info.status == "FINISHED" or run.info.run_id == include_run:
+            latest[run.data.tags.get(tag_keys.VERSION)] = run
+    return dict(sorted(latest.items(), key=lambda item: int(item[0]) if str(item[0]).isdigit() else 0))
