@@ -154,7 +154,7 @@ def _run_demo(console: Console, home: Path) -> int:
     # listening before the first flow starts: each version's stages and evaluators' items (flows/progress.py)
     with display(console) as shown:
         claimed = poll_once(client, dispatcher)
-        resumed = dispatcher.resume_expired()
+        resumed = dispatcher.recover()
         console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
         shown.queue(progress.subject(*key) for key in claimed + resumed)
         dispatcher.wait()

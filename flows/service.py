@@ -39,6 +39,10 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
                     "state": claim.state if claim else "pending",
                     "claimed_via": claim.claimed_via if claim else None,
                     "attempts": claim.attempts if claim else 0,
+                    "crashes": claim.crashes if claim else 0,
+                    # what the claim says of its last attempt: why it was run again, or why it failed
+                    "detail": claim.detail if claim else None,
+                    "flow_run_id": claim.flow_run_id if claim else None,
                     "decision": version.tags.get(tag_keys.DECISION),
                     "outcome": version.tags.get(tag_keys.OUTCOME),
                     "reasons": reasons.split("\n") if reasons else [],
@@ -60,10 +64,14 @@ def status_table(status: dict[str, Any]):
     for model in status["models"]:
         for version in model["versions"]:
             failed = [r for r in version["reasons"]] if version["decision"] == "rejected" else []
+            state = version["state"]
+            if state in ("claimed", "running") and version["attempts"] > 1:  # run again after a loss: say which attempt and why
+                failed = [version["detail"] or ""]
+                state = f"{state} (attempt {version['attempts']})"
             table.add_row(
                 model["name"],
                 version["version"],
-                version["state"],
+                state,
                 version["decision"] or "-",
                 "★" if model["champion"] == version["version"] else "",
                 "\n".join(failed[:4]) + (f"\n… {len(failed) - 4} more" if len(failed) > 4 else ""),
@@ -117,10 +125,10 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, 
     from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
 
     from vlgate.flows import drift as _drift  # noqa: F401
-    from vlgate.flows.validation import validate_model_version
+    from vlgate.flows.validation import record_failure, validate_model_version
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
 
-    claims = ClaimStore.for_home(home)
+    claims = ClaimStore.for_home(home, lease_seconds=config.lease_s)
     deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
     workers = config.workers or max(1, len(config.models))
     dispatcher = Dispatcher(
@@ -129,11 +137,13 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, 
         deployment=deployment,
         start=None if deployment else validate_model_version,
         configured=lambda name: config.for_model(name) is not None,
+        max_crashes=config.max_crashes,
+        give_up=lambda name, version, reason: record_failure(name, version, claims, reason),
     )
     client = tracking.connect(home)
     if once:
         claimed = poll_once(client, dispatcher)
-        dispatcher.resume_expired()
+        dispatcher.recover()
         dispatcher.wait()
         log.info("validated %d version(s): %s", len(claimed), claimed)
         return 0

@@ -16,6 +16,8 @@
     poll_interval_s: 30
     webhook: {host: 127.0.0.1, port: 8765}
     workers: 1                           # validation flows at once; 0 = one per configured model
+    lease_s: 90                          # a running flow renews its claim every lease_s / 3; lost once it runs out
+    max_crashes: 3                       # attempts lost with their process before the version fails closed
     evaluation:                          # how one flow runs its evaluators (flows/validation.py)
       runner: threads                    # or dask: a Dask cluster (prefect-dask)
       workers: 1                         # threads at once, or the local Dask cluster's worker processes
@@ -42,6 +44,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
+from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
+from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
 
 if TYPE_CHECKING:
     from vlgate.evaluators.runners.suite import Suite
@@ -134,6 +138,10 @@ class ServiceConfig(BaseModel):
     retry_after_s: float = Field(
         default=60, gt=0, description="first wait before a validation stopped by an unreachable server runs again; doubles per attempt, up to 30 min"
     )
+    lease_s: float = Field(
+        default=DEFAULT_LEASE_S, ge=10, description="a running validation renews its claim every third of this; one whose process died unseen is run again once it runs out"
+    )
+    max_crashes: int = Field(default=DEFAULT_MAX_CRASHES, ge=1, description="attempts of one version lost with their process before it is failed closed")
     evaluation: EvaluationConfig = EvaluationConfig()
 
     @classmethod

@@ -17,6 +17,9 @@ interrupted evaluator recomputes only what its fingerprinted record store lacks.
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,9 +44,15 @@ from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
 
+log = logging.getLogger("vlgate.validation")
 
 class ValidationError(RuntimeError):
     """The flow cannot judge this version at all (no config, no such version)."""
+
+
+class Superseded(RuntimeError):
+    """A later attempt took this validation's claim over (this one's process was taken for
+    lost): this flow stops without deciding, and the later one decides."""
 
 
 class ValidationResult(BaseModel):
@@ -78,19 +87,38 @@ class ValidationResult(BaseModel):
         return self.model_dump(mode="json", include=self.model_fields_set)
 
 
-@task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), cache_policy=NO_CACHE)
-def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput]) -> DecisionRecord:
+def _not_superseded(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry the gate on anything but a claim taken over (asking again changes nothing)."""
+    try:
+        state.result()
+    except Superseded:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+@task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_condition_fn=_not_superseded, cache_policy=NO_CACHE)
+def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput], attempt: int) -> DecisionRecord:
     """One gate decision per model at a time (so no candidate is judged against a champion
-    that another candidate is replacing); tags always written, alias moved on promotion."""
-    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True)
+    that another candidate is replacing); tags always written, alias moved on promotion;
+    only while the claim is still at ``attempt`` (one decision per version)."""
+    claims = ClaimStore.for_home(prepare_environment())
+    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt))
 
 
-def judge(model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool) -> DecisionRecord:
+def judge(
+    model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool,
+    holds: Callable[[], bool] | None = None,
+) -> DecisionRecord:  # fmt: skip
     """The gate on ``outputs`` against the current champion, under the model's gate lock;
-    with ``record``, ``decision.json``, the tags and (on promotion) the alias are written."""
+    with ``record``, ``decision.json``, the tags and (on promotion) the alias are written.
+    ``holds``: asked under the lock; a flow whose claim was taken over decides nothing."""
     client = tracking.connect()
     locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
     with locks.hold(f"gate:{model_name}"):
+        if holds is not None and not holds():
+            raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         champion_version, champion = champion_outputs(client, model_name, version)
         decision = decide(policy, outputs, champion)
         per_sample = correlate_with_champion(outputs, champion)
@@ -164,28 +192,45 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
     unjudgeable = not_configured(home, model_name, service_config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
         raise ValidationError(unjudgeable)
-    claims = ClaimStore.for_home(home)
+    claims = ClaimStore.for_home(home, lease_seconds=service_config.lease_s)
     if claims.get(model_name, version) is None:
         claims.claim(model_name, version, via="manual")
-    claims.start(model_name, version)
+    from prefect.runtime import flow_run
+
+    attempt = claims.start(model_name, version, flow_run_id=str(flow_run.id) if flow_run.id else None)
     shown_as = progress.subject(model_name, str(version))
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
         with claims.heartbeat(model_name, str(version)):
-            summary = _validate(home, service_config, claims, model_name, str(version))
+            summary = _validate(home, service_config, claims, model_name, str(version), attempt)
+    except Superseded:
+        progress.stage(shown_as, progress.Stage.FAILED, detail="taken over by a later attempt")
+        raise
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
-            delay = claims.defer(model_name, str(version), message, service_config.retry_after_s)  # the configuration the flow started with
+            delay = claims.defer(model_name, str(version), message, service_config.retry_after_s, attempt=attempt)  # the configuration the flow started with
             get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
             raise
-        claims.fail(model_name, version, message)
-        record_failure(model_name, str(version), claims, message)
+        if claims.fail(model_name, version, message, attempt=attempt):  # not when a later attempt holds the claim
+            record_failure(model_name, str(version), claims, message)
         raise
-    claims.finish(model_name, version, summary.decision)
+    claims.finish(model_name, version, summary.decision, attempt=attempt)
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.decision)
     return summary
+
+
+def record_where_it_runs(client: Any, run_id: str) -> None:
+    """The flow run and the process running the validation, on its MLflow run (a resumed
+    validation overwrites them: the last attempt's)."""
+    import socket
+
+    from prefect.runtime import flow_run
+
+    worker = os.environ.get("PREFECT__WORKER_NAME") or "in process"
+    client.set_tag(run_id, tag_keys.FLOW_RUN, str(flow_run.id))
+    client.set_tag(run_id, tag_keys.EXECUTED_BY, f"{worker} on {socket.gethostname()} pid {os.getpid()}")
 
 
 def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Path) -> None:
@@ -216,10 +261,10 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
-        get_run_logger().warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
+        log.warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
 
 
-def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str) -> ValidationResult:
+def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int) -> ValidationResult:
     logger = get_run_logger()
     config = service_config.for_model(model_name)
     if config is None:  # checked by the caller on this same configuration
@@ -236,6 +281,7 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
     suite = plan.suite
     run = client.get_run(run_id)
     link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
+    record_where_it_runs(client, run_id)
     if not run.data.params:  # a resumed run has them already; params cannot be overwritten
         # the compare view's axes: what differs between validations (paths and digests are tags)
         params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
@@ -266,7 +312,7 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
     progress.stage(shown_as, progress.Stage.CORRELATIONS)
     across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
     progress.stage(shown_as, progress.Stage.GATE)
-    decision = judge_and_promote(plan, run_id, outputs)
+    decision = judge_and_promote(plan, run_id, outputs, attempt)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision.decision)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)

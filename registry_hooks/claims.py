@@ -6,9 +6,11 @@ same moment lets both win. ``INSERT`` into a table whose primary key is
 ``(model_name, version)`` is atomic in every SQL database: exactly one caller's insert
 succeeds, whichever path (webhook, poller, a repeated or late delivery) gets there
 first. The row also carries the validation's state, its MLflow run id (so a restarted
-flow logs into the same run) and a lease: a claim whose worker died is taken over by
-a conditional ``UPDATE ... WHERE lease_expires < now`` (again one winner), never by a
-second insert.
+flow logs into the same run), the Prefect flow run that runs it, and a lease that the
+running flow renews (:meth:`ClaimStore.heartbeat`): a claim whose worker died is taken
+over by a conditional ``UPDATE`` on its attempt count (again one winner), never by a second
+insert. Each take-over is the next attempt; the flow holding an older attempt can no
+longer finish, fail or defer the claim, so one validation decides.
 
 A model deleted and registered again under its old name starts again at version 1, so
 ``(model_name, version)`` alone would let the new v1 inherit the old v1's finished claim
@@ -34,6 +36,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, utc_now
@@ -54,6 +57,9 @@ class ClaimState(StrEnum):
 LIVE_STATES = (ClaimState.CLAIMED, ClaimState.RUNNING)
 #: The longest wait before a validation stopped by a transient fault runs again.
 RETRY_CAP_S = 1800.0
+#: How long a claim lives without being renewed: a running flow renews it every third of
+#: this; a worker that dies unseen is noticed once it runs out.
+DEFAULT_LEASE_S = 90.0
 @dataclass(frozen=True)
 class Claim:
     model_name: str
@@ -67,6 +73,10 @@ class Claim:
     run_id: str | None
     detail: str | None
     registered_at: str | None = None
+    #: the Prefect flow run validating it (the last attempt's)
+    flow_run_id: str | None = None
+    #: attempts lost with their process (a crashed flow run, a worker gone)
+    crashes: int = 0
 
     def as_dict(self) -> dict:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -76,7 +86,7 @@ class Claim:
 class ClaimStore:
     """The claims of vlgate's state database."""
 
-    def __init__(self, url: str | StateDatabase, lease_seconds: float = 3 * 3600):
+    def __init__(self, url: str | StateDatabase, lease_seconds: float = DEFAULT_LEASE_S):
         self.db = url if isinstance(url, StateDatabase) else StateDatabase(url)
         self.url, self.engine = self.db.url, self.db.engine
         self.lease = timedelta(seconds=lease_seconds)
@@ -117,42 +127,57 @@ class ClaimStore:
                 claims_table.update()
                 .where(*key, claims_table.c.registered_at.is_not(None), claims_table.c.registered_at != row["registered_at"])
                 # attempts moves on, so a heartbeat still beating for the old registration's flow stops
-                .values({name: value for name, value in row.items() if name not in ("model_name", "version", "attempts")} | {"attempts": claims_table.c.attempts + 1, "run_id": None, "detail": None})
+                .values(
+                    {name: value for name, value in row.items() if name not in ("model_name", "version", "attempts")}
+                    | {"attempts": claims_table.c.attempts + 1, "run_id": None, "detail": None, "flow_run_id": None, "crashes": 0}
+                )
             ).rowcount
         if replaced:
             log.info("%s v%s was registered again (%s): claimed anew", row["model_name"], row["version"], row["registered_at"])
         return replaced == 1
 
-    def take_over_expired(self, model_name: str, version: str, owner: str | None = None) -> bool:
-        """Take over a claim whose lease ran out before it finished (its worker died);
-        True for exactly one caller."""
+    def take_over(self, model_name: str, version: str, attempts: int, owner: str | None = None, detail: str | None = None, crashed: bool = False) -> bool:
+        """Make the claim's next attempt (its validation was lost: a crashed flow run, a
+        lease run out): back to ``claimed``, the lease started again, the flow run
+        forgotten. True for exactly one caller: the claim must still be live and at
+        ``attempts``, so two pollers that saw the same loss do not both run it again.
+        ``crashed``: the attempt was lost with its process (counted in ``crashes``)."""
         now = utc_now()
+        values: dict = {"state": ClaimState.CLAIMED, "owner": owner or default_owner(), "lease_expires": now + self.lease, "attempts": claims_table.c.attempts + 1, "updated_at": now, "flow_run_id": None}
+        if crashed:
+            values["crashes"] = claims_table.c.crashes + 1
+        if detail is not None:
+            values["detail"] = detail[:4000]
         statement = (
             claims_table.update()
             .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
-            .where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.lease_expires < now)
-            .values(owner=owner or default_owner(), lease_expires=now + self.lease, attempts=claims_table.c.attempts + 1, updated_at=now)
+            .where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts)
+            .values(**values)
         )
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
 
-    def defer(self, model_name: str, version: str, detail: str, first_delay_s: float, cap_s: float = RETRY_CAP_S) -> float:
+    def defer(self, model_name: str, version: str, detail: str, first_delay_s: float, cap_s: float = RETRY_CAP_S, attempt: int | None = None) -> float:
         """A validation stopped by a transient fault (a server that did not answer) goes back
         to ``claimed`` with its lease ending after a back-off that doubles per attempt
         (``first_delay_s``, up to ``cap_s``), so the poller takes it over and runs it again
-        (:meth:`take_over_expired`, one winner) instead of recording a verdict. Returns the delay."""
+        (:meth:`take_over`, one winner) instead of recording a verdict. Returns the delay.
+        ``attempt``: only while the claim is still at that attempt (see :meth:`start`)."""
         claim = self.get(model_name, version)
         attempts = claim.attempts if claim is not None else 1
         delay = min(cap_s, first_delay_s * 2 ** (attempts - 1))
         now = utc_now()
-        statement = (
-            claims_table.update()
-            .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
-            .values(state=ClaimState.CLAIMED, lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now)
+        statement = self._where(model_name, version, attempt).values(
+            state=ClaimState.CLAIMED, lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now
         )
         with self.engine.begin() as connection:
             connection.execute(statement)
         return delay
+
+    def live(self) -> list[Claim]:
+        """The claims a flow is meant to be validating (claimed or running)."""
+        with self.engine.connect() as connection:
+            return [self._claim(row) for row in connection.execute(claims_table.select().where(claims_table.c.state.in_(LIVE_STATES)))]
 
     def expired(self) -> list[Claim]:
         now = utc_now()
@@ -160,45 +185,67 @@ class ClaimStore:
         with self.engine.connect() as connection:
             return [self._claim(row) for row in connection.execute(query)]
 
-    def start(self, model_name: str, version: str) -> None:
-        """The flow runs: ``running``, the lease renewed."""
-        self._set(model_name, version, state=ClaimState.RUNNING, renew=True)
+    def start(self, model_name: str, version: str, flow_run_id: str | None = None) -> int:
+        """The flow runs: ``running``, the lease renewed, its flow run recorded. Returns the
+        attempt it runs, which it hands to :meth:`finish`, :meth:`fail` and :meth:`defer`."""
+        self._set(model_name, version, state=ClaimState.RUNNING, flow_run_id=flow_run_id, renew=True)
+        claim = self.get(model_name, version)
+        return claim.attempts if claim is not None else 1
 
     def renew(self, model_name: str, version: str) -> None:
         """The lease starts again from now."""
         self._set(model_name, version, renew=True)
 
+    def record_flow_run(self, model_name: str, version: str, flow_run_id: str) -> None:
+        """The Prefect flow run sent to validate the version (by the dispatcher, before a worker takes it)."""
+        self._set(model_name, version, flow_run_id=flow_run_id)
+
     def record_run(self, model_name: str, version: str, run_id: str) -> None:
         """The validation run the flow logs to, so that a flow run again finds it."""
         self._set(model_name, version, run_id=run_id)
 
-    def finish(self, model_name: str, version: str, decision: str | None = None) -> None:
-        """Decided: ``done``, with the decision as the claim's detail."""
-        self._set(model_name, version, state=ClaimState.DONE, detail=decision)
+    def finish(self, model_name: str, version: str, decision: str | None = None, attempt: int | None = None) -> bool:
+        """Decided: ``done``, with the decision as the claim's detail. ``attempt``: only while
+        the claim is at that attempt; False when it was taken over meanwhile."""
+        return self._set(model_name, version, state=ClaimState.DONE, detail=decision, attempt=attempt)
 
-    def fail(self, model_name: str, version: str, reason: str) -> None:
-        """The validation errored: ``failed`` (final until an operator releases it), with why."""
-        self._set(model_name, version, state=ClaimState.FAILED, detail=reason)
+    def fail(self, model_name: str, version: str, reason: str, attempt: int | None = None) -> bool:
+        """The validation errored: ``failed`` (final until an operator releases it), with why.
+        ``attempt`` as for :meth:`finish`."""
+        return self._set(model_name, version, state=ClaimState.FAILED, detail=reason, attempt=attempt)
 
-    def _set(self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None, renew: bool = False) -> None:
+    def holds(self, model_name: str, version: str, attempt: int) -> bool:
+        """Whether the claim is still live at ``attempt`` (nobody took it over)."""
+        claim = self.get(model_name, version)
+        return claim is not None and claim.state in LIVE_STATES and claim.attempts == attempt
+
+    def _where(self, model_name: str, version: str, attempt: int | None) -> sa.Update:
+        statement = claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        return statement if attempt is None else statement.where(claims_table.c.attempts == attempt)
+
+    def _set(
+        self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None,
+        renew: bool = False, flow_run_id: str | None = None, attempt: int | None = None,
+    ) -> bool:  # fmt: skip
         values: dict = {"updated_at": utc_now()}
         if state is not None:
             values["state"] = state
         if run_id is not None:
             values["run_id"] = run_id
+        if flow_run_id is not None:
+            values["flow_run_id"] = flow_run_id
         if detail is not None:
             values["detail"] = detail[:4000]
         if renew:
             values["lease_expires"] = utc_now() + self.lease
-        statement = claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).values(**values)
         with self.engine.begin() as connection:
-            connection.execute(statement)
+            return connection.execute(self._where(model_name, version, attempt).values(**values)).rowcount == 1
 
     @contextlib.contextmanager
     def heartbeat(self, model_name: str, version: str, interval_s: float | None = None) -> Iterator[None]:
         """Keep the claim's lease alive while the block runs (every third of the lease by
         default), so a flow that outlives one lease is not taken over while its worker
-        lives; once the worker dies the beats stop and the lease runs out as before. A
+        lives; once the worker dies the beats stop and the lease runs out. A
         claim taken over meanwhile (its attempt count moved on) or finished is left alone,
         and a beat that cannot reach the database is tried again at the next one."""
         claim = self.get(model_name, version)

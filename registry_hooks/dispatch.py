@@ -5,24 +5,75 @@ Both the webhook receiver and the poller call ``Dispatcher.offer``; the claim ro
 runs in this process's worker threads (``start=``: the flow function, which the caller in
 ``flows/`` passes, so this package never imports the flows) or as a run of the
 ``vlgate-validate`` Prefect deployment on the work pool's GPU workers (``deployment=``).
+
+A validation whose process dies is run again (:meth:`Dispatcher.recover`, each poll): at
+once when Prefect reports its flow run crashed (a worker saw its flow's process die), and
+when its lease runs out without heartbeats (the worker died with it, and nobody told
+Prefect). The next attempt resumes from the records and logs into the same MLflow run.
+A flow run still queued for a worker, or a flow this process has yet to start, keeps its
+claim alive instead. An attempt lost with its process counts as a crash; after
+``max_crashes`` the claim is failed closed with the reason (``give_up`` records it on the
+version). A flow run cancelled in Prefect is an operator's decision: the claim fails.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from vlgate import tracking
-from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
 
 log = logging.getLogger("vlgate.hooks")
 
 
 def _every_model(_name: str) -> bool:
     return True
+
+
+#: How many attempts of one version may be lost with their process before its claim is failed.
+DEFAULT_MAX_CRASHES = 3
+#: Prefect's state types of a flow run that waits for a worker (its validation is not lost)
+QUEUED = frozenset({"SCHEDULED", "PENDING", "PAUSED"})
+
+
+class FlowRunState(NamedTuple):
+    type: str
+    message: str
+
+
+def flow_run_states(ids: list[str]) -> dict[str, FlowRunState]:
+    """Prefect's state of each flow run (one API call); raises when Prefect does not answer."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    if not ids:
+        return {}
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(i) for i in ids])))
+    return {str(run.id): FlowRunState(run.state.type.value if run.state else "UNKNOWN", (run.state.message or "") if run.state else "") for run in runs}
+
+
+def cancel_flow_run(flow_run_id: str, why: str) -> None:
+    """Ask Prefect to cancel a flow run taken over (its worker kills the process if alive)."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(UUID(flow_run_id), Cancelling(message=why), force=True)
+    except Exception as error:  # best effort: the new attempt holds the claim either way
+        log.warning("could not cancel flow run %s: %s", flow_run_id, error)
 
 
 class Dispatcher:
@@ -38,11 +89,15 @@ class Dispatcher:
         deployment: str | None = None,
         start: Callable[[str, str], object] | None = None,
         configured: Callable[[str], bool] = _every_model,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
+        give_up: Callable[[str, str, str], None] | None = None,
     ):
         if start is None and deployment is None:
             raise ValueError("a Dispatcher needs the flow to start (start=) or a Prefect deployment to run (deployment=)")
         self.claims = claims
         self.configured = configured
+        self.max_crashes = max_crashes
+        self.give_up = give_up
         self.deployment = deployment
         self._start: Callable[[str, str], object] = start or self._run_deployment
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
@@ -60,15 +115,68 @@ class Dispatcher:
         self._submit(model_name, version)
         return True
 
-    def resume_expired(self) -> list[tuple[str, str]]:
-        """Take over claims whose worker died (lease ran out) and run them again; the flow
-        resumes in the run and records the claim names."""
+    def recover(self) -> list[tuple[str, str]]:
+        """Run again every validation that was lost, keep alive those still waiting; returns
+        the versions this call sent again (see the module's docstring)."""
+        live = self.claims.live()
+        try:
+            states = flow_run_states([c.flow_run_id for c in live if c.flow_run_id])
+            prefect_answers = True
+        except Exception as error:  # without Prefect's word a queued flow run looks lost: judge only what needs none
+            log.warning("Prefect did not answer for the flow runs of %d claim(s): %s", len(live), error)
+            states, prefect_answers = {}, False
+        now = datetime.now(timezone.utc)
         resumed = []
-        for claim in self.claims.expired():
-            if self.claims.take_over_expired(claim.model_name, claim.version):
+        for claim in live:
+            if claim.flow_run_id and not prefect_answers:
+                continue
+            state = states.get(claim.flow_run_id) if claim.flow_run_id else None
+            loss = self._loss(claim, state, now)
+            if loss is None:
+                continue
+            why, crashed = loss
+            final = None
+            if state is not None and state.type == "CANCELLED":
+                final = f"{why}; vlgate release {claim.model_name} {claim.version} runs it again"
+            elif crashed and claim.crashes + 1 >= self.max_crashes:
+                final = f"validation crashed {claim.crashes + 1} times, the limit (last: {why}); vlgate release {claim.model_name} {claim.version} runs it again"
+            if final is not None:  # failed closed, on record
+                if self.claims.fail(claim.model_name, claim.version, final, attempt=claim.attempts):
+                    log.error("%s v%s: %s", claim.model_name, claim.version, final)
+                    if self.give_up is not None:
+                        self.give_up(claim.model_name, claim.version, final)
+                continue
+            if self.claims.take_over(claim.model_name, claim.version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last {why}", crashed=crashed):
+                log.warning("%s v%s: the last %s; validating it again", claim.model_name, claim.version, why)
+                if claim.flow_run_id and state is not None and state.type == "RUNNING":
+                    cancel_flow_run(claim.flow_run_id, f"taken over by attempt {claim.attempts + 1}: {why}")
                 resumed.append((claim.model_name, claim.version))
                 self._submit(claim.model_name, claim.version)
         return resumed
+
+    def _loss(self, claim: Claim, state: FlowRunState | None, now: datetime) -> tuple[str, bool] | None:
+        """Why the claim's validation is lost and whether its process died with it (a
+        crash), or None while it is alive or waiting (its lease renewed where needed)."""
+        flow_run = f"flow run {claim.flow_run_id}"
+        if state is not None and state.type in ("CRASHED", "CANCELLED"):
+            return f"{flow_run} {state.type.lower()} ({state.message or 'no message'})", state.type == "CRASHED"
+        if claim.lease_expires >= now:
+            return None
+        if (state is not None and state.type in QUEUED) or (claim.state == ClaimState.CLAIMED and self._queued_here(claim)):
+            self.claims.renew(claim.model_name, claim.version)  # waiting for a worker, or for one of this process's threads
+            return None
+        if claim.state == ClaimState.RUNNING:
+            seen = f"; Prefect has it {state.type.lower()}" if state is not None else ""
+            return f"flow stopped renewing its lease ({flow_run if claim.flow_run_id else 'in process'}, lease out at {claim.lease_expires:%H:%M:%S} UTC{seen})", True
+        if claim.detail and claim.detail.startswith("retrying after"):
+            return f"validation stopped by a transient fault ({claim.detail})", False
+        return f"claim's lease ran out at {claim.lease_expires:%H:%M:%S} UTC before its flow started (the process holding it is gone)", False
+
+    def _queued_here(self, claim: Claim) -> bool:
+        """Whether this process holds the version's flow, not yet finished (waiting for a thread)."""
+        with self._lock:
+            future = self.futures.get((claim.model_name, claim.version))
+        return future is not None and not future.done()
 
     def _submit(self, model_name: str, version: str) -> None:
         future = self._pool.submit(self._guarded, model_name, version)
@@ -86,7 +194,10 @@ class Dispatcher:
         from prefect.deployments import run_deployment
 
         assert self.deployment is not None, "only used when a deployment was given"
-        return run_deployment(self.deployment, parameters={"model_name": model_name, "version": version}, timeout=0)
+        flow_run = run_deployment(self.deployment, parameters={"model_name": model_name, "version": version}, timeout=0)
+        assert not inspect.isawaitable(flow_run), "called from a thread without an event loop: Prefect runs it synchronously"
+        self.claims.record_flow_run(model_name, version, str(flow_run.id))  # queued on the pool: Prefect now says how it goes
+        return flow_run
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every flow started so far has finished (tests, ``serve --once``)."""
@@ -143,7 +254,7 @@ class Poller:
             try:
                 client = client or tracking.connect(self.home)
                 poll_once(client, self.dispatcher)
-                self.dispatcher.resume_expired()
+                self.dispatcher.recover()
             except Exception:  # a registry outage must not stop the poller; next round retries
                 log.exception("poll failed")
             self._stop.wait(self.interval)

@@ -13,7 +13,7 @@ from vlgate.evaluators import registry
 from vlgate.flows.cli import main
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"], ["stack"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])
@@ -80,6 +80,20 @@ def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_p
     assert claims.get("m", "1") is not None
     assert main(["release", "m", "1", "--force"]) == 0
     assert claims.get("m", "1") is None
+
+
+def test_status_shows_a_version_run_again_with_its_attempt_and_why():
+    import io
+
+    from rich.console import Console
+
+    from vlgate.flows.service import status_table
+
+    version = {"version": "3", "state": "running", "attempts": 2, "crashes": 1, "decision": None, "reasons": [], "detail": "attempt 2: the last flow run f1 crashed (exit -9)"}
+    console = Console(file=io.StringIO(), width=200)
+    console.print(status_table({"tracking_uri": "http://mlflow", "models": [{"name": "m", "champion": None, "versions": [version]}]}))
+    shown = console.file.getvalue()
+    assert "running (attempt 2)" in shown and "the last flow run f1 crashed (exit -9)" in shown
 
 
 def test_validating_a_version_that_does_not_exist_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

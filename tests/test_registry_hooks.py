@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from starlette.testclient import TestClient
@@ -102,16 +102,20 @@ def test_a_busy_answer_to_the_switch_to_wal_is_retried_and_a_wal_file_is_not_swi
     assert claims.claim("m", "1", via="poller") is True
 
 
-def test_an_expired_claim_is_taken_over_once_and_a_live_one_never(claims):
+def test_a_claim_is_taken_over_once_per_attempt_and_the_older_attempt_can_no_longer_decide(claims):
     claims.claim("m", "1", via="webhook")
-    assert claims.take_over_expired("m", "1") is False  # lease still running
-    claims.lease = timedelta(seconds=-1)  # every lease written from now on is already over
-    claims.renew("m", "1")
-    assert [c.version for c in claims.expired()] == ["1"]
-    assert claims.take_over_expired("m", "1") is True
-    assert claims.get("m", "1").attempts == 2
-    claims.finish("m", "1")
-    assert claims.expired() == [] and claims.take_over_expired("m", "1") is False
+    first = claims.start("m", "1", flow_run_id="run-a")
+    assert first == 1 and claims.get("m", "1").flow_run_id == "run-a"
+    assert claims.take_over("m", "1", attempts=1, detail="lost", crashed=True) is True
+    assert claims.take_over("m", "1", attempts=1) is False  # a second poller that saw the same loss
+    taken = claims.get("m", "1")
+    assert (taken.state, taken.attempts, taken.crashes, taken.flow_run_id, taken.detail) == ("claimed", 2, 1, None, "lost")
+    assert not claims.holds("m", "1", first) and claims.holds("m", "1", 2)
+    assert claims.finish("m", "1", "promoted", attempt=first) is False  # the old flow decides nothing
+    assert claims.fail("m", "1", "boom", attempt=first) is False and claims.get("m", "1").state == "claimed"
+    second = claims.start("m", "1", flow_run_id="run-b")
+    assert second == 2 and claims.finish("m", "1", "rejected", attempt=second) is True
+    assert claims.get("m", "1").state == "done" and claims.take_over("m", "1", attempts=2) is False  # a finished claim stays
 
 
 def test_delivery_ids_are_seen_once_and_locks_exclude(claims):
@@ -367,7 +371,7 @@ def test_a_state_database_waiting_on_a_lock_does_not_stall_the_receiver(tmp_path
 
 def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives(tmp_path):
     """Two workers share the state database; the first one's flow runs for three leases.
-    The second worker's takeover sweep (the poller's resume_expired) finds nothing to take
+    The second worker's takeover sweep (the poller's recover) finds nothing to take
     while the first one beats; once that worker is gone (no beats, not finished), the
     claim is taken over exactly once."""
     url = f"sqlite:///{tmp_path}/state.db"
@@ -381,7 +385,7 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
         with first.heartbeat(model_name, version, interval_s=0.2):
             for _ in range(15):  # 3 s: three leases
                 time.sleep(0.2)
-                sweeps.append(sweeper.resume_expired())
+                sweeps.append(sweeper.recover())
         first.finish(model_name, version)
 
     worker = Dispatcher(first, start=slow_flow)
@@ -395,13 +399,97 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
     first.start("m", "2")
     with first.heartbeat("m", "2", interval_s=0.2):
         time.sleep(1.5)
-        assert sweeper.resume_expired() == []
+        assert sweeper.recover() == []
     time.sleep(1.2)  # the "process" is gone: no more beats
-    assert sweeper.resume_expired() == [("m", "2")]
-    assert Dispatcher(first, start=Recorder()).resume_expired() == []  # exactly once
+    assert sweeper.recover() == [("m", "2")]
+    assert Dispatcher(first, start=Recorder()).recover() == []  # exactly once
     sweeper.wait()
     assert taken_over.started == [("m", "2")]
-    assert second.get("m", "2").attempts == 2
+    assert second.get("m", "2").attempts == 2 and second.get("m", "2").crashes == 1  # lost with its process: a crash
+    assert "flow stopped renewing its lease" in second.get("m", "2").detail
+
+
+def test_recovery_follows_prefect_s_word_on_each_flow_run(tmp_path, monkeypatch):
+    """What the poller's recover does with each live claim, given Prefect's state of its
+    flow run (here a stand-in for Prefect's API): crashed → run again at once; queued with
+    its lease out → kept alive; running with its lease out (the worker died unseen) → run
+    again, the old flow run cancelled; cancelled → failed on record; a deferred retry →
+    run again, not a crash; Prefect away → nothing judged that needs its word; the
+    ``max_crashes``-th crash → failed closed, on record."""
+    from vlgate.registry_hooks import dispatch
+    from vlgate.registry_hooks.dispatch import FlowRunState
+
+    claims = ClaimStore(f"sqlite:///{tmp_path}/state.db", lease_seconds=60)
+    prefect: dict[str, FlowRunState] = {}
+    cancelled, gave_up = [], []
+    monkeypatch.setattr(dispatch, "flow_run_states", lambda ids: {i: prefect[i] for i in ids if i in prefect})
+    monkeypatch.setattr(dispatch, "cancel_flow_run", lambda flow_run_id, why: cancelled.append(flow_run_id))
+    started = Recorder()
+    dispatcher = Dispatcher(claims, start=started, max_crashes=2, give_up=lambda *args: gave_up.append(args))
+
+    def claimed(version: str, flow_run: str, state: str, running: bool = True, expired: bool = False) -> None:
+        claims.claim("m", version, via="webhook")
+        claims.record_flow_run("m", version, flow_run)
+        if running:
+            claims.start("m", version, flow_run_id=flow_run)
+        if expired:
+            claims.lease = timedelta(seconds=-1)
+            claims.renew("m", version)
+            claims.lease = timedelta(seconds=60)
+        prefect[flow_run] = FlowRunState(state, f"{state.lower()} here")
+
+    claimed("1", "fr-1", "CRASHED")  # lease still running: Prefect's word is enough
+    claimed("2", "fr-2", "SCHEDULED", running=False, expired=True)
+    claimed("3", "fr-3", "RUNNING", expired=True)
+    claimed("4", "fr-4", "CANCELLED")
+    claimed("5", "fr-5", "RUNNING")  # alive: nothing to do
+    claims.claim("m", "6", via="poller")
+    claims.start("m", "6")
+    claims.defer("m", "6", "ConnectionError: away", first_delay_s=-1.0)  # its retry is due at once
+    assert sorted(dispatcher.recover()) == [("m", "1"), ("m", "3"), ("m", "6")]
+    dispatcher.wait()
+    assert sorted(started.started) == [("m", "1"), ("m", "3"), ("m", "6")]
+    one, two, three, four, five, six = (claims.get("m", str(v)) for v in range(1, 7))
+    assert (one.state, one.attempts, one.crashes) == ("claimed", 2, 1) and "flow run fr-1 crashed (crashed here)" in one.detail
+    assert (two.state, two.attempts) == ("claimed", 1) and two.lease_expires > datetime.now(timezone.utc)  # queued: renewed
+    assert (three.attempts, three.crashes) == (2, 1) and cancelled == ["fr-3"] and "stopped renewing its lease" in three.detail
+    assert four.state == "failed" and four.detail.startswith("flow run fr-4 cancelled (cancelled here); vlgate release m 4")
+    assert gave_up == [("m", "4", four.detail)]
+    assert (five.state, five.attempts) == ("running", 1)
+    assert (six.attempts, six.crashes) == (2, 0) and "transient fault" in six.detail  # a retry, not a crash
+    # the run again crashes too: the second crash is the limit here
+    claims.start("m", "1", flow_run_id="fr-1b")
+    prefect["fr-1b"] = FlowRunState("CRASHED", "exited with status -9")
+    assert dispatcher.recover() == []
+    failed = claims.get("m", "1")
+    assert failed.state == "failed" and failed.detail.startswith("validation crashed 2 times, the limit (last: flow run fr-1b crashed (exited with status -9))")
+    assert gave_up[-1] == ("m", "1", failed.detail)
+
+    def away(ids):
+        raise ConnectionError("Prefect away")
+
+    monkeypatch.setattr(dispatch, "flow_run_states", away)
+    claims.lease = timedelta(seconds=-1)
+    claims.renew("m", "5")
+    assert dispatcher.recover() == [] and claims.get("m", "5").attempts == 1  # no word from Prefect: left alone
+
+
+def test_a_flow_waiting_for_one_of_this_process_s_threads_keeps_its_claim(tmp_path):
+    claims = ClaimStore(f"sqlite:///{tmp_path}/state.db", lease_seconds=0.5)
+    release = threading.Event()
+    ran = Recorder()
+
+    def blocking(model_name, version):
+        ran(model_name, version)
+        release.wait(30)
+
+    dispatcher = Dispatcher(claims, workers=1, start=blocking)
+    assert dispatcher.offer("m", "1", via="poller") and dispatcher.offer("m", "2", via="poller")
+    time.sleep(1.0)  # both leases out: v1 "runs" (no heartbeat in this stand-in), v2 waits for the thread
+    assert dispatcher.recover() == [] and claims.get("m", "2").attempts == 1  # renewed, not taken for lost
+    assert claims.get("m", "2").lease_expires > datetime.now(timezone.utc)
+    release.set()
+    dispatcher.wait()
 
 
 def test_a_deleted_and_re_created_models_version_is_validated_again_exactly_once(tmp_path, claims):
@@ -453,7 +541,7 @@ def test_claims_written_before_registration_times_adopt_one_without_revalidating
     engine.dispose()
     claims = ClaimStore(url)
     assert claims.get("m", "1").registered_at is None and claims.get("m", "1").state == "done"
-    assert schema_revision(claims) == "0002"  # stamped as the first schema, then migrated
+    assert schema_revision(claims) == "0003"  # stamped as the first schema, then migrated
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.create_registered_model("m")
@@ -538,7 +626,7 @@ def migrated_schema_is_the_stores(claims: ClaimStore) -> None:
         found = {column["name"]: column["nullable"] for column in inspector.get_columns(table.name)}
         assert found == {column.name: column.nullable for column in table.columns}, table.name
         assert set(inspector.get_pk_constraint(table.name)["constrained_columns"]) == {column.name for column in table.primary_key}, table.name
-    assert schema_revision(claims) == "0002"
+    assert schema_revision(claims) == "0003"
 
 
 def test_a_new_state_database_is_built_by_the_migrations_to_the_stores_schema(tmp_path):
@@ -550,4 +638,4 @@ def test_a_state_database_at_the_last_revision_opens_unchanged(tmp_path):
     first = ClaimStore(url)
     first.claim("m", "1", via="poller")
     again = ClaimStore(url)
-    assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0002"
+    assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0003"

@@ -209,11 +209,51 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
                 assert logged[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-9), (evaluator, metric)
 
 
-def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(home, tiny_world):
-    """evaluation: {runner: dask, shards: 2}: each evaluator's items split into two tasks
-    on a local two-process Dask cluster, merged back into the same records and metrics as
-    one in-process run."""
+@pytest.fixture
+def dask_cluster(home):
+    """A Dask cluster as a deployment runs one: ``dask scheduler`` and two ``dask worker``
+    processes started apart from the flow (one thread each, no nanny, so each worker is the
+    process started here), sharing the flow's VLGATE_HOME and MLflow. Yields (address,
+    worker pids)."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    dask = shutil.which("dask", path=str(Path(sys.executable).parent)) or "dask"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    logs = home / "dask-logs"
+    logs.mkdir()
+    # the flow's MLflow too: a worker resolves models:/NAME/N where the flow would
+    env = os.environ | {"VLGATE_HOME": str(home), "MLFLOW_TRACKING_URI": tracking.tracking_uri(home), "OMP_NUM_THREADS": "1"}
+    processes = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], env=env, stdout=open(logs / "scheduler.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)]
+    for n in range(2):
+        command = [dask, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", f"gpu-{n}"]
+        processes.append(subprocess.Popen(command, env=env, stdout=open(logs / f"worker-{n}.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True))
+    from distributed import Client
+
+    deadline = time.monotonic() + 120
+    with Client(address, timeout=60) as client:
+        while len(client.scheduler_info()["workers"]) < 2:
+            assert time.monotonic() < deadline, (logs / "worker-0.log").read_text()[-2000:]
+            time.sleep(0.5)
+    yield address, {process.pid for process in processes[1:]}
+    for process in processes:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_a_separate_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(home, tiny_world, dask_cluster):
+    """evaluation: {runner: dask, address: ..., shards: 2}: each evaluator's items split into
+    two tasks on a scheduler and two workers running as processes of their own, merged back
+    into the same records and metrics as one in-process run."""
     world, _ = tiny_world
+    address, worker_pids = dask_cluster
     suite = home / "suite.yaml"
     suite.write_text(
         yaml.safe_dump(
@@ -221,7 +261,7 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
         )
     )
     (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc", "lcm-nb"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
-    config = {"models": {"tiny": {"suite": str(suite), "policy": "gate.yaml"}}, "evaluation": {"runner": "dask", "workers": 2, "shards": 2}}
+    config = {"models": {"tiny": {"suite": str(suite), "policy": "gate.yaml"}}, "evaluation": {"runner": "dask", "address": address, "shards": 2}}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps3", home=home)
@@ -234,7 +274,7 @@ def test_a_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_metrics(ho
         assert len((out / "lcm-mc" / "shards" / f"{shard}.jsonl").read_text().splitlines()) == 6
     run = client.get_run(client.get_model_version("tiny", "1").tags[tag_keys.VALIDATION_RUN])
     workers = json.loads(Path(client.download_artifacts(run.info.run_id, "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]["shard_workers"]
-    assert len(workers) == 2 and all(not worker.endswith(f":{os.getpid()}") for worker in workers)  # computed in the cluster's processes
+    assert len(workers) == 2 and {int(worker.rsplit(":", 1)[1]) for worker in workers} <= worker_pids  # computed in the cluster's worker processes
 
     from vlgate.evaluators.runners.suite import Suite, run_suite
 

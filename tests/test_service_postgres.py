@@ -301,13 +301,13 @@ def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_
         deferred = claims.get("outage", "1")
         assert deferred.state == "claimed" and deferred.detail.startswith("retrying after 1 s (attempt 1): MlflowException")
         time.sleep(1.5)
-        assert dispatcher.resume_expired() == [("outage", "1")]  # still down: deferred again, for twice as long
+        assert dispatcher.recover() == [("outage", "1")]  # still down: deferred again, for twice as long
         dispatcher.wait()
         again = claims.get("outage", "1")
         assert again.state == "claimed" and again.attempts == 2 and again.detail.startswith("retrying after 2 s (attempt 2)")
     finally:
         mlflow_server.start()
-    wait_until(lambda: bool(dispatcher.resume_expired()) or claims.get("outage", "1").state == "done", 60, "the deferred claim was not taken over")
+    wait_until(lambda: bool(dispatcher.recover()) or claims.get("outage", "1").state == "done", 60, "the deferred claim was not taken over")
     dispatcher.wait()
     dispatcher.close()
     done = claims.get("outage", "1")

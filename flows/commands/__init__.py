@@ -6,6 +6,7 @@ from __future__ import annotations
 from vlgate.flows.commands.base import Command
 from vlgate.flows.commands.local import CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
 from vlgate.flows.commands.registered import Diff, Drift, Gate, Register, Release, Report, Serve, Status, Validate
+from vlgate.flows.commands.stack import Stack
 
 COMMANDS: tuple[Command, ...] = (
     Score(),
@@ -26,4 +27,5 @@ COMMANDS: tuple[Command, ...] = (
     Init(),
     Drift(),
     Serve(),
+    Stack(),
 )
