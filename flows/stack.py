@@ -388,7 +388,7 @@ def alive(pid: int) -> bool:
     return True
 
 
-def stop_group(pid: int, grace_s: float = 20.0) -> None:
+def stop_group(pid: int, grace_s: float = 10.0) -> None:
     """SIGTERM to the process group, SIGKILL to what is left after ``grace_s``."""
     try:
         os.killpg(pid, signal.SIGTERM)
