@@ -50,6 +50,7 @@ def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
 
     plan: ValidationPlan = parameters["plan"]
     evaluator = parameters["evaluator"]
+    tracking.connect()  # run where the task runs (a Dask worker): models:/ resolved on the flow's MLflow, see evaluate_shard
     material = [
         mlflow_identity(plan.model_uri)[1],
         evaluator,
@@ -107,6 +108,10 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
     ``time_limit_s`` it stops for good (:func:`within_time_limit`)."""
     from vlgate.evaluators.runners.suite import run_evaluator_shard
 
+    # a Dask worker is a process of its own: its registry is the MLflow that vlgate's
+    # settings name (MLFLOW_TRACKING_URI, or VLGATE_HOME's), as the flow's, not an
+    # MLFLOW_REGISTRY_URI it inherited, which would resolve models:/NAME/N to another model
+    tracking.connect()
     subject = progress.subject(plan.model, plan.version)
     progress.stage(subject, progress.Stage.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
     items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))

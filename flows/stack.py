@@ -93,6 +93,7 @@ class StackState(BaseModel):
         return {
             "VLGATE_HOME": self.home,
             "MLFLOW_TRACKING_URI": self.mlflow_url,
+            "MLFLOW_REGISTRY_URI": self.mlflow_url,
             "PREFECT_API_URL": self.prefect_api,
             "VLGATE_STATE_DB": f"{sqlalchemy_url(self.postgres, 'psycopg2')}/{self.databases['state']}",
         }
@@ -242,7 +243,7 @@ class LocalStack:
             data.mkdir(parents=True, exist_ok=True)
             run([*as_owner, initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"], self.logs / "initdb.log")
         port = free_port()
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {data} -c fsync=off"
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {data} -c fsync=off"  # throw-away: durability is not its job
         run([*as_owner, pg_ctl, "-D", str(data), "-o", options, "-l", str(data / "server.log"), "-w", "start"], self.logs / "pg_ctl.log")
         return f"postgresql://postgres@127.0.0.1:{port}", str(data)
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +46,7 @@ from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
 
 log = logging.getLogger("vlgate.validation")
+
 
 class ValidationError(RuntimeError):
     """The flow cannot judge this version at all (no config, no such version)."""
@@ -195,8 +197,6 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
     claims = ClaimStore.for_home(home, lease_seconds=service_config.lease_s)
     if claims.get(model_name, version) is None:
         claims.claim(model_name, version, via="manual")
-    from prefect.runtime import flow_run
-
     attempt = claims.start(model_name, version, flow_run_id=str(flow_run.id) if flow_run.id else None)
     shown_as = progress.subject(model_name, str(version))
     progress.stage(shown_as, progress.Stage.STARTED)
@@ -225,8 +225,6 @@ def record_where_it_runs(client: Any, run_id: str) -> None:
     """The flow run and the process running the validation, on its MLflow run (a resumed
     validation overwrites them: the last attempt's)."""
     import socket
-
-    from prefect.runtime import flow_run
 
     worker = os.environ.get("PREFECT__WORKER_NAME") or "in process"
     client.set_tag(run_id, tag_keys.FLOW_RUN, str(flow_run.id))

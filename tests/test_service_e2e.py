@@ -229,8 +229,11 @@ def dask_cluster(home):
     address = f"tcp://127.0.0.1:{port}"
     logs = home / "dask-logs"
     logs.mkdir()
-    # the flow's MLflow too: a worker resolves models:/NAME/N where the flow would
-    env = os.environ | {"VLGATE_HOME": str(home), "MLFLOW_TRACKING_URI": tracking.tracking_uri(home), "OMP_NUM_THREADS": "1"}
+    # the flow's MLflow, and a registry URI naming another one (a stale shell setting, or what
+    # an earlier test left in this process's environment): a shard must still score the
+    # flow's version, not whatever models:/NAME/N names there
+    elsewhere = f"sqlite:///{home / 'elsewhere.db'}"
+    env = os.environ | {"VLGATE_HOME": str(home), "MLFLOW_TRACKING_URI": tracking.tracking_uri(home), "MLFLOW_REGISTRY_URI": elsewhere, "OMP_NUM_THREADS": "1"}
     processes = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], env=env, stdout=open(logs / "scheduler.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)]
     for n in range(2):
         command = [dask, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", f"gpu-{n}"]

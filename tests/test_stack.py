@@ -30,13 +30,13 @@ POSTGRES = "postgresql://postgres@127.0.0.1:5432"
 if not _postgres_up():  # pragma: no cover - test_service_postgres makes this a failure in CI
     pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432", allow_module_level=True)
 
-#: the versions registered at once: every checkpoint of the tiny world the smoke suite tells apart
+#: the versions registered at once: six of the tiny world's checkpoints
 CHECKPOINTS = ("vlm-steps0", "vlm-steps3", "vlm-language-prior", "vlm-answer-prior", "vlm-miscount", "vlm-poor-description")
 #: floors only: a decision that does not depend on which version was champion when it was
 #: judged, so the stack's (two at a time, in whatever order they finish) and a sequential
-#: `vlgate validate`'s are comparable version by version
-#: (the tiny world's versions score lcm-mc/lcm 0.390 to 0.399 on its 8 items: this floor
-#: rejects the two least trained, vlm-steps0 and vlm-steps3, and promotes the four others)
+#: `vlgate validate`'s are comparable version by version. The tiny world's versions score
+#: lcm-mc/lcm 0.390 to 0.399 on its 8 items: this floor rejects the two least trained,
+#: vlm-steps0 and vlm-steps3, and promotes the four others.
 POLICY = {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.395}, "resamples": 200}
 
 
