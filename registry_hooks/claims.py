@@ -179,12 +179,6 @@ class ClaimStore:
         with self.engine.connect() as connection:
             return [self._claim(row) for row in connection.execute(claims_table.select().where(claims_table.c.state.in_(LIVE_STATES)))]
 
-    def expired(self) -> list[Claim]:
-        now = utc_now()
-        query = claims_table.select().where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.lease_expires < now)
-        with self.engine.connect() as connection:
-            return [self._claim(row) for row in connection.execute(query)]
-
     def start(self, model_name: str, version: str, flow_run_id: str | None = None) -> int:
         """The flow runs: ``running``, the lease renewed, its flow run recorded. Returns the
         attempt it runs, which it hands to :meth:`finish`, :meth:`fail` and :meth:`defer`."""
