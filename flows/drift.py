@@ -31,6 +31,7 @@ from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.runners.suite import Suite
 from vlgate.flows import progress
+from vlgate.flows.recording import where_it_runs
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
 
@@ -62,15 +63,16 @@ def _suite_key(suite: Suite) -> str:
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
-def log_drift_run(client, model_name: str, version: str, batch: str, evaluators: dict[str, Any], results: list, home: Path | None = None) -> str:
+def log_drift_run(client, model_name: str, version: str, batch: str, evaluators: dict[str, Any], results: list, home: Path | None = None, where: dict[str, str] | None = None) -> str:
     """One drift run in the model's experiment: tags ``vlgate.kind=drift``,
-    ``vlgate.drift=true|false`` and the checks in brief (``TAG_DRIFT_CHECKS``), the batch's
+    ``vlgate.drift=true|false``, the checks in brief (``TAG_DRIFT_CHECKS``) and ``where``
+    (the flow run and process that checked: ``recording.where_it_runs``), the batch's
     metrics, each check's statistics (``drift/METRIC/...``) and ``drift.json`` with every check."""
     from mlflow.entities import Metric
 
     drifted = any(r.drifted for r in results)
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
-    tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: model_name, tag_keys.VERSION: version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch}
+    tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: model_name, tag_keys.VERSION: version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch} | (where or {})
     checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
     if len(checks) <= tag_keys.MAX_VALUE_CHARS:
         tags[tag_keys.DRIFT_CHECKS] = checks
@@ -119,6 +121,9 @@ class DriftResult(BaseModel):
         """The fields that were set, as JSON values."""
         return self.model_dump(mode="json", exclude_unset=True)
 
+
+NO_CHAMPION = "no champion yet: nothing to check for drift"
+
 #: The Prefect event a drift emits; an automation (a notification, a retraining
 #: deployment) triggers on it.
 DRIFT_EVENT = "vlgate.drift.detected"
@@ -147,8 +152,9 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     drift = config.drift
     client = tracking.connect(home)
     champion = tracking.champion_version(client, model_name)
-    if champion is None:
-        raise ValueError(f"registered model {model_name!r} has no champion yet: nothing to check for drift")
+    if champion is None:  # a scheduled check before the first promotion: nothing failed
+        logger.warning("drift: %s has no champion yet: nothing to check", model_name)
+        return DriftResult(model=model_name, version=None, outcome=DriftOutcome.NOT_CHECKED, error=NO_CHAMPION, checks=[])
     model_uri = f"models:/{model_name}/{champion}"
     batch_suite = Path(batch) if batch else drift.batch
     shown_as = progress.subject(model_name, str(champion), drift_batch=batch_suite.parent.name)
@@ -176,7 +182,7 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     results = detect_drifts(scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop)  # Holm across the scores of the batch
     drifted = [r for r in results if r.drifted]
 
-    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home)
+    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home, where_it_runs())
     outcome = DriftOutcome.DRIFTED if drifted else DriftOutcome.NO_DRIFT if any(r.p_value is not None for r in results) else DriftOutcome.NOT_CHECKED
     summary = DriftResult(model=model_name, version=str(champion), drifted=bool(drifted), outcome=outcome, run_id=run_id, checks=[r.as_dict() for r in results])
     if drifted:

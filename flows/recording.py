@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +22,15 @@ from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
+
+
+def where_it_runs() -> dict[str, str]:
+    """The tags naming the Prefect flow run and the process a flow runs in (a worker's name,
+    the host and the pid; "in process" outside a worker), for the run it logs to."""
+    from prefect.runtime import flow_run
+
+    worker = os.environ.get("PREFECT__WORKER_NAME") or "in process"
+    return {tag_keys.FLOW_RUN: str(flow_run.id), tag_keys.EXECUTED_BY: f"{worker} on {socket.gethostname()} pid {os.getpid()}"}
 
 
 def fingerprint_digest(records: list[dict[str, Any]]) -> str:

@@ -18,7 +18,6 @@ interrupted evaluator recomputes only what its fingerprinted record store lacks.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +38,7 @@ from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.gate import GatePolicy, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, write_decision_tags
+from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.locks import NamedLocks
@@ -221,16 +220,6 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
     return summary
 
 
-def record_where_it_runs(client: Any, run_id: str) -> None:
-    """The flow run and the process running the validation, on its MLflow run (a resumed
-    validation overwrites them: the last attempt's)."""
-    import socket
-
-    worker = os.environ.get("PREFECT__WORKER_NAME") or "in process"
-    client.set_tag(run_id, tag_keys.FLOW_RUN, str(flow_run.id))
-    client.set_tag(run_id, tag_keys.EXECUTED_BY, f"{worker} on {socket.gethostname()} pid {os.getpid()}")
-
-
 def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Path) -> None:
     """Stamp the run with whether vlgate's fast paths are exact on these weights
     (``flows/model_check.py``); a check that fails is stamped so and never stops the flow."""
@@ -279,7 +268,8 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
     suite = plan.suite
     run = client.get_run(run_id)
     link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
-    record_where_it_runs(client, run_id)
+    for key, value in where_it_runs().items():  # a resumed validation overwrites them: the last attempt's
+        client.set_tag(run_id, key, value)
     if not run.data.params:  # a resumed run has them already; params cannot be overwritten
         # the compare view's axes: what differs between validations (paths and digests are tags)
         params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}

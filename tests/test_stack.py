@@ -353,3 +353,67 @@ def restarted_mid_flow(stacked: Stacked, server: str) -> None:
     (run,) = stacked.validation_runs(version)
     assert run.info.run_id == claim.run_id and stacked.client.get_model_version("stacked", version).tags[tag_keys.DECISION] == claim.detail
     assert len([r for r in stacked.flow_runs(version) if r["state_type"] == "COMPLETED"]) == 1
+
+
+# --- drift on the pool -----------------------------------------------------------------------------
+
+
+def drift_suite(folder: Path, world: Path, seed: int) -> Path:
+    """A drift suite of lcm-nb alone on an unlabelled batch of 16 yes/no items (the world's
+    full drift suite runs GenCeption and DeCC too: minutes a check on two cores)."""
+    from vlgate.evaluators.world.datasets import build_unlabelled_batch
+
+    build_unlabelled_batch(folder, world / "checkpoints", n=16, seed=seed)
+    suite = {"name": folder.name, "batch_size": 16, "evaluators": {"lcm-nb": {"data": str(folder / "yesno"), "pair_seed": seed, "protocol": "vlgate"}}}
+    (folder / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return folder / "suite.yaml"
+
+
+def test_the_drift_cron_runs_on_the_pool_once_a_slot(tiny_world, tmp_path, monkeypatch):
+    """The drift deployment's cron (every minute here) on two workers: each slot has one
+    flow run, run by a worker (not by vlgate serve), and each logs one drift run naming
+    it."""
+    world, _ = tiny_world
+    home = tmp_path / "home"
+    write_home(home, world)
+    config = yaml.safe_load((home / "vlgate.yaml").read_text())
+    reference, batch = drift_suite(tmp_path / "reference", world, 1), drift_suite(tmp_path / "incoming", world, 2)
+    config["models"]["stacked"]["drift"] = {"reference": str(reference), "batch": str(batch), "cron": "* * * * *"}
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
+    stack = LocalStack(tmp_path / "stack", home)
+    state = stack.up(workers=2, postgres=POSTGRES)
+    try:
+        with showing_logs(state):
+            stacked = Stacked(stack, state, world, home)
+            stacked.client.create_registered_model("stacked")
+            version = stacked.register("vlm-language-prior")  # above the floor: the first champion
+            stacked.decided(version)
+            assert stacked.client.get_model_version_by_alias("stacked", "champion").version == version
+
+            def drift_runs() -> list[dict]:
+                filter_ = {"deployments": {"name": {"any_": ["vlgate-drift-stacked"]}}, "limit": 200}
+                return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, timeout=30).json()
+
+            def checked() -> list:
+                experiment = stacked.client.get_experiment_by_name("vlgate/stacked").experiment_id
+                return stacked.client.search_runs([experiment], tag_keys.runs_of_kind(tag_keys.RunKind.DRIFT))
+
+            stacked.wait(lambda: len(checked()) >= 2, 300, "fewer than two drift checks of the champion")
+            runs = drift_runs()
+            slots = [r["expected_start_time"] for r in runs]
+            assert len(slots) == len(set(slots)), slots  # one flow run a slot, however many workers poll
+            assert all(datetime.fromisoformat(slot).second == 0 for slot in slots)  # on the cron's minutes
+            finished = {r["id"]: r for r in runs if r["state_type"] == "COMPLETED"}
+            assert not [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")], [(r["state_type"], r["state"]["message"]) for r in runs]
+            serve = next(p.pid for p in state.processes if p.name == "serve")
+            for run in checked():  # each check names a finished flow run on the pool, run in a worker's process
+                flow_run = finished[run.data.tags[tag_keys.FLOW_RUN]]
+                worker, where = run.data.tags[tag_keys.EXECUTED_BY].split(" on ")
+                pid = int(where.rsplit(" pid ", 1)[1])
+                assert worker.startswith("vlgate-gpu-") and flow_run["work_pool_name"] == "vlgate-gpu" and pid != serve
+                assert pid == int(str(flow_run["infrastructure_pid"]).rsplit(":", 1)[-1])
+                assert run.data.tags[tag_keys.VERSION] == version and run.data.tags[tag_keys.DRIFT] in ("true", "false")
+            assert len({run.data.tags[tag_keys.FLOW_RUN] for run in checked()}) == len(checked())  # one check a flow run
+            print(f"{len(runs)} drift slots scheduled, {len(finished)} run, {len(checked())} champion checks")
+    finally:
+        stack.down(purge=True)

@@ -53,7 +53,7 @@ MODEL_CHECK = "vlgate.model_check"
 #: the champion version, and its validation run, that ``item_diff/`` compares the run with
 ITEM_DIFF_CHAMPION = "vlgate.item_diff.champion_version"
 ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
-#: the Prefect flow run that ran (or last resumed) the validation, and where: the worker's
+#: the Prefect flow run that ran (or last resumed) a validation or ran a drift check, and where: the worker's
 #: name ("in process" when no worker started it), host and process id
 FLOW_RUN = "vlgate.flow_run_id"
 EXECUTED_BY = "vlgate.executed_by"

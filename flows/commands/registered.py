@@ -369,17 +369,14 @@ class Drift(Command):
                 Suite.from_file(suite)  # a suite mistake is bad input, before a server starts
             except ValueError as error:
                 raise UserError(str(error)) from None
-        champion = tracking.champion_version(tracking.connect(home), args.name)
-        if champion is None:
-            result = DriftResult(model=args.name, version=None, outcome=DriftOutcome.NOT_CHECKED, error="no champion yet: nothing to check for drift", checks=[])
-        else:
-            with local_prefect_server(home):
-                from vlgate.flows.drift import drift_check
+        with local_prefect_server(home):  # the flow itself, as the schedule runs it (no champion yet: not checked)
+            from vlgate.flows.drift import drift_check
 
-                try:
-                    result = drift_check(args.name, str(batch) if batch else None)
-                except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
-                    result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
+            try:
+                result = drift_check(args.name, str(batch) if batch else None)
+            except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
+                champion = tracking.champion_version(tracking.connect(home), args.name)
+                result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
         summary = result.as_json()
 
         def text() -> None:
