@@ -437,7 +437,7 @@ class _Comparison:
         return Check(self.key, verdict, detail, limit=self.limit, **numbers)
 
 
-def _statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | None]:
+def set_statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | None]:
     """The set-level metric of a per-sample frame (with ``id``), by the evaluator's own aggregate."""
     aggregate = registry.get(evaluator).aggregate
 
@@ -447,7 +447,7 @@ def _statistic(evaluator: str, metric: str) -> Callable[[pd.DataFrame], float | 
     return statistic
 
 
-def _resampled(evaluator: str, metric: str, frame: pd.DataFrame) -> ResampledStatistic | None:
+def resampled_statistic(evaluator: str, metric: str, frame: pd.DataFrame) -> ResampledStatistic | None:
     """The metric of many resamples of a per-sample frame (with ``id``) at once, where the
     evaluator's definition computes it so (``EvaluatorDefinition.resampled``); None otherwise."""
     resampled = registry.get(evaluator).resampled
@@ -509,7 +509,7 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
         if comparison.ids is not None:
             mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
         result = paired_bootstrap_difference(
-            mine_samples, their_samples, _statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, _resampled(evaluator, metric, mine_samples)
+            mine_samples, their_samples, set_statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, resampled_statistic(evaluator, metric, mine_samples)
         )
         if result.lower is None or result.upper is None or result.difference is None:
             detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"

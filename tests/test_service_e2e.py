@@ -375,6 +375,43 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
 
 
+def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_there_is_one(home, tiny_world, capsys):
+    """``vlgate plan``: before any version, spreads are assumed and the 16 items are too few
+    for a 0.02 margin (a warning naming the rule); once v2 is champion after v1, the
+    regression's spread is measured on v2 paired with v1 and the floor's margin is the
+    champion's distance from it."""
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 16, "protocol": "vlgate"}}}))
+    policy = {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.3}, "regressions": {"lcm-mc/acc": {"max_drop": 0.02}}, "resamples": 200}
+    configure(home, {"p": (suite, policy)})
+    capsys.readouterr()
+    assert main(["plan", "p", "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    regression = next(r for r in before["rules"] if r["check"] == "lcm-mc/acc vs champion")
+    assert before["champion"] is None and regression["items"] == 16 and regression["spread_from"].startswith("assumed")
+    assert regression["items_needed"] > 16 and before["warnings"] == [regression["warning"]] and regression["warning"].startswith("lcm-mc/acc vs champion (max_drop 0.02): 16 items")
+    assert main(["plan", "p"]) == 0
+    printed = capsys.readouterr().out
+    assert "p: what each rule can decide" in printed and "warning: lcm-mc/acc vs champion (max_drop 0.02)" in printed
+
+    (home / "gate-p.yaml").write_text(yaml.safe_dump(policy | {"regressions": {"lcm-mc/acc": {"max_drop": 1.0}}}))  # both promoted
+    client = tracking.connect(home)
+    for steps in ("0", "3"):
+        tracking.register_checkpoint(client, "p", world / "checkpoints" / f"vlm-steps{steps}", home=home)
+    assert validate_pending(home, "p") == [("p", "1"), ("p", "2")] and tracking.champion_version(client, "p") == "2"
+    (home / "gate-p.yaml").write_text(yaml.safe_dump(policy))
+    capsys.readouterr()
+    assert main(["plan", "p", "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    regression = next(r for r in after["rules"] if r["check"] == "lcm-mc/acc vs champion")
+    floor = next(r for r in after["rules"] if r["check"] == "lcm-mc/lcm floor")
+    assert (after["champion"], after["baseline"], regression["spread_from"]) == ("2", "1", "champion v2 paired with v1")
+    champion_lcm = client.get_run(client.get_model_version("p", "2").tags[tag_keys.VALIDATION_RUN]).data.metrics["lcm-mc/lcm"]
+    assert floor["margin"] == pytest.approx(champion_lcm - 0.3) and floor["spread_from"] == "champion v2"
+    assert main(["plan", "nope"]) == 2 and "'nope' is not configured" in capsys.readouterr().err
+
+
 def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny_world, capsys):
     """Issue 17, item 6: an ad-hoc drift check is one command; its scores are tested with
     a Holm correction; exit 0 no drift, 3 drifted, 4 could not check, 2 bad input."""

@@ -164,3 +164,34 @@ def samples_to_decide(n: int, gap: float, half_width: float) -> int | None:
 
 def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
+
+
+def bootstrap_standard_error(
+    frame: pd.DataFrame,
+    statistic: Callable[[pd.DataFrame], float | None],
+    resamples: int = 2000,
+    seed: int = 0,
+    resampled: ResampledStatistic | None = None,
+) -> float | None:
+    """The bootstrap standard error of a set-level metric over a per-sample frame (with
+    ``id``): the spread of the metric over resamples of its rows (Efron & Tibshirani 1993,
+    ch. 6), for ratio metrics too; None when the metric is undefined or there are fewer
+    than two rows."""
+    n = len(frame)
+    if n < 2 or not np.isfinite(_value(statistic, frame)):
+        return None
+
+    def one(indices: np.ndarray) -> float:
+        return _value(statistic, frame.iloc[np.asarray(indices, dtype=int)])
+
+    def many(indices: np.ndarray, axis: int = -1) -> np.ndarray:
+        assert resampled is not None and axis == -1
+        counts = draw_counts(indices, n)
+        return resampled(frame, counts.reshape(-1, n)).reshape(counts.shape[:-1])
+
+    result = stats.bootstrap(
+        (np.arange(n),), one if resampled is None else many, vectorized=resampled is not None, n_resamples=resamples,
+        batch=max(1, RESAMPLED_CELLS // n), method="percentile", random_state=np.random.default_rng(seed),
+    )  # fmt: skip
+    error = float(result.standard_error)
+    return error if np.isfinite(error) else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vlgate.flows.commands.base import Command
 from vlgate.flows.commands.local import CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
-from vlgate.flows.commands.registered import Diff, Drift, Gate, Register, Release, Report, Serve, Status, Validate
+from vlgate.flows.commands.registered import Diff, Drift, Gate, Plan, Register, Release, Report, Serve, Status, Validate
 from vlgate.flows.commands.stack import Stack
 
 COMMANDS: tuple[Command, ...] = (
@@ -25,6 +25,7 @@ COMMANDS: tuple[Command, ...] = (
     Diff(),
     Report(),
     Init(),
+    Plan(),
     Drift(),
     Serve(),
     Stack(),

@@ -392,6 +392,78 @@ class Drift(Command):
         return Answer(summary, status=status, text=text)
 
 
+class Plan(Command):
+    name = "plan"
+    help = "what each rule of a model's policy can decide on its suite's items, before anything runs"
+    description = (
+        "For every rule of the model's gate policy: the items it is judged on, the per-item spread of its statistic (measured on the "
+        "champion, paired with the version validated before it; assumed where there is none), the smallest change it detects with "
+        "80 % power at the policy's level, and the items its margin needs; a warning names each rule the suite is too small for "
+        "(flows/power.py). Exit status 0; 2 for bad input."
+    )
+    json_help = "the plan as one JSON object: every rule's row and the warnings"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        """The model's power plan from its configuration, its suite's items and its champion's records."""
+        from vlgate import tracking
+        from vlgate.flows.plan import read_model_config
+        from vlgate.flows.power import plan_power
+        from vlgate.flows.recording import champion_outputs, run_outputs
+        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+
+        home = service_home()
+        config = ServiceConfig.load(home).for_model(args.name)
+        if config is None:
+            raise UserError(f"registered model {args.name!r} is not configured in {home / CONFIG_FILE} (models.NAME: suite, policy)")
+        try:
+            suite, policy = read_model_config(config)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        items = suite_item_counts(suite, policy.evaluators())
+        client = tracking.connect(home)
+        champion_version, champion = champion_outputs(client, args.name, exclude_version="")
+        baseline_version, baseline = None, None
+        if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
+            runs = tracking.validation_runs(client, args.name)
+            earlier = [int(v) for v in runs if v.isdigit() and int(v) < int(champion_version)]
+            if earlier:
+                baseline_version = str(max(earlier))
+                baseline = run_outputs(client, runs[baseline_version].info.run_id)
+        plan = plan_power(args.name, policy, items, champion or None, champion_version, baseline, baseline_version)
+        summary = plan.model_dump(mode="json") | {"warnings": plan.warnings}
+
+        def text() -> None:
+            from rich.console import Console
+
+            from vlgate.flows.power import plan_table
+
+            Console().print(plan_table(plan))
+            for warning in plan.warnings:
+                print(f"warning: {warning}")
+
+        return Answer(summary, text=text)
+
+
+def suite_item_counts(suite: Any, evaluators: set[str]) -> dict[str, int]:
+    """The items the suite runs of each of ``evaluators`` (its data sets loaded, as a run loads them)."""
+    import tempfile
+
+    from vlgate.evaluators.runners.suite import load_items
+
+    counts = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, spec in suite.evaluators.items():
+            if name in evaluators:
+                try:
+                    counts[name] = len(load_items(name, spec, Path(scratch) / name)[0])
+                except (OSError, ValueError) as error:
+                    raise UserError(f"suite {suite.name}: {name}: {error}") from None
+    return counts
+
+
 class Serve(Command):
     name = "serve"
     help = "the long-running service: webhook receiver, poller, scheduled drift checks"

@@ -1,0 +1,253 @@
+"""Deciding with fewer items: power planning and group-sequential boundaries for the gate.
+Pure numpy/scipy.
+
+**Power planning.** A rule judged on ``n`` items by a one-sided test at level α, on a
+statistic whose per-item standard deviation is σ (a paired difference's for a comparison
+with the champion, the metric's own for a floor), has the standard error σ/√n and
+detects a true distance Δ from its margin with probability Φ(Δ√n/σ − z₁₋α) (the
+normal approximation of a one-sided z-test). Its minimum detectable effect at power
+1 − β is (z₁₋α + z₁₋β)·σ/√n, and a margin Δ needs ⌈((z₁₋α + z₁₋β)·σ/Δ)²⌉ items.
+
+**Group-sequential looks.** The items are evaluated in a seeded, stratified order and
+the gate looks after fractions t₁ < … < t_K = 1 of them. At each look a rule's
+standardised statistic Z_k = (estimate − margin)/SE_k is compared with a boundary c_k.
+The boundaries spend the level α over the looks with Lan & DeMets' (1983) spending
+function of O'Brien–Fleming type, α(t) = 2 − 2Φ(z₁₋α/₂/√t): almost nothing at early
+looks (a decision there must be overwhelming), nearly the whole α at the last look, so
+the last look's boundary is close to the fixed-sample one. Each boundary solves
+P(Z₁ < c₁, …, Z_{k−1} < c_{k−1}, Z_k ≥ c_k) = α(t_k) − α(t_{k−1}) under the canonical
+joint distribution of the Z_k (Jennison & Turnbull 2000, Group Sequential Methods, §3.1:
+multivariate normal, Corr(Z_i, Z_j) = √(t_i/t_j) for t_i ≤ t_j), with the crossing
+probabilities computed by scipy's multivariate normal (Genz's algorithm). Spending
+rather than fixed boundaries means the looks may fall at other fractions than planned
+(a stratum running out, a shard lost) and the error rate still holds.
+
+Why this design and not an anytime-valid confidence sequence (Waudby-Smith & Ramdas
+2023): the looks are few and planned, the metrics are smooth functions of per-item
+means (the canonical joint distribution holds for them asymptotically), and for a
+handful of looks a spending design loses almost no power against the fixed-sample test
+(its largest sample grows by about 2 % for four looks) where a confidence sequence is
+markedly wider at the last look. The Pocock-type function (Lan & DeMets' α₂*) stops clear
+failures sooner, but spending more at early looks, where the standard error rests on few
+items, it let through more than α of candidates at the margin on the skewed per-item
+differences of a regression (0.059 at α = 0.05, four looks on 400 items, 9 % of items
+lost and 4 % won against the champion; 0.053 with this function, 0.052 fixed-sample):
+not offered.
+
+**Many rules.** Stopping to reject needs one rule shown failing. Across the rules tested
+the gate uses Holm's step-down with each step's level spent over the looks (the
+group-sequential Holm procedure of Maurer & Bretz 2013, "Multiple testing in group
+sequential trials using graphical approaches", equal weights): the j-th smallest p-value
+(0-based) is held to the look's nominal level of the spending at α/(m − j).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize, stats
+
+#: the power a plan asks of every rule
+DEFAULT_POWER = 0.8
+
+
+def one_sided_z(alpha: float) -> float:
+    """z₁₋α: the standard normal quantile a one-sided test at level α compares with."""
+    return float(stats.norm.ppf(1 - alpha))
+
+
+def minimum_detectable_effect(sd: float, n: int, alpha: float, power: float = DEFAULT_POWER) -> float:
+    """The smallest true distance from a rule's margin that a one-sided z-test at level
+    ``alpha`` on ``n`` items (per-item standard deviation ``sd``) detects with probability
+    ``power``: (z₁₋α + z_power)·σ/√n (the one-sided test's power equation solved for Δ)."""
+    if n < 1:
+        return float("inf")
+    return (one_sided_z(alpha) + float(stats.norm.ppf(power))) * sd / np.sqrt(n)
+
+
+def items_needed(sd: float, effect: float, alpha: float, power: float = DEFAULT_POWER) -> int | None:
+    """The items a one-sided z-test at level ``alpha`` needs to detect a true distance
+    ``effect`` from its margin with probability ``power``: ⌈((z₁₋α + z_power)·σ/Δ)²⌉ (the
+    power equation solved for n). None when ``effect`` is 0: no number of items detects it."""
+    if effect <= 0:
+        return None
+    return max(1, int(np.ceil(((one_sided_z(alpha) + float(stats.norm.ppf(power))) * sd / effect) ** 2)))
+
+
+def obrien_fleming_spending(fraction: float, alpha: float) -> float:
+    """The one-sided level spent by information fraction t: α(t) = 2 − 2Φ(z₁₋α/₂/√t)
+    (Lan & DeMets 1983, the O'Brien–Fleming-type spending function α₁*; α(1) = α)."""
+    if fraction <= 0:
+        return 0.0
+    return float(2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 2) / np.sqrt(min(fraction, 1.0))))
+
+
+def _canonical_covariance(fractions: np.ndarray) -> np.ndarray:
+    """Corr(Z_i, Z_j) = √(t_i/t_j), t_i ≤ t_j (Jennison & Turnbull 2000, §3.1)."""
+    low, high = np.minimum.outer(fractions, fractions), np.maximum.outer(fractions, fractions)
+    return np.sqrt(low / high)
+
+
+def _continue_probability(bounds: np.ndarray, covariance: np.ndarray) -> float:
+    """P(Z_1 < c_1, …, Z_k < c_k) under the null: no boundary crossed by look k."""
+    if len(bounds) == 1:
+        return float(stats.norm.cdf(bounds[0]))
+    # Genz's algorithm is randomised quasi-Monte Carlo: a fixed generator makes the boundaries reproducible
+    generator = np.random.default_rng(0)
+    return float(stats.multivariate_normal.cdf(bounds, mean=np.zeros(len(bounds)), cov=covariance, maxpts=200_000 * len(bounds), abseps=1e-9, releps=1e-7, rng=generator))
+
+
+def _excess_crossing(bound: float, earlier: list[float], covariance: np.ndarray, continued_before: float, spent: float) -> float:
+    """P(no earlier crossing, Z_k ≥ bound) − the level spent at look k: 0 at look k's boundary."""
+    return continued_before - _continue_probability(np.asarray([*earlier, bound]), covariance) - spent
+
+
+@lru_cache(maxsize=256)
+def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+    t = np.asarray(fractions, dtype=float)
+    spent_by = obrien_fleming_spending
+    bounds: list[float] = []
+    for k in range(len(t)):
+        spent = spent_by(t[k], alpha) - (spent_by(t[k - 1], alpha) if k else 0.0)
+        if k == 0:
+            bounds.append(float(stats.norm.ppf(1 - spent)))
+            continue
+        covariance = _canonical_covariance(t[: k + 1])
+        before = _continue_probability(np.asarray(bounds), covariance[:k, :k])
+        # below the fixed-sample bound the crossing probability exceeds what is spent; far out it is 0
+        bounds.append(float(optimize.brentq(_excess_crossing, -1.0, 12.0, args=(bounds, covariance, before, spent), xtol=1e-7)))
+    return tuple(bounds)
+
+
+def spending_boundaries(fractions: Sequence[float], alpha: float) -> np.ndarray:
+    """The boundaries c_1..c_K of the looks at information ``fractions`` (increasing, the
+    last 1) spending one-sided ``alpha`` by :func:`obrien_fleming_spending`: each solves
+    P(Z_1 < c_1, …, Z_{k−1} < c_{k−1}, Z_k ≥ c_k) = α(t_k) − α(t_{k−1}) under the canonical
+    joint distribution."""
+    t = validated_fractions(fractions)
+    return np.asarray(_boundaries(tuple(round(float(f), 12) for f in t), float(alpha)))
+
+
+def nominal_levels(fractions: Sequence[float], alpha: float) -> np.ndarray:
+    """Each look's nominal one-sided level 1 − Φ(c_k): a test at look k rejects when its
+    p-value is at most this."""
+    return np.asarray(stats.norm.sf(spending_boundaries(fractions, alpha)))
+
+
+def t_boundary(nominal_level: float, items: int) -> float:
+    """A look's boundary for a studentised statistic on ``items`` items: the Student t
+    quantile with n − 1 degrees of freedom at the look's nominal level. The boundaries
+    assume a known standard error; with one estimated from few items (an early look) the
+    z boundary lets through more than the level spent, the t boundary does not."""
+    return float(stats.t.isf(nominal_level, df=max(items - 1, 1)))
+
+
+def validated_fractions(fractions: Sequence[float]) -> np.ndarray:
+    """Look fractions as an array; ValueError unless they increase strictly within (0, 1] and end at 1."""
+    t = np.asarray(list(fractions), dtype=float)
+    if t.size == 0 or t[0] <= 0 or np.any(np.diff(t) <= 0) or not np.isclose(t[-1], 1.0):
+        raise ValueError(f"looks must increase strictly within (0, 1] and end at 1, got {list(fractions)}")
+    return t
+
+
+def sequential_holm(p_values: Sequence[float], alpha: float, fractions: Sequence[float], look: int) -> np.ndarray:
+    """Which of m hypotheses Holm's step-down rejects at look ``look`` (0-based) of a
+    design with looks at ``fractions``: the j-th smallest p-value (0-based) against the
+    look's nominal level of the spending at α/(m − j), stopping at the first that is not
+    below it (Maurer & Bretz 2013, Holm's weights). At the last look of a one-look design
+    this is Holm's procedure itself."""
+    p = np.asarray(p_values, dtype=float)
+    rejected = np.zeros(p.size, dtype=bool)
+    for step, index in enumerate(np.argsort(p, kind="stable")):
+        level = nominal_levels(fractions, alpha / (p.size - step))[look]
+        if not p[index] <= level:
+            break
+        rejected[index] = True
+    return rejected
+
+
+def stratified_order(ids: Sequence[Hashable], strata: Sequence[Hashable], seed: int) -> list[Hashable]:
+    """A seeded random order of ``ids`` in which every prefix holds each stratum in its
+    share of the whole, to within one item (systematic allocation): each stratum's items
+    are shuffled and spread evenly over the order, at positions (i + u_s)/n_s for its i-th
+    item with a random offset u_s per stratum, ties broken at random. So the first quarter
+    of the items is a fair sample of the whole for every look."""
+    if len(ids) != len(strata):
+        raise ValueError(f"{len(ids)} ids but {len(strata)} strata")
+    rng = np.random.default_rng(seed)
+    members: dict[Hashable, list[int]] = {}
+    for position, stratum in enumerate(strata):
+        members.setdefault(stratum, []).append(position)
+    keys = np.empty(len(ids))
+    for stratum in sorted(members, key=str):
+        positions = np.asarray(members[stratum])[rng.permutation(len(members[stratum]))]
+        keys[positions] = (np.arange(len(positions)) + rng.uniform()) / len(positions)
+    tie_break = rng.permutation(len(ids))
+    return [ids[i] for i in np.lexsort((tie_break, keys))]
+
+
+# --- one rule's decision over the looks -------------------------------------------------------------
+
+#: a rule's state after a look: decided either way, or not yet
+PASS, FAIL, CONTINUE, INCONCLUSIVE = "pass", "fail", "continue", "inconclusive"
+
+
+def standardised(improvement: np.ndarray | float, margin: float, standard_error: np.ndarray | float) -> np.ndarray:
+    """Z = (improvement − margin)/SE: how many standard errors the estimate sits above the
+    rule's margin (positive: on the passing side). NaN where the standard error is 0 or undefined."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = (np.asarray(improvement, dtype=float) - margin) / np.asarray(standard_error, dtype=float)
+    return np.where(np.asarray(standard_error) > 0, z, np.nan)
+
+
+def look_verdicts(z: np.ndarray, fail_boundary: float, pass_boundary: float, last: bool, promote_early: bool) -> np.ndarray:
+    """One look's verdict of each Z: fail when Z ≤ −``fail_boundary`` (shown on the wrong
+    side of the margin), pass when Z ≥ ``pass_boundary`` at the last look (or at any look
+    where the policy promotes early), else continue — inconclusive at the last look. An
+    undefined Z (too few items to estimate a spread) decides nothing before the last look."""
+    z = np.asarray(z, dtype=float)
+    passing = (z >= pass_boundary) & (last or promote_early)
+    verdict = np.where(z <= -fail_boundary, FAIL, np.where(passing, PASS, INCONCLUSIVE if last else CONTINUE))
+    return verdict.astype(object)
+
+
+def sequential_decisions(z_at_looks: np.ndarray, sizes: Sequence[int], fractions: Sequence[float], alpha: float, promote_early: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of studentised statistics at the looks (decisions × looks, ``sizes`` items
+    at each) judged as the gate judges one rule: pass and fail each at one-sided ``alpha``
+    spent over the looks, on t boundaries (:func:`t_boundary`); the first look that decides
+    stops it. Returns each decision's verdict and the look (0-based) it stopped at. With
+    one look at 1 this is the fixed-sample test."""
+    z = np.atleast_2d(np.asarray(z_at_looks, dtype=float))
+    levels = nominal_levels(fractions, alpha)
+    verdict = np.full(z.shape[0], CONTINUE, dtype=object)
+    stopped = np.full(z.shape[0], len(levels) - 1)
+    for look, (level, items) in enumerate(zip(levels, sizes, strict=True)):
+        bound = t_boundary(level, items)
+        open_ = verdict == CONTINUE
+        now = look_verdicts(z[open_, look], bound, bound, last=look == len(levels) - 1, promote_early=promote_early)
+        verdict[open_] = now
+        stopped[np.flatnonzero(open_)[now != CONTINUE]] = look
+    return verdict, stopped
+
+
+def look_sizes(n: int, fractions: Sequence[float]) -> np.ndarray:
+    """The items judged at each look of ``n``: ⌈t_k·n⌉, the last look all of them."""
+    t = validated_fractions(fractions)
+    sizes = np.ceil(t * n - 1e-9).astype(int)
+    sizes[-1] = n
+    return np.maximum(sizes, 1)
+
+
+def paired_z_at_looks(differences: np.ndarray, margin: float, fractions: Sequence[float]) -> np.ndarray:
+    """Z at each look of per-item paired improvements (decisions × items, in evaluation
+    order): the prefix's mean against the margin over its standard error s/√n — the
+    standard error the gate's bootstrap estimates for a mean metric."""
+    d = np.atleast_2d(np.asarray(differences, dtype=float))
+    columns = []
+    for size in look_sizes(d.shape[1], fractions):
+        prefix = d[:, :size]
+        se = prefix.std(axis=1, ddof=1) / np.sqrt(size) if size > 1 else np.full(d.shape[0], np.nan)
+        columns.append(standardised(prefix.mean(axis=1), margin, se))
+    return np.stack(columns, axis=1)

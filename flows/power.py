@@ -1,0 +1,239 @@
+"""Power planning (``vlgate plan MODEL``): before any GPU time is spent, what each rule of a
+model's policy can decide on the items of its suite.
+
+For every rule the plan gives the items it is judged on, the per-item spread of its
+statistic, the smallest change it detects with 80 % power, and the items its margin
+needs (``evaluators/metrics/sequential.py`` has the equations):
+
+* a **regression** (``max_drop`` δ) compares the candidate with the champion on the
+  shared items. Its spread is that of the paired difference, measured between the
+  champion and the version validated before it (the closest thing to a candidate there
+  is); with no such version, √2 times the champion's own spread (two uncorrelated
+  versions: an overestimate for versions that share most answers, so a safe one); with
+  no champion, the largest spread a [0, 1] per-item score can have, 0.5 per version.
+  *Detectable* is how far beyond the margin a true drop must be to be shown failing
+  with 80 % power at the level Holm's first step holds a failure to (α/m over the m
+  comparisons); *items needed* is what a candidate as good as the champion needs to
+  pass with 80 % power (its distance from the margin is δ). A suite smaller than that,
+  or a margin of 0, gets a warning naming the rule;
+* a **superiority** rule (``min_gain``): the true gain beyond ``min_gain`` that is shown
+  with 80 % power; it has no margin of its own to size the suite by;
+* a **floor** or **ceiling** is judged on the candidate's estimate itself, without a
+  test: *detectable* is how far beyond the limit a candidate must be to land on the
+  wrong side of it with 80 % probability, and *items needed* what a candidate as good as
+  the champion needs to land on the right side with 80 % probability. Warned when the
+  suite is smaller, or when the champion itself is on the wrong side;
+* per-category rules, the same for each category the champion's records have.
+
+The spreads are bootstrap standard errors of the metric as the evaluator aggregates it
+(ratio metrics included), times √n.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from vlgate.decisions import Rule
+from vlgate.evaluators import registry
+from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, paired_bootstrap_difference
+from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.flows.gate import CheckKey, GatePolicy, resampled_statistic, set_statistic
+
+#: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
+#: assumed for a version when there is no champion to measure one on
+LARGEST_UNIT_SPREAD = 0.5
+#: the level of a rule judged on the estimate itself (floors, ceilings): z = 0
+ESTIMATE_ITSELF = 0.5
+
+
+class RulePower(BaseModel):
+    """What one rule of the policy can decide on the suite's items."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: str
+    rule: Rule
+    items: int | None
+    spread: float | None
+    spread_from: str
+    level: float
+    margin: float | None = None
+    detectable: float | None = None
+    items_needed: int | None = None
+    warning: str | None = None
+
+
+class PowerPlan(BaseModel):
+    """``vlgate plan``'s answer: every rule's row, and the versions the spreads came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    champion: str | None
+    baseline: str | None
+    alpha: float
+    power: float
+    rules: list[RulePower]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [rule.warning for rule in self.rules if rule.warning]
+
+
+def bounded_unit(qualified: str) -> bool:
+    spec = registry.metric(qualified)
+    return spec is not None and spec.low == 0.0 and spec.high == 1.0
+
+
+class _Spreads:
+    """Per-item spreads of metrics, measured on the champion (and paired with the
+    baseline version), or assumed where there is nothing to measure."""
+
+    def __init__(self, policy: GatePolicy, champion: dict[str, EvaluatorOutput] | None, baseline: dict[str, EvaluatorOutput] | None, champion_version: str | None, baseline_version: str | None):
+        self.policy, self.champion, self.baseline = policy, champion, baseline
+        self.champion_version, self.baseline_version = champion_version, baseline_version
+
+    def _frame(self, outputs: dict[str, EvaluatorOutput] | None, evaluator: str, ids: set[Any] | None) -> Any:
+        output = None if outputs is None else outputs.get(evaluator)
+        frame = None if output is None else output.samples
+        if frame is not None and ids is not None:
+            frame = frame[frame["id"].isin(ids)]
+        return frame
+
+    def single(self, qualified: str, ids: set[Any] | None = None) -> tuple[float | None, float | None, str]:
+        """(the champion's value, the per-item spread, where it came from)."""
+        evaluator, metric = registry.split_metric(qualified)
+        frame = self._frame(self.champion, evaluator, ids)
+        if frame is None or len(frame) < 2:
+            if bounded_unit(qualified):
+                return None, LARGEST_UNIT_SPREAD, "assumed: no champion records"
+            return None, None, "unknown: no champion records"
+        statistic = set_statistic(evaluator, metric)
+        error = bootstrap_standard_error(frame, statistic, self.policy.resamples, self.policy.seed, resampled_statistic(evaluator, metric, frame))
+        value = statistic(frame)
+        spread = None if error is None else error * math.sqrt(len(frame))
+        return (None if value is None else float(value)), spread, f"champion v{self.champion_version}"
+
+    def paired(self, qualified: str, ids: set[Any] | None = None) -> tuple[float | None, str]:
+        """(the per-item spread of candidate − champion, where it came from)."""
+        evaluator, metric = registry.split_metric(qualified)
+        mine, theirs = self._frame(self.champion, evaluator, ids), self._frame(self.baseline, evaluator, ids)
+        if mine is not None and theirs is not None:
+            result = paired_bootstrap_difference(mine, theirs, set_statistic(evaluator, metric), 0.95, self.policy.resamples, self.policy.seed, resampled_statistic(evaluator, metric, mine))
+            if result.distribution.size > 1 and result.n_shared > 1:
+                return float(result.distribution.std(ddof=1)) * math.sqrt(result.n_shared), f"champion v{self.champion_version} paired with v{self.baseline_version}"
+        _, spread, source = self.single(qualified, ids)
+        if spread is None:
+            return None, source
+        return math.sqrt(2) * spread, f"{source}, versions taken as uncorrelated" if source.startswith("champion") else f"{source}, two versions"
+
+
+def _count(items: int | None, ids: set[Any] | None) -> int | None:
+    return len(ids) if ids is not None else items
+
+
+def _bound_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads, ids: set[Any] | None, power: float) -> RulePower:
+    value, spread, source = spreads.single(key.metric, ids)
+    n = _count(items, ids)
+    floor = key.rule is Rule.FLOOR
+    margin = None if value is None else (value - limit if floor else limit - value)
+    detectable = None if spread is None or n is None else minimum_detectable_effect(spread, n, ESTIMATE_ITSELF, power)
+    needed = None if spread is None or margin is None or margin <= 0 else items_needed(spread, margin, ESTIMATE_ITSELF, power)
+    warning = None
+    if margin is not None and margin <= 0:
+        warning = f"{key.name} {limit:g}: the champion itself is on the wrong side ({value:.4f}); most candidates like it will fail"
+    elif needed is not None and n is not None and n < needed:
+        warning = f"{key.name} {limit:g}: the champion is {margin:.4f} from it; on {n} items a candidate as good lands on the right side with {power:.0%} probability only from about {needed:,} items"
+    return RulePower(check=key.name, rule=key.rule, items=n, spread=spread, spread_from=source, level=ESTIMATE_ITSELF, margin=margin, detectable=detectable, items_needed=needed, warning=warning)
+
+
+def _comparison_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads, ids: set[Any] | None, alpha: float, fail_level: float, power: float) -> RulePower:
+    spread, source = spreads.paired(key.metric, ids)
+    n = _count(items, ids)
+    superiority = key.rule is Rule.SUPERIORITY
+    level = alpha if superiority else fail_level
+    detectable = None if spread is None or n is None else minimum_detectable_effect(spread, n, level, power)
+    margin = None if superiority else -limit
+    needed = None if superiority or spread is None or margin is None else items_needed(spread, margin, alpha, power)
+    warning = None
+    if not superiority and margin == 0:
+        warning = f"{key.name} (max_drop 0): a candidate as good as the champion passes with probability {alpha:g} only, on any number of items"
+    elif needed is not None and n is not None and n < needed:
+        shown = f"{detectable:.4f}" if detectable is not None else "?"
+        warning = (
+            f"{key.name} (max_drop {margin:g}): {n} items show a drop {shown} beyond the margin with {power:.0%} power; "
+            f"a candidate as good as the champion passes with {power:.0%} power only from about {needed:,} items"
+        )
+    return RulePower(check=key.name, rule=key.rule, items=n, spread=spread, spread_from=source, level=level, margin=margin, detectable=detectable, items_needed=needed, warning=warning)
+
+
+def _category_ids(champion: dict[str, EvaluatorOutput] | None, evaluator: str, only: Iterable[str] | None) -> dict[str, set[Any]]:
+    """Each category's record ids in the champion's records (the categories a rule names, or all)."""
+    group_field = registry.get(evaluator).group_field or ""
+    output = None if champion is None else champion.get(evaluator)
+    found: dict[str, set[Any]] = {}
+    for record in output.records if output is not None else []:
+        if record.get(group_field) is not None:
+            found.setdefault(str(record[group_field]), set()).add(record.get("id"))
+    return {category: found.get(category, set()) for category in (only or sorted(found))}
+
+
+def plan_power(
+    model: str,
+    policy: GatePolicy,
+    items: dict[str, int],
+    champion: dict[str, EvaluatorOutput] | None = None,
+    champion_version: str | None = None,
+    baseline: dict[str, EvaluatorOutput] | None = None,
+    baseline_version: str | None = None,
+    power: float = DEFAULT_POWER,
+) -> PowerPlan:
+    """Every rule's row (module docstring). ``items``: the items the suite runs, by
+    evaluator; ``champion``/``baseline``: the outputs the spreads are measured on."""
+    alpha = 1 - policy.confidence
+    spreads = _Spreads(policy, champion, baseline, champion_version, baseline_version)
+    categories = {name: _category_ids(champion, registry.split_metric(name)[0], rule.only) for name, rule in policy.categories.items()}
+    comparisons = len(policy.regressions) + len(policy.superiority) + sum(len(categories[name]) for name, rule in policy.categories.items() if rule.max_drop is not None)
+    fail_level = alpha / comparisons if policy.correction != "none" and comparisons else alpha
+    rows = []
+    for name, limit in policy.floors.items():
+        rows.append(_bound_row(CheckKey(Rule.FLOOR, name), limit, items.get(registry.split_metric(name)[0]), spreads, None, power))
+    for name, limit in policy.ceilings.items():
+        rows.append(_bound_row(CheckKey(Rule.CEILING, name), limit, items.get(registry.split_metric(name)[0]), spreads, None, power))
+    for name, regression in policy.regressions.items():
+        rows.append(_comparison_row(CheckKey(Rule.REGRESSION, name), -regression.max_drop, items.get(registry.split_metric(name)[0]), spreads, None, alpha, fail_level, power))
+    for name, superiority in policy.superiority.items():
+        rows.append(_comparison_row(CheckKey(Rule.SUPERIORITY, name), superiority.min_gain, items.get(registry.split_metric(name)[0]), spreads, None, alpha, fail_level, power))
+    for name, rule in policy.categories.items():
+        for category, ids in categories[name].items():
+            for kind, bound in ((Rule.FLOOR, rule.floor), (Rule.CEILING, rule.ceiling)):
+                if bound is not None:
+                    rows.append(_bound_row(CheckKey(kind, name, category), bound, None, spreads, ids, power))
+            if rule.max_drop is not None:
+                rows.append(_comparison_row(CheckKey(Rule.REGRESSION, name, category), -rule.max_drop, None, spreads, ids, alpha, fail_level, power))
+    return PowerPlan(model=model, champion=champion_version if champion is not None else None, baseline=baseline_version if baseline is not None else None, alpha=alpha, power=power, rules=rows)
+
+
+def _shown(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def plan_table(plan: PowerPlan) -> Any:
+    """The plan as a rich table, a row per rule (the warnings are printed under it)."""
+    from rich import box
+    from rich.table import Table
+
+    based_on = f"champion v{plan.champion}" + (f", paired with v{plan.baseline}" if plan.baseline else "") if plan.champion else "no champion: spreads assumed"
+    table = Table(title=f"{plan.model}: what each rule can decide ({plan.power:.0%} power, α = {plan.alpha:g}; {based_on})", box=box.SIMPLE_HEAD)
+    for column in ("check", "items", "spread", "level", "margin", "detectable", "items needed", ""):
+        table.add_column(column, justify="left" if column in ("check", "") else "right")
+    for rule in plan.rules:
+        level = "estimate" if rule.level == ESTIMATE_ITSELF else f"{rule.level:.3g}"
+        needed = "—" if rule.items_needed is None else f"{rule.items_needed:,}"
+        table.add_row(rule.check, "—" if rule.items is None else f"{rule.items:,}", _shown(rule.spread, 3), level, _shown(rule.margin), _shown(rule.detectable), needed, "[bold red]warning[/]" if rule.warning else "ok")
+    return table

@@ -1,0 +1,118 @@
+"""Power planning and group-sequential boundaries (evaluators/metrics/sequential.py):
+hand-computed cases, the published boundaries, and error rates by simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from vlgate.evaluators.metrics import sequential
+
+LOOKS = (0.25, 0.5, 0.75, 1.0)
+
+
+def test_the_minimum_detectable_effect_and_items_needed_are_the_power_equation_by_hand():
+    # σ = 0.5, n = 100, α = 0.05 one-sided, 80 % power: (1.644854 + 0.841621)·0.5/10
+    assert sequential.minimum_detectable_effect(0.5, 100, 0.05) == pytest.approx((1.644854 + 0.841621) * 0.05, abs=1e-6)
+    assert sequential.minimum_detectable_effect(0.5, 100, 0.05) == pytest.approx(0.124324, abs=1e-6)
+    # a margin of 0.02 needs ⌈(2.486475·0.5/0.02)²⌉ = ⌈3863.9⌉ items; at that n the MDE is the margin
+    assert sequential.items_needed(0.5, 0.02, 0.05) == 3865
+    assert sequential.minimum_detectable_effect(0.5, 3865, 0.05) <= 0.02 < sequential.minimum_detectable_effect(0.5, 3864, 0.05)
+    assert sequential.items_needed(0.5, 0.0, 0.05) is None and sequential.minimum_detectable_effect(0.5, 0, 0.05) == float("inf")
+
+
+def test_the_spending_function_spends_alpha_by_the_last_look_and_little_early():
+    assert sequential.obrien_fleming_spending(1.0, 0.05) == pytest.approx(0.05, abs=1e-12)
+    assert sequential.obrien_fleming_spending(0.0, 0.05) == 0.0
+    # α(0.25) = 2 − 2Φ(1.959964/0.5) = 2 − 2Φ(3.919928)
+    assert sequential.obrien_fleming_spending(0.25, 0.05) == pytest.approx(2 * stats.norm.sf(3.919928), rel=1e-5)
+
+
+def test_the_boundaries_are_those_published_for_four_equally_spaced_looks():
+    """gsDesign's sfLDOF (one-sided α = 0.025, four equally spaced looks): 4.3326, 2.9631,
+    2.3590, 2.0141 (Jennison & Turnbull 2000, Table 7.6 lists the same design)."""
+    assert sequential.spending_boundaries(LOOKS, 0.025) == pytest.approx([4.3326, 2.9631, 2.3590, 2.0141], abs=2e-4)
+    # one look is the fixed-sample test
+    assert sequential.spending_boundaries([1.0], 0.05) == pytest.approx([stats.norm.isf(0.05)], abs=1e-9)
+
+
+def test_the_boundaries_spend_exactly_the_level_under_the_null():
+    """Simulated canonical Z's (Brownian motion at the looks): the chance of ever crossing
+    is α, and the chance of crossing by look k is α(t_k)."""
+    rng = np.random.default_rng(1)
+    increments = rng.standard_normal((400_000, len(LOOKS))) * np.sqrt(np.diff([0.0, *LOOKS]))
+    z = np.cumsum(increments, axis=1) / np.sqrt(LOOKS)
+    crossed = np.maximum.accumulate(z >= sequential.spending_boundaries(LOOKS, 0.05), axis=1)
+    spent = [sequential.obrien_fleming_spending(t, 0.05) for t in LOOKS]
+    assert crossed.mean(axis=0) == pytest.approx(spent, abs=3 * np.sqrt(0.05 / 400_000) + 1e-4)
+
+
+def test_looks_must_increase_and_end_at_all_the_items():
+    for bad in ([0.5, 0.25, 1.0], [0.25, 0.5], [0.0, 1.0], []):
+        with pytest.raises(ValueError, match="looks must increase"):
+            sequential.spending_boundaries(bad, 0.05)
+    assert list(sequential.look_sizes(10, LOOKS)) == [3, 5, 8, 10]
+
+
+def test_holm_over_the_looks_is_holm_at_one_look_and_stricter_early():
+    p = [0.01, 0.04, 0.03, 0.5]
+    # Holm at α = 0.05: 0.01 ≤ 0.05/4, then 0.03 > 0.05/3 stops; below, 0.001, 0.015 ≤ 0.05/3, 0.024 ≤ 0.05/2
+    assert list(sequential.sequential_holm(p, 0.05, [1.0], look=0)) == [True, False, False, False]
+    assert list(sequential.sequential_holm([0.001, 0.015, 0.024, 0.9], 0.05, [1.0], look=0)) == [True, True, True, False]
+    # at the first of four looks the smallest must clear the spending at α/4 there
+    first = sequential.nominal_levels(LOOKS, 0.05 / 4)[0]
+    assert list(sequential.sequential_holm([first * 0.99, 0.5], 0.05 / 2, LOOKS, look=0)) == [True, False]
+    assert not sequential.sequential_holm([first * 1.01, 0.5], 0.05 / 2, LOOKS, look=0).any()
+
+
+def test_a_stratified_order_keeps_every_prefix_a_fair_sample_and_is_seeded():
+    strata = ["animals"] * 60 + ["vehicles"] * 30 + ["food"] * 10
+    ids = list(range(100))
+    order = sequential.stratified_order(ids, strata, seed=7)
+    assert sorted(order) == ids and order == sequential.stratified_order(ids, strata, seed=7) != sequential.stratified_order(ids, strata, seed=8)
+    stratum_of = dict(zip(ids, strata, strict=True))
+    for length in range(1, 101):
+        for name, total in (("animals", 60), ("vehicles", 30), ("food", 10)):
+            held = sum(stratum_of[i] == name for i in order[:length])
+            assert abs(held - length * total / 100) < 1 + 1e-9, (length, name, held)
+
+
+def simulated_differences(true_change: float, decisions: int, items: int, rng: np.random.Generator) -> np.ndarray:
+    """Per-item paired improvements (candidate − champion) of a correct/incorrect metric:
+    a champion right on 60 % of the items, a candidate that gains 10 % of the champion's
+    misses and loses what makes the mean change ``true_change``."""
+    champion = rng.random((decisions, items)) < 0.6
+    gain = 0.1
+    loss = (gain * 0.4 - true_change) / 0.6
+    draw = rng.random((decisions, items))
+    candidate = np.where(champion, draw >= loss, draw < gain)
+    return candidate.astype(float) - champion
+
+
+@pytest.mark.parametrize("promote_early", [True, False])
+def test_the_sequential_rule_keeps_its_error_rates_and_stops_failures_early(promote_early):
+    """10,000 decisions per case of a regression rule (max_drop 0.05, α = 0.05) on 400
+    items, looks at a quarter each: false rejections (no true change) and false promotions
+    (a true drop at the margin) at most α plus three Monte-Carlo standard errors, and no
+    more than the fixed-sample test's on the same candidates; a drop of twice the margin
+    stops early."""
+    rng = np.random.default_rng(2026)
+    margin, alpha, items, decisions = -0.05, 0.05, 400, 10_000
+    tolerance = 3 * np.sqrt(alpha * (1 - alpha) / decisions)
+    sizes = sequential.look_sizes(items, LOOKS)
+    rates = {}
+    for case, change in (("none", 0.0), ("margin", margin), ("twice", 2 * margin)):
+        z = sequential.paired_z_at_looks(simulated_differences(change, decisions, items, rng), margin, LOOKS)
+        verdict, stopped = sequential.sequential_decisions(z, sizes, LOOKS, alpha, promote_early)
+        fixed, _ = sequential.sequential_decisions(z[:, -1:], [items], [1.0], alpha, promote_early)
+        rates[case] = {"pass": np.mean(verdict == "pass"), "fail": np.mean(verdict == "fail"), "items": sizes[stopped].mean()}
+        rates[case] |= {"fixed pass": np.mean(fixed == "pass"), "fixed fail": np.mean(fixed == "fail")}
+    assert rates["none"]["fail"] <= alpha + tolerance and rates["none"]["fail"] <= rates["none"]["fixed fail"] + tolerance
+    assert rates["margin"]["pass"] <= alpha + tolerance and rates["margin"]["pass"] <= rates["margin"]["fixed pass"] + tolerance
+    assert rates["twice"]["fail"] >= rates["twice"]["fixed fail"] - 0.02  # the looks cost about a point of power
+    assert rates["twice"]["items"] <= 0.85 * items  # stopped early on average
+    if not promote_early:
+        assert rates["none"]["items"] == items  # nothing promotes before the last look
+    else:
+        assert rates["none"]["items"] <= 0.7 * items
