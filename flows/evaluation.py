@@ -60,6 +60,7 @@ def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
         _tree_state(plan.suite.evaluators[evaluator].data),
         __version__,
         parameters["out"],
+        plan.items.model_dump() if plan.items is not None else None,
     ]
     return "vlgate-evaluate-" + hashlib.sha256(json.dumps(material).encode()).hexdigest()
 
@@ -115,14 +116,14 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
     subject = progress.subject(plan.model, plan.version)
     progress.stage(subject, progress.Stage.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
     items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
-    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done)
+    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done, selection=plan.items)
 
 
 @task(name="merge-shards", retries=1)
 def merge_evaluator(plan: ValidationPlan, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
     from vlgate.evaluators.runners.suite import merge_shards
 
-    return merge_shards(plan.suite, Path(out), evaluator, shards)
+    return merge_shards(plan.suite, Path(out), evaluator, shards, plan.items)
 
 
 @flow(name="vlgate-evaluate")

@@ -26,6 +26,9 @@ A policy file::
     confidence: 0.95              # one-sided, paired bootstrap
     resamples: 2000
     seed: 0
+    sequential:                   # judge after each look at a fraction of the items; stop when decided
+      looks: [0.25, 0.5, 0.75, 1.0]
+      promote_early: false
 
 Comparisons with the champion (regressions, superiority, per-category ``max_drop``) are
 paired bootstraps of the improvement — candidate − champion, champion − candidate for
@@ -63,16 +66,19 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
+from scipy import stats
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
-from vlgate.decisions import CheckRecord, DecisionRecord, Outcome, Rule, Verdict, Waiver
+from vlgate.decisions import CheckRecord, DecisionRecord, LookRecord, Outcome, Rule, Verdict, Waiver
 from vlgate.evaluators import registry
+from vlgate.evaluators.metrics import sequential
 from vlgate.evaluators.metrics.bootstrap import (
     PairedDifference,
     ResampledStatistic,
     bonferroni_adjusted,
     bootstrap_p_value,
+    bootstrap_standard_error,
     holm_adjusted,
     paired_bootstrap_difference,
     samples_to_decide,
@@ -111,6 +117,27 @@ class CategoryRule(BaseModel):
 
 
 Correction = Literal["holm", "bonferroni", "none"]
+
+
+class SequentialPolicy(BaseModel):
+    """Group-sequential evaluation: each evaluator's items in a seeded order stratified by
+    its breakdown field, judged after each look (a fraction of them) with boundaries that
+    spend the policy's α over the looks (``evaluators/metrics/sequential.py``). A look
+    stops the validation when a rule fails decisively (rejected), or, with
+    ``promote_early``, when every rule holds decisively (promoted)."""
+
+    model_config = CONFIG_MODEL
+
+    looks: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], description="the fractions of each evaluator's items after which the gate looks; the last is 1")
+    promote_early: bool = Field(default=False, description="promote at an interim look where every rule holds decisively")
+    order_seed: int = Field(default=0, description="the seed of the items' order")
+
+    @field_validator("looks")
+    @classmethod
+    def looks_end_at_every_item(cls, value: list[float]) -> list[float]:
+        from vlgate.evaluators.metrics.sequential import validated_fractions
+
+        return [float(t) for t in validated_fractions(value)]
 
 
 #: The category of a per-category check made when the candidate has no categories at all.
@@ -157,6 +184,7 @@ class GatePolicy(BaseModel):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=2000, ge=100)
     seed: int = 0
+    sequential: SequentialPolicy | None = None
     #: each waiver by the key of the check it names, resolved when the policy is read
     _waived: dict[CheckKey, Waiver] = PrivateAttr(default_factory=dict)
 
@@ -291,6 +319,14 @@ class Decision:
     checks: list[Check] = field(default_factory=list)
     #: the policy judged with, as loaded (logged with every decision)
     policy: dict[str, Any] = field(default_factory=dict)
+    #: the look of a sequential policy it was taken at; None: judged once on every item
+    look: LookRecord | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether this decision stands: always for a fixed-sample one; at a look, when it
+        stopped the validation (:class:`LookRecord`)."""
+        return self.look is None or self.look.settled
 
     @property
     def outcome(self) -> Outcome:
@@ -324,6 +360,7 @@ class Decision:
             champion_before=champion_before,
             warnings=warnings,
             per_sample_correlations=per_sample_correlations,
+            look=self.look,
         )
 
 
@@ -343,15 +380,31 @@ def decide(
     candidate: dict[str, EvaluatorOutput],
     champion: dict[str, EvaluatorOutput] | None,
     today: date | None = None,
+    look: int | None = None,
 ) -> Decision:
     """Judge a candidate; ``champion`` is None when the model has none yet; ``today``
-    (UTC by default) is the day waivers are checked against."""
-    checks: list[Check] = []
-    # every evaluator the suite ran is judged, required or not: an output that crashed or
-    # failed its expectations blocks promotion (fail closed: any failed expectation); ``required``
-    # adds that the evaluator must be there at all
-    judged = [*policy.required, *(name for name in candidate if name not in policy.required)]
-    for evaluator in judged:
+    (UTC by default) is the day waivers are checked against; ``look``: the look of the
+    policy's ``sequential`` design the candidate's records are of (judged by
+    :func:`decide_at_look`), None for the fixed-sample gate on every item."""
+    if look is not None and policy.sequential is not None:
+        return decide_at_look(policy, candidate, champion, look, today)
+    checks = _ran_checks(policy, candidate)
+    for name, kind, limit in [*((n, Rule.FLOOR, v) for n, v in policy.floors.items()), *((n, Rule.CEILING, v) for n, v in policy.ceilings.items())]:
+        evaluator, metric = registry.split_metric(name)
+        checks.append(_bound_check(CheckKey(kind, name), limit, _metric(candidate.get(evaluator), metric)))
+    for name, rule in policy.categories.items():
+        checks.extend(_category_bound_checks(name, rule, candidate))
+    checks.extend(_judge_comparisons(policy, _comparisons(policy, candidate, champion), candidate, champion))
+    _apply_waivers(checks, policy, today or datetime.now(UTC).date())
+    return Decision(promote=all(check.passed for check in checks), checks=checks, policy=policy.model_dump(mode="json"))
+
+
+def _ran_checks(policy: GatePolicy, candidate: dict[str, EvaluatorOutput]) -> list[Check]:
+    """Every evaluator the suite ran is judged, required or not: an output that crashed or
+    failed its expectations blocks promotion (fail closed: any failed expectation);
+    ``required`` adds that the evaluator must be there at all."""
+    checks = []
+    for evaluator in [*policy.required, *(name for name in candidate if name not in policy.required)]:
         result = candidate.get(evaluator)
         if result is None:
             checks.append(Check(CheckKey(Rule.RAN, evaluator), Verdict.COULD_NOT_JUDGE, "no result (fail closed)"))
@@ -361,19 +414,17 @@ def decide(
             checks.append(Check(CheckKey(Rule.RAN, evaluator), Verdict.PASS, f"{len(result.records)} records"))
             passed = result.expectations_passed
             checks.append(Check(CheckKey(Rule.EXPECTATIONS, evaluator), _verdict(passed), "passed" if passed else _expectation_failures(result)))
-    for name, kind, limit in [*((n, Rule.FLOOR, v) for n, v in policy.floors.items()), *((n, Rule.CEILING, v) for n, v in policy.ceilings.items())]:
-        evaluator, metric = registry.split_metric(name)
-        checks.append(_bound_check(CheckKey(kind, name), limit, _metric(candidate.get(evaluator), metric)))
-    for name, rule in policy.categories.items():
-        checks.extend(_category_bound_checks(name, rule, candidate))
+    return checks
+
+
+def _comparisons(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[_Comparison]:
+    """Every comparison with the champion the policy makes, before it is judged."""
     comparisons = [_Comparison(CheckKey(Rule.REGRESSION, name), -rule.max_drop) for name, rule in policy.regressions.items()]
     comparisons += [_Comparison(CheckKey(Rule.SUPERIORITY, name), rule.min_gain) for name, rule in policy.superiority.items()]
     for name, rule in policy.categories.items():
         if rule.max_drop is not None:
             comparisons += _category_comparisons(name, rule, candidate, champion)
-    checks.extend(_judge_comparisons(policy, comparisons, candidate, champion))
-    _apply_waivers(checks, policy, today or datetime.now(UTC).date())
-    return Decision(promote=all(check.passed for check in checks), checks=checks, policy=policy.model_dump(mode="json"))
+    return comparisons
 
 
 def _expectation_failures(output: EvaluatorOutput, shown: int = 2) -> str:
@@ -479,44 +530,50 @@ def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, Ev
     return comparisons
 
 
+def _bootstrap_comparison(policy: GatePolicy, comparison: _Comparison, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check | tuple[PairedDifference, np.ndarray]:
+    """A comparison's paired bootstrap and its resampled improvements (candidate better:
+    positive), or the check that says why it cannot be made (skipped, no champion, records
+    missing, other protocols, an undefined metric)."""
+    if comparison.skipped is not None:
+        skipped = comparison.skipped.startswith("skipped")
+        return comparison.check(Verdict.PASS if skipped else Verdict.COULD_NOT_JUDGE, comparison.skipped)
+    if champion is None:
+        return comparison.check(Verdict.PASS, "no champion yet: nothing to compare with")
+    evaluator, metric = registry.split_metric(comparison.key.metric)
+    mine, theirs = candidate.get(evaluator), champion.get(evaluator)
+    if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
+        return comparison.check(Verdict.COULD_NOT_JUDGE, "per-sample records missing for the candidate or the champion (fail closed)")
+    if mine.protocol != theirs.protocol:
+        named = lambda protocol: f"protocol {protocol}" if protocol else "no protocol"
+        detail = (
+            f"not comparable: the candidate's {evaluator} records were measured under {named(mine.protocol)}, the champion's under {named(theirs.protocol)} "
+            "(fail closed; validate the champion again under the suite's protocol, or set the suite's protocol to the champion's)"
+        )
+        return comparison.check(Verdict.COULD_NOT_JUDGE, detail)
+    mine_samples, their_samples = mine.samples, theirs.samples
+    if comparison.ids is not None:
+        mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
+    result = paired_bootstrap_difference(
+        mine_samples, their_samples, set_statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, resampled_statistic(evaluator, metric, mine_samples)
+    )
+    if result.lower is None or result.upper is None or result.difference is None:
+        detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
+        return comparison.check(Verdict.COULD_NOT_JUDGE, detail, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
+    sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
+    return result, sign * result.distribution
+
+
 def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[Check]:
     """Every comparison bootstrapped, then judged together: pass on its own lower bound,
     fail on its p-value adjusted across all of them, inconclusive in between."""
     checks: dict[int, Check] = {}
     tested: list[tuple[int, _Comparison, PairedDifference, np.ndarray, float]] = []
     for n, comparison in enumerate(comparisons):
-        if comparison.skipped is not None:
-            skipped = comparison.skipped.startswith("skipped")
-            checks[n] = comparison.check(Verdict.PASS if skipped else Verdict.COULD_NOT_JUDGE, comparison.skipped)
+        compared = _bootstrap_comparison(policy, comparison, candidate, champion)
+        if isinstance(compared, Check):
+            checks[n] = compared
             continue
-        if champion is None:
-            checks[n] = comparison.check(Verdict.PASS, "no champion yet: nothing to compare with")
-            continue
-        evaluator, metric = registry.split_metric(comparison.key.metric)
-        mine, theirs = candidate.get(evaluator), champion.get(evaluator)
-        if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
-            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, "per-sample records missing for the candidate or the champion (fail closed)")
-            continue
-        if mine.protocol != theirs.protocol:
-            named = lambda protocol: f"protocol {protocol}" if protocol else "no protocol"
-            detail = (
-                f"not comparable: the candidate's {evaluator} records were measured under {named(mine.protocol)}, the champion's under {named(theirs.protocol)} "
-                "(fail closed; validate the champion again under the suite's protocol, or set the suite's protocol to the champion's)"
-            )
-            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, detail)
-            continue
-        mine_samples, their_samples = mine.samples, theirs.samples
-        if comparison.ids is not None:
-            mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
-        result = paired_bootstrap_difference(
-            mine_samples, their_samples, set_statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, resampled_statistic(evaluator, metric, mine_samples)
-        )
-        if result.lower is None or result.upper is None or result.difference is None:
-            detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
-            checks[n] = comparison.check(Verdict.COULD_NOT_JUDGE, detail, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
-            continue
-        sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
-        improvements = sign * result.distribution
+        result, improvements = compared
         # regression: shown worse means improvement < -max_drop; superiority: shown not better means <= min_gain
         p_value = bootstrap_p_value(improvements, comparison.limit, strict=comparison.key.rule is Rule.REGRESSION)
         tested.append((n, comparison, result, improvements, p_value))
@@ -568,6 +625,168 @@ def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: Paire
         n_shared=result.n_shared,
         samples_needed=samples_needed,
     )
+
+
+# --- the group-sequential gate ---------------------------------------------------------------
+
+
+@dataclass
+class _LookTest:
+    """One rule tested at a look: its check's key and limit, the estimate on the passing
+    side of the limit (the candidate's value for a floor, minus it for a ceiling, the
+    improvement over the champion for a comparison), its standard error and items."""
+
+    key: CheckKey
+    limit: float
+    estimate: float
+    standard_error: float
+    items: int
+    candidate: float | None
+    champion: float | None
+
+    @property
+    def z(self) -> float:
+        return float(sequential.standardised(self.estimate, self.limit, self.standard_error))
+
+    def p_below(self) -> float:
+        """Student-t p-value of "the true value is on the failing side of the limit"."""
+        return float(stats.t.cdf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
+
+    def p_above(self) -> float:
+        return float(stats.t.sf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
+
+
+def _bound_test(key: CheckKey, limit: float, frame: pd.DataFrame | None, policy: GatePolicy) -> _LookTest | Check:
+    """A floor or ceiling as a test at an interim look: the candidate's value and its
+    bootstrap standard error (ratio metrics as aggregated); a check when it cannot be made yet."""
+    evaluator, metric = registry.split_metric(key.metric)
+    if frame is None or len(frame) < 2:
+        return Check(key, Verdict.INCONCLUSIVE, "not decided at this look: too few records to test", limit=limit)
+    statistic = set_statistic(evaluator, metric)
+    value = statistic(frame)
+    error = bootstrap_standard_error(frame, statistic, policy.resamples, policy.seed, resampled_statistic(evaluator, metric, frame))
+    if value is None or error is None or not np.isfinite(value):
+        return Check(key, Verdict.INCONCLUSIVE, "not decided at this look: the metric or its spread is undefined on these records", candidate=value, limit=limit, n_shared=len(frame))
+    floor = key.rule is Rule.FLOOR
+    return _LookTest(key, limit if floor else -limit, float(value) if floor else -float(value), error, len(frame), float(value), None)
+
+
+def _look_bound_tests(policy: GatePolicy, candidate: dict[str, EvaluatorOutput]) -> list[_LookTest | Check]:
+    """Every floor and ceiling (per-category ones too) as a test at an interim look."""
+    tests: list[_LookTest | Check] = []
+    for name, kind, limit in [*((n, Rule.FLOOR, v) for n, v in policy.floors.items()), *((n, Rule.CEILING, v) for n, v in policy.ceilings.items())]:
+        output = candidate.get(registry.split_metric(name)[0])
+        tests.append(_bound_test(CheckKey(kind, name), limit, None if output is None else output.samples, policy))
+    for name, rule in policy.categories.items():
+        evaluator = registry.split_metric(name)[0]
+        output = candidate.get(evaluator)
+        frame = None if output is None else output.samples
+        group_field = registry.get(evaluator).group_field or ""
+        by_category: dict[str, set[Any]] = {}
+        for record in output.records if output is not None else []:
+            if record.get(group_field) is not None:
+                by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
+        for category in rule.only or sorted(by_category):
+            ids = by_category.get(category, set())
+            subset = None if frame is None else frame[frame["id"].isin(ids)]
+            for kind, bound in ((Rule.FLOOR, rule.floor), (Rule.CEILING, rule.ceiling)):
+                if bound is not None:
+                    tests.append(_bound_test(CheckKey(kind, name, category), bound, subset, policy))
+    return tests
+
+
+def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, look: int, today: date | None = None) -> Decision:
+    """The gate at look ``look`` (0-based) of the policy's ``sequential`` design, on the
+    candidate's records of that look (``evaluators/metrics/sequential.py``).
+
+    Each rule is a test of its estimate against its limit, studentised by its bootstrap
+    standard error (the metric as the evaluator aggregates it, ratios included): a
+    comparison's improvement over the champion on the shared items, and at interim looks
+    a floor's or ceiling's value too. A rule **fails** when Holm's step-down over the
+    rules tested (``correction``), each step's level spent over the looks, shows it on the
+    wrong side of its limit; it **passes** when its p-value of being on the right side is
+    within the look's nominal level of α (an intersection-union test: no correction). At
+    the last look a floor or ceiling is judged on the estimate itself, as the
+    fixed-sample gate judges it, and a comparison neither failed nor passed is
+    inconclusive; at an interim look such a rule is not decided yet. The look **settles**
+    the decision when a rule failed (or an evaluator did not run or failed its
+    expectations: fail closed at once), when every rule passed and the policy promotes
+    early, or at the last look."""
+    design = policy.sequential
+    assert design is not None
+    fractions, alpha = design.looks, 1 - policy.confidence
+    last = look == len(fractions) - 1
+    checks = _ran_checks(policy, candidate)
+    tests: list[_LookTest | Check] = []
+    if last:
+        for name, kind, limit in [*((n, Rule.FLOOR, v) for n, v in policy.floors.items()), *((n, Rule.CEILING, v) for n, v in policy.ceilings.items())]:
+            evaluator, metric = registry.split_metric(name)
+            checks.append(_bound_check(CheckKey(kind, name), limit, _metric(candidate.get(evaluator), metric)))
+        for name, rule in policy.categories.items():
+            checks.extend(_category_bound_checks(name, rule, candidate))
+    else:
+        tests.extend(_look_bound_tests(policy, candidate))
+    for comparison in _comparisons(policy, candidate, champion):
+        compared = _bootstrap_comparison(policy, comparison, candidate, champion)
+        if isinstance(compared, Check):
+            if not last and compared.verdict is Verdict.COULD_NOT_JUDGE and compared.n_shared is not None:  # an undefined metric on few items: wait
+                compared.verdict, compared.detail = Verdict.INCONCLUSIVE, f"not decided at this look: {compared.detail}"
+            tests.append(compared)
+            continue
+        result, improvements = compared
+        assert result.difference is not None
+        sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
+        error = float(np.std(improvements, ddof=1)) if improvements.size > 1 else 0.0
+        tests.append(_LookTest(comparison.key, comparison.limit, sign * result.difference, error, result.n_shared, result.candidate, result.champion))
+    tested = [t for t in tests if isinstance(t, _LookTest) and not np.isnan(t.z)]
+    p_below = [t.p_below() for t in tested]
+    if policy.correction == "holm":
+        failed = sequential.sequential_holm(p_below, alpha, fractions, look)
+    else:
+        level = alpha / len(tested) if policy.correction == "bonferroni" and tested else alpha
+        failed = np.asarray(p_below) <= sequential.nominal_levels(fractions, level)[look]
+    pass_level = float(sequential.nominal_levels(fractions, alpha)[look])
+    failed_keys = {t.key for t, shown in zip(tested, failed, strict=True) if shown}
+    where = f"look {look + 1} of {len(fractions)}, {fractions[look]:.0%} of the items"
+    for test in tests:
+        if isinstance(test, Check):
+            checks.append(test)
+            continue
+        checks.append(_look_check(test, failed=test.key in failed_keys, pass_level=pass_level, last=last, where=where))
+    _apply_waivers(checks, policy, today or datetime.now(UTC).date())
+    passed = all(check.passed for check in checks)
+    stops = any(check.verdict is Verdict.FAIL for check in checks) or any(c.verdict is Verdict.COULD_NOT_JUDGE and c.rule in (Rule.RAN, Rule.EXPECTATIONS) for c in checks)
+    settled = last or stops or (passed and design.promote_early)
+    record = LookRecord(index=look, of=len(fractions), fraction=fractions[look], settled=settled)
+    return Decision(promote=passed and settled, checks=checks, policy=policy.model_dump(mode="json"), look=record)
+
+
+def _look_check(test: _LookTest, failed: bool, pass_level: float, last: bool, where: str) -> Check:
+    """A rule's check at a look: failed (Holm over the looks), passed (within the look's
+    nominal level), inconclusive at the last look, or not decided yet at an interim one."""
+    bound = sequential.t_boundary(pass_level, test.items)
+    low, high = test.estimate - bound * test.standard_error, test.estimate + bound * test.standard_error
+    comparison = test.key.rule in (Rule.REGRESSION, Rule.SUPERIORITY)
+    flip = -1.0 if test.key.rule is Rule.CEILING else 1.0  # a ceiling's estimate is the value negated
+    shown = (test.estimate * flip, test.limit * flip)
+    head = f"{test.candidate:.4f} vs {test.champion:.4f} on {test.items} shared samples: change {test.estimate:+.4f}" if comparison else f"{shown[0]:.4f} on {test.items} records"
+    z = f"z {test.z:+.2f}"
+    samples_needed = None
+    if failed:
+        verdict, detail = Verdict.FAIL, f"{head} ({z}, p {test.p_below():.3g}): shown beyond {shown[1]:+g} at {where}"
+    elif test.p_above() <= pass_level:
+        verdict, detail = Verdict.PASS, f"{head} ({z}): shown within {shown[1]:+g} at {where} (level {pass_level:.3g})"
+    elif last:
+        samples_needed = samples_to_decide(test.items, test.estimate - test.limit, bound * test.standard_error)
+        decide_with = f"about {samples_needed} items would decide" if samples_needed else "the estimate sits on the margin: no number of items decides"
+        verdict, detail = Verdict.INCONCLUSIVE, f"{head} ({z}): neither side of {shown[1]:+g} shown at {where}: inconclusive, {decide_with}"
+    else:
+        verdict, detail = Verdict.INCONCLUSIVE, f"{head} ({z}): not decided at {where}"
+    interval = (low, high) if comparison else (min(low * flip, high * flip), max(low * flip, high * flip))
+    return Check(
+        test.key, verdict, detail, candidate=test.candidate, champion=test.champion, limit=test.limit if comparison else shown[1],
+        interval=interval, bound=interval[0] if comparison or flip > 0 else interval[1], p_value=test.p_below(), n_shared=test.items, samples_needed=samples_needed,
+    )  # fmt: skip
 
 
 def _apply_waivers(checks: list[Check], policy: GatePolicy, today: date) -> None:

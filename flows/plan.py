@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from vlgate.evaluators.runners.suite import Suite
+from vlgate.evaluators.runners.suite import ItemSelection, Suite
 from vlgate.flows.gate import GatePolicy
 
 if TYPE_CHECKING:
@@ -46,12 +46,31 @@ class ValidationPlan(BaseModel):
     policy: GatePolicy
     suite_path: Path
     policy_path: Path
+    #: the look being evaluated (an index into the policy's ``sequential.looks``); None:
+    #: every item, in the data set's order
+    look: int | None = None
 
     @classmethod
     def read(cls, config: ModelConfig, model: str, version: str) -> ValidationPlan:
         """The plan of ``model`` v``version`` under its configuration (:func:`read_model_config`)."""
         suite, policy = read_model_config(config)
         return cls(model=model, version=str(version), suite=suite, policy=policy, suite_path=config.suite, policy_path=config.policy)
+
+    def at_look(self, look: int | None) -> ValidationPlan:
+        return self.model_copy(update={"look": look})
+
+    @property
+    def looks(self) -> list[float]:
+        """The fractions of the items judged at each look ([1.0]: one look at every item)."""
+        return self.policy.sequential.looks if self.policy.sequential is not None else [1.0]
+
+    @property
+    def items(self) -> ItemSelection | None:
+        """The items of this plan's look (None: every item, in the data set's order)."""
+        sequential = self.policy.sequential
+        if self.look is None or sequential is None:
+            return None
+        return ItemSelection(seed=sequential.order_seed, fraction=sequential.looks[self.look])
 
     @property
     def model_uri(self) -> str:

@@ -106,6 +106,20 @@ class CheckRecord(BaseModel):
     waiver: Waiver | None = None
 
 
+class LookRecord(BaseModel):
+    """The look of a group-sequential validation a decision was taken at: ``index``
+    (0-based) of ``of`` looks, after ``fraction`` of each evaluator's items; ``settled``:
+    the decision stands (a rule failed decisively, every rule held decisively where the
+    policy promotes early, or the last look), else the next look follows."""
+
+    model_config = RECORD_MODEL
+
+    index: int
+    of: int
+    fraction: float
+    settled: bool
+
+
 class DecisionRecord(BaseModel):
     """One gate decision on one candidate, as logged in ``decision.json``."""
 
@@ -125,6 +139,8 @@ class DecisionRecord(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     #: per evaluator, the candidate's per-sample scores correlated with the champion's
     per_sample_correlations: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: the look it was taken at (a sequential policy); None: every item, judged once
+    look: LookRecord | None = None
 
     @classmethod
     def read(cls, path: Path) -> DecisionRecord:

@@ -45,9 +45,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 from scipy import optimize, stats
+
+T = TypeVar("T")
 
 #: the power a plan asks of every rule
 DEFAULT_POWER = 0.8
@@ -168,7 +171,7 @@ def sequential_holm(p_values: Sequence[float], alpha: float, fractions: Sequence
     return rejected
 
 
-def stratified_order(ids: Sequence[Hashable], strata: Sequence[Hashable], seed: int) -> list[Hashable]:
+def stratified_order(ids: Sequence[T], strata: Sequence[Hashable], seed: int) -> list[T]:
     """A seeded random order of ``ids`` in which every prefix holds each stratum in its
     share of the whole, to within one item (systematic allocation): each stratum's items
     are shuffled and spread evenly over the order, at positions (i + u_s)/n_s for its i-th
@@ -196,10 +199,15 @@ PASS, FAIL, CONTINUE, INCONCLUSIVE = "pass", "fail", "continue", "inconclusive"
 
 def standardised(improvement: np.ndarray | float, margin: float, standard_error: np.ndarray | float) -> np.ndarray:
     """Z = (improvement − margin)/SE: how many standard errors the estimate sits above the
-    rule's margin (positive: on the passing side). NaN where the standard error is 0 or undefined."""
+    rule's margin (positive: on the passing side). With no spread at all (every item the
+    same difference) the side is certain: ±∞, NaN on the margin itself; NaN where the
+    standard error is undefined."""
+    gap = np.asarray(improvement, dtype=float) - margin
+    error = np.asarray(standard_error, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = (np.asarray(improvement, dtype=float) - margin) / np.asarray(standard_error, dtype=float)
-    return np.where(np.asarray(standard_error) > 0, z, np.nan)
+        z = gap / error
+        certain = np.where(gap == 0, np.nan, np.sign(gap) * np.inf)
+    return np.where(error > 0, z, np.where(error == 0, certain, np.nan))
 
 
 def look_verdicts(z: np.ndarray, fail_boundary: float, pass_boundary: float, last: bool, promote_early: bool) -> np.ndarray:
@@ -232,12 +240,14 @@ def sequential_decisions(z_at_looks: np.ndarray, sizes: Sequence[int], fractions
     return verdict, stopped
 
 
+def items_at(fraction: float, n: int) -> int:
+    """The items a look at ``fraction`` judges of ``n``: ⌈t·n⌉ (at least one; all at t = 1)."""
+    return n if fraction >= 1 else max(1, min(n, int(np.ceil(fraction * n - 1e-9))))
+
+
 def look_sizes(n: int, fractions: Sequence[float]) -> np.ndarray:
-    """The items judged at each look of ``n``: ⌈t_k·n⌉, the last look all of them."""
-    t = validated_fractions(fractions)
-    sizes = np.ceil(t * n - 1e-9).astype(int)
-    sizes[-1] = n
-    return np.maximum(sizes, 1)
+    """The items judged at each look of ``n`` (:func:`items_at`)."""
+    return np.asarray([items_at(float(t), n) for t in validated_fractions(fractions)])
 
 
 def paired_z_at_looks(differences: np.ndarray, margin: float, fractions: Sequence[float]) -> np.ndarray:

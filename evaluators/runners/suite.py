@@ -189,19 +189,42 @@ def _shard_vlm(model: str, suite: Suite, cache_dir: Path | None) -> tuple[Vision
     return vlm, False
 
 
-def load_items(name: str, spec: EvaluatorSettings, out: Path) -> tuple[list[Any], list[ItemError]]:
+class ItemSelection(BaseModel):
+    """A look of the sequential gate: the first ``fraction`` of an evaluator's items in an
+    order that is random (seeded) and stratified by its breakdown field, so that every look
+    is a fair sample of the whole (``metrics/sequential.py:stratified_order``). The order is
+    the same at every look, so a look's items are the earlier look's and more: each item
+    stays in its shard, and its record is reused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seed: int
+    fraction: float = Field(gt=0, le=1)
+
+    def apply(self, items: list[Any], group_field: str | None) -> list[Any]:
+        from vlgate.evaluators.metrics.sequential import items_at, stratified_order
+
+        strata = [getattr(item, group_field, None) if group_field else None for item in items]
+        order = stratified_order(list(range(len(items))), strata, self.seed)
+        return [items[index] for index in order[: items_at(self.fraction, len(items))]]
+
+
+def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None) -> tuple[list[Any], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
     ``load_items`` where the registry names one, else its data set's loader, told what the
-    suite's protocol reads (``Protocol.loader_options``) and the entry's own options."""
+    suite's protocol reads (``Protocol.loader_options``) and the entry's own options; of
+    those (after the entry's ``limit``), a look's ``selection``."""
     from vlgate.evaluators.loaders import load_dataset
 
     definition = registry.get(name)
     if definition.load_items is not None:
-        return definition.load_items(spec, out)
-    # the protocol reads the data as its released code does; the entry's own rules come on top
-    options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
-    dataset = load_dataset(name, spec.data, spec.format, **options)
-    return dataset.items[: spec.limit], dataset.errors
+        items, errors = definition.load_items(spec, out)
+    else:
+        # the protocol reads the data as its released code does; the entry's own rules come on top
+        options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
+        dataset = load_dataset(name, spec.data, spec.format, **options)
+        items, errors = dataset.items[: spec.limit], dataset.errors
+    return (items if selection is None else selection.apply(list(items), definition.group_field)), errors
 
 
 def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, out: Path, suite: Suite, cache_dir: Path | None = None) -> Runner[Any, Any]:
@@ -295,16 +318,18 @@ def run_evaluator_shard(
     cache_dir: Path | None = None,
     progress: bool = False,
     on_progress: ItemProgress | None = None,
+    selection: ItemSelection | None = None,
 ) -> ShardResult:
-    """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model``. Raises when
-    the evaluator fails (the caller retries; records already written are kept). Returns
-    what ``merge_shards`` needs: the records' fingerprints in item order, the item errors
-    and the counts. ``on_progress(done, total)``: the shard's items as they complete."""
+    """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model`` (of a look's
+    ``selection``). Raises when the evaluator fails (the caller retries; records already
+    written are kept). Returns what ``merge_shards`` needs: the records' fingerprints in
+    item order, the item errors and the counts. ``on_progress(done, total)``: the shard's
+    items as they complete."""
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     spec = _spec(suite, evaluator)
     out = Path(out)
-    items, _ = load_items(evaluator, spec, out)
+    items, _ = load_items(evaluator, spec, out, selection)
     vlm, held = _shard_vlm(model, suite, cache_dir)
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
@@ -328,14 +353,14 @@ def run_evaluator_shard(
     )
 
 
-def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResult]) -> EvaluatorSummary:
-    """Every shard's records, back in item order, written and scored as one run; returns
-    the evaluator's summary entry (as ``run_suite`` has it)."""
+def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResult], selection: ItemSelection | None = None) -> EvaluatorSummary:
+    """Every shard's records, back in item order (a look's order), written and scored as
+    one run; returns the evaluator's summary entry (as ``run_suite`` has it)."""
     out = Path(out)
     n_shards = {shard.n_shards for shard in shards}
     if len(n_shards) != 1 or sorted(shard.shard for shard in shards) != list(range(next(iter(n_shards), 0))):
         raise ValueError(f"{evaluator}: shards {[(s.shard, s.n_shards) for s in shards]} are not one complete split")
-    items, load_errors = load_items(evaluator, _spec(suite, evaluator), out)
+    items, load_errors = load_items(evaluator, _spec(suite, evaluator), out, selection)
     position = {item.id: index for index, item in enumerate(items)}
     records: list[dict[str, Any]] = []
     for shard in shards:

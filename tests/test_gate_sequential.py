@@ -1,0 +1,102 @@
+"""The group-sequential gate (flows/gate.py: decide_at_look): rules decided at interim
+looks on the records of a look, what settles a decision, the last look as the fixed gate
+judges floors, and the same statistic the simulated error rates were measured on."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from vlgate.decisions import Outcome, Verdict
+from vlgate.evaluators.metrics import sequential
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.records import parse_jsonl
+from vlgate.evaluators.scoring import score, validate
+from vlgate.flows.gate import GatePolicy, decide
+
+LOOKS = [0.25, 0.5, 0.75, 1.0]
+
+
+def output(right: np.ndarray, ids: list[str] | None = None) -> EvaluatorOutput:
+    """lcm-mc records right or wrong on each item (accuracy 0/1 per item)."""
+    ids = ids or [f"s{i}" for i in range(len(right))]
+    records = [{"id": i, "p_mc": [0.9, 0.1] if ok else [0.1, 0.9], "p_yes": [0.9, 0.1] if ok else [0.1, 0.9], "answer": 0} for i, ok in zip(ids, right, strict=True)]
+    return EvaluatorOutput.from_records("lcm-mc", records, score(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))))
+
+
+def policy(**rules) -> GatePolicy:
+    sequential_design = {"looks": LOOKS, "promote_early": rules.pop("promote_early", False)}
+    return GatePolicy(required=["lcm-mc"], resamples=2000, sequential=sequential_design, **rules)
+
+
+def at_look(right: np.ndarray, look: int) -> dict[str, EvaluatorOutput]:
+    """The candidate's records of a look: its first items (the order is the test's)."""
+    size = sequential.items_at(LOOKS[look], len(right))
+    return {"lcm-mc": output(right[:size])}
+
+
+RNG = np.random.default_rng(5)
+CHAMPION = RNG.random(400) < 0.7
+
+
+def test_a_candidate_far_behind_the_champion_is_rejected_at_the_first_look():
+    worse = CHAMPION & (RNG.random(400) < 0.6)  # loses about 40 % of the champion's right answers
+    decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.02}}), at_look(worse, 0), {"lcm-mc": output(CHAMPION)}, look=0)
+    (regression,) = [c for c in decision.checks if c.rule == "regression"]
+    assert regression.verdict is Verdict.FAIL and regression.n_shared == 100 and "at look 1 of 4, 25% of the items" in regression.detail
+    assert decision.outcome is Outcome.REJECTED and decision.settled and decision.look.index == 0 and not decision.promote
+
+
+def test_an_undecided_look_goes_on_and_promotes_early_only_where_the_policy_says():
+    differs = CHAMPION.copy()
+    differs[RNG.random(400) < 0.1] ^= True  # a tenth of the answers changed either way
+    rule = {"regressions": {"lcm-mc/acc": {"max_drop": 0.02}}}
+    undecided = decide(policy(**rule), at_look(differs, 0), {"lcm-mc": output(CHAMPION)}, look=0)
+    (regression,) = [c for c in undecided.checks if c.rule == "regression"]
+    assert regression.verdict is Verdict.INCONCLUSIVE and "not decided at look 1 of 4" in regression.detail
+    assert not undecided.settled and not undecided.promote
+    # identical answers: an improvement of exactly 0 with no spread, within any margin > 0 for certain
+    same = CHAMPION.copy()
+    early = decide(policy(**rule, promote_early=True), at_look(same, 0), {"lcm-mc": output(CHAMPION)}, look=0)
+    assert early.settled and early.promote and early.outcome is Outcome.PROMOTED
+    waits = decide(policy(**rule), at_look(same, 0), {"lcm-mc": output(CHAMPION)}, look=0)
+    assert all(c.passed for c in waits.checks) and not waits.settled and not waits.promote  # without promote_early it goes on
+
+
+def test_floors_are_tested_at_interim_looks_and_judged_on_the_estimate_at_the_last():
+    poor = RNG.random(400) < 0.2
+    decision = decide(policy(floors={"lcm-mc/acc": 0.6}), at_look(poor, 0), None, look=0)
+    (floor,) = [c for c in decision.checks if c.rule == "floor"]
+    assert floor.verdict is Verdict.FAIL and decision.settled and decision.outcome is Outcome.REJECTED
+    near = np.zeros(400, dtype=bool)
+    near[:196] = True  # accuracy 0.49 against a floor of 0.5: no interim look can show it
+    for look in range(3):
+        interim = decide(policy(floors={"lcm-mc/acc": 0.5}), {"lcm-mc": output(near[: sequential.items_at(LOOKS[look], 400)])}, None, look=look)
+        assert not interim.settled, look
+    last = decide(policy(floors={"lcm-mc/acc": 0.5}), {"lcm-mc": output(near)}, None, look=3)
+    (floor,) = [c for c in last.checks if c.rule == "floor"]
+    assert floor.verdict is Verdict.FAIL and floor.detail == "0.4900 >= 0.5 fails" and last.settled  # as the fixed gate says it
+
+
+def test_a_failed_evaluator_settles_at_once_and_fails_closed():
+    decision = decide(policy(floors={"lcm-mc/acc": 0.5}), {"lcm-mc": EvaluatorOutput.failed("lcm-mc", "CUDA out of memory")}, None, look=0)
+    assert decision.settled and decision.outcome is Outcome.COULD_NOT_JUDGE
+
+
+def test_the_gate_s_statistic_is_the_simulated_one():
+    """A regression's studentised improvement at each look equals the closed-form paired
+    z of the simulation (bootstrap standard error against s/√n) within the bootstrap's
+    error, so the simulated error rates are the gate's."""
+    candidate = CHAMPION.copy()
+    flips = RNG.random(400)
+    candidate[flips < 0.08] = ~candidate[flips < 0.08]
+    differences = candidate.astype(float) - CHAMPION
+    closed = sequential.paired_z_at_looks(differences, -0.05, LOOKS)[0]
+    for look in range(len(LOOKS)):
+        decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.05}}), at_look(candidate, look), {"lcm-mc": output(CHAMPION)}, look=look)
+        (regression,) = [c for c in decision.checks if c.rule == "regression"]
+        z = stats.t.ppf(regression.p_value, df=regression.n_shared - 1)
+        assert z == pytest.approx(closed[look], rel=0.06), look
