@@ -53,6 +53,11 @@ required evaluator that is missing, any evaluator of the suite (required or not)
 failed or failed its expectations, a metric that is absent or undefined, or a comparison
 that cannot be made means no promotion, and every reason is kept. A waiver turns one named
 failing check into a pass until its date, and the decision shows who waived it and why.
+
+With a ``sequential`` section the candidate is judged after each look at a fraction of
+its items (:func:`decide_at_look`; docs/sequential.md): a decisive failure rejects at that
+look, a look where every rule holds decisively promotes where the policy allows it, and
+otherwise the next look follows.
 """
 
 from __future__ import annotations

@@ -64,6 +64,15 @@ class ValidationPlan(BaseModel):
         """The fractions of the items judged at each look ([1.0]: one look at every item)."""
         return self.policy.sequential.looks if self.policy.sequential is not None else [1.0]
 
+    def looks_to_run(self, complete: bool = False) -> list[int | None]:
+        """The looks a validation runs until one settles: [None] (every item, judged once)
+        without a sequential policy; each look's index with one; the last look alone when
+        ``complete`` (every item, judged as at the last look)."""
+        if self.policy.sequential is None:
+            return [None]
+        indices: list[int | None] = list(range(len(self.policy.sequential.looks)))
+        return indices[-1:] if complete else indices
+
     @property
     def items(self) -> ItemSelection | None:
         """The items of this plan's look (None: every item, in the data set's order)."""

@@ -47,6 +47,8 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
                     "outcome": version.tags.get(tag_keys.OUTCOME),
                     "reasons": reasons.split("\n") if reasons else [],
                     "validation_run_id": version.tags.get(tag_keys.VALIDATION_RUN),
+                    # a sequential policy: the look the decision was taken at and the items saved
+                    "sequential": version.tags.get(tag_keys.SEQUENTIAL),
                     "source": version.source,
                     "description": tracking.registered_description(version.description),
                 }

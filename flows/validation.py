@@ -18,6 +18,7 @@ interrupted evaluator recomputes only what its fingerprinted record store lacks.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -29,9 +30,10 @@ from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, Outcome
+from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.runners.suite import count_items
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
@@ -75,6 +77,8 @@ class ValidationResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     correlations: dict[str, Any] = Field(default_factory=dict)
     report: str | None = None
+    #: a sequential policy's looks, the items evaluated and the share saved
+    sequential: dict[str, Any] | None = None
     error: str | None = None
 
     @classmethod
@@ -103,29 +107,31 @@ def _not_superseded(task: Any, task_run: Any, state: Any) -> bool:
 def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput], attempt: int) -> DecisionRecord:
     """One gate decision per model at a time (so no candidate is judged against a champion
     that another candidate is replacing); tags always written, alias moved on promotion;
-    only while the claim is still at ``attempt`` (one decision per version)."""
+    only while the claim is still at ``attempt`` (one decision per version). At a look of
+    a sequential policy, only a decision the look settles is recorded."""
     claims = ClaimStore.for_home(prepare_environment())
-    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt))
+    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt), look=plan.look)
 
 
 def judge(
     model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool,
-    holds: Callable[[], bool] | None = None,
+    holds: Callable[[], bool] | None = None, look: int | None = None,
 ) -> DecisionRecord:  # fmt: skip
-    """The gate on ``outputs`` against the current champion, under the model's gate lock;
-    with ``record``, ``decision.json``, the tags and (on promotion) the alias are written.
-    ``holds``: asked under the lock; a flow whose claim was taken over decides nothing."""
+    """The gate on ``outputs`` (of ``look`` of a sequential policy) against the current
+    champion, under the model's gate lock; with ``record``, a settled decision's
+    ``decision.json``, tags and (on promotion) alias are written. ``holds``: asked under
+    the lock; a flow whose claim was taken over decides nothing."""
     client = tracking.connect()
     locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
     with locks.hold(f"gate:{model_name}"):
         if holds is not None and not holds():
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         champion_version, champion = champion_outputs(client, model_name, version)
-        decision = decide(policy, outputs, champion)
+        decision = decide(policy, outputs, champion, look=look)
         per_sample = correlate_with_champion(outputs, champion)
         warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
         judged = decision.record(policy_path, champion_version, warnings, per_sample)
-        if record:
+        if record and decision.settled:
             client.log_dict(run_id, judged.as_json(), DECISION_FILE)  # with the policy judged with, as loaded
             client.log_artifact(run_id, str(policy_path), artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
@@ -162,7 +168,8 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
         raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
     if record and tracking.champion_version(client, model_name) == str(version):
         raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
-    judged = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record)
+    look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
+    judged = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record, look=int(look) if look else None)
     return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=record, judged=judged)
 
 
@@ -185,9 +192,11 @@ def publish_report(plan: ValidationPlan) -> str:
 
 
 @flow(name="vlgate-validate", log_prints=True)
-def validate_model_version(model_name: str, version: str) -> ValidationResult:
+def validate_model_version(model_name: str, version: str, complete: bool = False) -> ValidationResult:
     """Validate one registered version and gate it; the claim row must exist (the
-    registry hooks create it) or is created here for a manual run."""
+    registry hooks create it) or is created here for a manual run. ``complete``: under a
+    sequential policy, evaluate every item and judge at the last look (a version an
+    early look decided, completed)."""
     home = prepare_environment()
     service_config = ServiceConfig.load(home)
     unjudgeable = not_configured(home, model_name, service_config)
@@ -201,7 +210,7 @@ def validate_model_version(model_name: str, version: str) -> ValidationResult:
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
         with claims.heartbeat(model_name, str(version)):
-            summary = _validate(home, service_config, claims, model_name, str(version), attempt)
+            summary = _validate(home, service_config, claims, model_name, str(version), attempt, complete)
     except Superseded:
         progress.stage(shown_as, progress.Stage.FAILED, detail="taken over by a later attempt")
         raise
@@ -251,7 +260,34 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         log.warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
 
 
-def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int) -> ValidationResult:
+def decided_checks(decision: DecisionRecord) -> list[str]:
+    """The checks a look decided on the numbers (failed or passed), by name."""
+    return [check.name for check in decision.checks if check.rule not in (Rule.RAN, Rule.EXPECTATIONS) and check.verdict in (Verdict.FAIL, Verdict.PASS, Verdict.WAIVED)]
+
+
+def record_looks(client: Any, model_name: str, version: str, run_id: str, plan: ValidationPlan, looks: list[LookSummary]) -> SequentialRecord:
+    """A sequential validation's looks on its run (``sequential.json``, the items evaluated
+    and in all per evaluator and the share saved as metrics, the look it stopped at as a
+    tag, which ``vlgate gate`` judges it at again) and in brief on the version."""
+    from mlflow.entities import Metric
+
+    totals = count_items(plan.suite, set(looks[-1].items))
+    record = SequentialRecord(looks=looks, items_evaluated=looks[-1].items, items_total=totals)
+    stopped = record.stopped_at
+    now = int(time.time() * 1000)
+    metrics = [Metric("sequential/saved_fraction", record.saved_fraction, now, 0), Metric("sequential/stopped_at_look", stopped.index + 1, now, 0)]
+    metrics += [Metric(f"sequential/items_evaluated/{name}", n, now, 0) for name, n in record.items_evaluated.items()]
+    metrics += [Metric(f"sequential/items_total/{name}", n, now, 0) for name, n in record.items_total.items()]
+    client.log_batch(run_id, metrics=metrics)
+    client.log_dict(run_id, record.as_json(), "sequential.json")
+    brief = f"look {stopped.index + 1} of {stopped.of} ({stopped.fraction:.0%} of the items): {looks[-1].outcome}; {record.saved_fraction:.0%} of item evaluations saved"
+    client.set_tag(run_id, tag_keys.SEQUENTIAL, brief)
+    client.set_tag(run_id, tag_keys.LOOK, str(stopped.index))
+    client.set_model_version_tag(model_name, version, tag_keys.SEQUENTIAL, brief)
+    return record
+
+
+def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int, complete: bool = False) -> ValidationResult:
     logger = get_run_logger()
     config = service_config.for_model(model_name)
     if config is None:  # checked by the caller on this same configuration
@@ -289,18 +325,29 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
     # evaluation runs as a subflow so that its task runner comes from vlgate.yaml, for a
     # run started here and for one a Prefect worker starts from the deployment alike
     evaluation = service_config.evaluation
-    entries = evaluate_version.with_options(task_runner=evaluation.task_runner())(plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
+    evaluate = evaluate_version.with_options(task_runner=evaluation.task_runner())
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
-    record_model_check(client, run_id, plan, home)
-    progress.stage(shown_as, progress.Stage.EXPECTATIONS)
-    outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
-    progress.stage(shown_as, progress.Stage.RECORDING)
-    for output in outputs.values():
-        log_evaluator(run_id, output)
-    progress.stage(shown_as, progress.Stage.CORRELATIONS)
-    across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
-    progress.stage(shown_as, progress.Stage.GATE)
-    decision = judge_and_promote(plan, run_id, outputs, attempt)
+    looks: list[LookSummary] = []
+    for look in plan.looks_to_run(complete):  # one pass at every item, or a sequential policy's looks until one settles
+        look_plan = plan.at_look(look)
+        entries = evaluate(look_plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
+        if not looks:
+            record_model_check(client, run_id, plan, home)
+        progress.stage(shown_as, progress.Stage.EXPECTATIONS)
+        outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
+        progress.stage(shown_as, progress.Stage.RECORDING)
+        for output in outputs.values():  # a later look's records replace an earlier one's
+            log_evaluator(run_id, output)
+        progress.stage(shown_as, progress.Stage.CORRELATIONS)
+        across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
+        progress.stage(shown_as, progress.Stage.GATE)
+        decision = judge_and_promote(look_plan, run_id, outputs, attempt)
+        if decision.look is not None:
+            looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
+            logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
+        if decision.look is None or decision.look.settled:
+            break
+    sequential = record_looks(client, model_name, version, run_id, plan, looks) if looks else None
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision.decision)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)
@@ -311,7 +358,7 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
-    return ValidationResult(
+    result = ValidationResult(
         model=model_name,
         version=version,
         run_id=run_id,
@@ -324,3 +371,5 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         correlations=across,
         report=report,
     )
+    # set only for a sequential policy: a fixed-sample result prints as before
+    return result if sequential is None else result.model_copy(update={"sequential": sequential.as_json()})

@@ -375,6 +375,52 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
 
 
+def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_version_can_be_completed(home, tiny_world, capsys):
+    """Looks at a quarter of the 48 items each: a floor the tiny world's models are far
+    below (lcm-mc/lcm 0.5; they score about 0.39 with little spread) rejects v1 at the first
+    look, 12 items evaluated and 75 % saved, on record in MLflow; ``--complete`` evaluates
+    the rest, reusing the 12, and judges at the last look; a version every look leaves
+    undecided goes through all four."""
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "batch_size": 12, "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "protocol": "vlgate"}}}))
+    looks = {"looks": [0.25, 0.5, 0.75, 1.0]}
+    configure(home, {"s": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.5}, "resamples": 200, "sequential": looks})})
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "s", world / "checkpoints" / "vlm-steps3", home=home)
+    capsys.readouterr()
+    assert main(["validate", "s", "1", "--json"]) == 3
+    result = json.loads(capsys.readouterr().out)
+    (floor,) = [c for c in result["checks"] if c["rule"] == "floor"]
+    assert floor["verdict"] == "fail" and "at look 1 of 4, 25% of the items" in floor["detail"]
+    sequential = result["sequential"]
+    assert [look["look"]["index"] for look in sequential["looks"]] == [0] and sequential["looks"][0]["decided"] == ["lcm-mc/lcm floor"]
+    assert (sequential["items_evaluated"], sequential["items_total"], sequential["saved_fraction"]) == ({"lcm-mc": 12}, {"lcm-mc": 48}, 0.75)
+    run = client.get_run(result["run_id"])
+    assert run.data.metrics["sequential/saved_fraction"] == 0.75 and run.data.metrics["sequential/items_evaluated/lcm-mc"] == 12 and run.data.tags["vlgate.look"] == "0"
+    brief = "look 1 of 4 (25% of the items): rejected; 75% of item evaluations saved"
+    assert run.data.tags["vlgate.sequential"] == brief and client.get_model_version("s", "1").tags["vlgate.sequential"] == brief
+    assert main(["validate", "s", "1"]) == 3 and "items evaluated: 12 of 48; 75% saved" in capsys.readouterr().out
+    assert main(["status", "s", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"][0]["versions"][0]["sequential"] == brief
+
+    assert main(["validate", "s", "1", "--complete", "--json"]) == 3
+    completed = json.loads(capsys.readouterr().out)
+    assert completed["run_id"] == result["run_id"] and completed["sequential"]["saved_fraction"] == 0.0
+    (floor,) = [c for c in completed["checks"] if c["rule"] == "floor"]
+    assert floor["verdict"] == "fail" and floor["detail"].endswith(">= 0.5 fails") and floor["n_shared"] is None  # the estimate itself, at the last look
+    entry = json.loads(Path(client.download_artifacts(result["run_id"], "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]
+    assert (entry["reused"], entry["computed"], entry["n_items"]) == (12, 36, 48)  # the first look's records kept
+    assert main(["gate", "s", "1", "--json"]) == 3 and json.loads(capsys.readouterr().out)["look"]["index"] == 3  # judged again at its last look
+
+    (home / "gate-s.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "sequential": looks}))
+    tracking.register_checkpoint(client, "s", world / "checkpoints" / "vlm-language-prior", home=home)
+    assert main(["validate", "s", "2", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)["sequential"]
+    assert [look["look"]["index"] for look in every["looks"]] == [0, 1, 2, 3] and [look["items"]["lcm-mc"] for look in every["looks"]] == [12, 24, 36, 48]
+    assert every["saved_fraction"] == 0.0 and every["looks"][-1]["outcome"] == "promoted"
+
+
 def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_there_is_one(home, tiny_world, capsys):
     """``vlgate plan``: before any version, spreads are assumed and the 16 items are too few
     for a 0.02 margin (a warning naming the rule); once v2 is champion after v1, the

@@ -149,3 +149,39 @@ class DecisionRecord(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+class LookSummary(BaseModel):
+    """One look of a sequential validation: where, what the gate said, and the checks it
+    decided there (failed or passed; the others went on to the next look)."""
+
+    model_config = RECORD_MODEL
+
+    look: LookRecord
+    outcome: Outcome
+    items: dict[str, int]
+    decided: list[str] = Field(default_factory=list)
+
+
+class SequentialRecord(BaseModel):
+    """What a sequential validation evaluated (``sequential.json`` on its run): each look,
+    the items evaluated and in all per evaluator, and the share of item evaluations the
+    early stop saved (0 when every look ran)."""
+
+    model_config = RECORD_MODEL
+
+    looks: list[LookSummary]
+    items_evaluated: dict[str, int]
+    items_total: dict[str, int]
+
+    @property
+    def stopped_at(self) -> LookRecord:
+        return self.looks[-1].look
+
+    @property
+    def saved_fraction(self) -> float:
+        total = sum(self.items_total.values())
+        return 0.0 if total == 0 else 1 - sum(self.items_evaluated.values()) / total
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json") | {"saved_fraction": self.saved_fraction}

@@ -57,6 +57,11 @@ ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
 #: name ("in process" when no worker started it), host and process id
 FLOW_RUN = "vlgate.flow_run_id"
 EXECUTED_BY = "vlgate.executed_by"
+#: a sequential validation in brief, on the version and its run ("look 1 of 4 (25% of the
+#: items): rejected; 75% of item evaluations saved"), and the look's index (0-based) on the
+#: run, which ``vlgate gate`` judges it at again
+SEQUENTIAL = "vlgate.sequential"
+LOOK = "vlgate.look"
 SUITE_PATH = "vlgate.suite_path"
 POLICY_PATH = "vlgate.policy_path"
 #: ``report/report.html``, or ``failed: ...`` when the report could not be drawn

@@ -227,6 +227,14 @@ def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSel
     return (items if selection is None else selection.apply(list(items), definition.group_field)), errors
 
 
+def count_items(suite: Suite, evaluators: set[str]) -> dict[str, int]:
+    """The items the suite runs of each of ``evaluators`` (their data sets loaded as a run loads them)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        return {name: len(load_items(name, spec, Path(scratch) / name)[0]) for name, spec in suite.evaluators.items() if name in evaluators}
+
+
 def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, out: Path, suite: Suite, cache_dir: Path | None = None) -> Runner[Any, Any]:
     """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
     releases the helper models it loaded)."""

@@ -34,6 +34,14 @@ def print_decision(summary: dict[str, Any]) -> None:
         print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
     for warning in summary.get("warnings", []):
         print(f"  {'warning':<15} {warning}")
+    sequential = summary.get("sequential")
+    if sequential:  # where a sequential policy stopped, and what it saved
+        for look in sequential["looks"]:
+            where = f"look {look['look']['index'] + 1} of {look['look']['of']} ({look['look']['fraction']:.0%})"
+            items = ", ".join(f"{name} {n}" for name, n in look["items"].items())
+            print(f"  {where}: {look['outcome'] if look['look']['settled'] else 'goes on'} ({items} items)")
+        evaluated, total = sum(sequential["items_evaluated"].values()), sum(sequential["items_total"].values())
+        print(f"  items evaluated: {evaluated} of {total}; {sequential['saved_fraction']:.0%} saved")
     if summary.get("report"):
         print(f"report: {summary['report']}")
 
@@ -134,6 +142,10 @@ class Validate(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("name")
         parser.add_argument("version")
+        parser.add_argument(
+            "--complete", action="store_true",
+            help="under a sequential policy: evaluate every item (those already evaluated are reused) and judge at the last look, e.g. a version an early look decided",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.flows.prefect_server import local_prefect_server
@@ -154,7 +166,7 @@ class Validate(Command):
             except MlflowException:  # anything but a missing version (the registry away...) is the flow's to retry and record
                 pass
             try:
-                result = validate_model_version(args.name, str(args.version))
+                result = validate_model_version(args.name, str(args.version), complete=args.complete)
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
                 result = ValidationResult.failed(args.name, str(args.version), error)
         return decision_answer(result.as_json(), result.outcome)
@@ -409,6 +421,7 @@ class Plan(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         """The model's power plan from its configuration, its suite's items and its champion's records."""
         from vlgate import tracking
+        from vlgate.evaluators.runners.suite import count_items
         from vlgate.flows.plan import read_model_config
         from vlgate.flows.power import plan_power
         from vlgate.flows.recording import champion_outputs, run_outputs
@@ -422,7 +435,10 @@ class Plan(Command):
             suite, policy = read_model_config(config)
         except ValueError as error:
             raise UserError(str(error)) from None
-        items = suite_item_counts(suite, policy.evaluators())
+        try:
+            items = count_items(suite, policy.evaluators())
+        except (OSError, ValueError) as error:
+            raise UserError(f"suite {config.suite}: {error}") from None
         client = tracking.connect(home)
         champion_version, champion = champion_outputs(client, args.name, exclude_version="")
         baseline_version, baseline = None, None
@@ -445,23 +461,6 @@ class Plan(Command):
                 print(f"warning: {warning}")
 
         return Answer(summary, text=text)
-
-
-def suite_item_counts(suite: Any, evaluators: set[str]) -> dict[str, int]:
-    """The items the suite runs of each of ``evaluators`` (its data sets loaded, as a run loads them)."""
-    import tempfile
-
-    from vlgate.evaluators.runners.suite import load_items
-
-    counts = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for name, spec in suite.evaluators.items():
-            if name in evaluators:
-                try:
-                    counts[name] = len(load_items(name, spec, Path(scratch) / name)[0])
-                except (OSError, ValueError) as error:
-                    raise UserError(f"suite {suite.name}: {name}: {error}") from None
-    return counts
 
 
 class Serve(Command):
