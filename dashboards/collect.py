@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DECISION_FILE, DecisionRecord
+from vlgate.decisions import DECISION_FILE, DecisionRecord, PowerPlan, SequentialRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
@@ -42,6 +42,10 @@ class ValidationReportData:
     started: datetime | None = None
     #: the gate's decision as logged (None: the version was not judged)
     gate: DecisionRecord | None = None
+    #: a sequential policy's looks and the items they saved (None: judged once on every item)
+    sequential: SequentialRecord | None = None
+    #: what each rule of the policy can decide on the suite (``power.json``; None: not logged)
+    power: PowerPlan | None = None
     correlations: dict[str, Any] = field(default_factory=dict)
     #: the versions' metrics the correlations were computed from (None: a run older than that file)
     correlation_versions: pd.DataFrame | None = None
@@ -99,6 +103,10 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     scratch.mkdir(parents=True, exist_ok=True)
     local = _download(client, data.run_id, DECISION_FILE, scratch)
     data.gate = DecisionRecord.read(local) if local else None
+    local = _download(client, data.run_id, "sequential.json", scratch)
+    data.sequential = SequentialRecord.read(local) if local else None
+    local = _download(client, data.run_id, "power.json", scratch)
+    data.power = PowerPlan.model_validate(_read_json(local)) if local else None
     local = _download(client, data.run_id, "correlations.json", scratch)
     data.correlations = (_read_json(local) if local else None) or {}
     local = _download(client, data.run_id, "correlation_versions.json", scratch)

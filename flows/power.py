@@ -35,9 +35,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from vlgate.decisions import Rule
+from vlgate.decisions import PowerPlan, Rule, RulePower
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, paired_bootstrap_difference
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
@@ -51,40 +49,6 @@ LARGEST_UNIT_SPREAD = 0.5
 ESTIMATE_ITSELF = 0.5
 
 
-class RulePower(BaseModel):
-    """What one rule of the policy can decide on the suite's items."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    check: str
-    rule: Rule
-    items: int | None
-    spread: float | None
-    spread_from: str
-    level: float
-    margin: float | None = None
-    detectable: float | None = None
-    items_needed: int | None = None
-    warning: str | None = None
-
-
-class PowerPlan(BaseModel):
-    """``vlgate plan``'s answer: every rule's row, and the versions the spreads came from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str
-    champion: str | None
-    baseline: str | None
-    alpha: float
-    power: float
-    rules: list[RulePower]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [rule.warning for rule in self.rules if rule.warning]
-
-
 def bounded_unit(qualified: str) -> bool:
     spec = registry.metric(qualified)
     return spec is not None and spec.low == 0.0 and spec.high == 1.0
@@ -94,9 +58,10 @@ class _Spreads:
     """Per-item spreads of metrics, measured on the champion (and paired with the
     baseline version), or assumed where there is nothing to measure."""
 
-    def __init__(self, policy: GatePolicy, champion: dict[str, EvaluatorOutput] | None, baseline: dict[str, EvaluatorOutput] | None, champion_version: str | None, baseline_version: str | None):
+    def __init__(self, policy: GatePolicy, champion: dict[str, EvaluatorOutput] | None, baseline: dict[str, EvaluatorOutput] | None, champion_version: str | None, baseline_version: str | None, resamples: int):
         self.policy, self.champion, self.baseline = policy, champion, baseline
         self.champion_version, self.baseline_version = champion_version, baseline_version
+        self.resamples = resamples
 
     def _frame(self, outputs: dict[str, EvaluatorOutput] | None, evaluator: str, ids: set[Any] | None) -> Any:
         output = None if outputs is None else outputs.get(evaluator)
@@ -114,7 +79,7 @@ class _Spreads:
                 return None, LARGEST_UNIT_SPREAD, "assumed: no champion records"
             return None, None, "unknown: no champion records"
         statistic = set_statistic(evaluator, metric)
-        error = bootstrap_standard_error(frame, statistic, self.policy.resamples, self.policy.seed, resampled_statistic(evaluator, metric, frame))
+        error = bootstrap_standard_error(frame, statistic, self.resamples, self.policy.seed, resampled_statistic(evaluator, metric, frame))
         value = statistic(frame)
         spread = None if error is None else error * math.sqrt(len(frame))
         return (None if value is None else float(value)), spread, f"champion v{self.champion_version}"
@@ -124,7 +89,7 @@ class _Spreads:
         evaluator, metric = registry.split_metric(qualified)
         mine, theirs = self._frame(self.champion, evaluator, ids), self._frame(self.baseline, evaluator, ids)
         if mine is not None and theirs is not None:
-            result = paired_bootstrap_difference(mine, theirs, set_statistic(evaluator, metric), 0.95, self.policy.resamples, self.policy.seed, resampled_statistic(evaluator, metric, mine))
+            result = paired_bootstrap_difference(mine, theirs, set_statistic(evaluator, metric), 0.95, self.resamples, self.policy.seed, resampled_statistic(evaluator, metric, mine))
             if result.distribution.size > 1 and result.n_shared > 1:
                 return float(result.distribution.std(ddof=1)) * math.sqrt(result.n_shared), f"champion v{self.champion_version} paired with v{self.baseline_version}"
         _, spread, source = self.single(qualified, ids)
@@ -192,11 +157,14 @@ def plan_power(
     baseline: dict[str, EvaluatorOutput] | None = None,
     baseline_version: str | None = None,
     power: float = DEFAULT_POWER,
+    resamples: int | None = None,
 ) -> PowerPlan:
     """Every rule's row (module docstring). ``items``: the items the suite runs, by
-    evaluator; ``champion``/``baseline``: the outputs the spreads are measured on."""
+    evaluator; ``champion``/``baseline``: the outputs the spreads are measured on (the
+    baseline: the version paired with the champion); ``resamples``: the bootstraps'
+    (the policy's by default)."""
     alpha = 1 - policy.confidence
-    spreads = _Spreads(policy, champion, baseline, champion_version, baseline_version)
+    spreads = _Spreads(policy, champion, baseline, champion_version, baseline_version, resamples or policy.resamples)
     categories = {name: _category_ids(champion, registry.split_metric(name)[0], rule.only) for name, rule in policy.categories.items()}
     comparisons = len(policy.regressions) + len(policy.superiority) + sum(len(categories[name]) for name, rule in policy.categories.items() if rule.max_drop is not None)
     fail_level = alpha / comparisons if policy.correction != "none" and comparisons else alpha

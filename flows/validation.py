@@ -287,6 +287,27 @@ def record_looks(client: Any, model_name: str, version: str, run_id: str, plan: 
     return record
 
 
+def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None) -> None:
+    """What each rule of the policy can decide on the suite (``vlgate plan``'s table,
+    ``power.json`` on the run, shown in the report), its spreads measured on the champion
+    the version was judged against, paired with this version; assumed without one. A plan
+    that cannot be made is a warning: the decision stands without it."""
+    from vlgate.flows.power import plan_power
+
+    try:
+        champion = None
+        if champion_version is not None and champion_version != plan.version:
+            champion_run = client.get_model_version(plan.model, champion_version).tags.get(tag_keys.VALIDATION_RUN)
+            champion = run_outputs(client, champion_run) if champion_run else None
+        items = count_items(plan.suite, plan.policy.evaluators())
+        power = plan_power(plan.model, plan.policy, items, champion, champion_version if champion else None, outputs, plan.version, resamples=min(plan.policy.resamples, 500))
+        client.log_dict(run_id, power.model_dump(mode="json"), "power.json")
+    except Exception as error:
+        if tracking.transient(error):
+            raise
+        get_run_logger().warning("power plan of %s v%s failed: %s", plan.model, plan.version, error)
+
+
 def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int, complete: bool = False) -> ValidationResult:
     logger = get_run_logger()
     config = service_config.for_model(model_name)
@@ -348,6 +369,7 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         if decision.look is None or decision.look.settled:
             break
     sequential = record_looks(client, model_name, version, run_id, plan, looks) if looks else None
+    record_power_plan(client, run_id, plan, outputs, decision.champion_before)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision.decision)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)

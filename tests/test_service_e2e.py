@@ -400,6 +400,8 @@ def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_
     assert run.data.metrics["sequential/saved_fraction"] == 0.75 and run.data.metrics["sequential/items_evaluated/lcm-mc"] == 12 and run.data.tags["vlgate.look"] == "0"
     brief = "look 1 of 4 (25% of the items): rejected; 75% of item evaluations saved"
     assert run.data.tags["vlgate.sequential"] == brief and client.get_model_version("s", "1").tags["vlgate.sequential"] == brief
+    page = Path(result["report"]).read_text()
+    assert "Decided at look 1 of 4 (25% of the items): 12 of 48 items evaluated, 75% saved." in page and "<td>lcm-mc/lcm floor</td>" in page
     assert main(["validate", "s", "1"]) == 3 and "items evaluated: 12 of 48; 75% saved" in capsys.readouterr().out
     assert main(["status", "s", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["models"][0]["versions"][0]["sequential"] == brief
@@ -456,6 +458,14 @@ def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_th
     champion_lcm = client.get_run(client.get_model_version("p", "2").tags[tag_keys.VALIDATION_RUN]).data.metrics["lcm-mc/lcm"]
     assert floor["margin"] == pytest.approx(champion_lcm - 0.3) and floor["spread_from"] == "champion v2"
     assert main(["plan", "nope"]) == 2 and "'nope' is not configured" in capsys.readouterr().err
+    # each validation run carries the table, measured on the champion it was judged against paired with it
+    run_of = lambda v: client.get_model_version("p", v).tags[tag_keys.VALIDATION_RUN]  # noqa: E731
+    logged = json.loads(Path(client.download_artifacts(run_of("2"), "power.json", str(home / "dl-power"))).read_text())
+    assert (logged["champion"], logged["baseline"]) == ("1", "2") and [r["check"] for r in logged["rules"]] == ["lcm-mc/lcm floor", "lcm-mc/acc vs champion"]
+    first = json.loads(Path(client.download_artifacts(run_of("1"), "power.json", str(home / "dl-power-1"))).read_text())
+    assert first["champion"] is None and first["rules"][1]["spread_from"].startswith("assumed")
+    page = (home / "reports" / "p" / "v2.html").read_text()
+    assert "what each rule can decide on this suite" in page and "spreads of champion v1 paired with v2" in page
 
 
 def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny_world, capsys):
