@@ -459,7 +459,7 @@ def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_th
     assert floor["margin"] == pytest.approx(champion_lcm - 0.3) and floor["spread_from"] == "champion v2"
     assert main(["plan", "nope"]) == 2 and "'nope' is not configured" in capsys.readouterr().err
     # each validation run carries the table, measured on the champion it was judged against paired with it
-    run_of = lambda v: client.get_model_version("p", v).tags[tag_keys.VALIDATION_RUN]  # noqa: E731
+    run_of = lambda v: client.get_model_version("p", v).tags[tag_keys.VALIDATION_RUN]
     logged = json.loads(Path(client.download_artifacts(run_of("2"), "power.json", str(home / "dl-power"))).read_text())
     assert (logged["champion"], logged["baseline"]) == ("1", "2") and [r["check"] for r in logged["rules"]] == ["lcm-mc/lcm floor", "lcm-mc/acc vs champion"]
     first = json.loads(Path(client.download_artifacts(run_of("1"), "power.json", str(home / "dl-power-1"))).read_text())

@@ -398,22 +398,29 @@ def test_the_drift_cron_runs_on_the_pool_once_a_slot(tiny_world, tmp_path, monke
                 experiment = stacked.client.get_experiment_by_name("vlgate/stacked").experiment_id
                 return stacked.client.search_runs([experiment], tag_keys.runs_of_kind(tag_keys.RunKind.DRIFT))
 
-            stacked.wait(lambda: len(checked()) >= 2, 300, "fewer than two drift checks of the champion")
-            runs = drift_runs()
+            def two_finished_checks() -> tuple[list, list[dict]] | None:
+                """The checks and the flow runs once two checks are logged and every logged
+                check's flow run has completed (a check is logged before its flow run ends)."""
+                checks, runs = checked(), drift_runs()
+                state_of = {r["id"]: r["state_type"] for r in runs}
+                finished = [c for c in checks if state_of.get(c.data.tags[tag_keys.FLOW_RUN]) == "COMPLETED"]
+                return (checks, runs) if len(finished) >= 2 and len(finished) == len(checks) else None
+
+            checks, runs = stacked.wait(two_finished_checks, 300, "fewer than two finished drift checks of the champion")
             slots = [r["expected_start_time"] for r in runs]
             assert len(slots) == len(set(slots)), slots  # one flow run a slot, however many workers poll
             assert all(datetime.fromisoformat(slot).second == 0 for slot in slots)  # on the cron's minutes
             finished = {r["id"]: r for r in runs if r["state_type"] == "COMPLETED"}
             assert not [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")], [(r["state_type"], r["state"]["message"]) for r in runs]
             serve = next(p.pid for p in state.processes if p.name == "serve")
-            for run in checked():  # each check names a finished flow run on the pool, run in a worker's process
+            for run in checks:  # each check names a finished flow run on the pool, run in a worker's process
                 flow_run = finished[run.data.tags[tag_keys.FLOW_RUN]]
                 worker, where = run.data.tags[tag_keys.EXECUTED_BY].split(" on ")
                 pid = int(where.rsplit(" pid ", 1)[1])
                 assert worker.startswith("vlgate-gpu-") and flow_run["work_pool_name"] == "vlgate-gpu" and pid != serve
                 assert pid == int(str(flow_run["infrastructure_pid"]).rsplit(":", 1)[-1])
                 assert run.data.tags[tag_keys.VERSION] == version and run.data.tags[tag_keys.DRIFT] in ("true", "false")
-            assert len({run.data.tags[tag_keys.FLOW_RUN] for run in checked()}) == len(checked())  # one check a flow run
-            print(f"{len(runs)} drift slots scheduled, {len(finished)} run, {len(checked())} champion checks")
+            assert len({run.data.tags[tag_keys.FLOW_RUN] for run in checks}) == len(checks)  # one check a flow run
+            print(f"{len(runs)} drift slots scheduled, {len(finished)} run, {len(checks)} champion checks")
     finally:
         stack.down(purge=True)
