@@ -78,7 +78,7 @@ class ValidationResult(BaseModel):
     correlations: dict[str, Any] = Field(default_factory=dict)
     report: str | None = None
     #: a sequential policy's looks, the items evaluated and the share saved
-    sequential: dict[str, Any] | None = None
+    sequential: SequentialRecord | None = None
     error: str | None = None
 
     @classmethod
@@ -170,7 +170,8 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
         raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
     look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
     judged = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record, look=int(look) if look else None)
-    return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=record, judged=judged)
+    recorded = record and (judged.look is None or judged.look.settled)  # an interim look that does not settle records nothing
+    return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=recorded, judged=judged)
 
 
 # --- report ---------------------------------------------------------------------------
@@ -394,4 +395,4 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         report=report,
     )
     # set only for a sequential policy: a fixed-sample result prints as before
-    return result if sequential is None else result.model_copy(update={"sequential": sequential.as_json()})
+    return result if sequential is None else result.model_copy(update={"sequential": sequential})

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from vlgate.config import CONFIG_MODEL
 
@@ -178,13 +178,14 @@ class SequentialRecord(BaseModel):
     def stopped_at(self) -> LookRecord:
         return self.looks[-1].look
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def saved_fraction(self) -> float:
         total = sum(self.items_total.values())
         return 0.0 if total == 0 else 1 - sum(self.items_evaluated.values()) / total
 
     def as_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json") | {"saved_fraction": self.saved_fraction}
+        return self.model_dump(mode="json")
 
     @classmethod
     def read(cls, path: Path) -> SequentialRecord:
