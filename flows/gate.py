@@ -516,14 +516,20 @@ def resampled_statistic(evaluator: str, metric: str, frame: pd.DataFrame) -> Res
     return statistic
 
 
-def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[_Comparison]:
-    evaluator, _ = registry.split_metric(name)
+def category_ids(output: EvaluatorOutput | None, evaluator: str) -> dict[str, set[Any]]:
+    """Each category's record ids (by the evaluator's group field); uncategorised records
+    belong to no category's rule."""
     group_field = registry.get(evaluator).group_field or ""
-    output = candidate.get(evaluator)
     by_category: dict[str, set[Any]] = {}
     for record in output.records if output is not None else []:
-        if record.get(group_field) is not None:  # uncategorised records belong to no category's rule
+        if record.get(group_field) is not None:
             by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
+    return by_category
+
+
+def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[_Comparison]:
+    evaluator, _ = registry.split_metric(name)
+    by_category = category_ids(candidate.get(evaluator), evaluator)
     limit = -float(rule.max_drop or 0.0)
     if champion is not None and not by_category:
         return [_Comparison(CheckKey(Rule.REGRESSION, name, EVERY_CATEGORY), limit, skipped="no per-category records (fail closed)")]
@@ -686,11 +692,7 @@ def _look_bound_tests(policy: GatePolicy, candidate: dict[str, EvaluatorOutput])
         evaluator = registry.split_metric(name)[0]
         output = candidate.get(evaluator)
         frame = None if output is None else output.samples
-        group_field = registry.get(evaluator).group_field or ""
-        by_category: dict[str, set[Any]] = {}
-        for record in output.records if output is not None else []:
-            if record.get(group_field) is not None:
-                by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
+        by_category = category_ids(output, evaluator)
         for category in rule.only or sorted(by_category):
             ids = by_category.get(category, set())
             subset = None if frame is None else frame[frame["id"].isin(ids)]

@@ -40,7 +40,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, paired_bootstrap_difference
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.flows.gate import CheckKey, GatePolicy, resampled_statistic, set_statistic
+from vlgate.flows.gate import CheckKey, GatePolicy, category_ids, resampled_statistic, set_statistic
 
 #: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
 #: assumed for a version when there is no champion to measure one on
@@ -139,12 +139,7 @@ def _comparison_row(key: CheckKey, limit: float, items: int | None, spreads: _Sp
 
 def _category_ids(champion: dict[str, EvaluatorOutput] | None, evaluator: str, only: Iterable[str] | None) -> dict[str, set[Any]]:
     """Each category's record ids in the champion's records (the categories a rule names, or all)."""
-    group_field = registry.get(evaluator).group_field or ""
-    output = None if champion is None else champion.get(evaluator)
-    found: dict[str, set[Any]] = {}
-    for record in output.records if output is not None else []:
-        if record.get(group_field) is not None:
-            found.setdefault(str(record[group_field]), set()).add(record.get("id"))
+    found = category_ids(None if champion is None else champion.get(evaluator), evaluator)
     return {category: found.get(category, set()) for category in (only or sorted(found))}
 
 

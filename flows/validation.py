@@ -266,14 +266,14 @@ def decided_checks(decision: DecisionRecord) -> list[str]:
     return [check.name for check in decision.checks if check.rule not in (Rule.RAN, Rule.EXPECTATIONS) and check.verdict in (Verdict.FAIL, Verdict.PASS, Verdict.WAIVED)]
 
 
-def record_looks(client: Any, model_name: str, version: str, run_id: str, plan: ValidationPlan, looks: list[LookSummary]) -> SequentialRecord:
+def record_looks(client: Any, model_name: str, version: str, run_id: str, looks: list[LookSummary], totals: dict[str, int]) -> SequentialRecord:
     """A sequential validation's looks on its run (``sequential.json``, the items evaluated
     and in all per evaluator and the share saved as metrics, the look it stopped at as a
-    tag, which ``vlgate gate`` judges it at again) and in brief on the version."""
+    tag, which ``vlgate gate`` judges it at again) and in brief on the version. ``totals``:
+    the suite's items per evaluator."""
     from mlflow.entities import Metric
 
-    totals = count_items(plan.suite, set(looks[-1].items))
-    record = SequentialRecord(looks=looks, items_evaluated=looks[-1].items, items_total=totals)
+    record = SequentialRecord(looks=looks, items_evaluated=looks[-1].items, items_total={name: totals.get(name, n) for name, n in looks[-1].items.items()})
     stopped = record.stopped_at
     now = int(time.time() * 1000)
     metrics = [Metric("sequential/saved_fraction", record.saved_fraction, now, 0), Metric("sequential/stopped_at_look", stopped.index + 1, now, 0)]
@@ -288,7 +288,7 @@ def record_looks(client: Any, model_name: str, version: str, run_id: str, plan: 
     return record
 
 
-def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None) -> None:
+def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None, totals: dict[str, int]) -> None:
     """What each rule of the policy can decide on the suite (``vlgate plan``'s table,
     ``power.json`` on the run, shown in the report), its spreads measured on the champion
     the version was judged against, paired with this version; assumed without one. A plan
@@ -300,8 +300,7 @@ def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: d
         if champion_version is not None and champion_version != plan.version:
             champion_run = client.get_model_version(plan.model, champion_version).tags.get(tag_keys.VALIDATION_RUN)
             champion = run_outputs(client, champion_run) if champion_run else None
-        items = count_items(plan.suite, plan.policy.evaluators())
-        power = plan_power(plan.model, plan.policy, items, champion, champion_version if champion else None, outputs, plan.version, resamples=min(plan.policy.resamples, 500))
+        power = plan_power(plan.model, plan.policy, totals, champion, champion_version if champion else None, outputs, plan.version, resamples=min(plan.policy.resamples, 500))
         client.log_dict(run_id, power.model_dump(mode="json"), "power.json")
     except Exception as error:
         if tracking.transient(error):
@@ -369,8 +368,13 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
             logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
         if decision.look is None or decision.look.settled:
             break
-    sequential = record_looks(client, model_name, version, run_id, plan, looks) if looks else None
-    record_power_plan(client, run_id, plan, outputs, decision.champion_before)
+    try:  # every item of the suite, read once for both records
+        totals = count_items(suite, set(suite.evaluators))
+    except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record
+        logger.warning("%s v%s: the suite's items could not be counted: %s", model_name, version, error)
+        totals = {}
+    sequential = record_looks(client, model_name, version, run_id, looks, totals) if looks else None
+    record_power_plan(client, run_id, plan, outputs, decision.champion_before, totals)
     client.set_terminated(run_id, "FINISHED")
     logger.info("%s v%s: %s", model_name, version, decision.decision)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)

@@ -110,10 +110,9 @@ def _excess_crossing(bound: float, earlier: list[float], covariance: np.ndarray,
 @lru_cache(maxsize=256)
 def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     t = np.asarray(fractions, dtype=float)
-    spent_by = obrien_fleming_spending
     bounds: list[float] = []
     for k in range(len(t)):
-        spent = spent_by(t[k], alpha) - (spent_by(t[k - 1], alpha) if k else 0.0)
+        spent = obrien_fleming_spending(t[k], alpha) - (obrien_fleming_spending(t[k - 1], alpha) if k else 0.0)
         if k == 0:
             bounds.append(float(stats.norm.ppf(1 - spent)))
             continue
