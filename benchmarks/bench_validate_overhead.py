@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from vlgate.evaluators.world.build import build_world
-from vlgate.flows.demo import DEMO_POLICY
+from vlgate.flows.demo import DEMO_RULES
 
 TARGET_RATIO = 1.3
 MODEL = "bench-vlm"
@@ -54,7 +54,7 @@ def _children_cpu() -> float:
 def fresh_home(root: Path, name: str, world: Path) -> Path:
     home = root / name
     shutil.copytree(world, home / "world")
-    (home / "gate.yaml").write_text(DEMO_POLICY)
+    (home / "gate.yaml").write_text(DEMO_RULES)  # judged once, on every item: as evaluate runs them
     (home / "vlgate.yaml").write_text(f"models:\n  {MODEL}:\n    suite: world/suite.yaml\n    policy: gate.yaml\n")
     return home
 

@@ -52,7 +52,8 @@ VERSIONS = (
 #: fault (the checkpoint folder without "vlm-") → the evaluator built to catch it
 FAULT_EVALUATORS = {folder.removeprefix("vlm-"): evaluator for folder, _, evaluator in VERSIONS if evaluator}
 
-DEMO_POLICY = """\
+#: The demo's rules, judged once on every item (the fixed-sample gate)
+DEMO_RULES = """\
 # The demo's gate for world-vlm (flows/gate.py documents every field).
 required: [lcm-mc, lcm-nb, vlind, genception, decc]
 floors:                      # what a version must reach at all: the early versions do not
@@ -71,6 +72,12 @@ regressions:                 # non-inferiority against the champion: paired boot
 confidence: 0.95
 resamples: 1000             # scored in one pass: a rule's bootstrap takes milliseconds
 seed: 0
+"""
+#: The demo's policy: its rules judged after each quarter of every evaluator's items
+DEMO_POLICY = DEMO_RULES + """\
+sequential:                  # judged after each quarter of every evaluator's items (docs/sequential.md)
+  looks: [0.25, 0.5, 0.75, 1.0]
+  promote_early: false
 """
 
 DEMO_CONFIG = f"""\
@@ -117,17 +124,18 @@ def write_demo_config(home: Path) -> None:
         policy.write_text(DEMO_POLICY)
 
 
-def run_demo(console: Console | None = None) -> int:
+def run_demo(console: Console | None = None, size: str = "medium") -> int:
     # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     home = prepare_environment()
+    refuse_another_size(home, size)  # before any server starts
     from vlgate.flows.prefect_server import local_prefect_server
 
     with local_prefect_server(home):
-        return _run_demo(console, home)
+        return _run_demo(console, home, size)
 
 
-def _run_demo(console: Console, home: Path) -> int:
+def _run_demo(console: Console, home: Path, size: str) -> int:
     from vlgate.evaluators.world.build import build_world
     from vlgate.registry_hooks.claims import ClaimStore
     from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
@@ -135,8 +143,13 @@ def _run_demo(console: Console, home: Path) -> int:
     console.rule("1. the synthetic world")
     # copied in seconds; trained (minutes) only where the shipped world is not the one asked for
     with WorldBuildProgress(home / "world", write=lambda line: console.print(f"  {line}", markup=False, highlight=False)) as phases:
-        manifest = build_world(home / "world", "small", seed=0, on_phase=phases)
-    how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "built"
+        manifest = build_world(home / "world", size, seed=0, on_phase=phases)
+    if manifest.get("cached"):
+        how = "reused"
+    elif manifest.get("models") == "shipped":
+        how = f"the versions shipped with vlgate, their data sets drawn at the {size} size"
+    else:
+        how = "copied from the world shipped with vlgate" if manifest.get("shipped") else "built"
     console.print(f"world under {home / 'world'} ({how})")
     write_demo_config(home)
 
@@ -190,6 +203,23 @@ def _run_demo(console: Console, home: Path) -> int:
     console.print(f"\nvlgate status --json          # every version's decision and the champion (VLGATE_HOME={home})")
     console.print(f"mlflow ui --backend-store-uri {tracking.tracking_uri(home)} --port 5000   # then open http://127.0.0.1:5000")
     return 0
+
+
+class DemoError(ValueError):
+    """A home the demo cannot run in as asked (one line for the user)."""
+
+
+def refuse_another_size(home: Path, size: str) -> None:
+    """One world size a home: versions validated on one size's data are never judged
+    against those of another (the demo's second run would reuse their decisions)."""
+    manifest = home / "world" / "manifest.json"
+    if not manifest.is_file():
+        return
+    there = json.loads(manifest.read_text()).get("size")
+    if there == size:
+        return
+    if tracking.model_versions(tracking.connect(home), MODEL_NAME):
+        raise DemoError(f"{home} holds the demo on the {there} world; run the {size} one in another VLGATE_HOME (or `vlgate demo --size {there}` here)")
 
 
 def build_drift_batches(home: Path) -> dict[str, Path]:
@@ -251,11 +281,17 @@ def results_table(client, status: dict) -> tuple[Table, list[str]]:
     table.add_column("decision")
     for _, _, header in SHOWN:
         table.add_column(header, justify="right")
+    # a sequential policy's look that settled and the item evaluations that spared
+    table.add_column("at\nlook", justify="right")
+    table.add_column("items\nsaved", justify="right")
     rejections = []
     for model in status["models"]:
         for version in model["versions"]:
             metrics = client.get_run(version["validation_run_id"]).data.metrics if version["validation_run_id"] else {}
             cells = [f"{metrics[f'{e}/{m}']:.3f}" if f"{e}/{m}" in metrics else "—" for e, m, _ in SHOWN]
+            look = metrics.get("sequential/stopped_at_look")
+            saved = metrics.get("sequential/saved_fraction")
+            cells += ["—" if look is None else str(int(look)), "—" if saved is None else f"{saved:.0%}"]
             star = " ★" if model["champion"] == version["version"] else ""
             table.add_row(f"v{version['version']}{star}", version["decision"] or version["state"], *cells)
             if version["decision"] == "rejected":

@@ -348,8 +348,11 @@ class Decision:
 
     @property
     def reasons(self) -> list[str]:
-        """The failed checks (and any waived ones) when not promoted, every check when promoted."""
-        shown = [c for c in self.checks if not c.passed or c.waiver is not None]
+        """The failed checks (and any waived ones) when not promoted, every check when
+        promoted. At an interim look a comparison not decided yet is no reason: the
+        validation stopped on the others (it stays among the checks)."""
+        interim = self.look is not None and self.look.index + 1 < self.look.of
+        shown = [c for c in self.checks if (not c.passed and not (interim and c.verdict is Verdict.INCONCLUSIVE)) or c.waiver is not None]
         return [f"{c.name}: {c.detail}" for c in (shown if not self.promote else self.checks)]
 
     def record(self, policy_path: Path, champion_before: str | None, warnings: list[str], per_sample_correlations: dict[str, dict[str, Any]]) -> DecisionRecord:

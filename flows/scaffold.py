@@ -75,9 +75,9 @@ correction: holm                 # across the comparisons with the champion: hol
 #   - {{check: "lcm-mc/acc floor", by: you@example.com, reason: "why", until: 2026-12-31}}
 confidence: 0.95
 resamples: 2000
-# sequential:                    # judge after each look at a fraction of the items; stop a clear failure early
-#   looks: [0.25, 0.5, 0.75, 1.0]  # (docs/sequential.md; `vlgate plan {name}` says what each rule can decide)
-#   promote_early: false
+sequential:                      # judge after each quarter of the items; stop where a rule fails decisively
+  looks: [0.25, 0.5, 0.75, 1.0]  # (docs/sequential.md; `vlgate plan {name}` says what each rule can decide)
+  promote_early: false           # true: also promote early; only with looks of 100+ items a rule
 """
 
 SERVICE = """\

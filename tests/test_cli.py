@@ -21,6 +21,23 @@ def test_help_on_every_command(command, capsys):
     assert "usage: vlgate" in capsys.readouterr().out
 
 
+def test_the_demo_keeps_to_the_world_size_its_home_validated_on(tmp_path, monkeypatch, capsys):
+    """Versions validated on the medium world's items are not judged again, or judged
+    against, on the small world's: the demo refuses the other size in one line, before
+    anything starts."""
+    from vlgate import tracking
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    (tmp_path / "world").mkdir()
+    (tmp_path / "world" / "manifest.json").write_text(json.dumps({"size": "medium"}))
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    tracking.register_checkpoint(tracking.connect(tmp_path), "world-vlm", checkpoint, home=tmp_path)
+    assert main(["demo", "--size", "small"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"vlgate demo: {tmp_path} holds the demo on the medium world; run the small one in another VLGATE_HOME (or `vlgate demo --size medium` here)"
+
+
 def test_unknown_evaluator_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["score", "nope", "x.jsonl"])
@@ -230,6 +247,8 @@ def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_ther
     assert suite.evaluators["genception"].encoder_kind == "clip"  # a CLIP id is read as CLIP, not as the default ViT
     policy = GatePolicy.from_file(tmp_path / "my-vlm" / "gate.yaml")
     assert policy.correction == "holm" and policy.regressions["lcm-mc/lcm"].max_drop == 0.02
+    # group-sequential by default: four looks, rejecting early only
+    assert policy.sequential is not None and (policy.sequential.looks, policy.sequential.promote_early) == ([0.25, 0.5, 0.75, 1.0], False)
     assert "# VL-LCM on multiple-choice VQA" in (tmp_path / "my-vlm" / "suite.yaml").read_text()  # the formats are explained where they are used
 
     # a second model joins the existing vlgate.yaml, whose comments and other settings stay

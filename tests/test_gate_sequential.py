@@ -44,10 +44,15 @@ CHAMPION = RNG.random(400) < 0.7
 
 def test_a_candidate_far_behind_the_champion_is_rejected_at_the_first_look():
     worse = CHAMPION & (RNG.random(400) < 0.6)  # loses about 40 % of the champion's right answers
-    decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.02}}), at_look(worse, 0), {"lcm-mc": output(CHAMPION)}, look=0)
+    # and a floor it clears, though not by enough for a first look to show it
+    decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.02}}, floors={"lcm-mc/acc": 0.35}), at_look(worse, 0), {"lcm-mc": output(CHAMPION)}, look=0)
     (regression,) = [c for c in decision.checks if c.rule == "regression"]
     assert regression.verdict is Verdict.FAIL and regression.n_shared == 100 and "at look 1 of 4, 25% of the items" in regression.detail
     assert decision.outcome is Outcome.REJECTED and decision.settled and decision.look.index == 0 and not decision.promote
+    (floor,) = [c for c in decision.checks if c.rule == "floor"]
+    assert floor.verdict is Verdict.INCONCLUSIVE and "not decided at look 1 of 4" in floor.detail
+    # what stopped it is the reason; the floor a later look would have decided is not
+    assert decision.reasons == [f"{regression.name}: {regression.detail}"]
 
 
 def test_an_undecided_look_goes_on_and_promotes_early_only_where_the_policy_says():

@@ -136,9 +136,9 @@ def test_make_world_reuses_a_matching_world(world, capsys):
 
 def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", {"small": (0,), "medium": (0,)})
+    monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", (0,))
     monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
-    monkeypatch.setattr("vlgate.evaluators.world.build.FAULT_STEPS", {"small": 0, "medium": 0})
+    monkeypatch.setattr("vlgate.evaluators.world.build.FAULT_STEPS", 0)
     assert main(["make-world"]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
@@ -257,7 +257,7 @@ def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_of
     manifest = shipped_manifest()
     # what `vlgate make-world` asks for by default is what ships
     assert (manifest["format"], manifest["size"], manifest["seed"], manifest["threads"]) == (WORLD_FORMAT, "small", 0, BUILD_THREADS)
-    assert (manifest["vlm_steps"], manifest["llm_steps"], manifest["fault_steps"]) == (list(VLM_STEPS["small"]), LLM_STEPS, FAULT_STEPS["small"])
+    assert (manifest["vlm_steps"], manifest["llm_steps"], manifest["fault_steps"]) == (list(VLM_STEPS), LLM_STEPS, FAULT_STEPS)
     files = file_hashes(SHIPPED_WORLD)
     assert files == manifest["files"]
     assert sum((SHIPPED_WORLD / name).stat().st_size for name in files) < 50 * 2**20
@@ -298,6 +298,33 @@ def test_make_world_copies_the_shipped_world_and_refuses_a_damaged_one(tmp_path,
     monkeypatch.setattr(build, "SHIPPED_WORLD", tmp_path / "w")
     with pytest.raises(DamagedWorldError, match=r"1 files differ, e.g. checkpoints/vlm-steps10000/model.safetensors"):
         build.copy_shipped_world(tmp_path / "copy")
+
+
+def test_the_medium_world_is_the_shipped_models_on_more_items_every_word_of_which_they_know(tmp_path):
+    """The medium world copies the shipped weights (no training) and draws its data sets at
+    the medium size; every word its models read (questions, options, contexts: everything
+    but item ids and image paths) is in their vocabulary, so no prompt reaches them as <unk>."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from vlgate.evaluators.world.build import shipped_manifest
+
+    manifest = build_world(tmp_path / "w", "medium", seed=0)
+    shipped = shipped_manifest()
+    assert (manifest["size"], manifest["models"], manifest["shipped"], manifest["cached"]) == ("medium", "shipped", True, False)
+    assert {k: v for k, v in manifest["files"].items() if k.startswith("checkpoints/")} == {k: v for k, v in shipped["files"].items() if k.startswith("checkpoints/")}
+    counts = {name: len((tmp_path / "w" / path).read_text().splitlines()) for name, path in manifest["data"].items() if path.endswith(".jsonl")}
+    assert counts == {"mc": 400, "yesno": 400, "nb": 200, "vlind": 120, "decc": 200}
+    assert build_world(tmp_path / "w", "medium", seed=0)["cached"] is True
+
+    vocabulary = set(AutoTokenizer.from_pretrained(tmp_path / "w" / manifest["checkpoints"]["vlm"]["10000"]).get_vocab())
+    unknown = set()
+    for path in (tmp_path / "w" / "data").rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            read = {key: value for key, value in json.loads(line).items() if key != "id" and "image" not in key}
+            unknown |= {word for word in re.findall(r"\w+|[^\w\s]", json.dumps(read).lower()) if word not in vocabulary}
+    assert not unknown
 
 
 def test_idefics3_world_vlm_expands_its_image_into_whole_special_tokens_and_round_trips(tmp_path, monkeypatch):

@@ -128,7 +128,8 @@ class DecisionRecord(BaseModel):
     decision: Literal["promoted", "rejected"]
     promote: bool
     outcome: Outcome
-    #: the failed (and waived) checks' ``name: detail`` when rejected, every check's when promoted
+    #: the failed (and waived) checks' ``name: detail`` when rejected (at an interim look not
+    #: those it had not decided yet), every check's when promoted
     reasons: list[str] = Field(default_factory=list)
     checks: list[CheckRecord] = Field(default_factory=list)
     #: the policy judged with, as loaded

@@ -107,11 +107,11 @@ class MakeWorld(Command):
     help = "build the synthetic world: data sets for every evaluator and tiny trained checkpoints"
     description = (
         "Put the offline synthetic world under --out: reused when already there, copied from the world that ships with "
-        "vlgate (the small one, seed 0: the same weights on every machine), or trained from code (--from-code, other sizes or seeds)."
+        "vlgate (seed 0: the same weights on every machine; a medium world draws its larger data sets for the same models), or trained from code (--from-code, other seeds)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--size", choices=("small", "medium"), default="small", help="data set sizes (small is CI-sized)")
+        parser.add_argument("--size", choices=("small", "medium"), default="small", help="the evaluation data sets' size (small is the tests'; the models are the same)")
         parser.add_argument("--out", help="target folder (default: $VLGATE_HOME/world)")
         parser.add_argument("--seed", type=int, default=0, help="fixes every image, item and initial weight")
         parser.add_argument("--force", action="store_true", help="rebuild even if a matching world exists")
@@ -331,7 +331,16 @@ class Demo(Command):
         "reuses everything and only prints the result."
     )
 
-    def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.demo import run_demo
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--size", choices=("medium", "small"), default="medium",
+            help="the world's data sets, for the same shipped versions: medium (90-400 items an evaluator: where the gate's first look stops every failing version) or small (48, the tests' size); one size a VLGATE_HOME",
+        )
 
-        return Answer(None, status=run_demo())  # it prints its own progress and tables
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.demo import DemoError, run_demo
+
+        try:
+            return Answer(None, status=run_demo(size=args.size))  # it prints its own progress and tables
+        except DemoError as error:
+            raise UserError(str(error)) from None
