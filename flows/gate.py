@@ -715,7 +715,8 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     a floor's or ceiling's value too. A rule **fails** when Holm's step-down over the
     rules tested (``correction``), each step's level spent over the looks, shows it on the
     wrong side of its limit; it **passes** when its p-value of being on the right side is
-    within the look's nominal level of α (an intersection-union test: no correction). At
+    within the look's nominal level of α, the whole α at a last look that alone may
+    promote (``sequential.pass_level``; an intersection-union test: no correction). At
     the last look a floor or ceiling is judged on the estimate itself, as the
     fixed-sample gate judges it, and a comparison neither failed nor passed is
     inconclusive; at an interim look such a rule is not decided yet. The look **settles**
@@ -755,7 +756,7 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     else:
         level = alpha / len(tested) if policy.correction == "bonferroni" and tested else alpha
         failed = np.asarray(p_below) <= sequential.nominal_levels(fractions, level)[look]
-    pass_level = float(sequential.nominal_levels(fractions, alpha)[look])
+    pass_level = sequential.pass_level(fractions, alpha, look, design.promote_early)
     failed_keys = {t.key for t, shown in zip(tested, failed, strict=True) if shown}
     where = f"look {look + 1} of {len(fractions)}, {fractions[look]:.0%} of the items"
     for test in tests:

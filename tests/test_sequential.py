@@ -48,6 +48,13 @@ def test_the_boundaries_spend_exactly_the_level_under_the_null():
     assert crossed.mean(axis=0) == pytest.approx(spent, abs=3 * np.sqrt(0.05 / 400_000) + 1e-4)
 
 
+def test_a_rule_passes_at_the_whole_alpha_at_a_last_look_that_alone_promotes():
+    levels = sequential.nominal_levels(LOOKS, 0.05)
+    assert sequential.pass_level(LOOKS, 0.05, 3, promote_early=False) == 0.05
+    assert sequential.pass_level(LOOKS, 0.05, 3, promote_early=True) == pytest.approx(levels[3]) and levels[3] < 0.05
+    assert sequential.pass_level(LOOKS, 0.05, 1, promote_early=True) == sequential.pass_level(LOOKS, 0.05, 1, promote_early=False) == pytest.approx(levels[1])
+
+
 def test_looks_must_increase_and_end_at_all_the_items():
     for bad in ([0.5, 0.25, 1.0], [0.25, 0.5], [0.0, 1.0], []):
         with pytest.raises(ValueError, match="looks must increase"):
@@ -114,5 +121,8 @@ def test_the_sequential_rule_keeps_its_error_rates_and_stops_failures_early(prom
     assert rates["twice"]["items"] <= 0.85 * items  # stopped early on average
     if not promote_early:
         assert rates["none"]["items"] == items  # nothing promotes before the last look
+        # promoting at the last look alone, it passes at the fixed test's level: exactly the
+        # fixed test's passes but those an early look rejected
+        assert rates["margin"]["pass"] <= rates["margin"]["fixed pass"] and rates["none"]["pass"] >= rates["none"]["fixed pass"] - 0.01
     else:
         assert rates["none"]["items"] <= 0.7 * items

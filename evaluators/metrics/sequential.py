@@ -145,6 +145,17 @@ def nominal_levels(fractions: Sequence[float], alpha: float) -> np.ndarray:
     return np.asarray(stats.norm.sf(spending_boundaries(fractions, alpha)))
 
 
+def pass_level(fractions: Sequence[float], alpha: float, look: int, promote_early: bool) -> float:
+    """The nominal level at which a rule passes at look ``look``: the spending's where any
+    look may promote; where only the last may, the whole α there. A design that promotes at
+    the last look alone makes one test of passing, and its early looks, which only ever
+    stop to reject, can only lower that test's error: spending its α over them would cost
+    power for nothing."""
+    if not promote_early and look == len(fractions) - 1:
+        return float(alpha)
+    return float(nominal_levels(fractions, alpha)[look])
+
+
 def t_boundary(nominal_level: float, items: int) -> float:
     """A look's boundary for a studentised statistic on ``items`` items: the Student t
     quantile with n − 1 degrees of freedom at the look's nominal level. The boundaries
@@ -229,18 +240,18 @@ def look_verdicts(z: np.ndarray, fail_boundary: float, pass_boundary: float, las
 
 def sequential_decisions(z_at_looks: np.ndarray, sizes: Sequence[int], fractions: Sequence[float], alpha: float, promote_early: bool) -> tuple[np.ndarray, np.ndarray]:
     """Each row of studentised statistics at the looks (decisions × looks, ``sizes`` items
-    at each) judged as the gate judges one rule: pass and fail each at one-sided ``alpha``
-    spent over the looks, on t boundaries (:func:`t_boundary`); the first look that decides
-    stops it. Returns each decision's verdict and the look (0-based) it stopped at. With
+    at each) judged as the gate judges one rule: fail at one-sided ``alpha`` spent over the
+    looks, pass at :func:`pass_level`, on t boundaries (:func:`t_boundary`); the first look
+    that decides stops it. Returns each decision's verdict and the look (0-based) it stopped at. With
     one look at 1 this is the fixed-sample test."""
     z = np.atleast_2d(np.asarray(z_at_looks, dtype=float))
     levels = nominal_levels(fractions, alpha)
     verdict = np.full(z.shape[0], CONTINUE, dtype=object)
     stopped = np.full(z.shape[0], len(levels) - 1)
     for look, (level, items) in enumerate(zip(levels, sizes, strict=True)):
-        bound = t_boundary(level, items)
+        passing = t_boundary(pass_level(fractions, alpha, look, promote_early), items)
         open_ = verdict == CONTINUE
-        now = look_verdicts(z[open_, look], bound, bound, last=look == len(levels) - 1, promote_early=promote_early)
+        now = look_verdicts(z[open_, look], t_boundary(level, items), passing, last=look == len(levels) - 1, promote_early=promote_early)
         verdict[open_] = now
         stopped[np.flatnonzero(open_)[now != CONTINUE]] = look
     return verdict, stopped
