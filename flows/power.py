@@ -182,6 +182,32 @@ def plan_power(
     return PowerPlan(model=model, champion=champion_version if champion is not None else None, baseline=baseline_version if baseline is not None else None, alpha=alpha, power=power, rules=rows)
 
 
+def configured_power_plan(client: Any, model: str, config: Any) -> PowerPlan:
+    """The plan of ``model`` under its configuration (``flows/settings.py``'s ModelConfig):
+    its suite's items, its champion's records and those of the version validated last
+    before the champion, read from MLflow. ValueError (the file and what is wrong) for a
+    suite or policy that does not load or data that cannot be counted."""
+    from vlgate import tracking
+    from vlgate.evaluators.runners.suite import count_items
+    from vlgate.flows.plan import read_model_config
+    from vlgate.flows.recording import champion_outputs, run_outputs
+
+    suite, policy = read_model_config(config)
+    try:
+        items = count_items(suite, policy.evaluators())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"suite {config.suite}: {error}") from None
+    champion_version, champion = champion_outputs(client, model, exclude_version="")
+    baseline_version, baseline = None, None
+    if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
+        runs = tracking.validation_runs(client, model)
+        earlier = [int(v) for v in runs if v.isdigit() and int(v) < int(champion_version)]
+        if earlier:
+            baseline_version = str(max(earlier))
+            baseline = run_outputs(client, runs[baseline_version].info.run_id)
+    return plan_power(model, policy, items, champion or None, champion_version, baseline, baseline_version)
+
+
 def _shown(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 

@@ -95,6 +95,7 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     logging.getLogger("vlgate").setLevel(logging.INFO)
     # `kill -USR1 PID` writes every thread's stack to the log: how a stuck service is diagnosed
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    warn_underpowered_rules(home, config)
     drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift and not once else {}
     # the Prefect server (with the cron scheduler when drift is configured) starts before
     # any flow runs in this process: flows started earlier would bring up a temporary
@@ -117,6 +118,24 @@ def preflight(home: Path, config: ServiceConfig, *, webhook: bool) -> None:
                 pass
         except OSError as error:
             raise ConfigError(f"webhook {host}:{port}: cannot listen there ({error.strerror or error}); free the port or set webhook: port in vlgate.yaml") from None
+
+
+def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
+    """Each configured model's power plan (``vlgate plan``), its warnings logged before
+    anything is served: a rule the suite is too small to decide is named now, not after
+    the GPU time is spent. A warning, not a refusal (the policy may mean it), and a plan
+    that cannot be made (data not there yet) says so and stops nothing."""
+    from vlgate.flows.power import configured_power_plan
+
+    client = tracking.connect(home)
+    for name, model in config.models.items():
+        try:
+            plan = configured_power_plan(client, name, model)
+        except Exception as error:  # the plan is advice; validations report their own problems
+            log.warning("model %r: no power plan (%s: %s)", name, type(error).__name__, error)
+            continue
+        for warning in plan.warnings:
+            log.warning("model %r: %s (vlgate plan %s)", name, warning, name)
 
 
 def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, webhook: bool, once: bool) -> int:

@@ -423,7 +423,7 @@ def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_
     assert every["saved_fraction"] == 0.0 and every["looks"][-1]["outcome"] == "promoted"
 
 
-def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_there_is_one(home, tiny_world, capsys):
+def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_there_is_one(home, tiny_world, capsys, caplog):
     """``vlgate plan``: before any version, spreads are assumed and the 16 items are too few
     for a 0.02 margin (a warning naming the rule); once v2 is champion after v1, the
     regression's spread is measured on v2 paired with v1 and the floor's margin is the
@@ -442,6 +442,15 @@ def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_th
     assert main(["plan", "p"]) == 0
     printed = capsys.readouterr().out
     assert "p: what each rule can decide" in printed and "warning: lcm-mc/acc vs champion (max_drop 0.02)" in printed
+    # vlgate serve logs the same warning as it starts, before anything is served
+    import logging
+
+    from vlgate.flows.service import warn_underpowered_rules
+    from vlgate.flows.settings import ServiceConfig
+
+    with caplog.at_level(logging.WARNING, logger="vlgate.serve"):
+        warn_underpowered_rules(home, ServiceConfig.load(home))
+    assert [r.getMessage() for r in caplog.records if r.name == "vlgate.serve"] == [f"model 'p': {regression['warning']} (vlgate plan p)"]
 
     (home / "gate-p.yaml").write_text(yaml.safe_dump(policy | {"regressions": {"lcm-mc/acc": {"max_drop": 1.0}}}))  # both promoted
     client = tracking.connect(home)

@@ -421,10 +421,7 @@ class Plan(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         """The model's power plan from its configuration, its suite's items and its champion's records."""
         from vlgate import tracking
-        from vlgate.evaluators.runners.suite import count_items
-        from vlgate.flows.plan import read_model_config
-        from vlgate.flows.power import plan_power
-        from vlgate.flows.recording import champion_outputs, run_outputs
+        from vlgate.flows.power import configured_power_plan
         from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
 
         home = service_home()
@@ -432,23 +429,9 @@ class Plan(Command):
         if config is None:
             raise UserError(f"registered model {args.name!r} is not configured in {home / CONFIG_FILE} (models.NAME: suite, policy)")
         try:
-            suite, policy = read_model_config(config)
+            plan = configured_power_plan(tracking.connect(home), args.name, config)
         except ValueError as error:
             raise UserError(str(error)) from None
-        try:
-            items = count_items(suite, policy.evaluators())
-        except (OSError, ValueError) as error:
-            raise UserError(f"suite {config.suite}: {error}") from None
-        client = tracking.connect(home)
-        champion_version, champion = champion_outputs(client, args.name, exclude_version="")
-        baseline_version, baseline = None, None
-        if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
-            runs = tracking.validation_runs(client, args.name)
-            earlier = [int(v) for v in runs if v.isdigit() and int(v) < int(champion_version)]
-            if earlier:
-                baseline_version = str(max(earlier))
-                baseline = run_outputs(client, runs[baseline_version].info.run_id)
-        plan = plan_power(args.name, policy, items, champion or None, champion_version, baseline, baseline_version)
         summary = plan.model_dump(mode="json") | {"warnings": plan.warnings}
 
         def text() -> None:
