@@ -4,13 +4,15 @@ of a correct/incorrect metric, 10,000 decisions per case, candidates with no tru
 a true drop at the margin and twice the margin, on suites sized at 1, 2 and 4 times the
 items the margin needs for 80 % power (``vlgate plan``'s number). Prints each case's pass
 and fail rates and the items per decision, fixed and sequential (with and without early
-promotion), and the share of items the sequential gate saves. The champion's per-item
+promotion), and the share of items the sequential gate saves. Interim looks are judged on
+the studentised estimate, the last look (and the fixed gate's one) by the bootstrap's
+percentile test, as the gate judges them. The champion's per-item
 correctness comes from a records file of a validated version (``--records
 VALIDATIONS/MODEL/N/lcm-mc/records.jsonl``: its accuracy is what is resampled), else a
 60 %-accurate champion; a candidate regains 10 % of the champion's misses and loses what
 sets the true change.
 
-    python benchmarks/bench_sequential.py [--records FILE] [--decisions 10000] [--margin 0.05] [--looks 0.25 0.5 0.75 1]
+    python benchmarks/bench_sequential.py [--records FILE] [--decisions 10000] [--margin 0.05] [--looks 0.25 0.5 0.75 1] [--resamples 1000]
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--looks", type=float, nargs="+", default=LOOKS, help="the looks' fractions (the policy's sequential.looks)")
+    parser.add_argument("--resamples", type=int, default=1000, help="the bootstrap's at the last look (the policy's resamples)")
     args = parser.parse_args()
     looks = sequential.validated_fractions(args.looks).tolist()
     accuracy = champion_accuracy(args.records)
@@ -62,11 +65,13 @@ def main() -> None:
     for size in (needed, 2 * needed, 4 * needed):
         sizes = sequential.look_sizes(size, looks)
         for label, change in (("none", 0.0), ("margin", -args.margin), ("2×margin", -2 * args.margin)):
-            z = sequential.paired_z_at_looks(differences(accuracy, change, args.decisions, size, rng), -args.margin, looks)
-            fixed, _ = sequential.sequential_decisions(z[:, -1:], [size], [1.0], args.alpha, promote_early=True)
+            drawn = differences(accuracy, change, args.decisions, size, rng)
+            z = sequential.paired_z_at_looks(drawn, -args.margin, looks)
+            last = sequential.bootstrap_mean_p_values(drawn, -args.margin, args.resamples, rng)  # the last look: the gate's percentile test
+            fixed, _ = sequential.sequential_decisions(z[:, -1:], [size], [1.0], args.alpha, promote_early=True, last_look_p=last)
             row = f"{size:>6} {label:>12} | {np.mean(fixed == 'pass'):>10.4f} {np.mean(fixed == 'fail'):>6.4f} |"
             for early in (False, True):
-                verdict, stopped = sequential.sequential_decisions(z, sizes, looks, args.alpha, promote_early=early)
+                verdict, stopped = sequential.sequential_decisions(z, sizes, looks, args.alpha, promote_early=early, last_look_p=last)
                 used = sizes[stopped].mean()
                 row += f" {np.mean(verdict == 'pass'):>8.4f} {np.mean(verdict == 'fail'):>6.4f} {used:>7.0f} {1 - used / size:>6.1%} |"
             print(row.rstrip(" |"))

@@ -86,6 +86,7 @@ from vlgate.evaluators.metrics.bootstrap import (
     bootstrap_standard_error,
     holm_adjusted,
     paired_bootstrap_difference,
+    passing_p_value,
     samples_to_decide,
 )
 from vlgate.evaluators.output import EvaluatorOutput
@@ -657,16 +658,28 @@ class _LookTest:
     items: int
     candidate: float | None
     champion: float | None
+    #: a comparison's resampled improvements where its p-values are the bootstrap's (the
+    #: last look: the fixed-sample gate's percentile test), with whether the limit itself fails
+    resampled: np.ndarray | None = None
+    strict: bool = True
 
     @property
     def z(self) -> float:
         return float(sequential.standardised(self.estimate, self.limit, self.standard_error))
 
     def p_below(self) -> float:
-        """Student-t p-value of "the true value is on the failing side of the limit"."""
+        """p-value of "the true value is on the failing side of the limit": the bootstrap's
+        percentile test where the resamples are kept, else Student t on the studentised
+        estimate."""
+        if self.resampled is not None:
+            return bootstrap_p_value(self.resampled, self.limit, strict=self.strict)
         return float(stats.t.cdf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
 
     def p_above(self) -> float:
+        """p-value of "the true value is on the passing side": the share of resamples on the
+        failing side (the percentile lower bound at level p clears the limit), else Student t."""
+        if self.resampled is not None:
+            return passing_p_value(self.resampled, self.limit, strict=self.strict)
         return float(stats.t.sf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
 
 
@@ -748,7 +761,11 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
         assert result.difference is not None
         sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
         error = float(np.std(improvements, ddof=1)) if improvements.size > 1 else 0.0
-        tests.append(_LookTest(comparison.key, comparison.limit, sign * result.difference, error, result.n_shared, result.candidate, result.champion))
+        # at the last look the fixed-sample gate's percentile test (on skewed per-item
+        # differences it holds its level better than a t test); at an interim look, whose
+        # levels are far below what a thousand resamples resolve, the studentised estimate
+        resampled, strict = (improvements, comparison.key.rule is Rule.REGRESSION) if last else (None, True)
+        tests.append(_LookTest(comparison.key, comparison.limit, sign * result.difference, error, result.n_shared, result.candidate, result.champion, resampled, strict))
     tested = [t for t in tests if isinstance(t, _LookTest) and not np.isnan(t.z)]
     p_below = [t.p_below() for t in tested]
     if policy.correction == "holm":
@@ -776,7 +793,10 @@ def _look_check(test: _LookTest, failed: bool, pass_level: float, last: bool, wh
     """A rule's check at a look: failed (Holm over the looks), passed (within the look's
     nominal level), inconclusive at the last look, or not decided yet at an interim one."""
     bound = sequential.t_boundary(pass_level, test.items)
-    low, high = test.estimate - bound * test.standard_error, test.estimate + bound * test.standard_error
+    if test.resampled is not None:  # judged by the percentile test: its interval
+        low, high = (float(q) for q in np.quantile(test.resampled, [pass_level, 1 - pass_level]))
+    else:
+        low, high = test.estimate - bound * test.standard_error, test.estimate + bound * test.standard_error
     comparison = test.key.rule in (Rule.REGRESSION, Rule.SUPERIORITY)
     flip = -1.0 if test.key.rule is Rule.CEILING else 1.0  # a ceiling's estimate is the value negated
     shown = (test.estimate * flip, test.limit * flip)

@@ -92,16 +92,24 @@ def test_a_failed_evaluator_settles_at_once_and_fails_closed():
 
 
 def test_the_gate_s_statistic_is_the_simulated_one():
-    """A regression's studentised improvement at each look equals the closed-form paired
-    z of the simulation (bootstrap standard error against s/√n) within the bootstrap's
-    error, so the simulated error rates are the gate's."""
+    """A regression's studentised improvement at each interim look equals the closed-form
+    paired z of the simulation (bootstrap standard error against s/√n) within the
+    bootstrap's error, and the last look is the fixed-sample gate's own percentile test
+    (its p-value, its pass), so the simulated error rates are the gate's."""
     candidate = CHAMPION.copy()
     flips = RNG.random(400)
     candidate[flips < 0.08] = ~candidate[flips < 0.08]
     differences = candidate.astype(float) - CHAMPION
     closed = sequential.paired_z_at_looks(differences, -0.05, LOOKS)[0]
-    for look in range(len(LOOKS)):
-        decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.05}}), at_look(candidate, look), {"lcm-mc": output(CHAMPION)}, look=look)
+    rule = {"regressions": {"lcm-mc/acc": {"max_drop": 0.05}}}
+    for look in range(len(LOOKS) - 1):
+        decision = decide(policy(**rule), at_look(candidate, look), {"lcm-mc": output(CHAMPION)}, look=look)
         (regression,) = [c for c in decision.checks if c.rule == "regression"]
         z = stats.t.ppf(regression.p_value, df=regression.n_shared - 1)
         assert z == pytest.approx(closed[look], rel=0.06), look
+    for max_drop in (0.01, 0.1):  # one not passing on every item, one passing
+        rule = {"regressions": {"lcm-mc/acc": {"max_drop": max_drop}}}
+        last = decide(policy(**rule), at_look(candidate, 3), {"lcm-mc": output(CHAMPION)}, look=3)
+        fixed = decide(GatePolicy(required=["lcm-mc"], resamples=2000, **rule), {"lcm-mc": output(candidate)}, {"lcm-mc": output(CHAMPION)})
+        (at_last,), (once,) = ([c for c in d.checks if c.rule == "regression"] for d in (last, fixed))
+        assert at_last.p_value == once.p_value and (at_last.verdict is Verdict.PASS) == (once.verdict is Verdict.PASS) == (max_drop == 0.1), max_drop

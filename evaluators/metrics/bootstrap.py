@@ -130,6 +130,17 @@ def bootstrap_p_value(distribution: np.ndarray, threshold: float, strict: bool =
     return float(np.mean(null_side))
 
 
+def passing_p_value(distribution: np.ndarray, threshold: float, strict: bool = True) -> float:
+    """One-sided bootstrap p-value of H1: difference ≥ ``threshold`` (``strict``, the
+    complement of :func:`bootstrap_p_value`'s) or > ``threshold``: the share of resampled
+    differences below it (at or below it). At most α when the percentile interval's
+    one-sided lower bound at level 1 − α clears the threshold. No resamples: 1."""
+    if distribution.size == 0:
+        return 1.0
+    failing_side = distribution < threshold if strict else distribution <= threshold
+    return float(np.mean(failing_side))
+
+
 def holm_adjusted(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (Holm 1979, the sequentially rejective test, read as adjusted values):
     sorted ascending, p_(i) · (m − i + 1), made monotone by a running maximum, capped at
