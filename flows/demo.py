@@ -1,7 +1,8 @@
 """``vlgate demo``: the README's main job, the whole loop on the embedded default.
 
-1. Put the synthetic world under ``$VLGATE_HOME/world`` (copied from the world shipped
-   with vlgate, so every machine validates the same weights; reused when there): data for
+1. Put the synthetic world under ``$VLGATE_HOME/world`` (the models shipped with vlgate,
+   so every machine validates the same weights, with the medium world's data sets drawn
+   from its seed, or the small world's with ``--size small``; reused when there): data for
    every evaluator and a family of tiny VLMs of differing quality.
 2. Register seven of them, as a training team would, as versions of ``world-vlm`` in the
    embedded MLflow registry (SQLite + artifact folder under ``$VLGATE_HOME/mlflow``):
@@ -9,7 +10,8 @@
    fault each, built for one evaluator to catch (:data:`VERSIONS`).
 3. The registry hook picks them up (the embedded store sends no webhooks, so it is the
    poller) and runs one validation flow per version: evaluators, Great Expectations,
-   MLflow logging, correlations, the gate.
+   MLflow logging, correlations, the gate, after each quarter of every evaluator's items
+   (the demo's policy is group-sequential: a failing version stops at the look that shows it).
 4. Drift: the champion is scored on an unlabelled reference batch and on two new batches,
    one from the same distribution and one whose images are washed out (a camera or
    pipeline change); the scheduled flow's check runs on each and tags the shifted one.
