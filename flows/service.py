@@ -95,7 +95,6 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     logging.getLogger("vlgate").setLevel(logging.INFO)
     # `kill -USR1 PID` writes every thread's stack to the log: how a stuck service is diagnosed
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    warn_underpowered_rules(home, config)
     drift_configs = {name: c.drift for name, c in config.models.items() if c.drift is not None} if drift and not once else {}
     # the Prefect server (with the cron scheduler when drift is configured) starts before
     # any flow runs in this process: flows started earlier would bring up a temporary
@@ -148,6 +147,10 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, 
     from vlgate.flows import drift as _drift  # noqa: F401
     from vlgate.flows.validation import record_failure, validate_model_version
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
+
+    # in the Prefect server's context: the plan reads MLflow through modules that import
+    # Prefect, whose settings must be the started server's
+    warn_underpowered_rules(home, config)
 
     claims = ClaimStore.for_home(home, lease_seconds=config.lease_s)
     deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
