@@ -44,11 +44,11 @@ demo: $(STAMP)
 
 # the whole suite: everything in .venv, then the vLLM tests in .venv-vllm
 test: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/python -m pytest -m "not vllm"
-	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py tests/test_vllm_families.py
+	$(BIN)/python -m pytest -m "not vllm" --durations=25
+	$(VLLM_BIN)/python -m pytest -m vllm --durations=15 tests/test_vllm.py tests/test_vllm_families.py
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_BIN)/python -m pytest -m vllm tests/test_vllm.py tests/test_vllm_families.py
+	$(VLLM_BIN)/python -m pytest -m vllm --durations=15 tests/test_vllm.py tests/test_vllm_families.py
 
 # the pure tests (metric math, schemas, scoring, GX, gate, loaders, CLI): well under a minute
 test-fast: $(STAMP)

@@ -23,22 +23,25 @@ A policy file::
         by: alice@example.com
         reason: DeCC's data is being relabelled (JIRA-123)
         until: 2026-12-31
-    confidence: 0.95              # one-sided, paired bootstrap
-    resamples: 2000
+    confidence: 0.95              # one-sided, of every test
+    resamples: 2000               # the bootstrap's: a floor's standard error at an interim look, vlgate plan's spreads
     seed: 0
     sequential:                   # judge after each look at a fraction of the items; stop when decided
       looks: [0.25, 0.5, 0.75, 1.0]
       promote_early: false
 
 Comparisons with the champion (regressions, superiority, per-category ``max_drop``) are
-paired bootstraps of the improvement — candidate − champion, champion − candidate for
-lower-is-better metrics — over the samples both were judged on, and have three verdicts:
+paired score tests of the improvement — candidate − champion, champion − candidate for
+lower-is-better metrics — over the samples both were judged on, its variance the null's
+(Tango's test for 0/1 scores, the same statistic on the jackknife pseudo-values of any
+other metric: ``evaluators/metrics/score_test.py`` says why not a bootstrap), and have
+three verdicts:
 
-* **pass** when the one-sided ``confidence`` lower bound of the improvement clears the
-  margin: at least ``-max_drop`` (non-inferior), or above ``min_gain`` (superior). All
-  rules must pass, so no correction is needed on this side (an intersection-union test
-  is level α as it stands);
-* **fail** when the improvement is shown below the margin: its bootstrap p-value, adjusted
+* **pass** when the one-sided ``confidence`` lower bound of the improvement (the score
+  test inverted) clears the margin: above ``-max_drop`` (non-inferior) or ``min_gain``
+  (superior). All rules must pass, so no correction is needed on this side (an
+  intersection-union test is level α as it stands);
+* **fail** when the improvement is shown below the margin: its score-test p-value, adjusted
   across every comparison of the policy (``correction``, Holm by default), is at most
   1 − ``confidence``. So more rules do not mean more false rejections of a good candidate;
 * **inconclusive** otherwise: the interval spans the margin. The check says about how many
@@ -78,17 +81,8 @@ from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.decisions import CheckRecord, DecisionRecord, LookRecord, Outcome, Rule, Verdict, Waiver
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics import sequential
-from vlgate.evaluators.metrics.bootstrap import (
-    PairedDifference,
-    ResampledStatistic,
-    bonferroni_adjusted,
-    bootstrap_p_value,
-    bootstrap_standard_error,
-    holm_adjusted,
-    paired_bootstrap_difference,
-    passing_p_value,
-    samples_to_decide,
-)
+from vlgate.evaluators.metrics.bootstrap import ResampledStatistic, bonferroni_adjusted, bootstrap_standard_error, holm_adjusted, samples_to_decide
+from vlgate.evaluators.metrics.score_test import PairedScore, paired_score
 from vlgate.evaluators.output import EvaluatorOutput
 
 
@@ -282,7 +276,7 @@ class Check:
     candidate: float | None = None
     champion: float | None = None
     limit: float | None = None  # the floor or ceiling, -max_drop of a regression rule, min_gain of a superiority rule
-    interval: tuple[float, float] | None = None  # the bootstrap interval of the improvement (candidate better: positive)
+    interval: tuple[float, float] | None = None  # the improvement's two-sided interval (candidate better: positive)
     bound: float | None = None  # the bound judged against the limit (improvement's lower bound)
     p_value: float | None = None  # a comparison's adjusted p-value of "shown below the limit"
     n_shared: int | None = None  # a comparison's shared samples
@@ -493,7 +487,7 @@ class _Comparison:
     skipped: str | None = None
 
     def check(self, verdict: Verdict, detail: str, **numbers: Any) -> Check:
-        """A check of this comparison made without a bootstrap (nothing to compare, skipped, fail closed)."""
+        """A check of this comparison made without a test (nothing to compare, skipped, fail closed)."""
         return Check(self.key, verdict, detail, limit=self.limit, **numbers)
 
 
@@ -545,10 +539,11 @@ def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, Ev
     return comparisons
 
 
-def _bootstrap_comparison(policy: GatePolicy, comparison: _Comparison, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check | tuple[PairedDifference, np.ndarray]:
-    """A comparison's paired bootstrap and its resampled improvements (candidate better:
-    positive), or the check that says why it cannot be made (skipped, no champion, records
-    missing, other protocols, an undefined metric)."""
+def _paired_comparison(policy: GatePolicy, comparison: _Comparison, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check | PairedScore:
+    """A comparison's paired change on the shared samples, better positive, with its
+    jackknife pseudo-values (``evaluators/metrics/score_test.py``), or the check that says
+    why it cannot be made (skipped, no champion, records missing, other protocols, an
+    undefined metric)."""
     if comparison.skipped is not None:
         skipped = comparison.skipped.startswith("skipped")
         return comparison.check(Verdict.PASS if skipped else Verdict.COULD_NOT_JUDGE, comparison.skipped)
@@ -568,49 +563,46 @@ def _bootstrap_comparison(policy: GatePolicy, comparison: _Comparison, candidate
     mine_samples, their_samples = mine.samples, theirs.samples
     if comparison.ids is not None:
         mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
-    result = paired_bootstrap_difference(
-        mine_samples, their_samples, set_statistic(evaluator, metric), policy.confidence, policy.resamples, policy.seed, resampled_statistic(evaluator, metric, mine_samples)
-    )
-    if result.lower is None or result.upper is None or result.difference is None:
+    definition = registry.get(evaluator).metric(metric)
+    metric_range = (definition.low, definition.high) if definition is not None else (None, None)
+    result = paired_score(mine_samples, their_samples, set_statistic(evaluator, metric), resampled_statistic(evaluator, metric, mine_samples), metric_range)
+    if not result.testable:
         detail = f"cannot compare on {result.n_shared} shared samples (metric undefined or too few samples; fail closed)"
         return comparison.check(Verdict.COULD_NOT_JUDGE, detail, candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
-    sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
-    return result, sign * result.distribution
+    return result.improvement(lower_is_better(comparison.key.metric))
 
 
 def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> list[Check]:
-    """Every comparison bootstrapped, then judged together: pass on its own lower bound,
-    fail on its p-value adjusted across all of them, inconclusive in between."""
+    """Every comparison's change tested against its limit by the paired score test, then
+    judged together: pass on its own one-sided p-value (its lower bound clears the limit),
+    fail on its p-value of being beyond the limit adjusted across all of them,
+    inconclusive in between."""
     checks: dict[int, Check] = {}
-    tested: list[tuple[int, _Comparison, PairedDifference, np.ndarray, float]] = []
+    tested: list[tuple[int, _Comparison, PairedScore, float]] = []
     for n, comparison in enumerate(comparisons):
-        compared = _bootstrap_comparison(policy, comparison, candidate, champion)
+        compared = _paired_comparison(policy, comparison, candidate, champion)
         if isinstance(compared, Check):
             checks[n] = compared
             continue
-        result, improvements = compared
-        # regression: shown worse means improvement < -max_drop; superiority: shown not better means <= min_gain
-        p_value = bootstrap_p_value(improvements, comparison.limit, strict=comparison.key.rule is Rule.REGRESSION)
-        tested.append((n, comparison, result, improvements, p_value))
+        tested.append((n, comparison, compared, compared.p_below(comparison.limit)))
     raw = [p for *_, p in tested]
     adjusted = holm_adjusted(raw) if policy.correction == "holm" else bonferroni_adjusted(raw) if policy.correction == "bonferroni" else raw
     alpha = 1 - policy.confidence
     # the level a "worse" finding is held to after the correction (Bonferroni's, which
     # Holm's step-down never asks more than): what an inconclusive check's estimate uses
     fail_level = alpha / len(tested) if policy.correction != "none" and tested else alpha
-    for (n, comparison, result, improvements, _p), p_value in zip(tested, adjusted):
-        checks[n] = _comparison_check(policy, comparison, result, improvements, p_value, alpha, fail_level, len(tested))
+    for (n, comparison, result, _p), p_value in zip(tested, adjusted):
+        checks[n] = _comparison_check(policy, comparison, result, p_value, alpha, fail_level, len(tested))
     return [checks[n] for n in range(len(comparisons))]
 
 
-def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: PairedDifference, improvements: np.ndarray, p_value: float, alpha: float, fail_level: float, family: int) -> Check:
-    assert result.lower is not None and result.upper is not None and result.difference is not None
-    sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
-    improvement = sign * result.difference
-    low, high = sorted((sign * result.lower, sign * result.upper))
+def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: PairedScore, p_value: float, alpha: float, fail_level: float, family: int) -> Check:
+    assert result.difference is not None
+    improvement = result.difference
+    low, high = result.bounds(alpha)
     limit = comparison.limit
     superiority = comparison.key.rule is Rule.SUPERIORITY
-    passed = low > limit if superiority else low >= limit
+    passed = result.p_above(limit) <= alpha
     shown_below = not passed and p_value <= alpha
     inconclusive = not passed and not shown_below
     corrected = f"{policy.correction}-adjusted p {p_value:.3g} over {family} comparisons" if policy.correction != "none" and family > 1 else f"p {p_value:.3g}"
@@ -623,7 +615,7 @@ def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: Paire
         detail = f"{head} ({side} {limit:+g}: {corrected}), {policy.confidence:.0%} lower bound {low:+.4f} {'<=' if superiority else '<'} {limit:+g} {'required' if superiority else 'allowed'}"
     else:
         # towards a pass the uncorrected lower bound decides; towards a fail the bound at the corrected level
-        half_width = improvement - low if improvement > limit else float(np.quantile(improvements, 1 - fail_level)) - improvement
+        half_width = improvement - low if improvement > limit else result.bounds(fail_level)[1] - improvement
         samples_needed = samples_to_decide(result.n_shared, improvement - limit, half_width)
         decide_with = f"about {samples_needed} shared samples would decide" if samples_needed else "the estimate sits on the margin: no number of samples decides"
         detail = f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {decide_with}"
@@ -658,28 +650,28 @@ class _LookTest:
     items: int
     candidate: float | None
     champion: float | None
-    #: a comparison's resampled improvements where its p-values are the bootstrap's (the
-    #: last look: the fixed-sample gate's percentile test), with whether the limit itself fails
-    resampled: np.ndarray | None = None
-    strict: bool = True
+    #: a comparison's paired change, judged at every look by the paired score test (the
+    #: fixed-sample gate's test) instead of Student t
+    score: PairedScore | None = None
 
     @property
     def z(self) -> float:
+        if self.score is not None:
+            return self.score.z(self.limit)
         return float(sequential.standardised(self.estimate, self.limit, self.standard_error))
 
     def p_below(self) -> float:
-        """p-value of "the true value is on the failing side of the limit": the bootstrap's
-        percentile test where the resamples are kept, else Student t on the studentised
-        estimate."""
-        if self.resampled is not None:
-            return bootstrap_p_value(self.resampled, self.limit, strict=self.strict)
+        """p-value of "the true value is on the failing side of the limit": the paired score
+        test where it is the test, else Student t on the studentised estimate."""
+        if self.score is not None:
+            return self.score.p_below(self.limit)
         return float(stats.t.cdf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
 
     def p_above(self) -> float:
-        """p-value of "the true value is on the passing side": the share of resamples on the
-        failing side (the percentile lower bound at level p clears the limit), else Student t."""
-        if self.resampled is not None:
-            return passing_p_value(self.resampled, self.limit, strict=self.strict)
+        """p-value of "the true value is on the passing side": the paired score test where
+        it is the test, else Student t."""
+        if self.score is not None:
+            return self.score.p_above(self.limit)
         return float(stats.t.sf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
 
 
@@ -722,10 +714,10 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     """The gate at look ``look`` (0-based) of the policy's ``sequential`` design, on the
     candidate's records of that look (``evaluators/metrics/sequential.py``).
 
-    Each rule is a test of its estimate against its limit, studentised by its bootstrap
-    standard error (the metric as the evaluator aggregates it, ratios included): a
-    comparison's improvement over the champion on the shared items, and at interim looks
-    a floor's or ceiling's value too. A rule **fails** when Holm's step-down over the
+    Each rule is a test of its estimate against its limit: a comparison's improvement over
+    the champion on the shared items by the fixed-sample gate's paired score test, and at
+    interim looks a floor's or ceiling's value studentised by its bootstrap standard error
+    (the metric as the evaluator aggregates it, ratios included). A rule **fails** when Holm's step-down over the
     rules tested (``correction``), each step's level spent over the looks, shows it on the
     wrong side of its limit; it **passes** when its p-value of being on the right side is
     within the look's nominal level of α, the whole α at a last look that alone may
@@ -751,21 +743,15 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     else:
         tests.extend(_look_bound_tests(policy, candidate))
     for comparison in _comparisons(policy, candidate, champion):
-        compared = _bootstrap_comparison(policy, comparison, candidate, champion)
+        compared = _paired_comparison(policy, comparison, candidate, champion)
         if isinstance(compared, Check):
             if not last and compared.verdict is Verdict.COULD_NOT_JUDGE and compared.n_shared is not None:  # an undefined metric on few items: wait
                 compared.verdict, compared.detail = Verdict.INCONCLUSIVE, f"not decided at this look: {compared.detail}"
             tests.append(compared)
             continue
-        result, improvements = compared
-        assert result.difference is not None
-        sign = -1.0 if lower_is_better(comparison.key.metric) else 1.0
-        error = float(np.std(improvements, ddof=1)) if improvements.size > 1 else 0.0
-        # at the last look the fixed-sample gate's percentile test (on skewed per-item
-        # differences it holds its level better than a t test); at an interim look, whose
-        # levels are far below what a thousand resamples resolve, the studentised estimate
-        resampled, strict = (improvements, comparison.key.rule is Rule.REGRESSION) if last else (None, True)
-        tests.append(_LookTest(comparison.key, comparison.limit, sign * result.difference, error, result.n_shared, result.candidate, result.champion, resampled, strict))
+        assert compared.difference is not None
+        # the fixed-sample gate's paired score test at every look, against the spent levels
+        tests.append(_LookTest(comparison.key, comparison.limit, compared.difference, compared.standard_error, compared.n_shared, compared.candidate, compared.champion, compared))
     tested = [t for t in tests if isinstance(t, _LookTest) and not np.isnan(t.z)]
     p_below = [t.p_below() for t in tested]
     if policy.correction == "holm":
@@ -793,8 +779,8 @@ def _look_check(test: _LookTest, failed: bool, pass_level: float, last: bool, wh
     """A rule's check at a look: failed (Holm over the looks), passed (within the look's
     nominal level), inconclusive at the last look, or not decided yet at an interim one."""
     bound = sequential.t_boundary(pass_level, test.items)
-    if test.resampled is not None:  # judged by the percentile test: its interval
-        low, high = (float(q) for q in np.quantile(test.resampled, [pass_level, 1 - pass_level]))
+    if test.score is not None:  # judged by the score test: its interval
+        low, high = test.score.bounds(pass_level)
     else:
         low, high = test.estimate - bound * test.standard_error, test.estimate + bound * test.standard_error
     comparison = test.key.rule in (Rule.REGRESSION, Rule.SUPERIORITY)
@@ -808,7 +794,8 @@ def _look_check(test: _LookTest, failed: bool, pass_level: float, last: bool, wh
     elif test.p_above() <= pass_level:
         verdict, detail = Verdict.PASS, f"{head} ({z}): shown within {shown[1]:+g} at {where} (level {pass_level:.3g})"
     elif last:
-        samples_needed = samples_to_decide(test.items, test.estimate - test.limit, bound * test.standard_error)
+        half_width = (test.estimate - low if test.estimate > test.limit else high - test.estimate) if test.score is not None else bound * test.standard_error
+        samples_needed = samples_to_decide(test.items, test.estimate - test.limit, half_width)
         decide_with = f"about {samples_needed} items would decide" if samples_needed else "the estimate sits on the margin: no number of items decides"
         verdict, detail = Verdict.INCONCLUSIVE, f"{head} ({z}): neither side of {shown[1]:+g} shown at {where}: inconclusive, {decide_with}"
     else:

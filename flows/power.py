@@ -37,7 +37,8 @@ from typing import Any
 
 from vlgate.decisions import PowerPlan, Rule, RulePower
 from vlgate.evaluators import registry
-from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, paired_bootstrap_difference
+from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
+from vlgate.evaluators.metrics.score_test import paired_score
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.gate import CheckKey, GatePolicy, category_ids, resampled_statistic, set_statistic
@@ -89,9 +90,10 @@ class _Spreads:
         evaluator, metric = registry.split_metric(qualified)
         mine, theirs = self._frame(self.champion, evaluator, ids), self._frame(self.baseline, evaluator, ids)
         if mine is not None and theirs is not None:
-            result = paired_bootstrap_difference(mine, theirs, set_statistic(evaluator, metric), 0.95, self.resamples, self.policy.seed, resampled_statistic(evaluator, metric, mine))
-            if result.distribution.size > 1 and result.n_shared > 1:
-                return float(result.distribution.std(ddof=1)) * math.sqrt(result.n_shared), f"champion v{self.champion_version} paired with v{self.baseline_version}"
+            # the spread of the change's jackknife pseudo-values: what the gate's score test sees
+            result = paired_score(mine, theirs, set_statistic(evaluator, metric), resampled_statistic(evaluator, metric, mine))
+            if result.testable:
+                return float(result.pseudo_values.std(ddof=1)), f"champion v{self.champion_version} paired with v{self.baseline_version}"
         _, spread, source = self.single(qualified, ids)
         if spread is None:
             return None, source

@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from vlgate.decisions import Rule
-from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
+from vlgate.evaluators.metrics import score_test
+from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
@@ -26,40 +28,6 @@ def _result(records: list[dict]) -> EvaluatorOutput:
     return EvaluatorOutput.from_records("lcm-mc", records, score(validate("lcm-mc", parse_jsonl(json.dumps(r) for r in records))))
 
 
-def test_paired_bootstrap_of_identical_models_is_exactly_zero():
-    frame = pd.DataFrame({"id": list("abcdef"), "x": [0.1, 0.9, 0.4, 0.7, 0.3, 0.5]})
-    result = paired_bootstrap_difference(frame, frame, lambda f: f["x"].mean(), resamples=500)
-    assert (result.n_shared, result.difference, result.lower, result.upper) == (6, 0.0, 0.0, 0.0)
-
-
-def test_paired_bootstrap_sees_a_constant_shift_exactly_and_pairs_by_id():
-    rng = np.random.default_rng(1)
-    base = rng.random(200)
-    champion = pd.DataFrame({"id": [f"s{i}" for i in range(200)], "x": base})
-    # the candidate is 0.1 lower on every sample, listed in another order, with extra ids
-    candidate = pd.DataFrame({"id": [f"s{i}" for i in range(199, -1, -1)] + ["new"], "x": list(base[::-1] - 0.1) + [5.0]})
-    result = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=500)
-    assert result.n_shared == 200
-    assert result.difference == pytest.approx(-0.1) and result.lower == pytest.approx(-0.1) and result.upper == pytest.approx(-0.1)
-
-
-def test_paired_bootstrap_interval_matches_the_normal_approximation_for_a_mean():
-    rng = np.random.default_rng(2)
-    champion = pd.DataFrame({"id": range(400), "x": rng.random(400)})
-    candidate = champion.assign(x=champion["x"] + rng.normal(0.05, 0.2, 400))
-    result = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), confidence=0.95, resamples=4000)
-    d = (candidate["x"] - champion["x"]).to_numpy()
-    half = 1.645 * d.std(ddof=1) / np.sqrt(len(d))  # one-sided 95%
-    assert result.lower == pytest.approx(d.mean() - half, abs=0.004)
-    assert result.upper == pytest.approx(d.mean() + half, abs=0.004)
-
-
-def test_undefined_statistic_gives_no_bounds():
-    frame = pd.DataFrame({"id": list("abc"), "x": [1.0, 2.0, 3.0]})
-    result = paired_bootstrap_difference(frame, frame, lambda f: None)
-    assert result.lower is None and result.difference is None
-
-
 POLICY = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5}, regressions={"lcm-mc/lcm": {"max_drop": 0.02}}, resamples=500)
 
 
@@ -70,21 +38,31 @@ def test_first_candidate_is_promoted_on_floors_alone():
 
 
 def test_a_clearly_worse_candidate_is_refused_by_the_regression_rule():
-    champion = {"lcm-mc": _result(_mc_records([0.9] * 30))}
-    candidate = {"lcm-mc": _result(_mc_records([0.8] * 30))}  # still accurate, but LCM drops 0.1 everywhere
+    champion = {"lcm-mc": _result(_mc_records([0.9] * 40))}
+    candidate = {"lcm-mc": _result(_mc_records([0.8] * 40))}  # still accurate, but LCM drops 0.1 everywhere
     decision = decide(POLICY, candidate, champion)
     assert not decision.promote
     (reason,) = decision.reasons
     assert reason.startswith("lcm-mc/lcm vs champion") and "-0.1000" in reason and "< -0.02 allowed" in reason
+    # on 30 items the same drop is not shown: every observed change is -0.1, and a change of
+    # -0.02 on average (7 % of items gaining 1, the rest losing 0.1) would look so 10 % of the time
+    fewer = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 30))}, {"lcm-mc": _result(_mc_records([0.9] * 30))})
+    assert fewer.outcome == "inconclusive" and "about 39 shared samples would decide" in fewer.reasons[0]
 
 
-def test_an_equal_candidate_passes_non_inferiority_and_a_noisy_better_one_too():
+def test_an_equal_candidate_passes_non_inferiority_on_enough_items_and_a_noisy_better_one_too():
+    """No change on n items shows a drop below 0.02 once a model losing 0.02 would rarely
+    change nothing: the score test's Z is 0.02·√n/0.14 (2 % of items at -1 under the null),
+    past z₀.₉₅ = 1.645 from n = 133."""
     rng = np.random.default_rng(3)
-    champion_p = rng.uniform(0.6, 0.95, 60)
+    champion_p = rng.uniform(0.6, 0.95, 140)
     champion = {"lcm-mc": _result(_mc_records(list(champion_p)))}
     assert decide(POLICY, {"lcm-mc": _result(_mc_records(list(champion_p)))}, champion).promote
-    better = np.clip(champion_p + rng.normal(0.05, 0.02, 60), 0, 1)
-    assert decide(POLICY, {"lcm-mc": _result(_mc_records(list(better)))}, champion).promote
+    few = {"lcm-mc": _result(_mc_records(list(champion_p[:120])))}
+    [check] = [c for c in decide(POLICY, few, few).checks if c.rule == "regression"]
+    assert check.verdict == "inconclusive" and check.p_value == pytest.approx(stats.norm.cdf(0.02 * np.sqrt(120) / 0.14))
+    better = np.clip(champion_p[:60] + rng.normal(0.05, 0.02, 60), 0, 1)
+    assert decide(POLICY, {"lcm-mc": _result(_mc_records(list(better)))}, {"lcm-mc": _result(_mc_records(list(champion_p[:60])))}).promote
 
 
 def test_fail_closed_on_missing_evaluator_error_expectations_and_undefined_metrics():
@@ -144,15 +122,22 @@ def test_an_evaluator_the_policy_does_not_require_still_blocks_promotion_when_it
 def test_structured_checks_and_the_outcome_ci_acts_on():
     from vlgate.decisions import Outcome, Verdict
 
-    champion = {"lcm-mc": _result(_mc_records([0.9] * 30))}
-    worse = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)
+    champion = {"lcm-mc": _result(_mc_records([0.9] * 40))}
+    worse = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 40))}, champion)
     assert worse.outcome == Outcome.REJECTED
     by_rule = {check.rule: check for check in worse.checks}
     regression = by_rule["regression"].record().model_dump(mode="json")
     assert regression["verdict"] == "fail" and regression["metric"] == "lcm-mc/lcm" and regression["limit"] == -0.02
-    # every record's LCM drops by exactly 0.1: candidate 0.8 vs champion 0.9, a degenerate interval at -0.1
+    # every record's LCM drops by exactly 0.1: candidate 0.8 vs champion 0.9; the score test's
+    # interval ends where the null of a change μ (mass (μ + 0.1)/1.1 at +1 or (-0.1 - μ)/0.9 at -1,
+    # the rest at -0.1) gives Z = ∓1.645
     assert regression["candidate"] == pytest.approx(0.8) and regression["champion"] == pytest.approx(0.9)
-    assert regression["interval"] == pytest.approx([-0.1, -0.1]) and regression["bound"] == pytest.approx(-0.1)
+    low, high = regression["interval"]
+    assert regression["bound"] == low and low < -0.1 < high < -0.02
+    for mu, end in ((low, -1.0), (high, 1.0)):
+        p = (mu + 0.1) / (end + 0.1)
+        variance = p * (end - mu) ** 2 + (1 - p) * (-0.1 - mu) ** 2
+        assert abs((-0.1 - mu) / np.sqrt(variance / 40)) == pytest.approx(stats.norm.isf(0.05), abs=1e-6)
     floor = by_rule["floor"].record().model_dump(mode="json")
     assert floor | {"detail": None} == {
         "name": "lcm-mc/acc floor",
@@ -187,16 +172,12 @@ def test_structured_checks_and_the_outcome_ci_acts_on():
 
 
 def test_adjusted_p_values_and_the_sample_estimate_by_hand():
-    from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, bootstrap_p_value, holm_adjusted, samples_to_decide
+    from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, holm_adjusted, samples_to_decide
 
     # sorted 0.01, 0.03, 0.04, 0.2 times 4, 3, 2, 1 = 0.04, 0.09, 0.08, 0.2; running maximum 0.04, 0.09, 0.09, 0.2
     assert holm_adjusted([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
     assert holm_adjusted([0.5, 0.4]) == pytest.approx([0.8, 0.8]) and holm_adjusted([]) == []  # 0.4·2, then max(0.5·1, 0.8)
     assert bonferroni_adjusted([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.16, 0.12, 0.8])
-    distribution = np.array([-0.3, -0.1, 0.0, 0.1, 0.2])
-    assert bootstrap_p_value(distribution, 0.0) == 0.6  # H1 < 0: the share >= 0 is the null's
-    assert bootstrap_p_value(distribution, 0.0, strict=False) == 0.4  # H1 <= 0: the share > 0
-    assert bootstrap_p_value(np.empty(0), 0.0) == 1.0
     # half-width 0.04 against a gap of 0.03 on 100 samples: 100 * (4/3)^2 = 177.8
     assert samples_to_decide(100, 0.03, 0.04) == 178 and samples_to_decide(100, -0.03, 0.04) == 178
     assert samples_to_decide(100, 0.0, 0.04) is None and samples_to_decide(100, 0.05, 0.01) == 101
@@ -227,7 +208,7 @@ def test_holm_keeps_borderline_regressions_from_adding_up_to_a_rejection():
     margin: alone each would reject; corrected over three comparisons none is shown."""
     from vlgate.decisions import Outcome
 
-    candidate, champion = _drifted_pair(0.03)
+    candidate, champion = _drifted_pair(0.034)
 
     def compared(correction):
         policy = GatePolicy(required=["lcm-mc"], categories={"lcm-mc/lcm": {"max_drop": 0.01}}, correction=correction, resamples=400)
@@ -272,10 +253,13 @@ def test_superiority_requires_the_candidate_shown_better():
 
     policy = GatePolicy(required=["lcm-mc"], superiority={"lcm-mc/lcm": {"min_gain": 0.0}}, resamples=500)
     champion = {"lcm-mc": _result(_mc_records([0.8] * 30))}
-    same = decide(policy, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)  # non-inferior, but not better
+    same = decide(policy, {"lcm-mc": _result(_mc_records([0.8] * 30))}, champion)  # no change: neither shown better nor worse
     [check] = [c for c in same.checks if c.rule == "superiority"]
-    assert same.outcome == Outcome.REJECTED and check.name == "lcm-mc/lcm superiority" and check.verdict == "fail"
-    assert "not shown above +0" in check.detail
+    assert same.outcome == Outcome.INCONCLUSIVE and check.name == "lcm-mc/lcm superiority" and not same.promote
+    assert "the estimate sits on the margin: no number of samples decides" in check.detail
+    worse = decide(policy, {"lcm-mc": _result(_mc_records([0.7] * 30))}, champion)
+    [check] = [c for c in worse.checks if c.rule == "superiority"]
+    assert worse.outcome == Outcome.REJECTED and check.verdict == "fail" and "not shown above +0" in check.detail
     better = decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, champion)
     assert better.outcome == Outcome.PROMOTED and better.checks[-1].bound > 0
     assert decide(policy, {"lcm-mc": _result(_mc_records([0.9] * 30))}, None).promote  # a first version has nothing to beat
@@ -372,9 +356,10 @@ def test_draw_counts_count_each_rows_draws():
     assert counts.tolist() == [[2, 0, 1], [0, 2, 1]]
 
 
-def test_the_one_pass_bootstrap_draws_and_computes_what_resample_by_resample_does():
-    """``resampled`` (all resamples from their draw counts) gives the same resampled
-    differences, bounds and estimate as the statistic on each resample's frame."""
+def test_the_one_pass_reweighting_computes_what_frame_by_frame_aggregation_does():
+    """``resampled`` (the statistic of many reweighted copies at once) gives the same
+    bootstrap standard error as the statistic on each resample's frame, and the same
+    jackknife pseudo-values of a paired change as each leave-one-out frame."""
     rng = np.random.default_rng(3)
     candidate = pd.DataFrame({"id": [f"s{i}" for i in range(30)], "x": rng.random(30), "m": rng.random(30) < 0.6})
     champion = candidate.assign(x=rng.random(30))
@@ -386,19 +371,20 @@ def test_the_one_pass_bootstrap_draws_and_computes_what_resample_by_resample_doe
         x, m = frame["x"].to_numpy(), frame["m"].to_numpy(dtype=float)
         return (counts @ (x * m)) / (counts @ m)
 
-    slow = paired_bootstrap_difference(candidate, champion, share_of_x_in_m, resamples=400)
-    fast = paired_bootstrap_difference(candidate, champion, share_of_x_in_m, resamples=400, resampled=resampled)
-    assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
-    assert (fast.lower, fast.upper, fast.difference) == pytest.approx((slow.lower, slow.upper, slow.difference), abs=1e-12)
-    assert fast.lower < fast.difference < fast.upper
+    slow = bootstrap_standard_error(candidate, share_of_x_in_m, resamples=400)
+    fast = bootstrap_standard_error(candidate, share_of_x_in_m, resamples=400, resampled=resampled)
+    assert fast == pytest.approx(slow, abs=1e-12) and fast > 0
+    slow_paired = score_test.paired_score(candidate, champion, share_of_x_in_m)
+    fast_paired = score_test.paired_score(candidate, champion, share_of_x_in_m, resampled)
+    assert fast_paired.pseudo_values == pytest.approx(slow_paired.pseudo_values, abs=1e-12)
+    assert fast_paired.difference == slow_paired.difference
 
 
-def test_a_large_sample_is_resampled_in_batches_with_the_same_draws(monkeypatch):
-    """Past ``RESAMPLED_CELLS`` the resamples are drawn and scored in batches: both paths
-    draw alike, so the one-pass bootstrap still equals the resample-by-resample one."""
+def test_a_large_sample_is_reweighted_in_batches_with_the_same_values(monkeypatch):
+    """Past ``RESAMPLED_CELLS`` (``JACKKNIFE_CELLS``) the resamples (leave-one-outs) are
+    scored in batches, with the same values as in one pass."""
     from vlgate.evaluators.metrics import bootstrap
 
-    monkeypatch.setattr(bootstrap, "RESAMPLED_CELLS", 40 * 7)  # 7 resamples per batch of 40 samples
     rng = np.random.default_rng(5)
     candidate = pd.DataFrame({"id": range(40), "x": rng.random(40)})
     champion = candidate.assign(x=rng.random(40))
@@ -408,10 +394,15 @@ def test_a_large_sample_is_resampled_in_batches_with_the_same_draws(monkeypatch)
         calls.append(len(counts))
         return counts @ frame["x"].to_numpy() / counts.sum(axis=1)
 
-    slow = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=50)
-    fast = paired_bootstrap_difference(candidate, champion, lambda f: f["x"].mean(), resamples=50, resampled=resampled)
-    assert calls[:2] == [7, 7] and sum(calls) == 2 * 50  # the candidate's and the champion's, batch by batch
-    assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
+    whole = bootstrap_standard_error(candidate, lambda f: f["x"].mean(), resamples=50, resampled=resampled)
+    monkeypatch.setattr(bootstrap, "RESAMPLED_CELLS", 40 * 7)  # 7 resamples per batch of 40 samples
+    calls.clear()
+    assert bootstrap_standard_error(candidate, lambda f: f["x"].mean(), resamples=50, resampled=resampled) == pytest.approx(whole, abs=1e-12)
+    assert calls[:2] == [7, 7] and sum(calls) == 50
+    monkeypatch.setattr(score_test, "JACKKNIFE_CELLS", 40 * 16)  # 16 leave-one-outs per batch
+    calls.clear()
+    batched = score_test.paired_score(candidate, champion, lambda f: f["x"].mean(), resampled)
+    assert calls == [16, 16, 8] * 2 and batched.pseudo_values == pytest.approx(candidate["x"] - champion["x"], abs=1e-12)
 
 
 def test_every_check_a_decision_makes_is_named_as_its_key_and_waivable_by_that_name():

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vlgate.evaluators.metrics.bootstrap import paired_bootstrap_difference
 from vlgate.evaluators.metrics.item_comparison import compare_items, shared_items
+from vlgate.evaluators.metrics.score_test import paired_score
 
 CANDIDATE = pd.DataFrame(
     {
@@ -37,8 +37,8 @@ def test_a_binary_column_gives_the_paired_table_of_the_items_both_versions_hold(
     assert correct.cells() == {"both_right": 2, "lost": 2, "won": 1, "both_wrong": 0}
     assert list(correct.lost["id"]) == ["b", "d"] and list(correct.won["id"]) == ["c"]
     # lost − won over the shared items is the change of the mean the gate's paired comparison sees
-    change = paired_bootstrap_difference(CANDIDATE, CHAMPION, lambda frame: frame["correct"].mean(), resamples=10).difference
-    assert change == pytest.approx((1 - 2) / 5)
+    change = paired_score(CANDIDATE, CHAMPION, lambda frame: frame["correct"].mean())
+    assert change.difference == pytest.approx((1 - 2) / 5) and sorted(change.pseudo_values) == pytest.approx([-1, -1, 0, 0, 1])
 
 
 def test_a_continuous_column_orders_the_items_by_change_and_leaves_out_missing_values():

@@ -150,8 +150,10 @@ def test_the_gate_never_compares_numbers_from_different_protocols(champion_proto
     assert not check.passed and check.verdict == "could not judge"
     assert f"the candidate's lcm-mc records were measured under protocol mmmu-1, the champion's under {named}" in check.detail
     assert decision.outcome == "could not judge" and not decision.promote
-    # the same protocol on both sides is compared as before
-    assert decide(POLICY, candidate, {"lcm-mc": _output("mmmu-1", 0.9)}).promote
+    # the same protocol on both sides is compared: identical answers on 30 items, judged
+    # (inconclusive: no change on 30 items does not yet show a drop within the margin)
+    (same,) = [c for c in decide(POLICY, candidate, {"lcm-mc": _output("mmmu-1", 0.9)}).checks if c.name == "lcm-mc/lcm vs champion"]
+    assert same.verdict == "inconclusive" and same.n_shared == 30 and same.samples_needed is not None
 
 
 def _nb_prompts(protocol: str, unit_texts=("Is the cat on the mat?", "Is the cat under the mat?"), kind="question") -> list[str]:

@@ -219,7 +219,7 @@ def _genception_records(offset: float) -> list[dict]:
     rng = np.random.default_rng(7)
     return [
         {"id": f"g{n}", "category": "shapes", "s": list(np.clip(rng.uniform(0.3, 0.9, 5) + offset, -1, 1))}
-        for n in range(24)
+        for n in range(60)  # enough images for a shift of 0.1 on every one to show (the score test's range is ±2 here)
     ]
 
 

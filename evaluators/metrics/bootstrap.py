@@ -1,44 +1,24 @@
-"""Paired bootstrap of a set-level metric's difference between two models (the gate's
-non-inferiority test). Pure pandas/numpy/scipy.
+"""A set-level metric's bootstrap standard error (a floor's at the sequential gate's
+interim looks, a metric's spread in ``vlgate plan``), and the gate's multiple-comparison
+adjustments. Pure pandas/numpy/scipy. (The gate's comparisons with the champion are
+score tests: ``score_test.py``.)
 
-Both models' per-sample frames are joined on ``id`` (only shared samples count: the same
-units, the same images), the shared ids are resampled with replacement (scipy.stats.
-bootstrap over the index, so both frames are resampled with the same draw: paired), and
-the metric is recomputed on each resample by the evaluator's own aggregate function — so
-ratio metrics such as VLind's s_lp are bootstrapped as the ratio they are, not as a mean.
-Where the evaluator also gives the metric of many resamples at once from their draw
-counts (its metric module's ``resampled``), every resample is computed in one pass: the
-same draws and the same values (a test holds them equal), a few hundred times faster
-than aggregating each resample's frame.
+The rows are resampled with replacement (scipy.stats.bootstrap over the index) and the
+metric is recomputed on each resample by the evaluator's own aggregate function — so ratio
+metrics such as VLind's s_lp are bootstrapped as the ratio they are, not as a mean. Where
+the evaluator also gives the metric of many resamples at once from their draw counts (its
+metric module's ``resampled``), every resample is computed in one pass: the same draws
+and the same values (a test holds them equal), a few hundred times faster than
+aggregating each resample's frame.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-
-
-@dataclass(frozen=True)
-class PairedDifference:
-    """candidate − champion on the shared samples, with a two-sided percentile interval
-    whose lower end is the one-sided bound at ``confidence``."""
-
-    n_shared: int
-    candidate: float | None
-    champion: float | None
-    difference: float | None
-    lower: float | None
-    upper: float | None
-    confidence: float
-    #: the resampled differences (empty when no interval could be drawn): tail
-    #: probabilities and intervals at other levels (a multiple-comparison correction's)
-    #: are read off it without resampling again
-    distribution: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
-
 
 #: (per-sample frame with ``n`` rows, B × n draw counts) → the statistic of each of the B
 #: resamples, NaN where undefined; must equal ``statistic`` of each resample's frame
@@ -61,84 +41,6 @@ def draw_counts(indices: np.ndarray, n: int) -> np.ndarray:
 def _value(statistic: Callable[[pd.DataFrame], float | None], frame: pd.DataFrame) -> float:
     value = statistic(frame)
     return float("nan") if value is None else float(value)
-
-
-def paired_bootstrap_difference(
-    candidate: pd.DataFrame,
-    champion: pd.DataFrame,
-    statistic: Callable[[pd.DataFrame], float | None],
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-    resampled: ResampledStatistic | None = None,
-) -> PairedDifference:
-    """Bootstrap ``statistic(candidate) − statistic(champion)`` over the ids both frames hold;
-    ``resampled``: the same statistic of all resamples at once, from their draw counts.
-
-    ``confidence`` is one-sided: the interval is the two-sided ``2·confidence − 1``
-    percentile interval, so ``lower`` is exceeded by the true difference with probability
-    ``confidence``. A statistic that is undefined (None/NaN) on the full data or on the
-    resamples gives None bounds: the gate then cannot judge and fails closed."""
-    shared = candidate[["id"]].merge(champion[["id"]], on="id")["id"]
-    a = candidate.set_index("id").loc[shared].reset_index()
-    b = champion.set_index("id").loc[shared].reset_index()
-    n = len(shared)
-    if n == 0:
-        return PairedDifference(0, None, None, None, None, None, confidence)
-    value_a, value_b = _value(statistic, a), _value(statistic, b)
-    if not (np.isfinite(value_a) and np.isfinite(value_b)):
-        return PairedDifference(n, _finite(value_a), _finite(value_b), None, None, None, confidence)
-    difference = value_a - value_b
-    if n == 1:
-        return PairedDifference(n, value_a, value_b, difference, None, None, confidence)
-
-    def resampled_difference(indices: np.ndarray) -> float:
-        rows = np.asarray(indices, dtype=int)
-        return _value(statistic, a.iloc[rows]) - _value(statistic, b.iloc[rows])
-
-    def resampled_differences(indices: np.ndarray, axis: int = -1) -> np.ndarray:
-        assert resampled is not None and axis == -1
-        counts = draw_counts(indices, n)
-        flat = counts.reshape(-1, n)
-        return (resampled(a, flat) - resampled(b, flat)).reshape(counts.shape[:-1])
-
-    result = stats.bootstrap(
-        (np.arange(n),),
-        resampled_difference if resampled is None else resampled_differences,
-        vectorized=resampled is not None,
-        n_resamples=resamples,
-        batch=max(1, RESAMPLED_CELLS // n),  # both paths draw alike; the counts stay small
-        confidence_level=2 * confidence - 1,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    )
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return PairedDifference(n, value_a, value_b, difference, None, None, confidence)
-    return PairedDifference(n, value_a, value_b, difference, low, high, confidence, np.asarray(result.bootstrap_distribution, dtype=float))
-
-
-def bootstrap_p_value(distribution: np.ndarray, threshold: float, strict: bool = True) -> float:
-    """One-sided bootstrap p-value of H1: difference < ``threshold`` (``strict``) or
-    ≤ ``threshold``: the share of resampled differences on the null's side, ≥ or > the
-    threshold (the percentile test of Efron & Tibshirani 1993, ch. 16: the percentile interval
-    at one-sided level 1 − α lies wholly below the threshold when this is at most α). No
-    resamples (no interval could be drawn): 1, nothing shown."""
-    if distribution.size == 0:
-        return 1.0
-    null_side = distribution >= threshold if strict else distribution > threshold
-    return float(np.mean(null_side))
-
-
-def passing_p_value(distribution: np.ndarray, threshold: float, strict: bool = True) -> float:
-    """One-sided bootstrap p-value of H1: difference ≥ ``threshold`` (``strict``, the
-    complement of :func:`bootstrap_p_value`'s) or > ``threshold``: the share of resampled
-    differences below it (at or below it). At most α when the percentile interval's
-    one-sided lower bound at level 1 − α clears the threshold. No resamples: 1."""
-    if distribution.size == 0:
-        return 1.0
-    failing_side = distribution < threshold if strict else distribution <= threshold
-    return float(np.mean(failing_side))
 
 
 def holm_adjusted(p_values: list[float]) -> list[float]:
@@ -171,10 +73,6 @@ def samples_to_decide(n: int, gap: float, half_width: float) -> int | None:
     if gap == 0:
         return None
     return max(n + 1, int(np.ceil(n * (half_width / abs(gap)) ** 2)))
-
-
-def _finite(value: float) -> float | None:
-    return value if np.isfinite(value) else None
 
 
 def bootstrap_standard_error(

@@ -1,7 +1,7 @@
 """Two versions item by item: what a candidate lost and won against the champion.
 
 The items compared are those both versions' records hold, joined on the record id, as the
-gate's paired comparisons join them (``bootstrap.paired_bootstrap_difference``), in the
+gate's paired comparisons join them (``score_test.paired_score``), in the
 candidate's order. Every numeric per-sample column both sides have is compared on its own
 (an item whose value is missing on either side, a NaN, is left out of that column only):
 

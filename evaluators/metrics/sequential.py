@@ -240,16 +240,16 @@ def look_verdicts(z: np.ndarray, fail_boundary: float, pass_boundary: float, las
 
 def sequential_decisions(
     z_at_looks: np.ndarray, sizes: Sequence[int], fractions: Sequence[float], alpha: float, promote_early: bool,
-    last_look_p: tuple[np.ndarray, np.ndarray] | None = None,
+    p_values: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Each row of studentised statistics at the looks (decisions × looks, ``sizes`` items
     at each) judged as the gate judges one rule: fail at one-sided ``alpha`` spent over the
     looks, pass at :func:`pass_level`, on t boundaries (:func:`t_boundary`); the first look
-    that decides stops it. ``last_look_p``: each decision's bootstrap p-values of failing
-    and of passing at the last look (:func:`bootstrap_mean_p_values`), which the gate
-    judges a comparison's last look by, in place of its t statistic. Returns each
-    decision's verdict and the look (0-based) it stopped at. With one look at 1 this is
-    the fixed-sample test."""
+    that decides stops it. ``p_values``: each decision's p-values of failing and of passing
+    at each look (decisions × looks), which a comparison with the champion is judged by
+    (the paired score test: ``score_test.paired_score_p_values``) in place of its t
+    statistic. Returns each decision's verdict and the look (0-based) it stopped at. With
+    one look at 1 this is the fixed-sample test."""
     z = np.atleast_2d(np.asarray(z_at_looks, dtype=float))
     levels = nominal_levels(fractions, alpha)
     verdict = np.full(z.shape[0], CONTINUE, dtype=object)
@@ -258,36 +258,15 @@ def sequential_decisions(
         open_ = verdict == CONTINUE
         last = look == len(levels) - 1
         passing = pass_level(fractions, alpha, look, promote_early)
-        if last and last_look_p is not None:
-            p_fail, p_pass = (np.asarray(p, dtype=float)[open_] for p in last_look_p)
-            now = np.where(p_fail <= level, FAIL, np.where(p_pass <= passing, PASS, INCONCLUSIVE)).astype(object)
+        if p_values is not None:
+            p_fail, p_pass = (np.atleast_2d(np.asarray(p, dtype=float))[open_, look] for p in p_values)
+            may_pass = (p_pass <= passing) & (last or promote_early)
+            now = np.where(p_fail <= level, FAIL, np.where(may_pass, PASS, INCONCLUSIVE if last else CONTINUE)).astype(object)
         else:
             now = look_verdicts(z[open_, look], t_boundary(level, items), t_boundary(passing, items), last=last, promote_early=promote_early)
         verdict[open_] = now
         stopped[np.flatnonzero(open_)[now != CONTINUE]] = look
     return verdict, stopped
-
-
-def bootstrap_mean_p_values(differences: np.ndarray, margin: float, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The percentile bootstrap's p-values of each row of per-item paired differences
-    (decisions × items, a few distinct values such as a 0/1 metric's −1, 0, 1) against a
-    regression's ``margin``: of failing (the share of resampled means at or above it) and
-    of passing (the share below it), as the gate's comparison at its last look. A
-    resample of the items is drawn as multinomial counts of the distinct values: the same
-    distribution, without materialising decisions × resamples × items draws."""
-    d = np.atleast_2d(np.asarray(differences, dtype=float))
-    values = np.unique(d)
-    if values.size > 16:
-        raise ValueError(f"bootstrap_mean_p_values draws counts of a few distinct values; these differences take {values.size}")
-    n = d.shape[1]
-    shares = np.stack([(d == v).mean(axis=1) for v in values], axis=1)
-    p_fail, p_pass = np.empty(d.shape[0]), np.empty(d.shape[0])
-    for start in range(0, d.shape[0], 500):
-        chunk = shares[start : start + 500]
-        means = rng.multinomial(n, chunk, size=(resamples, chunk.shape[0])) @ values / n
-        p_fail[start : start + 500] = (means >= margin).mean(axis=0)
-        p_pass[start : start + 500] = (means < margin).mean(axis=0)
-    return p_fail, p_pass
 
 
 def items_at(fraction: float, n: int) -> int:
@@ -303,7 +282,7 @@ def look_sizes(n: int, fractions: Sequence[float]) -> np.ndarray:
 def paired_z_at_looks(differences: np.ndarray, margin: float, fractions: Sequence[float]) -> np.ndarray:
     """Z at each look of per-item paired improvements (decisions × items, in evaluation
     order): the prefix's mean against the margin over its standard error s/√n — the
-    standard error the gate's bootstrap estimates for a mean metric."""
+    standard error the gate's jackknife gives a mean metric (exactly)."""
     d = np.atleast_2d(np.asarray(differences, dtype=float))
     columns = []
     for size in look_sizes(d.shape[1], fractions):
