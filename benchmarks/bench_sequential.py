@@ -13,7 +13,7 @@ VALIDATIONS/MODEL/N/lcm-mc/records.jsonl``: its accuracy is what is resampled), 
 60 %-accurate champion; a candidate regains 10 % of the champion's misses and loses what
 sets the true change.
 
-    python benchmarks/bench_sequential.py [--records FILE | --accuracy 0.84] [--decisions 10000] [--margin 0.05] [--looks 0.25 0.5 0.75 1] [--resamples 1000]
+    python benchmarks/bench_sequential.py [--records FILE | --accuracy 0.84] [--decisions 10000] [--margin 0.05] [--looks 0.25 0.5 0.75 1] [--spending pocock] [--resamples 1000]
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--looks", type=float, nargs="+", default=LOOKS, help="the looks' fractions (the policy's sequential.looks)")
+    parser.add_argument("--spending", choices=sorted(sequential.SPENDING_FUNCTIONS), default="obrien-fleming", help="the policy's sequential.spending")
     parser.add_argument("--resamples", type=int, default=1000, help="the percentile bootstrap's, shown for comparison")
     args = parser.parse_args()
     looks = sequential.validated_fractions(args.looks).tolist()
@@ -76,7 +77,7 @@ def main() -> None:
     spread = float(differences(accuracy, 0.0, 1, 200_000, rng).std())
     needed = sequential.items_needed(spread, args.margin, args.alpha)
     assert needed is not None
-    print(f"champion accuracy {accuracy:.3f}; paired spread {spread:.3f}; max_drop {args.margin} at α {args.alpha}: {needed} items for 80 % power; looks {looks}")
+    print(f"champion accuracy {accuracy:.3f}; paired spread {spread:.3f}; max_drop {args.margin} at α {args.alpha}: {needed} items for 80 % power; looks {looks}, {args.spending} spending")
     header = f"{'items':>6} {'true change':>12} | {'fixed pass':>10} {'fail':>6} | {'seq pass':>8} {'fail':>6} {'items':>7} {'saved':>6} |"
     print(f"{header} {'early pass':>10} {'fail':>6} {'items':>7} {'saved':>6} | {'pctl pass':>9} {'t pass':>6}")
     for size in (needed, 2 * needed, 4 * needed):
@@ -88,7 +89,7 @@ def main() -> None:
             fixed, _ = sequential.sequential_decisions(z[:, -1:], [size], [1.0], args.alpha, promote_early=True, p_values=tuple(p[:, -1:] for p in tested))
             row = f"{size:>6} {label:>12} | {np.mean(fixed == 'pass'):>10.4f} {np.mean(fixed == 'fail'):>6.4f} |"
             for early in (False, True):
-                verdict, stopped = sequential.sequential_decisions(z, sizes, looks, args.alpha, promote_early=early, p_values=tested)
+                verdict, stopped = sequential.sequential_decisions(z, sizes, looks, args.alpha, promote_early=early, p_values=tested, spending=args.spending)
                 used = sizes[stopped].mean()
                 row += f" {np.mean(verdict == 'pass'):>8.4f} {np.mean(verdict == 'fail'):>6.4f} {used:>7.0f} {1 - used / size:>6.1%} |"
             percentile = percentile_bootstrap_passes(drawn, -args.margin, args.alpha, args.resamples, rng).mean()

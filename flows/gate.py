@@ -29,6 +29,7 @@ A policy file::
     sequential:                   # judge after each look at a fraction of the items; stop when decided
       looks: [0.25, 0.5, 0.75, 1.0]
       promote_early: false
+      spending: obrien-fleming    # or pocock: clear failures stop sooner, for a little power
 
 Comparisons with the champion (regressions, superiority, per-category ``max_drop``) are
 paired score tests of the improvement — candidate − champion, champion − candidate for
@@ -83,6 +84,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.metrics import sequential
 from vlgate.evaluators.metrics.bootstrap import ResampledStatistic, bonferroni_adjusted, bootstrap_standard_error, holm_adjusted, samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore, paired_score
+from vlgate.evaluators.metrics.sequential import Spending
 from vlgate.evaluators.output import EvaluatorOutput
 
 
@@ -130,6 +132,10 @@ class SequentialPolicy(BaseModel):
 
     looks: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], description="the fractions of each evaluator's items after which the gate looks; the last is 1")
     promote_early: bool = Field(default=False, description="promote at an interim look where every rule holds decisively")
+    spending: Spending = Field(
+        default="obrien-fleming",
+        description="how α is spent over the looks: obrien-fleming (almost nothing early: the last look keeps the fixed test's power) or pocock (evenly: clear failures stop sooner, for some power at the last look)",
+    )
     order_seed: int = Field(default=0, description="the seed of the items' order")
 
     @field_validator("looks")
@@ -539,7 +545,7 @@ def _category_comparisons(name: str, rule: CategoryRule, candidate: dict[str, Ev
     return comparisons
 
 
-def _paired_comparison(policy: GatePolicy, comparison: _Comparison, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check | PairedScore:
+def _paired_comparison(comparison: _Comparison, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Check | PairedScore:
     """A comparison's paired change on the shared samples, better positive, with its
     jackknife pseudo-values (``evaluators/metrics/score_test.py``), or the check that says
     why it cannot be made (skipped, no champion, records missing, other protocols, an
@@ -580,7 +586,7 @@ def _judge_comparisons(policy: GatePolicy, comparisons: list[_Comparison], candi
     checks: dict[int, Check] = {}
     tested: list[tuple[int, _Comparison, PairedScore, float]] = []
     for n, comparison in enumerate(comparisons):
-        compared = _paired_comparison(policy, comparison, candidate, champion)
+        compared = _paired_comparison(comparison, candidate, champion)
         if isinstance(compared, Check):
             checks[n] = compared
             continue
@@ -717,9 +723,9 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     Each rule is a test of its estimate against its limit: a comparison's improvement over
     the champion on the shared items by the fixed-sample gate's paired score test, and at
     interim looks a floor's or ceiling's value studentised by its bootstrap standard error
-    (the metric as the evaluator aggregates it, ratios included). A rule **fails** when Holm's step-down over the
-    rules tested (``correction``), each step's level spent over the looks, shows it on the
-    wrong side of its limit; it **passes** when its p-value of being on the right side is
+    (the metric as the evaluator aggregates it, ratios included). A rule **fails** when
+    Holm's step-down over the rules tested (``correction``), each step's level spent over
+    the looks, shows it on the wrong side of its limit; it **passes** when its p-value of being on the right side is
     within the look's nominal level of α, the whole α at a last look that alone may
     promote (``sequential.pass_level``; an intersection-union test: no correction). At
     the last look a floor or ceiling is judged on the estimate itself, as the
@@ -743,7 +749,7 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     else:
         tests.extend(_look_bound_tests(policy, candidate))
     for comparison in _comparisons(policy, candidate, champion):
-        compared = _paired_comparison(policy, comparison, candidate, champion)
+        compared = _paired_comparison(comparison, candidate, champion)
         if isinstance(compared, Check):
             if not last and compared.verdict is Verdict.COULD_NOT_JUDGE and compared.n_shared is not None:  # an undefined metric on few items: wait
                 compared.verdict, compared.detail = Verdict.INCONCLUSIVE, f"not decided at this look: {compared.detail}"
@@ -755,11 +761,11 @@ def decide_at_look(policy: GatePolicy, candidate: dict[str, EvaluatorOutput], ch
     tested = [t for t in tests if isinstance(t, _LookTest) and not np.isnan(t.z)]
     p_below = [t.p_below() for t in tested]
     if policy.correction == "holm":
-        failed = sequential.sequential_holm(p_below, alpha, fractions, look)
+        failed = sequential.sequential_holm(p_below, alpha, fractions, look, design.spending)
     else:
         level = alpha / len(tested) if policy.correction == "bonferroni" and tested else alpha
-        failed = np.asarray(p_below) <= sequential.nominal_levels(fractions, level)[look]
-    pass_level = sequential.pass_level(fractions, alpha, look, design.promote_early)
+        failed = np.asarray(p_below) <= sequential.nominal_levels(fractions, level, design.spending)[look]
+    pass_level = sequential.pass_level(fractions, alpha, look, design.promote_early, design.spending)
     failed_keys = {t.key for t, shown in zip(tested, failed, strict=True) if shown}
     where = f"look {look + 1} of {len(fractions)}, {fractions[look]:.0%} of the items"
     for test in tests:

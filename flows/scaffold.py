@@ -77,7 +77,8 @@ confidence: 0.95
 resamples: 2000
 sequential:                      # judge after each quarter of the items; stop where a rule fails decisively
   looks: [0.25, 0.5, 0.75, 1.0]  # (docs/sequential.md; `vlgate plan {name}` says what each rule can decide)
-  promote_early: false           # true: also promote early; only with looks of 100+ items a rule
+  promote_early: false           # true: also promote at a look where every rule holds decisively
+  spending: obrien-fleming       # pocock: clear failures stop sooner, for a few points of power
 """
 
 SERVICE = """\

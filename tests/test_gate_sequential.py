@@ -27,7 +27,7 @@ def output(right: np.ndarray, ids: list[str] | None = None) -> EvaluatorOutput:
 
 
 def policy(**rules) -> GatePolicy:
-    sequential_design = {"looks": LOOKS, "promote_early": rules.pop("promote_early", False)}
+    sequential_design = {"looks": LOOKS, "promote_early": rules.pop("promote_early", False), "spending": rules.pop("spending", "obrien-fleming")}
     return GatePolicy(required=["lcm-mc"], resamples=2000, sequential=sequential_design, **rules)
 
 
@@ -112,3 +112,19 @@ def test_the_gate_s_statistic_is_the_simulated_one():
         fixed = decide(GatePolicy(required=["lcm-mc"], resamples=2000, **rule), {"lcm-mc": output(candidate)}, {"lcm-mc": output(CHAMPION)})
         (at_last,), (once,) = ([c for c in d.checks if c.rule == "regression"] for d in (last, fixed))
         assert at_last.p_value == once.p_value and (at_last.verdict is Verdict.PASS) == (once.verdict is Verdict.PASS) == (max_drop == 0.1), max_drop
+
+
+def test_pocock_spending_rejects_at_the_first_look_what_obrien_fleming_leaves_to_a_later_one():
+    """The look's nominal level is the policy's spending's: at the first of four looks
+    O'Brien–Fleming-type spending rejects at p ≤ 8.9e-5, Pocock-type at p ≤ 0.018; a
+    regression shown at p in between stops only under Pocock. A spending the gate does not
+    know is refused when the policy is read."""
+    worse = CHAMPION.copy()
+    lost = np.flatnonzero(CHAMPION[:100])[:8]  # 8 of the first 100 items lost, none gained: p 0.0076
+    worse[lost] = False
+    rule = {"regressions": {"lcm-mc/acc": {"max_drop": 0.02}}}
+    (obf,), (pocock,) = ([c for c in decide(policy(**rule, spending=spending), at_look(worse, 0), {"lcm-mc": output(CHAMPION)}, look=0).checks if c.rule == "regression"] for spending in ("obrien-fleming", "pocock"))
+    assert obf.p_value == pocock.p_value and sequential.nominal_levels(LOOKS, 0.05)[0] < obf.p_value <= sequential.nominal_levels(LOOKS, 0.05, "pocock")[0]
+    assert obf.verdict is Verdict.INCONCLUSIVE and pocock.verdict is Verdict.FAIL
+    with pytest.raises(ValueError, match="sequential.spending"):
+        GatePolicy.model_validate({"required": ["lcm-mc"], "sequential": {"looks": LOOKS, "spending": "haybittle"}})

@@ -123,3 +123,19 @@ def test_an_undefined_statistic_gives_nothing_to_test():
     # a ratio undefined once one item is left out (its only denominator): fail closed
     one = pd.DataFrame({"id": list("abc"), "hit": [1, 0, 0], "asked": [1, 0, 0]})
     assert not score_test.paired_score(one, one, lambda f: f["hit"].sum() / f["asked"].sum() if f["asked"].sum() else None).testable
+
+
+def test_on_0_1_scores_the_statistic_is_tangos_on_every_outcome():
+    """The general statistic on a 0/1 score's changes (up to the jackknife's rounding) is
+    Tango's on every (gained, lost) outcome of 60 items, those that gained or lost nothing
+    included; a graded score's changes are weighed on what was observed."""
+    n, null = 60, -0.05
+    for gained in range(n + 1):
+        for lost in range(n + 1 - gained):
+            changes = _changes(gained, lost, n) * (1 + 1e-12)
+            general = score_test.score_statistic(changes, null, -1.0, 1.0)
+            assert general == pytest.approx(float(score_test.tango_score(gained, lost, n, null)), rel=1e-7, abs=1e-9), (gained, lost)
+    # no gain, some 0.5 losses: the gain's end gets no mass, the null sits among the values
+    graded = np.r_[np.full(10, -0.5), np.zeros(90)]
+    support, weights = score_test.restricted_weights(graded, -0.02, -1.0, 1.0)
+    assert list(support) == [-0.5, 0.0] and float(weights @ support) == pytest.approx(-0.02)

@@ -10,8 +10,8 @@ percentile bootstrap passes too many candidates sitting exactly at the margin (0
 treats the observed items as the population and falls on the 1/n lattice), and so does a
 t test (0.084, 0.072, 0.060). The score test holds the level there (0.038, 0.048, 0.046,
 summed exactly over the paired outcomes in ``tests/test_score_test.py``;
-``benchmarks/bench_sequential.py`` prints the simulated table), because it estimates the variance
-of the change *as the null says it would be*: a candidate that changed no answer on 100
+``benchmarks/bench_sequential.py`` prints the simulated table), because it estimates the
+variance of the change *as the null says it would be*: a candidate that changed no answer on 100
 items has not shown it loses less than 2 % of them (a model that loses 2 % would change
 none 13 % of the time), and the score test says so where the bootstrap, with no spread
 to resample, calls it certain.
@@ -29,14 +29,13 @@ such as VLind-Bench's, F1) the same statistic is computed on the change's jackkn
 pseudo-values (:func:`jackknife_pseudo_values`: for a mean they are the per-item
 differences themselves, for a smooth function of means its linearisation), with the
 null's variance taken from the empirical-likelihood weights of the pseudo-values
-constrained to the null mean (Owen 2001, Empirical Likelihood, §2.9, the dual of the
-constrained maximisation), on the observed values and, where the null lies at or beyond
+constrained to the null mean (Owen 1988, "Empirical likelihood ratio confidence intervals
+for a single functional", Biometrika 75: 237–249: the dual of the constrained
+maximisation), on the observed values and, where the null lies at or beyond
 them, the end of the change's range on that side (:func:`restricted_weights`). On the
-values −1, 0, 1 these are Tango's restricted estimate wherever an item was both gained
-and lost or the null lies beyond what was observed — every pass decision among them (a
-test holds them equal); only a candidate that gained nothing and lost many gets a
-smaller failing p-value than Tango's (no mass on the unobserved gain). So there is one
-test, not two.
+values −1, 0, 1 of a 0/1 score's change the support is those three cells, observed or
+not, and the weights are Tango's restricted estimate (a test holds them equal on every
+outcome): one test, not two.
 
 Why the range's end only beyond the observed values: a continuous score's change spreads
 both ways between two versions of a model, and a test that always allowed mass at the
@@ -95,16 +94,20 @@ def _ratio(numerator: float, denominator: float) -> float:
 def restricted_weights(values: np.ndarray, null_mean: float, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
     """The distribution of largest likelihood whose mean is ``null_mean``, on the observed
     ``values`` and, where the null mean lies at or beyond them, the end of the change's
-    range ``low``/``high`` on that side (no observed value can carry the null then):
+    range ``low``/``high`` on that side (no observed value can carry the null then); where
+    every value is ``low``, 0 or ``high`` (a 0/1 score's change), on those three cells:
     (support, probabilities). The observed values weigh count/(n·(1 + λ(v − μ₀))), λ the
-    root of Σ (v − μ₀)/(1 + λ(v − μ₀)) = 0 (Owen 2001, §2.9); an unobserved end gets mass
+    root of Σ (v − μ₀)/(1 + λ(v − μ₀)) = 0 (Owen 1988); an unobserved end gets mass
     when the root would make its weight negative, λ then sitting where that weight
     vanishes (the Karush–Kuhn–Tucker condition of an unobserved cell: how Tango's estimate
     gives the lost cell mass when no item was lost). On 0/1 scores, whose changes are −1, 0
     and 1, this is Tango's restricted estimate. ``low`` < μ₀ < ``high``."""
-    support, counts = np.unique(np.asarray(values, dtype=float), return_counts=True)
+    values = np.asarray(values, dtype=float)
+    lattice = _on_lattice(values, low, high)
+    support, counts = np.unique(values if lattice is None else lattice, return_counts=True)
     counts = counts.astype(float)
-    ends = [end for end, beyond in ((low, null_mean <= support[0]), (high, null_mean >= support[-1])) if beyond and end not in support]
+    # a 0/1 score's change can take only −1, 0 and 1: all three are cells, observed or not
+    ends = [end for end, beyond in ((low, null_mean <= support[0]), (high, null_mean >= support[-1])) if (beyond or lattice is not None) and end not in support]
     support = np.concatenate([support, ends])
     counts = np.concatenate([counts, np.zeros(len(ends))])
     order = np.argsort(support)
@@ -137,6 +140,14 @@ def restricted_weights(values: np.ndarray, null_mean: float, low: float, high: f
         end = 0 if lam == right else len(support) - 1
         weights[end] += rest
     return support, weights / weights.sum()
+
+
+def _on_lattice(values: np.ndarray, low: float, high: float) -> np.ndarray | None:
+    """The values snapped to the range's ends and 0 where every one of them is one of those
+    (a 0/1 score's changes, up to the jackknife's rounding); None otherwise."""
+    lattice = np.array([low, 0.0, high])
+    snapped = lattice[np.argmin(np.abs(values[:, None] - lattice[None, :]), axis=1)]
+    return snapped if np.allclose(values, snapped, rtol=0.0, atol=1e-9) else None
 
 
 def score_statistic(values: np.ndarray, null_mean: float, low: float, high: float) -> float:

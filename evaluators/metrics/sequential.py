@@ -10,7 +10,8 @@ normal approximation of a one-sided z-test). Its minimum detectable effect at po
 
 **Group-sequential looks.** The items are evaluated in a seeded, stratified order and
 the gate looks after fractions t₁ < … < t_K = 1 of them. At each look a rule's
-standardised statistic Z_k = (estimate − margin)/SE_k is compared with a boundary c_k.
+standardised statistic Z_k — a comparison's paired score statistic (``score_test.py``), a
+floor's (estimate − limit)/SE_k — is compared with a boundary c_k.
 The boundaries spend the level α over the looks with Lan & DeMets' (1983) spending
 function of O'Brien–Fleming type, α(t) = 2 − 2Φ(z₁₋α/₂/√t): almost nothing at early
 looks (a decision there must be overwhelming), nearly the whole α at the last look, so
@@ -27,12 +28,9 @@ Why this design and not an anytime-valid confidence sequence (Waudby-Smith & Ram
 means (the canonical joint distribution holds for them asymptotically), and for a
 handful of looks a spending design loses almost no power against the fixed-sample test
 (its largest sample grows by about 2 % for four looks) where a confidence sequence is
-markedly wider at the last look. The Pocock-type function (Lan & DeMets' α₂*) stops clear
-failures sooner, but spending more at early looks, where the standard error rests on few
-items, it let through more than α of candidates at the margin on the skewed per-item
-differences of a regression (0.059 at α = 0.05, four looks on 400 items, 9 % of items
-lost and 4 % won against the champion; 0.053 with this function, 0.052 fixed-sample):
-not offered.
+markedly wider at the last look. A policy may choose the Pocock-type function (Lan &
+DeMets' α₂*, ``spending: pocock``): it spends evenly, so clear failures stop sooner, and
+leaves less for the last look, so a few more true failures end inconclusive.
 
 **Many rules.** Stopping to reject needs one rule shown failing. Across the rules tested
 the gate uses Holm's step-down with each step's level spent over the looks (the
@@ -43,9 +41,9 @@ sequential trials using graphical approaches", equal weights): the j-th smallest
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import lru_cache
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 from scipy import integrate, optimize, stats
@@ -87,6 +85,19 @@ def obrien_fleming_spending(fraction: float, alpha: float) -> float:
     return float(2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 2) / np.sqrt(min(fraction, 1.0))))
 
 
+def pocock_spending(fraction: float, alpha: float) -> float:
+    """The one-sided level spent by information fraction t: α(t) = α·ln(1 + (e − 1)·t)
+    (Lan & DeMets 1983, the Pocock-type spending function α₂*; α(1) = α)."""
+    if fraction <= 0:
+        return 0.0
+    return float(alpha * np.log(1 + (np.e - 1) * min(fraction, 1.0)))
+
+
+#: The spending functions a policy may name (``sequential.spending``).
+Spending = Literal["obrien-fleming", "pocock"]
+SPENDING_FUNCTIONS: dict[str, Callable[[float, float], float]] = {"obrien-fleming": obrien_fleming_spending, "pocock": pocock_spending}
+
+
 #: Points of the grid each look's density is carried on (odd: Simpson's rule; 401 gives the
 #: boundaries of 2,001 to six decimals), and how many standard deviations below 0 it
 #: reaches (with no lower boundary the score can go anywhere below; the mass beyond 9 sd
@@ -108,19 +119,20 @@ def _excess_crossing(bound: float, grid: np.ndarray, density: np.ndarray, inform
 
 
 @lru_cache(maxsize=256)
-def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+def _boundaries(fractions: tuple[float, ...], alpha: float, spending: Spending) -> tuple[float, ...]:
     """Jennison & Turnbull (2000) §19.2's recursive numerical integration on the score
     S_k = Z_k·√t_k, whose increments are independent N(0, t_k − t_{k−1}): the density of
     S_{k−1} on the paths that crossed no boundary is carried on a grid, a boundary is where
     its probability of crossing at look k equals what look k spends, and the density
     moves on by convolution with the increment's. Deterministic and milliseconds a
     design, where a quasi-Monte Carlo multivariate normal takes seconds."""
+    spent_by = SPENDING_FUNCTIONS[spending]
     t = np.asarray(fractions, dtype=float)
-    bounds = [float(stats.norm.isf(obrien_fleming_spending(t[0], alpha)))]
+    bounds = [float(stats.norm.isf(spent_by(t[0], alpha)))]
     grid = _grid(bounds[0] * np.sqrt(t[0]), t[0])
     density = stats.norm.pdf(grid, scale=np.sqrt(t[0]))
     for k in range(1, len(t)):
-        spent = obrien_fleming_spending(t[k], alpha) - obrien_fleming_spending(t[k - 1], alpha)
+        spent = spent_by(t[k], alpha) - spent_by(t[k - 1], alpha)
         step = np.sqrt(t[k] - t[k - 1])
         # below the fixed-sample bound the crossing probability exceeds what is spent; far out it is 0
         bounds.append(float(optimize.brentq(_excess_crossing, -1.0, 12.0, args=(grid, density, t[k], step, spent), xtol=1e-10)))
@@ -130,22 +142,22 @@ def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]
     return tuple(bounds)
 
 
-def spending_boundaries(fractions: Sequence[float], alpha: float) -> np.ndarray:
+def spending_boundaries(fractions: Sequence[float], alpha: float, spending: Spending = "obrien-fleming") -> np.ndarray:
     """The boundaries c_1..c_K of the looks at information ``fractions`` (increasing, the
-    last 1) spending one-sided ``alpha`` by :func:`obrien_fleming_spending`: each solves
+    last 1) spending one-sided ``alpha`` by the ``spending`` function: each solves
     P(Z_1 < c_1, …, Z_{k−1} < c_{k−1}, Z_k ≥ c_k) = α(t_k) − α(t_{k−1}) under the canonical
     joint distribution."""
     t = validated_fractions(fractions)
-    return np.asarray(_boundaries(tuple(round(float(f), 12) for f in t), float(alpha)))
+    return np.asarray(_boundaries(tuple(round(float(f), 12) for f in t), float(alpha), spending))
 
 
-def nominal_levels(fractions: Sequence[float], alpha: float) -> np.ndarray:
+def nominal_levels(fractions: Sequence[float], alpha: float, spending: Spending = "obrien-fleming") -> np.ndarray:
     """Each look's nominal one-sided level 1 − Φ(c_k): a test at look k rejects when its
     p-value is at most this."""
-    return np.asarray(stats.norm.sf(spending_boundaries(fractions, alpha)))
+    return np.asarray(stats.norm.sf(spending_boundaries(fractions, alpha, spending)))
 
 
-def pass_level(fractions: Sequence[float], alpha: float, look: int, promote_early: bool) -> float:
+def pass_level(fractions: Sequence[float], alpha: float, look: int, promote_early: bool, spending: Spending = "obrien-fleming") -> float:
     """The nominal level at which a rule passes at look ``look``: the spending's where any
     look may promote; where only the last may, the whole α there. A design that promotes at
     the last look alone makes one test of passing, and its early looks, which only ever
@@ -153,7 +165,7 @@ def pass_level(fractions: Sequence[float], alpha: float, look: int, promote_earl
     power for nothing."""
     if not promote_early and look == len(fractions) - 1:
         return float(alpha)
-    return float(nominal_levels(fractions, alpha)[look])
+    return float(nominal_levels(fractions, alpha, spending)[look])
 
 
 def t_boundary(nominal_level: float, items: int) -> float:
@@ -172,7 +184,7 @@ def validated_fractions(fractions: Sequence[float]) -> np.ndarray:
     return t
 
 
-def sequential_holm(p_values: Sequence[float], alpha: float, fractions: Sequence[float], look: int) -> np.ndarray:
+def sequential_holm(p_values: Sequence[float], alpha: float, fractions: Sequence[float], look: int, spending: Spending = "obrien-fleming") -> np.ndarray:
     """Which of m hypotheses Holm's step-down rejects at look ``look`` (0-based) of a
     design with looks at ``fractions``: the j-th smallest p-value (0-based) against the
     look's nominal level of the spending at α/(m − j), stopping at the first that is not
@@ -181,7 +193,7 @@ def sequential_holm(p_values: Sequence[float], alpha: float, fractions: Sequence
     p = np.asarray(p_values, dtype=float)
     rejected = np.zeros(p.size, dtype=bool)
     for step, index in enumerate(np.argsort(p, kind="stable")):
-        level = nominal_levels(fractions, alpha / (p.size - step))[look]
+        level = nominal_levels(fractions, alpha / (p.size - step), spending)[look]
         if not p[index] <= level:
             break
         rejected[index] = True
@@ -240,7 +252,7 @@ def look_verdicts(z: np.ndarray, fail_boundary: float, pass_boundary: float, las
 
 def sequential_decisions(
     z_at_looks: np.ndarray, sizes: Sequence[int], fractions: Sequence[float], alpha: float, promote_early: bool,
-    p_values: tuple[np.ndarray, np.ndarray] | None = None,
+    p_values: tuple[np.ndarray, np.ndarray] | None = None, spending: Spending = "obrien-fleming",
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Each row of studentised statistics at the looks (decisions × looks, ``sizes`` items
     at each) judged as the gate judges one rule: fail at one-sided ``alpha`` spent over the
@@ -251,13 +263,13 @@ def sequential_decisions(
     statistic. Returns each decision's verdict and the look (0-based) it stopped at. With
     one look at 1 this is the fixed-sample test."""
     z = np.atleast_2d(np.asarray(z_at_looks, dtype=float))
-    levels = nominal_levels(fractions, alpha)
+    levels = nominal_levels(fractions, alpha, spending)
     verdict = np.full(z.shape[0], CONTINUE, dtype=object)
     stopped = np.full(z.shape[0], len(levels) - 1)
     for look, (level, items) in enumerate(zip(levels, sizes, strict=True)):
         open_ = verdict == CONTINUE
         last = look == len(levels) - 1
-        passing = pass_level(fractions, alpha, look, promote_early)
+        passing = pass_level(fractions, alpha, look, promote_early, spending)
         if p_values is not None:
             p_fail, p_pass = (np.atleast_2d(np.asarray(p, dtype=float))[open_, look] for p in p_values)
             may_pass = (p_pass <= passing) & (last or promote_early)
