@@ -302,7 +302,8 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     decisions = {backend: decide(policy, outputs(folders["candidate"]), outputs(folders["champion"])) for backend, folders in results.items()}
     for decision in decisions.values():
         assert decision.outcome == "rejected", decision.reasons
-        assert {(check.metric or "").split("/")[0] for check in decision.checks if not check.passed} == {"lcm-mc"}, decision.reasons
+        # failed by lcm-mc alone (on this small world a comparison the fault did not change may be undecided, never failed)
+        assert {(check.metric or "").split("/")[0] for check in decision.checks if check.verdict in ("fail", "could not judge")} == {"lcm-mc"}, decision.reasons
     assert [(check.name, check.verdict) for check in decisions["vllm"].checks] == [(check.name, check.verdict) for check in decisions["transformers"].checks]
 
 

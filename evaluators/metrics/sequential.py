@@ -13,7 +13,7 @@ the gate looks after fractions t₁ < … < t_K = 1 of them. At each look a rule
 standardised statistic Z_k — a comparison's paired score statistic (``score_test.py``), a
 floor's (estimate − limit)/SE_k — is compared with a boundary c_k.
 The boundaries spend the level α over the looks with Lan & DeMets' (1983) spending
-function of O'Brien–Fleming type, α(t) = 2 − 2Φ(z₁₋α/₂/√t): almost nothing at early
+function of O'Brien–Fleming type by default, α(t) = 2 − 2Φ(z₁₋α/₂/√t): almost nothing at early
 looks (a decision there must be overwhelming), nearly the whole α at the last look, so
 the last look's boundary is close to the fixed-sample one. Each boundary solves
 P(Z₁ < c₁, …, Z_{k−1} < c_{k−1}, Z_k ≥ c_k) = α(t_k) − α(t_{k−1}) under the canonical
