@@ -46,10 +46,13 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     assert model["name"] == "world-vlm" and model["champion"] == "3"
     versions = {v["version"]: v for v in model["versions"]}
     assert {v: (versions[v]["state"], versions[v]["decision"]) for v in versions} == {v: ("done", "promoted" if v == "3" else "rejected") for v in map(str, range(1, 8))}
-    # the sequential policy: every failing version stopped at the first look (a quarter of
-    # each evaluator's items), the champion judged on every item
+    # the sequential policy: every failing version stopped at an early look (a quarter of
+    # each evaluator's items; v7's DeCC regression, 30 of 50 reliable items lost and none
+    # gained, at the second: the score test's variance at the null allows gains it did not
+    # see), the champion judged on every item
     stopped = "look 1 of 4 (25% of the items): rejected; 75% of item evaluations saved"
-    assert {v: versions[v]["sequential"] for v in versions} == {v: stopped for v in "124567"} | {"3": "look 4 of 4 (100% of the items): promoted; 0% of item evaluations saved"}
+    second = "look 2 of 4 (50% of the items): rejected; 50% of item evaluations saved"
+    assert {v: versions[v]["sequential"] for v in versions} == {v: stopped for v in "12456"} | {"7": second, "3": "look 4 of 4 (100% of the items): promoted; 0% of item evaluations saved"}
     assert re.search(r"v1 +rejected( +[-0-9.—]+){7} +1 +75%", first.stdout) and re.search(r"v3 ★ +promoted( +[-0-9.—]+){7} +4 +0%", first.stdout)
     # untrained and early: below the floors, shown so on a quarter of the items
     assert any(r.startswith("lcm-mc/acc floor: 0.1600 on 100 records") and r.endswith("shown beyond +0.6 at look 1 of 4, 25% of the items") for r in versions["1"]["reasons"])

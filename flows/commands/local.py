@@ -334,7 +334,7 @@ class Demo(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--size", choices=("medium", "small"), default="medium",
-            help="the world's data sets, for the same shipped versions: medium (90-400 items an evaluator: where the gate's first look stops every failing version) or small (48, the tests' size); one size a VLGATE_HOME",
+            help="the world's data sets, for the same shipped versions: medium (90-400 items an evaluator: where the gate's early looks stop every failing version) or small (48, the tests' size); one size a VLGATE_HOME",
         )
 
     def run(self, args: argparse.Namespace) -> Answer:
