@@ -48,7 +48,7 @@ def differences(accuracy: float, change: float, decisions: int, items: int, rng:
 
 def percentile_bootstrap_passes(drawn: np.ndarray, margin: float, alpha: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """Whether the percentile bootstrap's one-sided lower bound of each row's mean clears
-    the margin (at or above it: the test the gate no longer uses), a resample drawn as
+    the margin (at or above it; the gate judges by the score test instead), a resample drawn as
     multinomial counts of the values −1, 0, 1."""
     values = np.array([-1.0, 0.0, 1.0])
     shares = np.stack([(drawn == v).mean(axis=1) for v in values], axis=1)
