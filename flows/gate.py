@@ -621,7 +621,7 @@ def _comparison_check(policy: GatePolicy, comparison: _Comparison, result: Paire
         detail = f"{head} ({side} {limit:+g}: {corrected}), {policy.confidence:.0%} lower bound {low:+.4f} {'<=' if superiority else '<'} {limit:+g} {'required' if superiority else 'allowed'}"
     else:
         # towards a pass the uncorrected lower bound decides; towards a fail the bound at the corrected level
-        half_width = improvement - low if improvement > limit else result.bounds(fail_level)[1] - improvement
+        half_width = improvement - low if improvement > limit else result.bound(fail_level, lower=False) - improvement
         samples_needed = samples_to_decide(result.n_shared, improvement - limit, half_width)
         decide_with = f"about {samples_needed} shared samples would decide" if samples_needed else "the estimate sits on the margin: no number of samples decides"
         detail = f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {decide_with}"

@@ -62,14 +62,14 @@ from scipy import optimize, stats
 JACKKNIFE_CELLS = 2_000_000
 
 
-def tango_restricted_loss(gained: int, lost: int, n: int, null_difference: float) -> float:
+def tango_restricted_loss(gained: np.ndarray | int, lost: np.ndarray | int, n: int, null_difference: float) -> np.ndarray:
     """Tango (1998)'s restricted maximum-likelihood estimate of the share of items lost
     (the cell the null difference Δ₀ = p_gained − p_lost pins to p_gained = q + Δ₀):
     q̃ = (√(W² + 8n·c·Δ₀(1 − Δ₀)) − W) / (4n), W = −b − c + (2n − b + c)·Δ₀. The closed
-    form of :func:`restricted_weights` on the values −1, 0, 1."""
-    b, c, d0 = gained, lost, null_difference
+    form of :func:`restricted_weights` on the values −1, 0, 1; elementwise over arrays."""
+    b, c, d0 = np.asarray(gained, dtype=float), np.asarray(lost, dtype=float), null_difference
     w = -b - c + (2 * n - b + c) * d0
-    return float((np.sqrt(w * w + 8 * n * c * d0 * (1 - d0)) - w) / (4 * n))
+    return (np.sqrt(w * w + 8 * n * c * d0 * (1 - d0)) - w) / (4 * n)
 
 
 def tango_score(gained: np.ndarray | int, lost: np.ndarray | int, n: int, null_difference: float) -> np.ndarray:
@@ -77,8 +77,7 @@ def tango_score(gained: np.ndarray | int, lost: np.ndarray | int, n: int, null_d
     Δ₀: Z = (b − c − nΔ₀) / √(n·(2q̃ + Δ₀(1 − Δ₀))) (q̃ from :func:`tango_restricted_loss`);
     elementwise over arrays of b and c. 0 where b − c = nΔ₀ with no spread."""
     b, c, d0 = np.asarray(gained, dtype=float), np.asarray(lost, dtype=float), null_difference
-    w = -b - c + (2 * n - b + c) * d0
-    q = (np.sqrt(w * w + 8 * n * c * d0 * (1 - d0)) - w) / (4 * n)
+    q = tango_restricted_loss(b, c, n, d0)
     spread = np.sqrt(np.maximum(n * (2 * q + d0 * (1 - d0)), 0.0))
     excess = b - c - n * d0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -213,9 +212,13 @@ class PairedScore:
         """p-value of H1: the true change is above ``limit`` (non-inferiority shown)."""
         return float(stats.norm.sf(self.z(limit)))
 
+    def bound(self, level: float, lower: bool = True) -> float:
+        """The score test inverted at one-sided ``level``: its lower (upper) confidence bound."""
+        return score_bound(self.pseudo_values, level, self.low, self.high, lower=lower)
+
     def bounds(self, level: float) -> tuple[float, float]:
-        """The score test inverted at one-sided ``level``: the changes it rejects neither way."""
-        return score_bound(self.pseudo_values, level, self.low, self.high, lower=True), score_bound(self.pseudo_values, level, self.low, self.high, lower=False)
+        """Both bounds at ``level``: the changes the test rejects neither way."""
+        return self.bound(level, lower=True), self.bound(level, lower=False)
 
     @property
     def standard_error(self) -> float:
