@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DECISION_FILE, DecisionRecord, PowerPlan, SequentialRecord
+from vlgate.decisions import DecisionRecord, PowerPlan, SequentialRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
@@ -40,8 +40,10 @@ class ValidationReportData:
     #: whether vlgate's fast paths are exact on these weights (the run's stamp; None: not checked)
     model_check: str | None = None
     started: datetime | None = None
-    #: the gate's decision as logged (None: the version was not judged)
+    #: the gate's latest decision record (None: the version was not judged)
     gate: DecisionRecord | None = None
+    #: every decision record of the run, the first first (the latest is ``gate``)
+    history: list[DecisionRecord] = field(default_factory=list)
     #: a sequential policy's looks and the items they saved (None: judged once on every item)
     sequential: SequentialRecord | None = None
     #: what each rule of the policy can decide on the suite (``power.json``; None: not logged)
@@ -52,7 +54,7 @@ class ValidationReportData:
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: each evaluator's output as logged (records parsed once, in the downloaded folder)
     evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
-    #: the champion the gate judged this version against (decision.json's champion_before)
+    #: the champion the gate judged this version against (the latest record's champion_before)
     judged_against: str | None = None
     #: the champion's outputs, as its validation run logged them
     champion_evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
@@ -101,8 +103,8 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     data.model_check = run.data.tags.get(tag_keys.MODEL_CHECK)
     data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     scratch.mkdir(parents=True, exist_ok=True)
-    local = _download(client, data.run_id, DECISION_FILE, scratch)
-    data.gate = DecisionRecord.read(local) if local else None
+    data.history = tracking.decision_history(client, data.run_id)
+    data.gate = data.history[-1] if data.history else None
     local = _download(client, data.run_id, "sequential.json", scratch)
     data.sequential = SequentialRecord.read(local) if local else None
     local = _download(client, data.run_id, "power.json", scratch)
@@ -115,7 +117,7 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
         data.correlation_versions = pd.DataFrame.from_dict(rows, orient="index", dtype=float)
         data.correlation_versions.index.name = "version"
     if data.gate is not None and len("\n".join(data.gate.reasons)) > len("\n".join(data.reasons)):
-        data.reasons = list(data.gate.reasons)  # the tag may be truncated; decision.json has them all
+        data.reasons = list(data.gate.reasons)  # the tag may be truncated; the record has them all
     expectations = _download(client, data.run_id, "expectations", scratch)
     if expectations is not None:
         data.expectations = {p.stem: json.loads(p.read_text()) for p in sorted(expectations.glob("*.json"))}

@@ -192,14 +192,15 @@ def configured_power_plan(client: Any, model: str, config: Any) -> PowerPlan:
     from vlgate import tracking
     from vlgate.evaluators.runners.suite import count_items
     from vlgate.flows.plan import read_model_config
-    from vlgate.flows.recording import champion_outputs, run_outputs
+    from vlgate.flows.recording import run_outputs, version_outputs
 
     suite, policy = read_model_config(config)
     try:
         items = count_items(suite, policy.evaluators())
     except (OSError, ValueError) as error:
         raise ValueError(f"suite {config.suite}: {error}") from None
-    champion_version, champion = champion_outputs(client, model, exclude_version="")
+    champion_version = tracking.champion_version(client, model)
+    champion = version_outputs(client, model, champion_version) if champion_version else None
     baseline_version, baseline = None, None
     if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
         runs = tracking.validation_runs(client, model)

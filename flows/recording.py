@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
+from vlgate.decisions import Judge, decision_file
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
@@ -114,11 +115,14 @@ def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None
         client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
 
 
-def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str], outcome: str) -> None:
+def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str], outcome: str, record: int | None = None) -> None:
     """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
     rejected or could not judge) and ``vlgate.reasons`` on the version (and its run):
-    always written."""
+    always written, the latest judgement's; ``record``: the number of the decision record
+    they show (``vlgate.decision_record``; a validation that failed makes none)."""
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome, tag_keys.REASONS: tracking.reasons_tag(reasons)}
+    if record is not None:
+        tags[tag_keys.DECISION_RECORD] = decision_file(record)
     for key, value in tags.items():
         client.set_model_version_tag(model_name, version, key, value)
         if run_id:
@@ -157,16 +161,24 @@ def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[st
     return logged
 
 
-def champion_outputs(client: Any, model_name: str, exclude_version: str) -> tuple[str | None, dict[str, EvaluatorOutput] | None]:
-    """The champion's outputs (metrics and records, each evaluator's parsed once), read
-    back from its validation run; None when there is no champion other than ``exclude_version``."""
-    version = tracking.champion_version(client, model_name)
-    if version is None or version == str(exclude_version):
-        return version, None
+def version_outputs(client: Any, model_name: str, version: str) -> dict[str, EvaluatorOutput]:
+    """A version's outputs (metrics and records, each evaluator's parsed once), read back
+    from its validation run; empty when it has none (every comparison then fails closed)."""
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
-    if not run_id:
-        return version, {}
-    return version, run_outputs(client, run_id)
+    return run_outputs(client, run_id) if run_id else {}
+
+
+def judge_identity(request_id: str | None = None) -> Judge:
+    """Who is judging: this process, its Prefect flow run (when one runs it) and its user."""
+    import getpass
+
+    from prefect.runtime import flow_run
+
+    try:
+        user: str | None = getpass.getuser()
+    except (KeyError, OSError):  # a container user without a passwd entry
+        user = None
+    return Judge(process=f"{socket.gethostname()} pid {os.getpid()}", flow_run_id=str(flow_run.id) if flow_run.id else None, user=user, request_id=request_id)
 
 
 def run_outputs(client: Any, run_id: str) -> dict[str, EvaluatorOutput]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,21 +31,22 @@ from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
+from vlgate.decisions import Baseline, CheckRecord, DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.runners.suite import count_items
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
-from vlgate.flows.gate import GatePolicy, decide
+from vlgate.flows.gate import Check, CheckKey, GatePolicy, decide
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import champion_outputs, ensure_validation_run, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, where_it_runs, write_decision_tags
+from vlgate.flows.recording import ensure_validation_run, judge_identity, link_validation_run, log_evaluator, log_item_diffs, log_metric_dict, run_outputs, version_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
-from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
+from vlgate.versions import VersionError, canonical_version
 
 log = logging.getLogger("vlgate.validation")
 
@@ -80,11 +82,29 @@ class ValidationResult(BaseModel):
     #: a sequential policy's looks, the items evaluated and the share saved
     sequential: SequentialRecord | None = None
     error: str | None = None
+    #: the decision record this reports (its number on the run), which judgement made it,
+    #: the champion it was judged against and who held the alias after it
+    sequence: int | None = None
+    kind: DecisionKind | None = None
+    champion_before: str | None = None
+    champion_after: str | None = None
+    #: another request was validating the version: this one waited and reports its decision
+    waited_for_another: bool = False
 
     @classmethod
-    def failed(cls, model: str, version: str, error: BaseException) -> ValidationResult:
+    def failed(cls, model: str, version: str, error: BaseException | str) -> ValidationResult:
         """A flow that stopped: rejected, could not judge (the flow recorded it: claim failed, version tagged)."""
-        return cls(model=model, version=str(version), decision="rejected", outcome=Outcome.COULD_NOT_JUDGE, error=f"{type(error).__name__}: {error}")
+        message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        return cls(model=model, version=str(version), decision="rejected", outcome=Outcome.COULD_NOT_JUDGE, error=message)
+
+    @classmethod
+    def of_record(cls, model: str, version: str, run_id: str, record: DecisionRecord, **fields: Any) -> ValidationResult:
+        """What a recorded decision says, as the flow that made it returned it."""
+        return cls(
+            model=model, version=version, run_id=run_id, decision=record.decision, outcome=record.outcome, reasons=record.reasons,
+            checks=record.checks, policy=record.policy, warnings=record.warnings, sequence=record.sequence, kind=record.kind,
+            champion_before=record.champion_before, champion_after=record.champion_after, **fields,
+        )  # fmt: skip
 
     def as_json(self) -> dict[str, Any]:
         """The fields that were set, as JSON values (a failed flow's have no checks); each
@@ -104,41 +124,95 @@ def _not_superseded(task: Any, task_run: Any, state: Any) -> bool:
 
 
 @task(name="gate", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_condition_fn=_not_superseded, cache_policy=NO_CACHE)
-def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput], attempt: int) -> DecisionRecord:
+def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, EvaluatorOutput], attempt: int, kind: DecisionKind, against_current: bool = False) -> DecisionRecord:
     """One gate decision per model at a time (so no candidate is judged against a champion
-    that another candidate is replacing); tags always written, alias moved on promotion;
-    only while the claim is still at ``attempt`` (one decision per version). At a look of
-    a sequential policy, only a decision the look settles is recorded."""
+    that another candidate is replacing); a settled decision is the run's next record,
+    tags always written, alias moved on promotion; only while the claim is still at
+    ``attempt`` (one decision per version and attempt). A retry of this task appends
+    nothing twice: its record carries the task run's id."""
+    from prefect.runtime import task_run
+
     claims = ClaimStore.for_home(prepare_environment())
-    return judge(plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt), look=plan.look)
+    return judge(
+        plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt),
+        look=plan.look, kind=kind, against_current=against_current, request_id=str(task_run.id) if task_run.id else None,
+    )  # fmt: skip
+
+
+def baseline_champion(client: Any, model_name: str, version: str, run_id: str, against_current: bool, fix: bool) -> str | None:
+    """The champion a judgement of ``version`` compares with (None: none). By default the
+    one its validation was first judged against, fixed then on the run
+    (``vlgate.baseline_champion``, with ``fix``) so that every look, re-run and ``gate
+    --apply`` compares with the same version; never the version itself. With
+    ``against_current``, today's champion, which must be another version."""
+    current = tracking.champion_version(client, model_name)
+    if against_current:
+        if current == version:
+            raise ValidationError(f"{model_name} v{version} is today's champion: against today's champion it would be compared with itself (without --against-current it is judged against its validation's champion)")
+        return current
+    fixed, baseline = tracking.baseline_of(client, run_id)
+    if fixed:
+        return baseline
+    baseline = current if current != version else None
+    if fix:
+        client.set_tag(run_id, tag_keys.BASELINE_CHAMPION, baseline or tag_keys.NO_CHAMPION)
+    return baseline
+
+
+def alias_moved_meanwhile(model_name: str, version: str, baseline: str | None, current: str | None) -> Check | None:
+    """A promotion would replace a champion the version was never compared with: another
+    version took the alias after this validation fixed its baseline. That check fails
+    closed (could not judge) instead of moving the alias."""
+    if current in (baseline, version):
+        return None
+    against = f"v{baseline}" if baseline else "no champion"
+    detail = f"v{current} holds the alias since this validation was judged against {against}: vlgate gate {model_name} {version} --against-current --apply judges it against v{current}"
+    return Check(CheckKey(Rule.ALIAS, "champion"), Verdict.COULD_NOT_JUDGE, detail)
 
 
 def judge(
     model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool,
-    holds: Callable[[], bool] | None = None, look: int | None = None,
+    holds: Callable[[], bool] | None = None, look: int | None = None, kind: DecisionKind = DecisionKind.REJUDGEMENT,
+    against_current: bool = False, request_id: str | None = None,
 ) -> DecisionRecord:  # fmt: skip
-    """The gate on ``outputs`` (of ``look`` of a sequential policy) against the current
-    champion, under the model's gate lock; with ``record``, a settled decision's
-    ``decision.json``, tags and (on promotion) alias are written. ``holds``: asked under
-    the lock; a flow whose claim was taken over decides nothing."""
+    """The gate on ``outputs`` (of ``look`` of a sequential policy) against the version's
+    baseline champion (:func:`baseline_champion`), under the model's gate lock. With
+    ``record``, a settled decision is appended as the run's next decision record (never
+    replacing one), the tags show it, and on promotion the alias moves, only from the
+    champion it was judged against. ``holds``: asked under the lock; a flow whose claim
+    was taken over decides nothing. ``request_id``: a retried request whose record is
+    already the latest gets that record back."""
     client = tracking.connect()
     locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
     with locks.hold(f"gate:{model_name}"):
         if holds is not None and not holds():
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
-        champion_version, champion = champion_outputs(client, model_name, version)
+        latest = tracking.latest_decision(client, run_id) if record and request_id else None
+        if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
+            return latest
+        champion_version = baseline_champion(client, model_name, version, run_id, against_current, fix=record)
+        champion = version_outputs(client, model_name, champion_version) if champion_version else None
         decision = decide(policy, outputs, champion, look=look)
+        current = tracking.champion_version(client, model_name)
+        moved = alias_moved_meanwhile(model_name, version, champion_version, current) if decision.promote else None
+        if moved is not None:
+            decision.checks.append(moved)
+            decision.promote = False
         per_sample = correlate_with_champion(outputs, champion)
         warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
-        judged = decision.record(policy_path, champion_version, warnings, per_sample)
+        judged = decision.record(policy_path, champion_version, warnings, per_sample).model_copy(
+            update={"kind": kind, "baseline": Baseline.CURRENT if against_current else Baseline.VALIDATION, "judged_by": judge_identity(request_id)}
+        )
         if record and decision.settled:
-            client.log_dict(run_id, judged.as_json(), DECISION_FILE)  # with the policy judged with, as loaded
-            client.log_artifact(run_id, str(policy_path), artifact_path="config")  # and its file, replacing an earlier one of that name
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
             log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
-            write_decision_tags(client, model_name, version, run_id, judged.decision, decision.reasons, decision.outcome)
-            if decision.promote:
+            alias_moves = decision.promote and current != version
+            if alias_moves:
                 client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
+            after = version if decision.promote else current
+            judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
+            judged = tracking.append_decision(client, run_id, judged, policy_path)
+            write_decision_tags(client, model_name, version, run_id, judged.decision, judged.reasons, judged.outcome, record=judged.sequence)
     return judged
 
 
@@ -159,18 +233,20 @@ class Rejudgement(BaseModel):
         return {"model": self.model, "version": self.version, "run_id": self.run_id, "recorded": self.recorded} | self.judged.as_json()
 
 
-def judge_again(model_name: str, version: str, policy_path: str, record: bool = False) -> Rejudgement:
+def judge_again(model_name: str, version: str, policy_path: str, record: bool = False, against_current: bool = False) -> Rejudgement:
     """``vlgate gate``: the version's existing validation run judged again (a changed
-    policy, a new champion) without evaluating anything; recorded only with ``record``."""
+    policy) without evaluating anything, against its validation's champion, or today's
+    with ``against_current``; with ``record``, appended as the run's next decision record."""
     client = tracking.connect()
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
-    if record and tracking.champion_version(client, model_name) == str(version):
-        raise ValidationError(f"{model_name} v{version} is the champion: judging it again would compare it with nothing; move the alias in MLflow first")
     look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
-    judged = judge(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record, look=int(look) if look else None)
-    recorded = record and (judged.look is None or judged.look.settled)  # an interim look that does not settle records nothing
+    judged = judge(
+        model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record,
+        look=int(look) if look else None, kind=DecisionKind.REJUDGEMENT, against_current=against_current,
+    )  # fmt: skip
+    recorded = judged.sequence is not None  # an interim look that does not settle records nothing
     return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=recorded, judged=judged)
 
 
@@ -193,25 +269,45 @@ def publish_report(plan: ValidationPlan) -> str:
 
 
 @flow(name="vlgate-validate", log_prints=True)
-def validate_model_version(model_name: str, version: str, complete: bool = False) -> ValidationResult:
+def validate_model_version(model_name: str, version: str, complete: bool = False, rerun: bool = False, against_current: bool = False) -> ValidationResult:
     """Validate one registered version and gate it; the claim row must exist (the
     registry hooks create it) or is created here for a manual run. ``complete``: under a
     sequential policy, evaluate every item and judge at the last look (a version an
-    early look decided, completed)."""
+    early look decided, completed).
+
+    While another flow run validates the version, this one waits and reports that one's
+    decision. A version already decided is validated again only with ``rerun`` (an
+    operator's ``vlgate validate``): re-evaluated (records already made are reused) and
+    judged against the champion its validation was judged against, or today's with
+    ``against_current``; its decision is the run's next record. Without ``rerun`` the
+    recorded decision is reported as it stands."""
+    try:
+        version = canonical_version(version)
+    except VersionError as error:  # before any claim: a text that names no version is never claimed
+        raise ValidationError(str(error)) from None
     home = prepare_environment()
     service_config = ServiceConfig.load(home)
     unjudgeable = not_configured(home, model_name, service_config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
         raise ValidationError(unjudgeable)
     claims = ClaimStore.for_home(home, lease_seconds=service_config.lease_s)
-    if claims.get(model_name, version) is None:
-        claims.claim(model_name, version, via="manual")
-    attempt = claims.start(model_name, version, flow_run_id=str(flow_run.id) if flow_run.id else None)
-    shown_as = progress.subject(model_name, str(version))
+    flow_run_id = str(flow_run.id) if flow_run.id else None
+    while True:
+        if claims.get(model_name, version) is None:
+            claims.claim(model_name, version, via="manual")
+        begun = claims.begin(model_name, version, flow_run_id, rerun=rerun)
+        if begun is not None:
+            break
+        settled = claims.wait(model_name, version)  # another flow run validates it, or it stands decided
+        if settled is not None and settled.state in (ClaimState.DONE, ClaimState.FAILED):
+            return reported_decision(model_name, version, settled)
+    attempt = begun.attempt
+    shown_as = progress.subject(model_name, version)
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
-        with claims.heartbeat(model_name, str(version)):
-            summary = _validate(home, service_config, claims, model_name, str(version), attempt, complete)
+        with claims.heartbeat(model_name, version):
+            kind = DecisionKind.REVALIDATION if begun.rerun else DecisionKind.VALIDATION
+            summary = _validate(home, service_config, claims, model_name, version, attempt, complete, kind, against_current)
     except Superseded:
         progress.stage(shown_as, progress.Stage.FAILED, detail="taken over by a later attempt")
         raise
@@ -228,6 +324,17 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
     claims.finish(model_name, version, summary.decision, attempt=attempt)
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.decision)
     return summary
+
+
+def reported_decision(model_name: str, version: str, claim: Claim) -> ValidationResult:
+    """The decision another flow run made (this one waited for it), as that one returned
+    it: its latest record; a validation that failed, as failed."""
+    if claim.state == ClaimState.FAILED or not claim.run_id:
+        return ValidationResult.failed(model_name, version, claim.detail or "validation failed").model_copy(update={"waited_for_another": True})
+    record = tracking.latest_decision(tracking.connect(), claim.run_id)
+    if record is None:
+        return ValidationResult.failed(model_name, version, f"the validation finished without a decision record ({claim.detail})")
+    return ValidationResult.of_record(model_name, version, claim.run_id, record, waited_for_another=True)
 
 
 def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Path) -> None:
@@ -308,7 +415,10 @@ def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: d
         get_run_logger().warning("power plan of %s v%s failed: %s", plan.model, plan.version, error)
 
 
-def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int, complete: bool = False) -> ValidationResult:
+def _validate(
+    home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int, complete: bool = False,
+    kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
+) -> ValidationResult:  # fmt: skip
     logger = get_run_logger()
     config = service_config.for_model(model_name)
     if config is None:  # checked by the caller on this same configuration
@@ -362,7 +472,7 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         progress.stage(shown_as, progress.Stage.CORRELATIONS)
         across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
         progress.stage(shown_as, progress.Stage.GATE)
-        decision = judge_and_promote(look_plan, run_id, outputs, attempt)
+        decision = judge_and_promote(look_plan, run_id, outputs, attempt, kind, against_current)
         if decision.look is not None:
             looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
             logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
@@ -385,18 +495,6 @@ def _validate(home: Path, service_config: ServiceConfig, claims: ClaimStore, mod
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
-    result = ValidationResult(
-        model=model_name,
-        version=version,
-        run_id=run_id,
-        decision=decision.decision,
-        outcome=decision.outcome,
-        reasons=decision.reasons,
-        checks=decision.checks,
-        policy=decision.policy,
-        warnings=decision.warnings,
-        correlations=across,
-        report=report,
-    )
+    result = ValidationResult.of_record(model_name, version, run_id, decision, correlations=across, report=report)
     # set only for a sequential policy: a fixed-sample result prints as before
     return result if sequential is None else result.model_copy(update={"sequential": sequential})

@@ -40,8 +40,10 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, utc_now
+from vlgate.versions import canonical_version
 
 log = logging.getLogger("vlgate.claims")
+
 
 #: A claim's life: claimed → running → done | failed. ``failed`` is final too: a version
 #: whose validation errored is not promoted and its reasons are recorded (fail closed);
@@ -60,6 +62,8 @@ RETRY_CAP_S = 1800.0
 #: How long a claim lives without being renewed: a running flow renews it every third of
 #: this; a worker that dies unseen is noticed once it runs out.
 DEFAULT_LEASE_S = 90.0
+
+
 @dataclass(frozen=True)
 class Claim:
     model_name: str
@@ -82,6 +86,15 @@ class Claim:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
 
 
+@dataclass(frozen=True)
+class Begun:
+    """A flow run that took up a claim: the attempt it runs (handed to :meth:`ClaimStore.finish`,
+    :meth:`ClaimStore.fail` and :meth:`ClaimStore.defer`), and whether the version had been
+    decided before (its validation run again)."""
+
+    attempt: int
+    rerun: bool
+
 
 class ClaimStore:
     """The claims of vlgate's state database."""
@@ -96,7 +109,10 @@ class ClaimStore:
         return cls(StateDatabase.url_for_home(home), **kwargs)
 
     def claim(self, model_name: str, version: str, via: str, owner: str | None = None, registered_at: str | None = None) -> bool:
-        """True for exactly one caller per (model, version, registration), ever."""
+        """True for exactly one caller per (model, version, registration), ever. A version
+        not in its canonical form is refused (:class:`VersionError`): "01" would claim
+        version 1 a second time."""
+        version = canonical_version(version)
         now = utc_now()
         row = {
             "model_name": model_name,
@@ -149,10 +165,7 @@ class ClaimStore:
         if detail is not None:
             values["detail"] = detail[:4000]
         statement = (
-            claims_table.update()
-            .where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
-            .where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts)
-            .values(**values)
+            claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts).values(**values)
         )
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
@@ -178,6 +191,55 @@ class ClaimStore:
         """The claims a flow is meant to be validating (claimed or running)."""
         with self.engine.connect() as connection:
             return [self._claim(row) for row in connection.execute(claims_table.select().where(claims_table.c.state.in_(LIVE_STATES)))]
+
+    def begin(self, model_name: str, version: str, flow_run_id: str | None = None, rerun: bool = False) -> Begun | None:
+        """This flow run takes up the claim, or None when another is validating it (then
+        :meth:`wait` for that one's decision). One winner, by conditional ``UPDATE``s:
+
+        - ``claimed`` (new, taken over, or deferred after a transient fault) → ``running``
+          at the same attempt;
+        - ``running`` under this same flow run (Prefect running it again) → resumed;
+        - ``done`` or ``failed``, when ``rerun`` asks for it (an operator's ``vlgate
+          validate``) → ``running`` at the next attempt: the version is validated again,
+          into the same MLflow run; without ``rerun`` (a flow run the service sent) None:
+          the decision made stands;
+        - ``running`` under another flow run → None, even with its lease out: the poller's
+          recovery (or :meth:`wait`) takes a lost one over first, so one flow decides."""
+        now = utc_now()
+        key = (claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        claim = self.get(model_name, version)
+        if claim is None:
+            return None
+        mine = {"flow_run_id": flow_run_id, "lease_expires": now + self.lease, "updated_at": now, "owner": default_owner()}
+        if claim.state == ClaimState.CLAIMED:
+            where, values, rerun = (claims_table.c.state == ClaimState.CLAIMED,), {"state": ClaimState.RUNNING} | mine, False
+        elif claim.state == ClaimState.RUNNING and flow_run_id is not None and claim.flow_run_id == flow_run_id:
+            where, values, rerun = (claims_table.c.flow_run_id == flow_run_id,), mine, False
+        elif claim.state in (ClaimState.DONE, ClaimState.FAILED) and rerun:
+            where, values, rerun = (claims_table.c.state == claim.state,), {"state": ClaimState.RUNNING, "attempts": claims_table.c.attempts + 1, "crashes": 0} | mine, True
+        else:
+            return None
+        with self.engine.begin() as connection:
+            won = connection.execute(claims_table.update().where(*key, claims_table.c.attempts == claim.attempts, *where).values(**values)).rowcount == 1
+        if not won:  # another caller moved it first: it validates
+            return None
+        return Begun(attempt=claim.attempts + (1 if rerun else 0), rerun=rerun)
+
+    def wait(self, model_name: str, version: str, poll_s: float = 1.0) -> Claim | None:
+        """Until the claim's validation is decided (``done`` or ``failed``), which another
+        flow run is running; returned then. A holder lost with its process (its lease run
+        out while ``running``) is taken over here: the claim comes back ``claimed`` for the
+        caller to :meth:`begin`."""
+        import time
+
+        while True:
+            claim = self.get(model_name, version)
+            if claim is None or claim.state in (ClaimState.DONE, ClaimState.FAILED, ClaimState.CLAIMED):
+                return claim  # None: released meanwhile, the caller claims it again
+            if claim.lease_expires < utc_now():
+                self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow stopped renewing its lease", crashed=True)
+                continue
+            time.sleep(poll_s)
 
     def start(self, model_name: str, version: str, flow_run_id: str | None = None) -> int:
         """The flow runs: ``running``, the lease renewed, its flow run recorded. Returns the

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from vlgate import tracking
 from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
+from vlgate.versions import VersionError, canonical_version
 
 log = logging.getLogger("vlgate.hooks")
 
@@ -108,7 +109,11 @@ class Dispatcher:
         """Start validating the version unless it is already claimed or its model is not
         configured; True if this call claimed it. ``registered_at`` (the version's
         creation_timestamp) tells a re-created model's version from the old one's."""
-        version = str(version)
+        try:
+            version = canonical_version(version)
+        except VersionError as error:  # names no version of the registry: nothing to claim
+            log.warning("%s: not offered: %s", model_name, error)
+            return False
         if not self.configured(model_name) or not self.claims.claim(model_name, version, via, registered_at=registered_at):
             return False
         log.info("claimed %s v%s via %s", model_name, version, via)

@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher
+from vlgate.versions import VERSION_PATTERN
 
 SIGNATURE_HEADER = "X-MLflow-Signature"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
@@ -68,7 +69,7 @@ class ModelVersionCreated(BaseModel):
 
     name: str = Field(min_length=1, max_length=1000)
     #: the registry numbers versions 1, 2, ...: anything else names no version
-    version: str = Field(pattern=r"^[1-9][0-9]{0,17}$")
+    version: str = Field(pattern=VERSION_PATTERN)
 
 
 def _problem(error: ValidationError) -> str:

@@ -4,11 +4,12 @@ typed, refusing what no flow produces, and written as the JSON CI reads."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
-from vlgate.decisions import DECISION_FILE, CheckRecord, DecisionRecord, Outcome, Rule, Verdict
+from vlgate.decisions import Baseline, CheckRecord, DecisionKind, DecisionRecord, Judge, Outcome, Rule, Verdict, decision_file
 from vlgate.flows.drift import DriftOutcome, DriftResult
 from vlgate.flows.validation import ValidationResult
 
@@ -38,8 +39,11 @@ def test_a_decision_record_reads_back_as_written_and_a_changed_file_is_refused_n
     record = DecisionRecord(
         decision="rejected", promote=False, outcome=Outcome.INCONCLUSIVE, reasons=["lcm-mc/lcm vs champion: spans the margin"], checks=[check],
         policy={"confidence": 0.95}, policy_path="/p/gate.yaml", champion_before="1", per_sample_correlations={"lcm-mc": {"spearman": 0.5}},
+        sequence=2, kind=DecisionKind.REVALIDATION, baseline=Baseline.VALIDATION, judged_at=datetime(2026, 11, 27, 12, 30, tzinfo=UTC),
+        judged_by=Judge(process="host pid 7", flow_run_id="fr-1", user="ops", request_id="tr-1"), policy_digest="ab" * 32, champion_after="1",
     )
-    path = tmp_path / DECISION_FILE
+    assert decision_file(record.sequence or 0) == "decisions/0002.json"
+    path = tmp_path / "0002.json"
     path.write_text(json.dumps(record.as_json()))
     assert DecisionRecord.read(path) == record
     assert DecisionRecord.read(path).checks[0].interval == (-0.05, 0.03)  # a JSON list comes back as the interval's pair
@@ -47,6 +51,10 @@ def test_a_decision_record_reads_back_as_written_and_a_changed_file_is_refused_n
     changed["checks"][0]["verdict"] = "maybe"
     path.write_text(json.dumps(changed))
     with pytest.raises(ValidationError, match=r"checks\.0\.verdict"):
+        DecisionRecord.read(path)
+    changed = record.as_json() | {"sequence": 0}  # records are numbered from 1
+    path.write_text(json.dumps(changed))
+    with pytest.raises(ValidationError, match="sequence"):
         DecisionRecord.read(path)
 
 

@@ -3,6 +3,7 @@ evaluators on the tiny world's checkpoints) → Great Expectations → MLflow �
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from vlgate import tag_keys, tracking
+from vlgate.decisions import DecisionKind
 from vlgate.flows.cli import main
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.validation import validate_model_version
@@ -83,7 +85,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
             assert run.data.tags[f"vlgate.expectations.{evaluator}"] == "passed"
         assert "genception/gc_at_3" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"tables", "evaluators", "expectations", "decision.json", "correlations.json", "config"} <= artifacts
+        assert {"tables", "evaluators", "expectations", "decisions", "correlations.json", "config"} <= artifacts
         # the plan the flow read once: the suite and policy as loaded, with the content digest results are cached under
         plan = json.loads(Path(client.download_artifacts(run.info.run_id, "config/plan.json", str(home / f"plan-{version}"))).read_text())
         assert (plan["model"], plan["version"], plan["policy_path"]) == ("tiny", version, str(home / "gate-tiny.yaml"))
@@ -99,7 +101,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
         assert f"{tracking.VALIDATION_LINK}[{run.info.run_id}](#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in mv.description
         assert client.get_experiment(run.info.experiment_id).tags[tag_keys.EXPERIMENT_KIND] == "custom_model_development"
     assert tracking.champion_version(client, "tiny") == "2"
-    decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tag_keys.VALIDATION_RUN], "decision.json", str(home / "dl"))).read_text())
+    decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tag_keys.VALIDATION_RUN], "decisions/0001.json", str(home / "dl"))).read_text())
     assert decision["champion_before"] == "1" and decision["promote"] is True
     per_sample = decision["per_sample_correlations"]["lcm-mc/p_lc~champion"]
     assert per_sample["n"] == 48 and -1 <= per_sample["spearman"] <= 1
@@ -316,9 +318,11 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
 
 
 def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_when_asked(home, tiny_world, capsys):
-    """``vlgate gate``: a stricter policy rejects a promoted version from its recorded run
-    (exit 3; nothing written), ``--apply`` records it, and the champion or a version without
-    a run is bad input (exit 2)."""
+    """``vlgate gate``: a version's run judged again against the champion its validation
+    was judged against (or today's, asked for), nothing written without ``--apply``; with
+    it, the run's next decision record beside the first, never replacing it; a promotion
+    that would take the alias from a champion the version was never compared with fails
+    closed; a version without a run is bad input (exit 2)."""
     world, _ = tiny_world
     suite = home / "suite.yaml"
     suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
@@ -330,18 +334,25 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert validate_pending(home, "g") == [("g", "1"), ("g", "2")]
     assert tracking.champion_version(client, "g") == "2"
     evaluated = sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir())
+    run_id = client.get_model_version("g", "1").tags[tag_keys.VALIDATION_RUN]
+    (first,) = tracking.decision_history(client, run_id)
+    assert (first.sequence, first.kind, first.champion_before, first.champion_after, first.alias_moved) == (1, DecisionKind.VALIDATION, None, "1", True)
     capsys.readouterr()
 
-    assert main(["gate", "g", "1", "--json"]) == 0  # the same policy, the same verdict, read back from the run
+    # against its validation's champion (none): the same checks, read back from the run; but v2 holds the alias
+    # now, and v1 was never compared with it: a promotion would replace it unseen, so it fails closed
+    assert main(["gate", "g", "1", "--json"]) == 4
     again = json.loads(capsys.readouterr().out)
-    assert again["outcome"] == "promoted" and again["recorded"] is False and again["champion_before"] == "2"
-    (home / "download").mkdir()
-    recorded = json.loads(Path(client.download_artifacts(again["run_id"], "decision.json", str(home / "download"))).read_text())
-    # v1 was first judged with no champion; now v2 is one: the same checks, the regression now a comparison
-    unchanged = [c for c in recorded["checks"] if c["rule"] != "regression"]
-    assert [c for c in again["checks"] if c["rule"] != "regression"] == unchanged and unchanged
-    (regression,) = [c for c in again["checks"] if c["rule"] == "regression"]
-    assert regression["champion"] is not None and regression["verdict"] == "pass"
+    assert again["outcome"] == "could not judge" and again["recorded"] is False and again["champion_before"] is None and again["sequence"] is None
+    assert [c["verdict"] for c in again["checks"] if c["rule"] != "alias"] == [c.verdict for c in first.checks]
+    (alias,) = [c for c in again["checks"] if c["rule"] == "alias"]
+    assert alias["verdict"] == "could not judge" and alias["name"] == "champion alias unchanged"
+
+    assert main(["gate", "g", "1", "--against-current", "--json"]) == 0  # today's champion, v2, asked for: the comparison is made
+    current = json.loads(capsys.readouterr().out)
+    (regression,) = [c for c in current["checks"] if c["rule"] == "regression"]
+    assert current["champion_before"] == "2" and regression["champion"] is not None and regression["verdict"] == "pass"
+    assert [c for c in current["checks"] if c["rule"] == "alias"] == []  # judged against the alias's holder: it may move
 
     strict = home / "strict.yaml"
     strict.write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/acc": 0.999}, "resamples": 200}))
@@ -349,27 +360,42 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     printed = capsys.readouterr().out
     assert printed.startswith("g v1: rejected") and "lcm-mc/acc" in printed
     assert client.get_model_version("g", "1").tags[tag_keys.DECISION] == "promoted"  # nothing written without --apply
+    assert len(tracking.decision_history(client, run_id)) == 1
 
     assert main(["gate", "g", "1", "--policy", str(strict), "--apply", "--json"]) == 3
-    capsys.readouterr()
+    applied_answer = json.loads(capsys.readouterr().out)
+    assert applied_answer["recorded"] is True and applied_answer["sequence"] == 2
     tags = client.get_model_version("g", "1").tags
-    assert tags[tag_keys.DECISION] == "rejected" and "lcm-mc/acc" in tags[tag_keys.REASONS]
+    assert tags[tag_keys.DECISION] == "rejected" and "lcm-mc/acc" in tags[tag_keys.REASONS] and tags[tag_keys.DECISION_RECORD] == "decisions/0002.json"
     assert tracking.champion_version(client, "g") == "2"
     assert sorted(p.name for p in (home / "validations" / "g" / "1" / "lcm-mc").iterdir()) == evaluated  # nothing evaluated again
-    # the policy judged with is recorded with the decision, as loaded and as its file
-    applied = json.loads(Path(client.download_artifacts(again["run_id"], "decision.json", str(home / "download"))).read_text())
-    assert applied["policy"]["floors"] == {"lcm-mc/acc": 0.999} and applied["policy_path"] == str(strict)
-    assert "config/strict.yaml" in {a.path for a in client.list_artifacts(again["run_id"], "config")}
+    # the first record stands as it was; the second has the policy judged with, as loaded and as its file
+    kept, applied = tracking.decision_history(client, run_id)
+    assert kept == first
+    assert (applied.sequence, applied.kind, applied.outcome, applied.champion_after, applied.alias_moved) == (2, DecisionKind.REJUDGEMENT, "rejected", "2", False)
+    assert applied.policy["floors"] == {"lcm-mc/acc": 0.999} and applied.policy_path == str(strict)
+    assert applied.policy_digest == hashlib.sha256(strict.read_bytes()).hexdigest()
+    assert {"decisions/0001.json", "decisions/0001.policy.yaml", "decisions/0002.json", "decisions/0002.policy.yaml"} <= {a.path for a in client.list_artifacts(run_id, "decisions")}
+
+    # recorded, the refusal to move the alias is the run's third record; the alias stays
+    assert main(["gate", "g", "1", "--apply", "--json"]) == 4
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["sequence"] == 3 and [c["verdict"] for c in refused["checks"] if c["rule"] == "alias"] == ["could not judge"]
+    assert tracking.champion_version(client, "g") == "2"
 
     # a waiver lets the failing floor through, on record: who, why, until when
     waiver = {"check": "lcm-mc/acc floor", "by": "alice@example.com", "reason": "relabelling", "until": "2099-12-31"}
     waived = home / "waived.yaml"
     waived.write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/acc": 0.999}, "waivers": [waiver], "resamples": 200}))
-    assert main(["gate", "g", "1", "--policy", str(waived)]) == 0
+    assert main(["gate", "g", "2", "--policy", str(waived)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("g v1: promoted") and "  waived          lcm-mc/acc floor: " in printed and "WAIVED by alice@example.com until 2099-12-31: relabelling" in printed
+    assert printed.startswith("g v2: promoted") and "  waived          lcm-mc/acc floor: " in printed and "WAIVED by alice@example.com until 2099-12-31: relabelling" in printed
 
-    assert main(["gate", "g", "2", "--apply"]) == 2 and "is the champion" in capsys.readouterr().err
+    # the champion is judged against the champion it replaced, never against itself
+    assert main(["gate", "g", "2", "--apply", "--json"]) == 0
+    champion = json.loads(capsys.readouterr().out)
+    assert champion["champion_before"] == "1" and champion["champion_after"] == "2" and champion["alias_moved"] is False and champion["sequence"] == 2
+    assert main(["gate", "g", "2", "--against-current"]) == 2 and "today's champion" in capsys.readouterr().err
     tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-language-prior", home=home)
     assert main(["gate", "g", "3"]) == 2 and "no validation run yet" in capsys.readouterr().err
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err

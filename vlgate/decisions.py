@@ -1,5 +1,11 @@
-"""What a gate decision is once made: the record logged as a validation run's
-``decision.json`` and read back by the report, ``vlgate validate --json`` and ``vlgate gate``.
+"""What a gate decision is once made: the records logged on a validation run under
+``decisions/`` and read back by the report, ``vlgate validate --json``, ``vlgate status``
+and ``vlgate gate``.
+
+A decision, once recorded, is never rewritten. Every judgement of a version that is
+recorded (its validation, a re-validation, ``vlgate gate --apply``) adds the next record,
+``decisions/0001.json``, ``decisions/0002.json``, ...; the version's tags show the latest
+(docs/service.md, "Decisions are records").
 
 The gate (``flows/gate.py``) makes decisions; the dashboards read them. Both import the
 types from here, the layer below both, so a field renamed on one side is a type error on the
@@ -10,7 +16,7 @@ other instead of a report that silently shows nothing. A record is read back wit
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -19,8 +25,21 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from vlgate.config import CONFIG_MODEL
 
-#: The artifact a validation run's decision is logged as.
-DECISION_FILE = "decision.json"
+#: The folder of a validation run's decision records, one file each, numbered from 1.
+DECISIONS_FOLDER = "decisions"
+#: How a run logged before records were numbered kept its one decision (read as record 1).
+SINGLE_DECISION_FILE = "decision.json"
+
+
+def decision_file(sequence: int) -> str:
+    """The artifact path of a run's ``sequence``-th decision record."""
+    return f"{DECISIONS_FOLDER}/{sequence:04d}.json"
+
+
+def decision_policy_file(sequence: int) -> str:
+    """The artifact path of the policy file the ``sequence``-th record was judged with."""
+    return f"{DECISIONS_FOLDER}/{sequence:04d}.policy.yaml"
+
 
 #: Records are values: frozen, and nothing unknown is kept silently.
 RECORD_MODEL = ConfigDict(frozen=True, extra="forbid")
@@ -36,11 +55,14 @@ class Rule(StrEnum):
     CEILING = "ceiling"
     REGRESSION = "regression"
     SUPERIORITY = "superiority"
+    #: the champion a validation was judged against still holds the alias when it would
+    #: move (another version was promoted meanwhile: the comparison is with the wrong one)
+    ALIAS = "alias"
 
     @property
     def phrase(self) -> str:
         """How a check's name says the rule (``lcm-mc/acc vs champion``)."""
-        return "vs champion" if self is Rule.REGRESSION else self.value
+        return {Rule.REGRESSION: "vs champion", Rule.ALIAS: "alias unchanged"}.get(self, self.value)
 
 
 class Verdict(StrEnum):
@@ -63,6 +85,37 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     COULD_NOT_JUDGE = "could not judge"
     INCONCLUSIVE = "inconclusive"
+
+
+class DecisionKind(StrEnum):
+    """Which judgement made a record: a version's first validation, a validation run again
+    (``vlgate validate`` on a decided version), or ``vlgate gate --apply`` (its validation
+    run judged again without evaluating)."""
+
+    VALIDATION = "validation"
+    REVALIDATION = "re-validation"
+    REJUDGEMENT = "gate --apply"
+
+
+class Baseline(StrEnum):
+    """Which champion a judgement compares with: the one the version's validation fixed
+    when it was first judged (every re-run by default), or today's, asked for explicitly."""
+
+    VALIDATION = "validation's champion"
+    CURRENT = "today's champion"
+
+
+class Judge(BaseModel):
+    """Who made a record: the process (host and pid), the Prefect flow run when one ran
+    it, and the operating-system user (an authenticated identity where the deployment has one)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    process: str
+    flow_run_id: str | None = None
+    user: str | None = None
+    #: the request that made it (the gate's task run): a retried request appends nothing twice
+    request_id: str | None = None
 
 
 class Waiver(BaseModel):
@@ -121,7 +174,9 @@ class LookRecord(BaseModel):
 
 
 class DecisionRecord(BaseModel):
-    """One gate decision on one candidate, as logged in ``decision.json``."""
+    """One gate decision on one candidate, as logged in ``decisions/NNNN.json``. The fields
+    from ``sequence`` on say which record it is and how it came to be; a judgement that was
+    not recorded (``vlgate gate`` without ``--apply``, an interim look) has no ``sequence``."""
 
     model_config = RECORD_MODEL
 
@@ -142,10 +197,22 @@ class DecisionRecord(BaseModel):
     per_sample_correlations: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: the look it was taken at (a sequential policy); None: every item, judged once
     look: LookRecord | None = None
+    #: its number among the run's records (1 the first); None: not recorded
+    sequence: int | None = Field(default=None, ge=1)
+    kind: DecisionKind | None = None
+    #: which champion ``champion_before`` is: the validation's (fixed at its first judgement) or today's
+    baseline: Baseline = Baseline.VALIDATION
+    judged_at: datetime | None = None
+    judged_by: Judge | None = None
+    #: the policy file's SHA-256 (the file itself is logged beside the record)
+    policy_digest: str | None = None
+    #: who held the champion alias once the record was made, and whether this record moved it
+    champion_after: str | None = None
+    alias_moved: bool = False
 
     @classmethod
     def read(cls, path: Path) -> DecisionRecord:
-        """A logged ``decision.json``; a file that does not match is refused naming the field."""
+        """A logged record; a file that does not match is refused naming the field."""
         return cls.model_validate(json.loads(path.read_text()))
 
     def as_json(self) -> dict[str, Any]:

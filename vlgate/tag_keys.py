@@ -46,8 +46,16 @@ DECISION = "vlgate.decision"
 #: was missing, or the flow failed): what ``vlgate validate``'s exit status says
 OUTCOME = "vlgate.outcome"
 #: on the version and its run: the reasons, one a line, cut at :data:`MAX_VALUE_CHARS`
-#: (decision.json has them all)
+#: (the decision record has them all)
 REASONS = "vlgate.reasons"
+#: on the version and its run: the latest decision record's artifact path on the run
+#: (``decisions/0002.json``); the earlier ones stay beside it
+DECISION_RECORD = "vlgate.decision_record"
+#: on the run: the champion its validation was first judged against (:data:`NO_CHAMPION`:
+#: the model had none), set once; every later judgement compares with it unless today's
+#: champion is asked for
+BASELINE_CHAMPION = "vlgate.baseline_champion"
+NO_CHAMPION = "none"
 #: whether vlgate's fast paths are exact on the weights ("exact", "not exact: PATH, ...")
 MODEL_CHECK = "vlgate.model_check"
 #: the champion version, and its validation run, that ``item_diff/`` compares the run with

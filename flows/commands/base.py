@@ -101,6 +101,17 @@ def service_home() -> Path:
     return home
 
 
+def version_number(text: str, what: str = "version") -> str:
+    """A version given on the command line in its canonical form (``vlgate/versions.py``);
+    anything else is the user's mistake, found before a server starts or a claim is made."""
+    from vlgate.versions import VersionError, canonical_version
+
+    try:
+        return canonical_version(text)
+    except VersionError as error:
+        raise UserError(f"{what} {text!r}: {str(error).split(': ', 1)[1]}") from None
+
+
 def registered_version(client: Any, model_name: str, version: str) -> Any:
     """The registry's ``ModelVersion``; a version that does not exist is the user's mistake.
     Anything else (the registry away) is raised as it is."""

@@ -10,10 +10,11 @@ MLflow refuses ``@`` in metric names, so ``gc@3`` is logged as ``gc_at_3``
 One module per job: ``server`` (where MLflow is, the client, which faults are transient),
 ``paging`` (searches read to their last page), ``naming`` (vlgate's names as MLflow's),
 ``runs`` (experiments, runs made exactly once), ``registration`` (registering a
-checkpoint, the champion). Their public names are this package's, so callers write
+checkpoint, the champion), ``decisions`` (a run's decision records, appended only). Their public names are this package's, so callers write
 ``tracking.connect()``.
 """
 
+from vlgate.tracking.decisions import append_decision, baseline_of, decision_history, latest_decision
 from vlgate.tracking.naming import (
     EXPERIMENT_PREFIX,
     VALIDATION_LINK,
@@ -47,14 +48,18 @@ __all__ = [
     "VALIDATION_LINK",
     "CheckpointError",
     "TrackingUnreachable",
+    "append_decision",
+    "baseline_of",
     "breakdown_frame",
     "champion_version",
     "check_uploadable",
     "connect",
     "create_run_once",
+    "decision_history",
     "embedded",
     "experiment_id",
     "first_run_with_token",
+    "latest_decision",
     "flatten_metrics",
     "links_leaving",
     "logged_metric_name",

@@ -69,4 +69,4 @@ def logged_metric_name(name: str) -> str:
 def reasons_tag(reasons: list[str]) -> str:
     """One reason per line (a reason may itself contain "; ")."""
     text = "\n".join(reasons)
-    return text if len(text) <= tag_keys.MAX_VALUE_CHARS else text[: tag_keys.MAX_VALUE_CHARS - 40] + " … (all reasons: decision.json)"
+    return text if len(text) <= tag_keys.MAX_VALUE_CHARS else text[: tag_keys.MAX_VALUE_CHARS - 40] + " … (all reasons: the decision record)"

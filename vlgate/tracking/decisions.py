@@ -1,0 +1,77 @@
+"""A validation run's decision records in MLflow: appended, never rewritten.
+
+Each recorded judgement of a version is the run's next ``decisions/NNNN.json`` with the
+policy file it was judged with beside it (``NNNN.policy.yaml``); nothing already logged
+under ``decisions/`` is written again. Numbering is safe because records are appended
+only under the model's gate lock (one judgement per model at a time). The version's and
+the run's tags name the latest record (``vlgate.decision_record``) and show its decision;
+the records themselves are the history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vlgate import tag_keys
+from vlgate.decisions import DECISIONS_FOLDER, SINGLE_DECISION_FILE, DecisionRecord, decision_file, decision_policy_file
+
+
+def numbered_records(client: Any, run_id: str) -> list[int]:
+    """The numbers of the run's ``decisions/NNNN.json``, in order."""
+    names = (Path(entry.path).name for entry in client.list_artifacts(run_id, DECISIONS_FOLDER))
+    return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
+
+
+def single_record(client: Any, run_id: str) -> bool:
+    """Whether the run kept its one decision as ``decision.json`` (logged before records were numbered)."""
+    return any(entry.path == SINGLE_DECISION_FILE for entry in client.list_artifacts(run_id))
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def append_decision(client: Any, run_id: str, record: DecisionRecord, policy_path: Path) -> DecisionRecord:
+    """``record`` as the run's next decision record (its ``sequence`` and ``policy_digest``
+    set), with the policy file beside it. Call under the model's gate lock, which makes
+    the next number this call's alone."""
+    numbers = numbered_records(client, run_id) or ([1] if single_record(client, run_id) else [])
+    sequence = (numbers[-1] if numbers else 0) + 1
+    numbered = record.model_copy(update={"sequence": sequence, "policy_digest": file_digest(policy_path)})
+    with tempfile.TemporaryDirectory() as scratch:
+        policy_copy = Path(scratch) / Path(decision_policy_file(sequence)).name
+        policy_copy.write_bytes(policy_path.read_bytes())
+        client.log_artifact(run_id, str(policy_copy), artifact_path=DECISIONS_FOLDER)
+    client.log_dict(run_id, numbered.as_json(), decision_file(sequence))
+    return numbered
+
+
+def decision_history(client: Any, run_id: str) -> list[DecisionRecord]:
+    """Every decision record of the run, the first first (a run that kept one
+    ``decision.json`` gives it as record 1)."""
+    numbers = numbered_records(client, run_id)
+    with tempfile.TemporaryDirectory() as scratch:
+        if not numbers:
+            if not single_record(client, run_id):
+                return []
+            path = Path(client.download_artifacts(run_id, SINGLE_DECISION_FILE, scratch))
+            return [DecisionRecord.read(path).model_copy(update={"sequence": 1})]
+        return [DecisionRecord.read(Path(client.download_artifacts(run_id, decision_file(n), scratch))) for n in numbers]
+
+
+def latest_decision(client: Any, run_id: str) -> DecisionRecord | None:
+    """The run's latest decision record; None when it has none."""
+    history = decision_history(client, run_id)
+    return history[-1] if history else None
+
+
+def baseline_of(client: Any, run_id: str) -> tuple[bool, str | None]:
+    """The champion the run's validation was first judged against, as its run recorded it:
+    ``(True, version)``, ``(True, None)`` (it had none), or ``(False, None)`` (not judged yet)."""
+    value = client.get_run(run_id).data.tags.get(tag_keys.BASELINE_CHAMPION)
+    if value is None:
+        return False, None
+    return True, None if value == tag_keys.NO_CHAMPION else value
