@@ -27,14 +27,14 @@ import pandas as pd
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
-from vlgate.decisions import Rule
+from vlgate.decisions import Rule, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.figures import SectionInputs, readable_image
-from vlgate.evaluators.item_diff import field_text
+from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
 
-LOST_ITEMS = 5  # the items lost against the champion shown per evaluator
+LOST_ITEMS = 5  # the items lost against the champion shown per listed item score
 #: record fields that name an item's input pictures (GenCeption's ``images`` are its outputs)
 IMAGE_FIELDS = ("image", "images", "seed")
 
@@ -134,24 +134,40 @@ def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[li
 def against_champion(data: ValidationReportData, evaluator: str, image_roots: tuple[Path, ...] = ()) -> dict[str, Any] | None:
     """One evaluator's part of "Against the champion": the gate's checks of the evaluator
     against the champion, each item score's lost and won counts (``vlgate diff``'s), and
-    the first items lost, with their pictures and both versions' fields, on the first item
-    score that lost any (an accuracy that held while P_LC fell shows the P_LC drops). None
-    when the version was not judged against a champion."""
+    the first items lost, with their pictures and both versions' fields, score by score:
+    first on the item scores behind the evaluator's failing (or inconclusive) checks
+    (``lcm-mc/lcm`` failed: ``p_lc``), then on the first item score that lost any (an accuracy that held while
+    P_LC fell shows the P_LC drops). Item scores behind a failing check lead the counts
+    too. None when the version was not judged against a champion."""
     if data.judged_against is None:
         return None
     judged = data.gate.checks if data.gate is not None else []
     checks = [check for check in judged if check.rule in (Rule.REGRESSION, Rule.SUPERIORITY) and check.metric.startswith(f"{evaluator}/")]
     diff = data.item_diffs.get(evaluator)
     if diff is None:
-        return {"champion": data.judged_against, "checks": checks, "scores": [], "items": [], "listed": None, "missing": data.not_compared.get(evaluator, "not compared")}
+        return {"champion": data.judged_against, "checks": checks, "scores": [], "lists": [], "listed": None, "missing": data.not_compared.get(evaluator, "not compared")}
+    # the checks that held the version back on its numbers (a could-not-judge one has no items)
+    failing = [check for check in judged if check.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE) and check.metric.startswith(f"{evaluator}/")]
+    behind = {score: [check.name for check in failing if score in diff.scores_behind([check.metric.removeprefix(f"{evaluator}/")])] for score in diff.scores}
+    listed_scores = diff.listed_scores(check.metric.removeprefix(f"{evaluator}/") for check in failing)
+    first = [score for score in listed_scores if behind[score]]
+    scores = [{"score": name, "direction": diff.scores[name].direction, "behind": behind[name], **diff.summary()[name]} for name in [*first, *(name for name in diff.scores if name not in first)]]
+    rows = {row["score"]: row for row in scores}
+    lists = [{**rows[score], "items": lost_items(data, diff, score, image_roots)} for score in listed_scores]
+    return {"champion": data.judged_against, "checks": checks, "scores": scores, "lists": lists, "listed": lists[0], "missing": None}
+
+
+def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, image_roots: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+    """The first items the candidate lost on ``score``, largest loss first, each with its
+    pictures and both versions' fields as the page shows them."""
+    evaluator = diff.evaluator
     output = data.evaluators[evaluator]
     fields = registry.get(evaluator).item_fields
     # an item's own picture is shown whether or not the evaluator lists it among its fields
     image_fields = [name for name in IMAGE_FIELDS if name in fields or name == "image"]
+    binary = diff.scores[score].kind == "binary"
     items = []
-    listed_score = diff.first_score_lost()
-    binary = diff.scores[listed_score].kind == "binary"
-    for item in diff.listed("lost", LOST_ITEMS, listed_score):
+    for item in diff.listed("lost", LOST_ITEMS, score):
         record = diff.candidate_records.get(str(item["id"]), {})
         paths: list[str | None] = []
         for name in image_fields:
@@ -166,15 +182,7 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
         shown = {key: format_number(item[key], count=binary) for key in ("candidate", "champion")}
         category = None if pd.isna(item["category"]) else str(item["category"])
         items.append({"id": item["id"], "category": category, **shown, "images": [image for image in images if image], "rows": rows})
-    scores = [{"score": name, **entry} for name, entry in diff.summary().items()]
-    return {
-        "champion": data.judged_against,
-        "checks": checks,
-        "scores": scores,
-        "listed": next(row for row in scores if row["score"] == listed_score),
-        "items": items,
-        "missing": None,
-    }
+    return items
 
 
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:

@@ -20,7 +20,8 @@ Every other part of vlgate reads the definitions instead of keeping its own tabl
 * correlations (``flows/correlations.py``): ``correlate_with`` across versions and
   ``champion_correlated`` per sample against the champion;
 * drift (``flows/drift.py``): ``drift_score``;
-* item comparisons (``vlgate diff``, the report): ``item_scores`` and ``item_fields``;
+* item comparisons (``vlgate diff``, the report): ``item_scores`` (each with its
+  direction and the metrics it is behind) and ``item_fields``;
 * reports (``dashboards/report.py``): ``report_section``, ``versions_figure`` and the
   ``headline`` metrics (leaderboard columns); ``vlgate examples``: ``example`` and the
   headline metrics.
@@ -150,6 +151,19 @@ class Column:
         return [replace(self, name=self.name.replace("{" + placeholder + "}", str(k))) for k in range(1, largest + 1)]
 
 
+@dataclass(frozen=True)
+class ItemScore:
+    """A per-sample column compared item by item between two versions (``vlgate diff``, the
+    report's "Against the champion"): which way is better (an item is lost where it moved
+    the other way), and the set-level metrics it is behind (names as ``metrics`` declares
+    them, ``gc@{T}`` included): a gate check on one of those that fails lists this score's
+    items first."""
+
+    column: str
+    direction: Direction = "higher"
+    metrics: tuple[str, ...] = ()
+
+
 def probability_column(name: str, nullable: bool = False) -> Column:
     return Column(name, 0.0, 1.0, nullable=nullable)
 
@@ -217,9 +231,10 @@ class EvaluatorDefinition:
     #: reweighted copies at once, for the metrics it covers: the gate's bootstrap resamples
     #: in one pass; None (or a metric it leaves out): each resample is aggregated
     resampled: Callable[[pd.DataFrame, np.ndarray], dict[str, np.ndarray]] | None = None
-    #: the per-sample columns that are scores (higher is better), compared item by item
-    #: between two versions (``vlgate diff``); the first is the one whose items are listed
-    item_scores: tuple[str, ...] = ()
+    #: the per-sample columns that are scores, each with its direction and the metrics it
+    #: is behind, compared item by item between two versions (``vlgate diff``, the
+    #: report); the first is the one whose items ``vlgate diff`` lists
+    item_scores: tuple[ItemScore, ...] = ()
     #: the record fields shown beside a compared item (question, options, answers, images)
     item_fields: tuple[str, ...] = ()
     #: what its section of a version's report shows, drawn from that version's records
@@ -233,6 +248,23 @@ class EvaluatorDefinition:
             if metric.matches(name):
                 return metric
         return None
+
+    @property
+    def item_score_columns(self) -> tuple[str, ...]:
+        return tuple(score.column for score in self.item_scores)
+
+    def item_score(self, column: str) -> ItemScore:
+        """The item score of ``column``; KeyError when it is none."""
+        for score in self.item_scores:
+            if score.column == column:
+                return score
+        raise KeyError(f"{column} is not an item score of {self.name}")
+
+    def item_scores_behind(self, metric: str) -> list[str]:
+        """The item scores behind a concrete metric name of this evaluator (``acc`` →
+        ``correct``; ``gc@5`` → ``gc``): those that declare its metric."""
+        spec = self.metric(metric)
+        return [score.column for score in self.item_scores if spec is not None and spec.name in score.metrics]
 
     def headline(self, metrics: Iterable[str]) -> list[str]:
         """The headline metrics among the names in ``metrics``, in the definition's order."""
@@ -269,6 +301,10 @@ class EvaluatorDefinition:
             else:
                 metrics |= self.feature_metrics(frame, load_features(self.example_features, len(valid), valid.column("id")))
         values = self.template_values(frame, metrics)
+        for score in self.item_scores:
+            if score.column not in produced:
+                problems.append(f"its item score {score.column!r} is not a per_sample column")
+            problems += [f"its item score {score.column!r} is behind {name!r}, which it does not declare" for name in score.metrics if name not in {m.name for m in self.metrics}]
         undeclared = [name for name in metrics if self.metric(name) is None]
         problems += [f"its functions return the metric {name!r}, which it does not declare" for name in undeclared]
         common = {metric.name for metric in COMMON_METRICS}

@@ -74,19 +74,25 @@ class Section:
     examples: tuple[dict[str, Any], ...] = ()
 
 
+#: the smallest (width, height) a report draws a picture from: larger ones are decoded at a
+#: reduced scale (``images.read_image``'s ``fit``), none below this
+REPORT_IMAGE_FIT = (1024, 1024)
+
+
 def readable_image(path: Path | None) -> Image.Image | None:
     """The picture at ``path`` as an RGB PIL image, or None when there is none or it cannot
-    be read as one (a record may name any file): a report leaves that picture out and draws
-    the rest."""
-    from PIL import Image as PilImage
+    be read as one (a record may name any file), or declares more pixels than the budget
+    (``images.ImageTooLarge``): a report leaves that picture out and draws the rest. A
+    picture larger than :data:`REPORT_IMAGE_FIT` is read at a reduced scale."""
     from PIL import UnidentifiedImageError
+
+    from vlgate.evaluators.images import read_image
 
     if path is None or not Path(path).is_file():
         return None
     try:
-        with PilImage.open(path) as opened:
-            return opened.convert("RGB")
-    except (UnidentifiedImageError, PilImage.DecompressionBombError, OSError, ValueError):
+        return read_image(path, fit=REPORT_IMAGE_FIT)
+    except (UnidentifiedImageError, OSError, ValueError):  # ImageTooLarge is a ValueError
         return None
 
 

@@ -1,7 +1,7 @@
 """Two versions' outputs of one evaluator, item by item: what ``vlgate diff`` prints.
 
 Each of the evaluator's item scores (``EvaluatorDefinition.item_scores``: per-sample columns,
-higher is better) is compared on the items both versions hold
+each with the direction that is better) is compared on the items both versions hold
 (:mod:`vlgate.evaluators.metrics.item_comparison`: a 0/1 score's lost and won items, a
 continuous one's changes), and each item listed carries, from both versions' records, the
 fields people read to see what happened (``item_fields``: the question, the options, both
@@ -11,6 +11,7 @@ answers, the images).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,21 @@ class EvaluatorDiff:
         """The first item score on which the candidate lost any item (the listed score when none)."""
         return next((name for name, comparison in self.scores.items() if len(comparison.lost)), self.listed_score)
 
+    def scores_behind(self, metrics: Iterable[str]) -> list[str]:
+        """The item scores behind the evaluator's metrics ``metrics`` (concrete names, e.g.
+        those of the gate's failing checks), in the order the metrics come, each once."""
+        definition = registry.get(self.evaluator)
+        behind = [score for metric in metrics for score in definition.item_scores_behind(metric) if score in self.scores]
+        return list(dict.fromkeys(behind))
+
+    def listed_scores(self, failing: Iterable[str] = ()) -> list[str]:
+        """The item scores whose lost items are worth listing, in order: those behind the
+        ``failing`` metrics (the gate's failing checks on this evaluator), then the first
+        score that lost any item, when it is not one of them."""
+        scores = self.scores_behind(failing)
+        first = self.first_score_lost()
+        return scores if first in scores else [*scores, first]
+
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per score: the items compared and, for a 0/1 score, its four cells; for a
         continuous one the mean change and the items that fell and rose."""
@@ -93,8 +109,9 @@ def diff_outputs(
     the error raised when one of them has no records."""
     evaluator = candidate.evaluator
     definition = registry.get(evaluator)
-    if listed is not None and listed not in definition.item_scores:
-        raise NothingToCompareError(f"{listed} is not an item score of {evaluator} (it has {', '.join(definition.item_scores)})")
+    columns = definition.item_score_columns
+    if listed is not None and listed not in columns:
+        raise NothingToCompareError(f"{listed} is not an item score of {evaluator} (it has {', '.join(columns)})")
     for name, output in zip(names, (candidate, champion)):
         if output.samples is None or output.error:
             raise NothingToCompareError(f"{name} has no {evaluator} records" + (f" ({output.error})" if output.error else ""))
@@ -111,8 +128,9 @@ def diff_outputs(
             raise NothingToCompareError(f"no {evaluator} item of either version is in the {definition.group_field} {category!r} ({where})")
         keep = set(categories[categories == category].index)
         mine, theirs = mine[mine["id"].isin(keep)], theirs[theirs["id"].isin(keep)]
-    scores = compare_items(mine, theirs, categories if definition.group_field else None, columns=list(definition.item_scores))
-    return EvaluatorDiff(evaluator, scores, _by_id(candidate.records), _by_id(champion.records), listed or definition.item_scores[0])
+    directions = {score.column: score.direction for score in definition.item_scores}
+    scores = compare_items(mine, theirs, categories if definition.group_field else None, columns=list(columns), directions=directions)
+    return EvaluatorDiff(evaluator, scores, _by_id(candidate.records), _by_id(champion.records), listed or columns[0])
 
 
 def compare_outputs(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput]) -> tuple[dict[str, EvaluatorDiff], dict[str, str]]:

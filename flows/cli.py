@@ -4,6 +4,11 @@ run and printed the same way.
 Errors a user can fix (bad records, a missing column, a missing file, a configuration that
 does not load) print one line on stderr, ``vlgate COMMAND: what and where``, and exit with
 status 2; no traceback. Every other answer is printed by :func:`render`.
+
+What reaches the terminal as text may quote data (a question, a model's answer, a model
+name): a text answer is printed through ``flows/terminal.py``'s ``visible_stdout`` and an
+error line through ``vlgate/text.py``'s ``visible``, so control characters and bidi
+overrides in it are shown as escapes, never acted on. ``--json`` is printed as it is.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from vlgate.config import ConfigError
 from vlgate.flows.commands import COMMANDS
 from vlgate.flows.commands.base import EXIT_BAD_INPUT, Answer, UserError, print_json
+from vlgate.text import visible
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 def render(answer: Answer, as_json: bool) -> int:
     """An answer on stdout: its text form unless ``--json`` was asked or it has none; its exit status."""
     if answer.text is not None and not as_json:
-        answer.text()
+        from vlgate.flows.terminal import visible_stdout
+
+        with visible_stdout():
+            answer.text()
     elif answer.data is not None:
         print_json(answer.data)
     return answer.status
@@ -47,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = args.command_object.run(args)
     except (UserError, ConfigError) as exc:  # a config file read by any command is the user's input too
         for line in getattr(exc, "details", ()):
-            print(line, file=sys.stderr)
-        print(f"vlgate {args.command}: {exc}", file=sys.stderr)
+            print(visible(str(line)), file=sys.stderr)
+        print(visible(f"vlgate {args.command}: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     return render(answer, getattr(args, "json", False))
 

@@ -6,12 +6,15 @@ against the champion's on their shared samples.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from vlgate import tracking
 from vlgate.evaluators import registry
+from vlgate.evaluators.definition import Metric
 from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.recording import log_metric_dict
@@ -43,25 +46,74 @@ def correlate_across_versions(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
 IDENTICAL_RUN = 3
 
 
-def identical_across_versions(table: pd.DataFrame, version: str, last: int = IDENTICAL_RUN) -> list[str]:
-    """Warnings for the headline metrics whose value is exactly the same in each of the
-    ``last`` validated versions up to ``version`` (by version number): different models
-    rarely score alike to the last digit, so the evaluator may not be seeing the model
-    (a constant prompt, a broken parser). A warning, not a verdict: it blocks nothing."""
+@dataclass(frozen=True)
+class IdenticalRun:
+    """A headline metric with exactly one value in each of the ``versions`` (the last ones
+    up to the version judged). ``saturated``: that value is the metric's best possible one
+    (the bound of its range on its better side, e.g. VLind's ``s_ck`` = 1): the versions are
+    all as good as it can tell, not unseen by it. ``started``: the version judged is the
+    first whose last versions agree (the one before them had another value, or none)."""
+
+    metric: str
+    value: float
+    versions: tuple[str, ...]
+    saturated: bool
+    started: bool
+
+
+def best_value(spec: Metric) -> float | None:
+    """A metric's best possible value: its ``high`` where higher is better, its ``low``
+    where lower is; None without a direction or a bound on that side."""
+    return spec.high if spec.direction == "higher" else spec.low if spec.direction == "lower" else None
+
+
+def identical_runs(table: pd.DataFrame, version: str, last: int = IDENTICAL_RUN) -> list[IdenticalRun]:
+    """The headline metrics whose value is exactly the same in each of the ``last``
+    validated versions up to ``version`` (by version number), in the table's order."""
     if str(version) not in table.index.astype(str):
         return []
     number = tracking.version_number
-    recent = sorted((str(v) for v in table.index if number(v) <= number(version)), key=number)[-last:]
+    upto = sorted((str(v) for v in table.index if number(v) <= number(version)), key=number)
+    recent, before = upto[-last:], upto[-last - 1 : -last] if len(upto) > last else []
     if len(recent) < last:
         return []
-    frame = table.set_axis(table.index.astype(str)).loc[recent]
-    warnings = []
+    frame = table.set_axis(table.index.astype(str))
+    runs = []
     for column in frame.columns:
         spec = registry.metric(str(column))
-        values = frame[column]
-        if spec is not None and spec.headline and values.notna().all() and values.nunique() == 1:
-            shown = ", ".join(f"v{v}" for v in recent)
-            warnings.append(f"{column} is {values.iloc[0]:.6g} in each of {shown}: identical across the last {last} versions (does the evaluator see the model?)")
+        values = frame.loc[recent, column]
+        if spec is None or not spec.headline or not values.notna().all() or values.nunique() != 1:
+            continue
+        value = float(values.iloc[0])
+        best = best_value(spec)
+        earlier = [frame.at[v, column] for v in before]
+        runs.append(
+            IdenticalRun(
+                metric=str(column),
+                value=value,
+                versions=tuple(recent),
+                saturated=best is not None and math.isclose(value, best, rel_tol=0.0, abs_tol=1e-12),
+                started=not any(e == value for e in earlier),
+            )
+        )
+    return runs
+
+
+def identical_across_versions(table: pd.DataFrame, version: str, last: int = IDENTICAL_RUN) -> list[str]:
+    """Warnings for the headline metrics whose value is exactly the same in each of the
+    ``last`` validated versions up to ``version`` (:func:`identical_runs`): different models
+    rarely score alike to the last digit, so the evaluator may not be seeing the model (a
+    constant prompt, a broken parser). A value at the metric's best possible bound is
+    saturation instead (the versions are as good as the metric can tell): said once, on the
+    version whose last ``last`` versions first all reach it, and not again while it holds.
+    A warning, not a verdict: it blocks nothing."""
+    warnings = []
+    for run in identical_runs(table, version, last):
+        shown = ", ".join(f"v{v}" for v in run.versions)
+        if not run.saturated:
+            warnings.append(f"{run.metric} is {run.value:.6g} in each of {shown}: identical across the last {last} versions (does the evaluator see the model?)")
+        elif run.started:
+            warnings.append(f"{run.metric} is at its best possible value {run.value:.6g} in each of {shown}: saturated, it no longer tells these versions apart")
     return warnings
 
 

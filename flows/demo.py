@@ -36,6 +36,7 @@ from vlgate import tracking
 from vlgate.flows import progress
 from vlgate.flows.displays import display
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
+from vlgate.flows.terminal import terminal_console
 from vlgate.flows.world_progress import WorldBuildProgress
 
 MODEL_NAME = "world-vlm"
@@ -127,8 +128,9 @@ def write_demo_config(home: Path) -> None:
 
 
 def run_demo(console: Console | None = None, size: str = "medium") -> int:
-    # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide; what
+    # the flows report (failures, reasons) is shown with its control characters escaped
+    console = console or terminal_console(width=None if sys.stdout.isatty() else 120)
     home = prepare_environment()
     refuse_another_size(home, size)  # before any server starts
     from vlgate.flows.prefect_server import local_prefect_server
@@ -193,7 +195,7 @@ def _run_demo(console: Console, home: Path, size: str) -> int:
     table, rejections = results_table(client, status)
     console.print(table)
     for line in rejections:
-        console.print(f"  {line}", highlight=False)
+        console.print(f"  {line}", highlight=False, markup=False)  # a reason's [category] is no markup
     console.print(fault_table(status))
     console.print(correlation_table(client))
     if checks:

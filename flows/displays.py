@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vlgate.flows.progress import Event, Stage, subscribe, unsubscribe
+from vlgate.flows.terminal import data_text
 from vlgate.flows.terminal_logs import reroute_log_handlers
 
 #: what a stage is called where it is shown
@@ -273,7 +274,8 @@ class LiveProgress(_Display):
                 bad = entry.failed or entry.outcome in ("rejected", "drifted")
                 style = ("red" if bad else "green") if entry.finished is not None else "dim" if entry.started is None else ""
                 took = entry.elapsed(now)
-                table.add_row(Text(name, style="bold"), Text(entry.state, style=style), duration(took) if took is not None else "", entry.counts())
+                # a subject's name and state (a failure's message) as written, escaped before the layout
+                table.add_row(data_text(name, style="bold"), data_text(entry.state, style=style), duration(took) if took is not None else "", entry.counts())
             return Group(table, self.bars)
 
     def __enter__(self) -> Self:

@@ -15,10 +15,11 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.scoring import score_file
 from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
+from vlgate.flows.terminal import terminal_console
 
 
 def run_examples(console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or terminal_console()
     table = Table(title="vlgate score on the shipped example records")
     table.add_column("evaluator")
     table.add_column("n", justify="right")

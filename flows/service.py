@@ -20,9 +20,11 @@ from vlgate.registry_hooks.claims import ClaimStore
 log = logging.getLogger("vlgate.serve")
 
 
-def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
+def service_status(home: Path, model: str | None = None, version: str | None = None) -> dict[str, Any]:
     """Every registered model: its champion and each version's validation state, decision
-    and reasons."""
+    and reasons (the latest decision record's, as the version's tags show it). With
+    ``version`` (of ``model``), that version alone, with every decision record of its run,
+    the first first."""
     client = tracking.connect(home)
     claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
     models = []
@@ -30,12 +32,15 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
         if model is not None and registered.name != model:
             continue
         versions = []
-        for version in tracking.model_versions(client, registered.name):
-            claim = claims.get((registered.name, str(version.version)))
-            reasons = version.tags.get(tag_keys.REASONS)
+        for registered_version in tracking.model_versions(client, registered.name):
+            if version is not None and str(registered_version.version) != version:
+                continue
+            claim = claims.get((registered.name, str(registered_version.version)))
+            tags = registered_version.tags
+            reasons = tags.get(tag_keys.REASONS)
             versions.append(
                 {
-                    "version": str(version.version),
+                    "version": str(registered_version.version),
                     "state": claim.state if claim else "pending",
                     "claimed_via": claim.claimed_via if claim else None,
                     "attempts": claim.attempts if claim else 0,
@@ -43,24 +48,34 @@ def service_status(home: Path, model: str | None = None) -> dict[str, Any]:
                     # what the claim says of its last attempt: why it was run again, or why it failed
                     "detail": claim.detail if claim else None,
                     "flow_run_id": claim.flow_run_id if claim else None,
-                    "decision": version.tags.get(tag_keys.DECISION),
-                    "outcome": version.tags.get(tag_keys.OUTCOME),
+                    "decision": tags.get(tag_keys.DECISION),
+                    "outcome": tags.get(tag_keys.OUTCOME),
                     "reasons": reasons.split("\n") if reasons else [],
-                    "validation_run_id": version.tags.get(tag_keys.VALIDATION_RUN),
+                    "validation_run_id": tags.get(tag_keys.VALIDATION_RUN),
+                    # the latest decision record, which the tags show (the earlier ones stay beside it)
+                    "decision_record": tags.get(tag_keys.DECISION_RECORD),
                     # a sequential policy: the look the decision was taken at and the items saved
-                    "sequential": version.tags.get(tag_keys.SEQUENTIAL),
-                    "source": version.source,
-                    "description": tracking.registered_description(version.description),
+                    "sequential": tags.get(tag_keys.SEQUENTIAL),
+                    "source": registered_version.source,
+                    "description": tracking.registered_description(registered_version.description),
                 }
             )
+            run_id = tags.get(tag_keys.VALIDATION_RUN)
+            if version is not None:
+                versions[-1]["decisions"] = [record.as_json() for record in tracking.decision_history(client, run_id)] if run_id else []
         models.append({"name": registered.name, "champion": tracking.champion_version(client, registered.name), "versions": versions})
     return {"tracking_uri": client.tracking_uri, "models": models}
 
 
 def status_table(status: dict[str, Any]):
+    """``service_status`` as a rich table; every cell is data (names, states, reasons read
+    back from the registry), shown as written: no markup, control characters escaped."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"vlgate status ({status['tracking_uri']})")
+    from vlgate.flows.terminal import data_text
+
+    table = Table(title=data_text(f"vlgate status ({status['tracking_uri']})"))
     for column in ("model", "version", "state", "decision", "champion", "reasons"):
         table.add_column(column)
     for model in status["models"]:
@@ -70,13 +85,14 @@ def status_table(status: dict[str, Any]):
             if state in ("claimed", "running") and version["attempts"] > 1:  # run again after a loss: say which attempt and why
                 failed = [version["detail"] or ""]
                 state = f"{state} (attempt {version['attempts']})"
+            reasons = [data_text(reason) for reason in failed[:4]] + ([Text(f"… {len(failed) - 4} more")] if len(failed) > 4 else [])
             table.add_row(
-                model["name"],
-                version["version"],
-                state,
-                version["decision"] or "-",
+                data_text(model["name"]),
+                data_text(version["version"]),
+                data_text(state),
+                data_text(version["decision"] or "-"),
                 "★" if model["champion"] == version["version"] else "",
-                "\n".join(failed[:4]) + (f"\n… {len(failed) - 4} more" if len(failed) > 4 else ""),
+                Text("\n").join(reasons),  # a reason a line, each with its own newlines escaped
             )
     return table
 

@@ -210,7 +210,8 @@ class ClaimStore:
         claim = self.get(model_name, version)
         if claim is None:
             return None
-        mine = {"flow_run_id": flow_run_id, "lease_expires": now + self.lease, "updated_at": now, "owner": default_owner()}
+        mine: dict[str, object] = {"flow_run_id": flow_run_id, "lease_expires": now + self.lease, "updated_at": now, "owner": default_owner()}
+        values: dict[str, object]
         if claim.state == ClaimState.CLAIMED:
             where, values, rerun = (claims_table.c.state == ClaimState.CLAIMED,), {"state": ClaimState.RUNNING} | mine, False
         elif claim.state == ClaimState.RUNNING and flow_run_id is not None and claim.flow_run_id == flow_run_id:

@@ -346,3 +346,24 @@ def test_serve_refuses_an_unreachable_tracking_server_and_a_taken_webhook_port_b
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"vlgate serve: webhook 127.0.0.1:{port}: cannot listen there")
     assert servers == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["validate", "m", "01"], ["validate", "m", "abc"], ["gate", "m", "abc"], ["gate", "m", "1.5"], ["diff", "m", "abc", "1"],
+        ["diff", "m", "1", "05"], ["release", "m", "01"], ["report", "m", "0"], ["validate", "m", "-1"],
+    ],
+)  # fmt: skip
+def test_a_version_not_in_the_registry_s_form_is_one_line_exit_2_before_anything_starts_or_is_claimed(command, tmp_path, monkeypatch, capsys):
+    """The registry numbers versions 1, 2, ...: "01" would be version 1 under another
+    spelling, "abc" none. Refused where it enters, naming what it got, before the
+    tracking server is asked, a Prefect server starts or a claim is made."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing answers: a command that asked it would say so
+    assert main(command) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    bad = next(text for text in command[2:] if text not in ("1",))
+    assert len(err) == 1 and err[0].startswith(f"vlgate {command[0]}: ") and repr(bad) in err[0] and "positive whole number" in err[0]
+    assert not (home / "state.db").exists() and not home.exists() or not any(home.iterdir())

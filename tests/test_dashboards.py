@@ -322,6 +322,8 @@ def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate
     # sharpening keeps every argmax: nothing is lost on correct, so the items listed are
     # the largest P_LC drops
     assert lost["lcm-mc/correct"] == 0 and "First items lost on p_lc (largest drop first)" in section
+    # the score behind the lcm check that held v3 back (inconclusive) is marked with it
+    assert re.findall(r'data-behind="lcm-mc/([^"]+)"', section) == ["p_lc"]
     assert re.findall(r'data-lost-item="lcm-mc/([^"]+)"', section) == change.index[:5].tolist()
 
     # the counts are vlgate diff's, score by score and evaluator by evaluator
@@ -350,6 +352,58 @@ def test_the_items_lost_are_shown_with_their_pictures_and_both_versions_answers(
     assert first.count('<img src="data:image/png;base64,') == 1
     assert f"<td>question</td><td>What is shown in {listed[0]}?</td><td>What is shown in {listed[0]}?</td>" in first
     assert "<td>p_mc</td>" in first
+
+
+def test_against_the_champion_lists_the_items_behind_the_failing_check_first():
+    """Hand-built: a version rejected by ``lcm-mc/lcm`` whose ``correct`` lost 2 items and won
+    2 (the demo's v5). The report lists P_LC's lost items first, marked with the check,
+    then ``correct``'s; P_LC leads the counts too."""
+    from test_item_comparison import lcm_mc_diff
+
+    from vlgate.dashboards.collect import ValidationReportData
+    from vlgate.dashboards.report import against_champion
+    from vlgate.decisions import CheckRecord, DecisionRecord, Outcome, Rule, Verdict
+    from vlgate.evaluators.output import EvaluatorOutput
+
+    def check(metric: str, verdict: Verdict) -> CheckRecord:
+        return CheckRecord(name=f"{metric} vs champion", rule=Rule.REGRESSION, metric=metric, verdict=verdict, passed=verdict == Verdict.PASS, detail="")
+
+    checks = [check("lcm-mc/acc", Verdict.PASS), check("lcm-mc/lcm", Verdict.FAIL)]
+    gate = DecisionRecord(decision="rejected", promote=False, outcome=Outcome.REJECTED, policy_path="gate.yaml", checks=checks, champion_before="3")
+    data = ValidationReportData(
+        model="m", version="5", run_id=None, decision="rejected", reasons=[], champion="3", source="", description="", gate=gate,
+        evaluators={"lcm-mc": EvaluatorOutput("lcm-mc")}, judged_against="3", item_diffs={"lcm-mc": lcm_mc_diff(correct_lost=2, correct_won=2)},
+    )  # fmt: skip
+    against = against_champion(data, "lcm-mc")
+    assert [(listed["score"], listed["behind"], [item["id"] for item in listed["items"]]) for listed in against["lists"]] == [
+        ("p_lc", ["lcm-mc/lcm vs champion"], ["h", "i"]),
+        ("correct", [], ["a", "b"]),
+    ]
+    assert [row["score"] for row in against["scores"]] == ["p_lc", "correct", "reliable"] and against["listed"]["score"] == "p_lc"
+
+
+def test_diff_shows_a_question_s_escape_sequences_as_escapes_and_json_keeps_them(validated_store, capsys):
+    """A downloaded benchmark's question holding a clipboard write (OSC 52) and a screen
+    clear: ``vlgate diff`` prints them escaped; ``--json`` gives the exact text back."""
+    from vlgate.flows.cli import main
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    client, home = validated_store
+    client.create_registered_model("escapes")
+    question = "What is \x1b]52;c;aGVsbG8=\x07 shown\x1b[2J in \u202eit?"
+    for power in (1.0, 2.0):
+        records = version_records(power)
+        for record in records["lcm-mc"]:
+            record["question"] = question
+        log_validation(client, home, ClaimStore.for_home(home), "escapes", records, home / "gate.yaml")
+    capsys.readouterr()
+    assert main(["diff", "escapes", "2", "1", "--evaluator", "lcm-mc", "--score", "p_lc", "--limit", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "question: What is \\x1b]52;c;aGVsbG8=\\x07 shown\\x1b[2J in \\u202eit?" in out
+    assert main(["diff", "escapes", "2", "1", "--evaluator", "lcm-mc", "--score", "p_lc", "--limit", "100", "--json"]) == 0
+    [diff] = json.loads(capsys.readouterr().out)["evaluators"]
+    assert {item["fields"]["question"]["candidate"] for item in diff["lost"] + diff["won"]} == {question}
 
 
 def test_versions_asked_under_other_protocols_or_evaluated_on_other_suites_are_not_compared(validated_store, tmp_path, capsys):

@@ -83,10 +83,16 @@ def test_every_evaluator_declares_item_scores_its_records_have(evaluator):
     definition = registry.get(evaluator)
     path = definition.example
     frame = per_sample_frame(validate(evaluator, read_jsonl(path)))
-    assert definition.item_scores and set(definition.item_scores) <= set(frame.columns)
-    assert all(pd.api.types.is_numeric_dtype(frame[name]) for name in definition.item_scores)
+    columns = definition.item_score_columns
+    assert columns and set(columns) <= set(frame.columns)
+    assert all(pd.api.types.is_numeric_dtype(frame[name]) for name in columns)
+    # each is behind metrics the evaluator declares, found from their concrete names (gc@{T}: gc@3)
+    declared = {metric.name: metric for metric in definition.metrics}
+    for score in definition.item_scores:
+        assert score.metrics and set(score.metrics) <= set(declared)
+        assert all(score.column in definition.item_scores_behind(declared[name].resolve({"T": 3})) for name in score.metrics)
     # an example set compared with itself: nothing lost, nothing won
-    for comparison in compare_items(frame, frame, columns=list(definition.item_scores)).values():
+    for comparison in compare_items(frame, frame, columns=list(columns)).values():
         assert len(comparison.lost) == len(comparison.won) == 0 and comparison.n_shared > 0
 
 
@@ -122,3 +128,48 @@ def test_a_champion_comparison_covers_the_evaluators_asked_alike_and_says_why_no
     assert mc.summary()["correct"]["lost"] == 0 and mc.summary()["p_lc"]["lost"] == 2 and mc.summary()["reliable"]["lost"] == 1
     # correct lost nothing, so p_lc's drops are the ones to show: b (-0.3) before c (-0.1)
     assert mc.first_score_lost() == "p_lc" and [item["id"] for item in mc.listed("lost", score="p_lc")] == ["b", "c"]
+
+
+def test_a_score_where_lower_is_better_loses_the_items_whose_value_rose():
+    """The direction of an item score decides lost and won: a 0/1 score whose 1 is the
+    bad case (``unanswered``) loses the items that became 1, a distance those that grew."""
+    mine = pd.DataFrame({"id": ["a", "b", "c", "d"], "unanswered": [1, 0, 1, 0], "distance": [0.5, 0.1, 0.9, 0.3]})
+    theirs = pd.DataFrame({"id": ["a", "b", "c", "d"], "unanswered": [0, 1, 1, 0], "distance": [0.2, 0.4, 0.1, 0.3]})
+    compared = compare_items(mine, theirs, directions={"unanswered": "lower", "distance": "lower"})
+    assert compared["unanswered"].cells() == {"both_right": 1, "lost": 1, "won": 1, "both_wrong": 1}
+    assert list(compared["unanswered"].lost["id"]) == ["a"] and list(compared["unanswered"].won["id"]) == ["b"]
+    # the largest rise first: c (+0.8), then a (+0.3); b fell, d held
+    assert list(compared["distance"].lost["id"]) == ["c", "a"] and list(compared["distance"].won["id"]) == ["b"]
+    assert compared["distance"].by_category().loc[None, ["lost", "won"]].tolist() == [2, 1]
+    # read higher-is-better, the same items swap
+    assert list(compare_items(mine, theirs)["distance"].lost["id"]) == ["b"]
+
+
+def lcm_mc_diff(correct_lost: int, correct_won: int):
+    """lcm-mc on 10 hand-made items: ``correct`` loses and wins the given numbers of items,
+    P_LC falls on items h (−0.6) and i (−0.3), ``reliable`` holds."""
+    from vlgate.evaluators.item_diff import diff_outputs
+    from vlgate.evaluators.output import EvaluatorOutput
+
+    ids = list("abcdefghij")
+    theirs_correct = [1.0] * correct_lost + [0.0] * correct_won + [1.0] * (10 - correct_lost - correct_won)
+    mine_correct = [0.0] * correct_lost + [1.0] * correct_won + [1.0] * (10 - correct_lost - correct_won)
+    theirs_p_lc, mine_p_lc = [0.5] * 7 + [0.6, 0.5, 0.5], [0.5] * 7 + [0.0, 0.2, 0.5]
+    frame = lambda correct, p_lc: pd.DataFrame({"id": ids, "correct": correct, "p_lc": p_lc, "reliable": [1.0] * 10})
+    output = lambda samples: EvaluatorOutput("lcm-mc", records=[{"id": i, "protocol": "vlgate-1", "question": f"q {i}"} for i in ids], samples=samples)
+    return diff_outputs(output(frame(mine_correct, mine_p_lc)), output(frame(theirs_correct, theirs_p_lc)))
+
+
+def test_the_scores_behind_failing_checks_are_listed_first():
+    """The demo's v5 case: rejected by lcm-mc/lcm while ``correct`` lost as many items as it
+    won. The items listed first are P_LC's (the score behind the failing check), then the
+    first score that lost any; with nothing failing, that first score alone."""
+    diff = lcm_mc_diff(correct_lost=2, correct_won=2)
+    assert diff.summary()["correct"]["lost"] == 2 and diff.summary()["p_lc"]["lost"] == 2
+    assert diff.scores_behind(["lcm"]) == ["p_lc"] and diff.scores_behind(["acc", "f1", "abstention"]) == ["correct"]
+    assert diff.listed_scores(["lcm"]) == ["p_lc", "correct"]
+    assert diff.listed_scores(["acc", "lcm"]) == ["correct", "p_lc"]
+    assert diff.listed_scores() == ["correct"]
+    assert [item["id"] for item in diff.listed("lost", score="p_lc")] == ["h", "i"]
+    # nothing lost on correct: the failing check's score is the only one to list
+    assert lcm_mc_diff(correct_lost=0, correct_won=0).listed_scores(["lcm"]) == ["p_lc"]

@@ -342,6 +342,36 @@ def test_a_headline_metric_identical_across_the_last_versions_is_a_warning():
     assert [w.split(" is ")[0] for w in identical_across_versions(table, "2", last=2)] == ["vlind/s_ck"]  # v1, v2: 0.8 twice
 
 
+def test_a_headline_metric_pinned_at_its_best_bound_is_saturation_said_once():
+    """VLind's s_ck = 1 (its best possible value) in v3, v4 and v5 is saturation, not a
+    blind evaluator: no "identical" warning, and one saturation note, on v5, the first
+    version whose last three reach it. A value identical inside the range, or at the worst
+    bound, is still the warning on every version."""
+    import pandas as pd
+
+    from vlgate.flows.correlations import identical_across_versions, identical_runs
+
+    table = pd.DataFrame(
+        {
+            "vlind/s_ck": [0.9, 0.95, 1.0, 1.0, 1.0, 1.0],  # higher is better, at most 1
+            "genception/gc_fid@3": [5.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # lower is better, at least 0
+            "vlind/s_vp": [0.7] * 6,  # inside the range
+            "lcm-mc/lcm": [0.0, 0.1, 0.0, 0.0, 0.0, 0.0],  # at the worst bound
+        },
+        index=pd.Index(["1", "2", "3", "4", "5", "6"], name="version"),
+    )
+    runs = {version: [(run.metric, run.saturated, run.started) for run in identical_runs(table, version)] for version in ("3", "4", "5", "6")}
+    assert runs == {
+        "3": [("vlind/s_vp", False, True)],
+        "4": [("genception/gc_fid@3", True, True), ("vlind/s_vp", False, False)],
+        "5": [("vlind/s_ck", True, True), ("genception/gc_fid@3", True, False), ("vlind/s_vp", False, False), ("lcm-mc/lcm", False, True)],
+        "6": [("vlind/s_ck", True, False), ("genception/gc_fid@3", True, False), ("vlind/s_vp", False, False), ("lcm-mc/lcm", False, False)],
+    }
+    flagged = {version: [warning.split(" ", 1)[0] for warning in identical_across_versions(table, version)] for version in ("4", "5", "6")}
+    assert flagged == {"4": ["genception/gc_fid@3", "vlind/s_vp"], "5": ["vlind/s_ck", "vlind/s_vp", "lcm-mc/lcm"], "6": ["vlind/s_vp", "lcm-mc/lcm"]}
+    assert ["saturated" in warning for warning in identical_across_versions(table, "5")] == [True, False, False]
+
+
 # --- the gate's one-pass bootstrap: ``resampled`` equals ``aggregate`` on every resample ---
 
 

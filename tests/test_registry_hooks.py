@@ -639,3 +639,68 @@ def test_a_state_database_at_the_last_revision_opens_unchanged(tmp_path):
     first.claim("m", "1", via="poller")
     again = ClaimStore(url)
     assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0003"
+
+
+def test_one_flow_run_takes_up_a_claim_the_others_wait_and_a_decided_one_runs_again_only_when_asked(tmp_path):
+    """``begin``: a claimed version goes to exactly one of several flow runs; one already
+    running under another flow run is not taken up (its caller waits); a decided one is
+    taken up again only by an explicit re-run, as the next attempt. ``wait`` returns once
+    the validation is decided, and takes over a holder whose lease ran out."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    claims = ClaimStore(url)
+    assert claims.claim("m", "1", via="manual")
+    results = []
+    barrier = threading.Barrier(4)
+
+    def begin(flow_run: str) -> None:
+        store = ClaimStore(url)
+        barrier.wait()
+        results.append((flow_run, store.begin("m", "1", flow_run)))
+
+    threads = [threading.Thread(target=begin, args=(f"fr-{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [(flow_run, begun) for flow_run, begun in results if begun is not None]
+    assert len(winners) == 1 and winners[0][1].attempt == 1 and winners[0][1].rerun is False
+    holder = winners[0][0]
+    assert claims.get("m", "1").flow_run_id == holder and claims.get("m", "1").state == "running"
+    assert claims.begin("m", "1", holder).attempt == 1  # the same flow run, run again by Prefect, resumes
+    assert claims.begin("m", "1", "fr-other", rerun=True) is None  # running under another: wait for it
+
+    waited = []
+    waiter = threading.Thread(target=lambda: waited.append(claims.wait("m", "1", poll_s=0.05)))
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive()  # still running: the waiter waits
+    assert claims.finish("m", "1", "promoted", attempt=1)
+    waiter.join(timeout=5)
+    assert waited[0].state == "done" and waited[0].detail == "promoted"
+
+    assert claims.begin("m", "1", "fr-service") is None  # a flow run the service sent: the decision stands
+    again = claims.begin("m", "1", "fr-operator", rerun=True)
+    assert (again.attempt, again.rerun) == (2, True) and claims.get("m", "1").state == "running"
+    assert not claims.holds("m", "1", 1) and claims.holds("m", "1", 2)
+
+    # the re-run's process dies: its lease runs out, and the waiter takes it over for its caller to begin
+    claims.lease = timedelta(seconds=-1)
+    claims.renew("m", "1")
+    claims.lease = timedelta(seconds=60)
+    taken = claims.wait("m", "1", poll_s=0.05)
+    assert (taken.state, taken.attempts, taken.crashes) == ("claimed", 3, 1)
+    assert claims.begin("m", "1", "fr-waiter").attempt == 3
+
+
+def test_a_version_is_claimed_and_offered_only_in_the_registry_s_form(claims):
+    from vlgate.versions import VersionError
+
+    for text in ("01", "1.0", "abc", "", "0", "-1", " 1", "1 ", "１"):
+        with pytest.raises(VersionError):
+            claims.claim("m", text, via="manual")
+    assert claims.all() == []
+    started = Recorder()
+    dispatcher = Dispatcher(claims, start=started)
+    assert dispatcher.offer("m", "01", via="webhook") is False and dispatcher.offer("m", "7", via="webhook") is True
+    dispatcher.wait()
+    assert started.started == [("m", "7")] and [c.version for c in claims.all()] == ["7"]

@@ -401,6 +401,65 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
 
 
+def test_a_decided_version_validated_again_adds_a_record_against_the_same_champion_and_a_concurrent_request_waits(home, tiny_world, capsys):
+    """Re-validating the champion judges it against the champion it replaced, never
+    itself, as the run's next record (the first stays as it was); two requests for one
+    validation at once evaluate once: the second waits and reports the first's decision;
+    ``vlgate status MODEL VERSION --json`` lists every record."""
+    import threading
+
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
+    configure(home, {"r": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200})})
+    client = tracking.connect(home)
+    for steps in ("0", "3"):
+        tracking.register_checkpoint(client, "r", world / "checkpoints" / f"vlm-steps{steps}", home=home)
+    assert validate_pending(home, "r") == [("r", "1"), ("r", "2")] and tracking.champion_version(client, "r") == "2"
+    run_id = client.get_model_version("r", "2").tags[tag_keys.VALIDATION_RUN]
+    (first,) = tracking.decision_history(client, run_id)
+    assert (first.champion_before, first.kind, first.alias_moved) == ("1", DecisionKind.VALIDATION, True)
+
+    again = validate_model_version("r", "2", rerun=True)  # what `vlgate validate r 2` runs
+    assert (again.kind, again.sequence, again.champion_before, again.champion_after, again.outcome) == (DecisionKind.REVALIDATION, 2, "1", "2", "promoted")
+    assert again.run_id == run_id and not again.waited_for_another
+    kept, second = tracking.decision_history(client, run_id)
+    assert kept == first and second.alias_moved is False
+    (regression,) = [c for c in second.checks if c.rule == "regression"]
+    assert regression.champion is not None and regression.n_shared == 4  # compared with v1's records, not with nothing
+    assert client.get_model_version("r", "2").tags[tag_keys.DECISION_RECORD] == "decisions/0002.json"
+    assert ClaimStore.for_home(home).get("r", "2").attempts == 2
+    assert validate_model_version("r", "2").sequence == 2  # a flow run the service sends reports the decision as it stands
+
+    tracking.register_checkpoint(client, "r", world / "checkpoints" / "vlm-language-prior", home=home)
+    results: list = []
+    claims = ClaimStore.for_home(home)
+
+    def request() -> None:
+        results.append(validate_model_version("r", "3", rerun=True))
+
+    first_request = threading.Thread(target=request)
+    first_request.start()
+    deadline = time.monotonic() + 60
+    while (claims.get("r", "3") is None or claims.get("r", "3").state != "running") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second_request = threading.Thread(target=request)
+    second_request.start()
+    first_request.join(timeout=300)
+    second_request.join(timeout=300)
+    assert sorted(result.waited_for_another for result in results) == [False, True]
+    assert {(r.sequence, r.outcome, r.champion_before, r.run_id) for r in results} == {(1, results[0].outcome, "2", results[0].run_id)}
+    assert len(tracking.decision_history(client, results[0].run_id)) == 1 and claims.get("r", "3").attempts == 1
+
+    capsys.readouterr()
+    assert main(["status", "r", "2", "--json"]) == 0
+    (version,) = json.loads(capsys.readouterr().out)["models"][0]["versions"]
+    assert [(d["sequence"], d["kind"], d["champion_before"]) for d in version["decisions"]] == [(1, "validation", "1"), (2, "re-validation", "1")]
+    assert version["decision_record"] == "decisions/0002.json"
+    assert main(["status", "r", "2"]) == 0
+    assert "record 2 (re-validation" in capsys.readouterr().out
+
+
 def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_version_can_be_completed(home, tiny_world, capsys):
     """Looks at a quarter of the 48 items each: a floor the tiny world's models are far
     below (lcm-mc/lcm 0.5; they score about 0.39 with little spread) rejects v1 at the first

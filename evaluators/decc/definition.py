@@ -9,7 +9,7 @@ from vlgate.evaluators.decc import metrics
 from vlgate.evaluators.decc.protocols import DECC
 from vlgate.evaluators.decc.schema import DeccSchema
 from vlgate.evaluators.decc.settings import DeccSettings
-from vlgate.evaluators.definition import DriftScore, EvaluatorDefinition, Metric, count_metric, imported_when_called, indicator_column
+from vlgate.evaluators.definition import DriftScore, EvaluatorDefinition, ItemScore, Metric, count_metric, imported_when_called, indicator_column
 
 EXAMPLES = Path(__file__).parent / "examples"
 
@@ -49,7 +49,11 @@ DECC_DEFINITION = EvaluatorDefinition(
     protocols=DECC,
     group_field="category",
     drift_score=DriftScore("multi", "reliable_rate/multi"),
-    item_scores=("multi", "correct", "vlm", "llm"),
+    item_scores=(
+        ItemScore("multi", metrics=("reliable_rate/multi",)),
+        ItemScore("correct", metrics=("acc",)),
+        *(ItemScore(agent, metrics=(f"reliable_rate/{agent}",)) for agent in ("vlm", "llm")),
+    ),
     item_fields=("direct", "answer", "v1", "l1", "sub_questions", "sub_answers"),
     report_section=imported_when_called("vlgate.evaluators.decc.figures", "section"),
     example=EXAMPLES / "decc.jsonl",

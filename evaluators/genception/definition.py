@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.definition import Column, DriftScore, EvaluatorDefinition, Metric, imported_when_called, name_pattern
+from vlgate.evaluators.definition import Column, DriftScore, EvaluatorDefinition, ItemScore, Metric, imported_when_called, name_pattern
 from vlgate.evaluators.genception import metrics
 from vlgate.evaluators.genception.protocols import GENCEPTION
 from vlgate.evaluators.genception.schema import GenceptionSchema
@@ -76,7 +76,7 @@ GENCEPTION_DEFINITION = EvaluatorDefinition(
     template_values=template_values,
     features=imported_when_called("vlgate.evaluators.genception.runner", "features_for_scoring"),
     feature_metrics=feature_metrics,
-    item_scores=("gc",),
+    item_scores=(ItemScore("gc", metrics=("gc@{T}", "gc_image_mean@{T}")),),
     item_fields=("seed", "descriptions", "s"),
     report_section=imported_when_called("vlgate.evaluators.genception.figures", "section"),
     example=EXAMPLES / "genception.jsonl",

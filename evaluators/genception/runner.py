@@ -54,6 +54,7 @@ from vlgate.evaluators.features import load_features
 from vlgate.evaluators.genception import prompts, protocols
 from vlgate.evaluators.genception.metrics import cosine_similarity
 from vlgate.evaluators.genception.settings import GenceptionSettings
+from vlgate.evaluators.images import read_image
 from vlgate.evaluators.loaders.items import GenceptionItem, open_image
 from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.runners.base import Runner, RunnerContext
@@ -132,9 +133,8 @@ class GenerationCache:
         found: dict[str, tuple[Image.Image, np.ndarray]] = {}
         for key in dict.fromkeys(keys):
             try:
-                with Image.open(self.folder / f"{key}.png") as image:
-                    found[key] = (image.convert("RGB"), np.load(self.folder / f"{key}.npy", allow_pickle=False))
-            except (OSError, ValueError):  # missing, or torn by a kill: draw again
+                found[key] = (read_image(self.folder / f"{key}.png"), np.load(self.folder / f"{key}.npy", allow_pickle=False))
+            except (OSError, ValueError):  # missing, torn by a kill, or over the pixel budget (ImageTooLarge): draw again
                 pass
         missing = [key for key in dict.fromkeys(keys) if key not in found]
         if missing:

@@ -12,7 +12,10 @@ costs 4-13x more (0.23 s, 6.4 s, 1.1 s), so decoding waits for the runner's
 :func:`~vlgate.evaluators.loaders.items.open_image`, which reports a failure as the same kind of
 per-item error. What ``verify()`` catches: a missing or empty file, a file that is no image,
 and for PNG a truncated file or a broken chunk checksum. It does not decode JPEG data, so a
-truncated JPEG passes here and fails later in ``open_image``.
+truncated JPEG passes here and fails later in ``open_image``. ``verify()`` decodes no pixels,
+so an image whose header declares more pixels than the suite's budget (``max_image_pixels``,
+:mod:`vlgate.evaluators.images`) passes here, and ``open_image`` refuses it, before decoding,
+as that item's error.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
-from PIL import Image
-
+from vlgate.evaluators.images import opened_header
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset
 from vlgate.evaluators.records import read_jsonl
 
@@ -195,7 +197,7 @@ def check_image(path: Path, field: str, verify: bool = True) -> Path:
         raise FieldProblem(field, f"image file not found: {path}")
     if verify:
         try:
-            with Image.open(path) as image:
+            with opened_header(path) as image:
                 image.verify()
         except Exception as error:  # any failure to read is this item's problem, never the data set's
             raise FieldProblem(field, f"image {path} cannot be read ({type(error).__name__}: {error})") from None

@@ -3,8 +3,9 @@
 Loaders (one module per format, local files only) turn a data set on disk into a
 :class:`LoadedDataset`: the items that could be read, and one :class:`ItemError` per
 item that could not (missing or corrupt image, missing field) — a bad item never stops
-the others. Image fields hold paths; :func:`open_image` reads one and turns any failure
-into an :class:`ItemError` naming the item and the field.
+the others. Image fields hold paths; :func:`open_image` reads one (through
+:func:`vlgate.evaluators.images.read_image`, within the pixel budget) and turns any failure,
+an image over the budget included, into an :class:`ItemError` naming the item and the field.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from PIL import Image, UnidentifiedImageError
+
+from vlgate.evaluators.images import ImageTooLarge, read_image
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,15 @@ class LoadedDataset(Generic[T]):
     source: str = ""
 
 
-def open_image(path: Path, item_id: str, field_name: str, source: str = "") -> Image.Image:
-    """Read an image as RGB; a missing, unreadable or corrupt file raises :class:`ItemLoadError`."""
+def open_image(path: Path, item_id: str, field_name: str, source: str = "", *, budget: int | None = None) -> Image.Image:
+    """Read an image as RGB; a missing, unreadable or corrupt file, or one whose header
+    declares more pixels than ``budget`` (default: the suite's, ``images.pixel_budget``),
+    raises :class:`ItemLoadError`. An image over the budget is refused before it is decoded."""
     try:
-        with Image.open(path) as image:
-            image.load()
-            return image.convert("RGB")
+        return read_image(path, budget=budget)
     except FileNotFoundError:
         raise ItemLoadError(ItemError(source or str(path), item_id, field_name, f"image file not found: {path}")) from None
+    except ImageTooLarge as error:
+        raise ItemLoadError(ItemError(source or str(path), item_id, field_name, f"image {path} is too large to open: {error}")) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise ItemLoadError(ItemError(source or str(path), item_id, field_name, f"image {path} cannot be read ({error})")) from None

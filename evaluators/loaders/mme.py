@@ -39,6 +39,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vlgate.evaluators.images import ImageTooLarge
 from vlgate.evaluators.loaders.common import IMAGE_SUFFIXES, FieldProblem, Row, Rows, check_image, image_field, image_files, text
 from vlgate.evaluators.loaders.items import GenceptionItem, ItemError, LoadedDataset
 from vlgate.evaluators.loaders.tables import same_image
@@ -104,7 +105,11 @@ def load_mme_table(rows: Rows, verify: bool = True) -> LoadedDataset[GenceptionI
             for other in members[1:]:
                 if _category(other.data) != category:
                     raise FieldProblem("category", f"rows of question_id {question_id!r} disagree: {category!r} at {first.source}, {other.data.get('category')!r} at {other.source}")
-                if not same_image(first.data.get("image"), other.data.get("image")):
+                try:
+                    same = same_image(first.data.get("image"), other.data.get("image"))
+                except ImageTooLarge as error:
+                    raise FieldProblem("image", f"rows of question_id {question_id!r} hold an image too large to compare ({error})") from None
+                if not same:
                     raise FieldProblem("image", f"rows of question_id {question_id!r} hold different images ({first.source}, {other.source})")
             image = image_field(first.data, "image", rows.path.parent, verify)
         except FieldProblem as problem:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import io
 import json
 import os
 import re
@@ -54,8 +53,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
 
+from vlgate.evaluators.images import ImageTooLarge, opened_header, read_image
 from vlgate.evaluators.loaders.common import EmbeddedImage, Row, Rows, resolve
 from vlgate.home import vlgate_home
 
@@ -184,7 +183,7 @@ class ImageExtractor:
         if digest in self.seen:
             return self.seen[digest]
         try:
-            with Image.open(io.BytesIO(data)) as image:
+            with opened_header(data) as image:
                 kind = image.format or ""
         except Exception as error:  # whatever PIL raises on bytes it cannot identify is this cell's problem
             self.seen[digest] = EmbeddedImage(None, f"{len(data)} image bytes are not an image PIL can read ({type(error).__name__}: {error})", digest)
@@ -242,7 +241,8 @@ def read_table_rows(path: Path, files: list[Path], cache: Path | None = None) ->
 
 def same_image(a: Any, b: Any) -> bool:
     """Whether two image cells (EmbeddedImage or path strings) hold the same image: the same
-    bytes, or else the same pixels once decoded (bytes re-encoded by another writer)."""
+    bytes, or else the same pixels once decoded (bytes re-encoded by another writer), each
+    within the pixel budget (:class:`~vlgate.evaluators.images.ImageTooLarge` otherwise)."""
     if isinstance(a, str) and isinstance(b, str):
         return a.strip() == b.strip()
     if not isinstance(a, EmbeddedImage) or not isinstance(b, EmbeddedImage):
@@ -252,7 +252,11 @@ def same_image(a: Any, b: Any) -> bool:
     if a.path == b.path:
         return True
     try:
-        with Image.open(a.path) as first, Image.open(b.path) as second:
-            return bool(first.size == second.size and first.convert("RGB").tobytes() == second.convert("RGB").tobytes())
+        with opened_header(a.path) as first, opened_header(b.path) as second:
+            if first.size != second.size:
+                return False
+        return read_image(a.path).tobytes() == read_image(b.path).tobytes()
+    except ImageTooLarge:  # not decoded to compare: the item's error says why
+        raise
     except Exception:  # an unreadable one is reported where a loader reads it; here it only differs
         return False

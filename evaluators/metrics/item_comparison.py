@@ -12,11 +12,13 @@ candidate's order. Every numeric per-sample column both sides have is compared o
 * any other numeric column (``p_lc``, GenCeption's ``gc``, ...) gives the change of every
   item, largest drop first.
 
-"Lost" and "won" read a column as higher-is-better; for a column where 1 is the bad case
-(``unanswered``) they swap meaning, and a numeric column that is not a score (``chosen``,
-an option index) compares as any other: the caller picks the columns that are scores
-(``columns``). With the items' categories, each column is also broken down by category.
-Pure pandas: no model, MLflow or service code.
+"Lost" and "won" follow each column's direction (``directions``; higher is better unless
+said otherwise): for a column where lower is better (a 0/1 column whose 1 is the bad case,
+a distance) an item is lost where its value rose. A numeric column that is not a score
+(``chosen``, an option index) compares as any other: the caller picks the columns that are
+scores (``columns``), with their directions from the evaluator's definition. With the
+items' categories, each column is also broken down by category. Pure pandas: no model,
+MLflow or service code.
 """
 
 from __future__ import annotations
@@ -28,54 +30,64 @@ import numpy as np
 import pandas as pd
 
 CANDIDATE, CHAMPION, CHANGE = "candidate", "champion", "change"
+Direction = Literal["higher", "lower"]
 
 
 @dataclass(frozen=True)
 class ColumnComparison:
     """One per-sample column compared. ``items``: ``id``, ``category`` (None without
     categories), ``candidate``, ``champion``, ``change`` (candidate − champion), one row per
-    item both sides have a value for, largest drop first (ties in the candidate's order)."""
+    item both sides have a value for, the largest loss first (the largest drop, or rise
+    where lower is better; ties in the candidate's order)."""
 
     column: str
     kind: Literal["binary", "continuous"]
     items: pd.DataFrame
+    direction: Direction = "higher"
 
     @property
     def n_shared(self) -> int:
         return len(self.items)
 
     @property
+    def gain(self) -> pd.Series:
+        """Each item's change the better way positive (``change``, negated where lower is better)."""
+        return self.items[CHANGE] if self.direction == "higher" else -self.items[CHANGE]
+
+    @property
     def lost(self) -> pd.DataFrame:
-        """Items the champion had (1, or a higher value) and the candidate does not."""
-        return self.items[self.items[CHANGE] < 0]
+        """Items the champion had (1, or a better value) and the candidate does not, largest loss first."""
+        return self.items[self.gain < 0]
 
     @property
     def won(self) -> pd.DataFrame:
         """Items the candidate gained, largest gain first."""
-        return self.items[self.items[CHANGE] > 0].iloc[::-1]
+        return self.items[self.gain > 0].iloc[::-1]
 
     def cells(self) -> dict[str, int]:
-        """A 0/1 column's paired table: both_right, lost, won, both_wrong."""
+        """A 0/1 column's paired table: both_right, lost, won, both_wrong (right: 1, or 0
+        where lower is better)."""
         if self.kind != "binary":
             raise ValueError(f"{self.column} is not a 0/1 column; its items carry their change instead")
-        candidate, champion = self.items[CANDIDATE].to_numpy(), self.items[CHAMPION].to_numpy()
+        good = 1 if self.direction == "higher" else 0
+        candidate, champion = self.items[CANDIDATE].to_numpy() == good, self.items[CHAMPION].to_numpy() == good
         return {
-            "both_right": int(np.sum((candidate == 1) & (champion == 1))),
-            "lost": int(np.sum((candidate == 0) & (champion == 1))),
-            "won": int(np.sum((candidate == 1) & (champion == 0))),
-            "both_wrong": int(np.sum((candidate == 0) & (champion == 0))),
+            "both_right": int(np.sum(candidate & champion)),
+            "lost": int(np.sum(~candidate & champion)),
+            "won": int(np.sum(candidate & ~champion)),
+            "both_wrong": int(np.sum(~candidate & ~champion)),
         }
 
     def by_category(self) -> pd.DataFrame:
         """Per category: ``n_shared``, ``lost``, ``won`` and ``mean_change``, categories in
         name order (an item without one is under None)."""
-        grouped = self.items.groupby("category", dropna=False, sort=False)[CHANGE]
+        grouped = self.items.assign(gain=self.gain).groupby("category", dropna=False, sort=False)
         table = pd.DataFrame(
             {
                 "n_shared": grouped.size(),
-                "lost": grouped.apply(lambda change: int((change < 0).sum())),
-                "won": grouped.apply(lambda change: int((change > 0).sum())),
-                "mean_change": grouped.mean(),
+                "lost": grouped["gain"].apply(lambda gain: int((gain < 0).sum())),
+                "won": grouped["gain"].apply(lambda gain: int((gain > 0).sum())),
+                "mean_change": grouped[CHANGE].mean(),
             }
         )
         table.index = pd.Index([None if pd.isna(name) else name for name in table.index], dtype=object, name="category")
@@ -96,7 +108,7 @@ def is_binary(values: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(values) and bool(present.isin([0, 1]).all())
 
 
-def compare_column(shared: pd.DataFrame, column: str, categories: pd.Series | None = None) -> ColumnComparison:
+def compare_column(shared: pd.DataFrame, column: str, categories: pd.Series | None = None, direction: Direction = "higher") -> ColumnComparison:
     """``column`` of :func:`shared_items`'s frame compared item by item (see the module docstring)."""
     candidate = shared[f"{column}_candidate"].astype(float)
     champion = shared[f"{column}_champion"].astype(float)
@@ -110,15 +122,23 @@ def compare_column(shared: pd.DataFrame, column: str, categories: pd.Series | No
         }
     )
     items[CHANGE] = items[CANDIDATE] - items[CHAMPION]
-    items = items.sort_values(CHANGE, kind="stable").reset_index(drop=True)
+    worst_first = items[CHANGE] if direction == "higher" else -items[CHANGE]
+    items = items.iloc[np.argsort(worst_first.to_numpy(), kind="stable")].reset_index(drop=True)
     binary = is_binary(shared[f"{column}_candidate"]) and is_binary(shared[f"{column}_champion"])
-    return ColumnComparison(column, "binary" if binary else "continuous", items)
+    return ColumnComparison(column, "binary" if binary else "continuous", items, direction)
 
 
-def compare_items(candidate: pd.DataFrame, champion: pd.DataFrame, categories: pd.Series | None = None, columns: list[str] | None = None) -> dict[str, ColumnComparison]:
+def compare_items(
+    candidate: pd.DataFrame,
+    champion: pd.DataFrame,
+    categories: pd.Series | None = None,
+    columns: list[str] | None = None,
+    directions: dict[str, Direction] | None = None,
+) -> dict[str, ColumnComparison]:
     """``columns`` (default: every numeric per-sample column both frames have, ``id``
     aside), compared on the items both hold. ``categories`` maps an id to its category (the
-    evaluator's breakdown field)."""
+    evaluator's breakdown field); ``directions`` a column to which way is better (default
+    higher)."""
     shared = shared_items(candidate, champion)
     numeric = [
         name
@@ -128,4 +148,4 @@ def compare_items(candidate: pd.DataFrame, champion: pd.DataFrame, categories: p
     unknown = sorted(set(columns or ()) - set(numeric))
     if unknown:
         raise ValueError(f"not a numeric per-sample column of both versions: {', '.join(unknown)} (they have {', '.join(numeric)})")
-    return {name: compare_column(shared, name, categories) for name in (columns if columns is not None else numeric)}
+    return {name: compare_column(shared, name, categories, (directions or {}).get(name, "higher")) for name in (columns if columns is not None else numeric)}

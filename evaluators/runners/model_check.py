@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vlgate.evaluators import registry
+from vlgate.evaluators import images, registry
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.genception import prompts as genception_prompts
 from vlgate.evaluators.loaders.dataset import load_dataset
@@ -171,7 +171,8 @@ def check_model(reference: str, suite: Any, items: int = 4, backend: str = "tran
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
     from vlgate.evaluators.runners.suite import transformers_batch_size
 
-    requests = suite_requests(suite, items)
+    with images.pixel_budget(getattr(suite, "max_image_pixels", images.DEFAULT_MAX_PIXELS)):
+        requests = suite_requests(suite, items)
     loaded = TransformersBackend.load(reference, suite.policy, device=device, batch_size=transformers_batch_size(suite), cache_dir=cache_dir, dtype=torch.float32)
     engine: VisionLanguageBackend | None = None
     try:

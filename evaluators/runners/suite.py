@@ -2,7 +2,10 @@
 function that runs it on a model (``vlgate evaluate``, and the validation flow's tasks).
 
 A suite file is YAML with paths relative to the file: ``name``, ``batch_size``,
-``backend``, ``policy`` ({trust_remote_code, allow_pickle}), ``vllm`` (engine settings
+``backend``, ``policy`` ({trust_remote_code, allow_pickle}), ``max_image_pixels`` (the pixel
+budget every data-set image is opened within: an image whose header declares more is that
+item's error, refused before it is decoded; default 40,000,000, at most 89,478,485,
+``evaluators/images.py``), ``vllm`` (engine settings
 passed to ``vllm.LLM`` when ``backend: vllm``: ``dtype``, ``max_model_len``,
 ``gpu_memory_utilization``, ``limit_mm_per_prompt``, ...; ignored by the other backends)
 and ``evaluators`` (one entry per evaluator, fields below). ``vlgate make-world`` writes a complete one
@@ -34,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
-from vlgate.evaluators import protocols, registry
+from vlgate.evaluators import images, protocols, registry
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.kinds import BackendOptions
@@ -62,6 +65,12 @@ class Suite(BaseModel):
     batch_size: int = Field(default=8, ge=1)
     backend: str = Field(default="transformers", description="the backend the candidate runs on (evaluators/backends/kinds.py)")
     policy: LoadPolicy = LoadPolicy()
+    max_image_pixels: int = Field(
+        default=images.DEFAULT_MAX_PIXELS,
+        gt=0,
+        le=images.LARGEST_BUDGET,
+        description="an image whose header declares more pixels (width × height) is its item's error, never decoded (evaluators/images.py)",
+    )
     vllm: dict[str, Any] = Field(default_factory=dict)
     #: dumped as each entry's own settings model (with its own fields), not as the base class
     evaluators: dict[str, SerializeAsAny[EvaluatorSettings]]
@@ -209,21 +218,23 @@ class ItemSelection(BaseModel):
         return [items[index] for index in order[: items_at(self.fraction, len(items))]]
 
 
-def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None) -> tuple[list[Any], list[ItemError]]:
+def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS) -> tuple[list[Any], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
     ``load_items`` where the registry names one, else its data set's loader, told what the
     suite's protocol reads (``Protocol.loader_options``) and the entry's own options; of
-    those (after the entry's ``limit``), a look's ``selection``."""
+    those (after the entry's ``limit``), a look's ``selection``. A loader that decodes an
+    image (comparing two) does so within the suite's ``max_image_pixels``."""
     from vlgate.evaluators.loaders import load_dataset
 
     definition = registry.get(name)
-    if definition.load_items is not None:
-        items, errors = definition.load_items(spec, out)
-    else:
-        # the protocol reads the data as its released code does; the entry's own rules come on top
-        options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
-        dataset = load_dataset(name, spec.data, spec.format, **options)
-        items, errors = dataset.items[: spec.limit], dataset.errors
+    with images.pixel_budget(max_image_pixels):
+        if definition.load_items is not None:
+            items, errors = definition.load_items(spec, out)
+        else:
+            # the protocol reads the data as its released code does; the entry's own rules come on top
+            options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
+            dataset = load_dataset(name, spec.data, spec.format, **options)
+            items, errors = dataset.items[: spec.limit], dataset.errors
     return (items if selection is None else selection.apply(list(items), definition.group_field)), errors
 
 
@@ -232,15 +243,26 @@ def count_items(suite: Suite, evaluators: set[str]) -> dict[str, int]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        return {name: len(load_items(name, spec, Path(scratch) / name)[0]) for name, spec in suite.evaluators.items() if name in evaluators}
+        return {name: len(load_items(name, spec, Path(scratch) / name, max_image_pixels=suite.max_image_pixels)[0]) for name, spec in suite.evaluators.items() if name in evaluators}
 
 
 def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, out: Path, suite: Suite, cache_dir: Path | None = None) -> Runner[Any, Any]:
     """The evaluator's runner from its registry factory; the caller closes it (``runner.close()``
-    releases the helper models it loaded)."""
+    releases the helper models it loaded). Its ``prepare`` opens each item's images within
+    the suite's ``max_image_pixels`` (an image over it is that item's error)."""
     definition = registry.get(name)
     context = RunnerContext(vlm=vlm, out=out, policy=suite.policy, cache_dir=cache_dir, protocol=definition.protocol(spec.protocol), engine=suite.vllm)
-    return definition.build_runner(spec, context)
+    runner = definition.build_runner(spec, context)
+    runner.prepare = _within_budget(runner.prepare, suite.max_image_pixels)
+    return runner
+
+
+def _within_budget(prepare: Callable[[Any], Any], max_image_pixels: int) -> Callable[[Any], Any]:
+    def prepare_within_budget(item: Any) -> Any:
+        with images.pixel_budget(max_image_pixels):
+            return prepare(item)
+
+    return prepare_within_budget
 
 
 def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any], protocol: str, shard_workers: list[str] | None = None) -> EvaluatorSummary:
@@ -286,7 +308,7 @@ def run_suite(
     try:
         for name, spec in selected.items():
             try:
-                items, load_errors = load_items(name, spec, out)
+                items, load_errors = load_items(name, spec, out, max_image_pixels=suite.max_image_pixels)
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
                 try:
                     counter = functools.partial(on_progress, name) if on_progress is not None else None
@@ -337,7 +359,7 @@ def run_evaluator_shard(
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     spec = _spec(suite, evaluator)
     out = Path(out)
-    items, _ = load_items(evaluator, spec, out, selection)
+    items, _ = load_items(evaluator, spec, out, selection, suite.max_image_pixels)
     vlm, held = _shard_vlm(model, suite, cache_dir)
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
@@ -368,7 +390,7 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResu
     n_shards = {shard.n_shards for shard in shards}
     if len(n_shards) != 1 or sorted(shard.shard for shard in shards) != list(range(next(iter(n_shards), 0))):
         raise ValueError(f"{evaluator}: shards {[(s.shard, s.n_shards) for s in shards]} are not one complete split")
-    items, load_errors = load_items(evaluator, _spec(suite, evaluator), out, selection)
+    items, load_errors = load_items(evaluator, _spec(suite, evaluator), out, selection, suite.max_image_pixels)
     position = {item.id: index for index, item in enumerate(items)}
     records: list[dict[str, Any]] = []
     for shard in shards:

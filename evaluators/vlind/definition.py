@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vlgate.evaluators.definition import Column, EvaluatorDefinition, Metric, boolean_column, count_metric, imported_when_called, probability_column
+from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, boolean_column, count_metric, imported_when_called, probability_column
 from vlgate.evaluators.vlind import metrics
 from vlgate.evaluators.vlind.protocols import VLIND
 from vlgate.evaluators.vlind.schema import VlindSchema
@@ -66,7 +66,7 @@ VLIND_DEFINITION = EvaluatorDefinition(
     build_runner=imported_when_called("vlgate.evaluators.vlind.runner", "build_vlind_runner"),
     protocols=VLIND,
     group_field="concept",
-    item_scores=("lp", "cb", "ck", "vp"),
+    item_scores=tuple(ItemScore(stage, metrics=(f"s_{stage}",)) for stage in ("lp", "cb", "ck", "vp")),
     item_fields=("concept", "responses"),
     report_section=imported_when_called("vlgate.evaluators.vlind.figures", "section"),
     example=EXAMPLES / "vlind.jsonl",

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from vlgate.flows.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
+from vlgate.text import visible
 
 
 class Score(Command):
@@ -42,7 +43,7 @@ class Score(Command):
             raise UserError(str(exc)) from None
         if valid.errors:
             for error in valid.errors:
-                print(f"{args.file}: skipped {error}", file=sys.stderr)
+                print(visible(f"{args.file}: skipped {error}"), file=sys.stderr)
             metrics["skipped"] = [error.as_dict() for error in valid.errors]
         return Answer(metrics)
 
@@ -173,9 +174,9 @@ class Evaluate(Command):
         failed = {name: entry["error"] for name, entry in summary["evaluators"].items() if "error" in entry}
         for name, entry in summary["evaluators"].items():
             for error in entry.get("item_errors", []):
-                print(f"{name}: skipped {error}", file=sys.stderr)
+                print(visible(f"{name}: skipped {error}"), file=sys.stderr)
         for name, message in failed.items():
-            print(f"vlgate evaluate: {name} failed: {message} (records computed so far are kept; rerun to resume)", file=sys.stderr)
+            print(visible(f"vlgate evaluate: {name} failed: {message} (records computed so far are kept; rerun to resume)"), file=sys.stderr)
         metrics = {name: entry.get("metrics", {"error": entry.get("error")}) for name, entry in summary["evaluators"].items()}
         return Answer(metrics, status=1 if failed else 0)
 
@@ -230,11 +231,10 @@ class CheckModel(Command):
             )
 
         def table() -> None:
-            from rich.console import Console
-
             from vlgate.flows.model_check import check_table
+            from vlgate.flows.terminal import terminal_console
 
-            Console().print(check_table(result))
+            terminal_console().print(check_table(result))
 
         return Answer(result.to_dict(), status=0 if result.trusted else EXIT_NOT_EXACT, text=table)
 

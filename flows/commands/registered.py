@@ -20,6 +20,7 @@ from vlgate.flows.commands.base import (
     exit_status,
     registered_version,
     service_home,
+    version_number,
 )
 
 
@@ -58,20 +59,38 @@ class Status(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", nargs="?", help="only this registered model")
+        parser.add_argument("version", nargs="?", help="only this version of it, with every decision record of its validation (the first first)")
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.flows.service import service_status, status_table
 
-        status = service_status(service_home(), args.model)
+        if args.version is not None:
+            args.version = version_number(args.version)
+        status = service_status(service_home(), args.model, args.version)
         if args.model and not status["models"]:
             raise UserError(f"no registered model {args.model!r}")
+        if args.version and not status["models"][0]["versions"]:
+            raise UserError(f"{args.model} v{args.version}: no such registered version")
 
         def table() -> None:
-            from rich.console import Console
+            from vlgate.flows.terminal import terminal_console
 
-            Console().print(status_table(status))
+            terminal_console().print(status_table(status))
+            for version in status["models"][0]["versions"] if args.version else []:
+                for record in version["decisions"]:  # the history, the first first
+                    print(decision_record_line(record))
 
         return Answer(status, text=table)
+
+
+def decision_record_line(record: dict[str, Any]) -> str:
+    """One decision record in a line: its number, which judgement, when, the outcome, the
+    champion judged against and who held the alias after it."""
+    against = f"v{record['champion_before']}" if record.get("champion_before") else "no champion"
+    after = f"v{record['champion_after']}" if record.get("champion_after") else "none"
+    moved = ", moved here" if record.get("alias_moved") else ""
+    when = f" {record['judged_at'][:19].replace('T', ' ')} UTC" if record.get("judged_at") else ""
+    return f"  record {record.get('sequence') or 1} ({record.get('kind') or 'validation'}{when}): {record['outcome']} against {against}; champion after: {after}{moved}"
 
 
 class Release(Command):
@@ -81,7 +100,7 @@ class Release(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("name")
-        parser.add_argument("version", type=int)
+        parser.add_argument("version")
         parser.add_argument("--force", action="store_true", help="also a claim whose lease is still running (its worker may be alive)")
 
     def run(self, args: argparse.Namespace) -> Answer:
@@ -90,6 +109,7 @@ class Release(Command):
         from vlgate.flows.settings import prepare_environment
         from vlgate.registry_hooks.claims import LIVE_STATES, ClaimStore
 
+        args.version = version_number(args.version)
         claims = ClaimStore.for_home(prepare_environment())
         claim = claims.get(args.name, str(args.version))
         if claim is None:
@@ -132,7 +152,10 @@ class Validate(Command):
     name = "validate"
     help = "run the validation flow on one registered version now (what the hooks do)"
     description = (
-        "Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision. "
+        "Claims the version if nothing has, evaluates, checks, logs, correlates and gates it; prints the decision. A version "
+        "another request is validating is waited for and that decision printed; a decided version is validated again (records "
+        "already made reused) and judged against the champion its validation was judged against, as the run's next decision "
+        "record (docs/service.md, 'Decisions are records'). "
         f"Exit status: {EXIT_CODES} (an evaluator, a metric or the champion's records missing, or the flow failed), "
         f"{EXIT_INCONCLUSIVE} inconclusive (a comparison with the champion too uncertain: more shared samples would decide), "
         "2 bad input (the config, suite or policy; checked before anything runs)."
@@ -146,11 +169,16 @@ class Validate(Command):
             "--complete", action="store_true",
             help="under a sequential policy: evaluate every item (those already evaluated are reused) and judge at the last look, e.g. a version an early look decided",
         )  # fmt: skip
+        parser.add_argument(
+            "--against-current", action="store_true",
+            help="judge against today's champion instead of the champion the version's validation was first judged against (a re-run's default)",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.flows.prefect_server import local_prefect_server
         from vlgate.flows.settings import model_problem, prepare_environment
 
+        args.version = version_number(args.version)
         home = prepare_environment()
         unjudgeable = model_problem(home, args.name)
         if unjudgeable:  # config, suite and policy checked before a Prefect server starts or anything is claimed
@@ -161,12 +189,15 @@ class Validate(Command):
             from vlgate import tracking
             from vlgate.flows.validation import ValidationResult, validate_model_version
 
+            client = tracking.connect(home)
             try:
-                registered_version(tracking.connect(home), args.name, args.version)
+                registered_version(client, args.name, args.version)
+                if args.against_current and tracking.champion_version(client, args.name) == args.version:
+                    raise UserError(f"{args.name} v{args.version} is today's champion: --against-current would compare it with itself")
             except MlflowException:  # anything but a missing version (the registry away...) is the flow's to retry and record
                 pass
             try:
-                result = validate_model_version(args.name, str(args.version), complete=args.complete)
+                result = validate_model_version(args.name, args.version, complete=args.complete, rerun=True, against_current=args.against_current)
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
                 result = ValidationResult.failed(args.name, str(args.version), error)
         return decision_answer(result.as_json(), result.outcome)
@@ -177,8 +208,9 @@ class Gate(Command):
     help = "judge a version's existing validation run again (a changed policy, a new champion) without evaluating"
     description = (
         "Reads the version's validation run back from MLflow (records, metrics, expectation results, failed evaluators) and "
-        "judges it against the current champion with the model's policy (or --policy). Nothing is written unless --apply: "
-        "then decision.json, the version's tags and, on promotion, the champion alias, as the flow does. "
+        "judges it with the model's policy (or --policy) against the champion its validation was judged against (or today's, "
+        "--against-current). Nothing is written unless --apply: then the run's next decision record (earlier ones stay), the "
+        "version's tags and, on promotion, the champion alias (only from the champion it was judged against), as the flow does. "
         f"Exit status as for validate: {EXIT_CODES}, {EXIT_INCONCLUSIVE} inconclusive, 2 bad input."
     )
     json_help = "the decision as one JSON object"
@@ -187,7 +219,8 @@ class Gate(Command):
         parser.add_argument("name")
         parser.add_argument("version")
         parser.add_argument("--policy", metavar="POLICY.yaml", help="judge with this policy instead of the model's (vlgate.yaml)")
-        parser.add_argument("--apply", action="store_true", help="record the decision and move the alias on promotion")
+        parser.add_argument("--apply", action="store_true", help="record the decision (the run's next record) and move the alias on promotion")
+        parser.add_argument("--against-current", action="store_true", help="judge against today's champion instead of the one the version's validation was judged against")
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate import tracking
@@ -195,6 +228,7 @@ class Gate(Command):
         from vlgate.flows.settings import ServiceConfig, not_configured
         from vlgate.flows.validation import ValidationError, judge_again
 
+        args.version = version_number(args.version)
         home = service_home()
         service_config = ServiceConfig.load(home)
         config = service_config.for_model(args.name)
@@ -207,7 +241,7 @@ class Gate(Command):
             raise UserError(str(error)) from None
         registered_version(tracking.connect(home), args.name, args.version)
         try:
-            rejudged = judge_again(args.name, str(args.version), str(policy_path), record=args.apply)
+            rejudged = judge_again(args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:
             raise UserError(str(error)) from None
         return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
@@ -239,6 +273,7 @@ class Diff(Command):
         from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
         from vlgate.flows.recording import run_outputs
 
+        args.version, args.other = version_number(args.version), version_number(args.other, "other version")
         if args.limit < 0:
             raise UserError(f"--limit {args.limit}: expected 0 or more items")
         if args.evaluator is not None and args.evaluator not in registry.names():
@@ -255,9 +290,7 @@ class Diff(Command):
             outputs[version] = run_outputs(client, run_id)
             suites[version] = client.get_run(run_id).data.params.get("suite")
         if None not in suites.values() and suites[args.version] != suites[args.other]:
-            raise UserError(
-                f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable"
-            )
+            raise UserError(f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable")
         evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]
         diffs = []
         for evaluator in evaluators:
@@ -267,9 +300,7 @@ class Diff(Command):
                     raise UserError(f"{args.name} v{version} has no {evaluator} records")
             assert mine is not None and theirs is not None
             if mine.protocol != theirs.protocol:
-                raise UserError(
-                    f"{args.name} v{args.version} asked {evaluator} under protocol {mine.protocol}, v{args.other} under {theirs.protocol}: their items are not comparable"
-                )
+                raise UserError(f"{args.name} v{args.version} asked {evaluator} under protocol {mine.protocol}, v{args.other} under {theirs.protocol}: their items are not comparable")
             try:
                 diffs.append(diff_outputs(mine, theirs, args.category, args.score, names=(f"{args.name} v{args.version}", f"{args.name} v{args.other}")))
             except NothingToCompareError as error:
@@ -285,8 +316,13 @@ class Diff(Command):
 
 
 def print_diff(diff: Any, limit: int) -> None:
-    """One evaluator: a line per item score, then the items lost and won on the first."""
-    from vlgate.evaluators.item_diff import field_text
+    """One evaluator: a line per item score, then the items lost and won on the first; a
+    record field on one line (its newlines and other control characters escaped)."""
+    from vlgate.evaluators.item_diff import field_text as unescaped_field_text
+    from vlgate.text import visible
+
+    def field_text(value: Any) -> str:
+        return visible(unescaped_field_text(value))
 
     summary = diff.summary()
     shared = max((entry["n_shared"] for entry in summary.values()), default=0)
@@ -316,8 +352,7 @@ class Report(Command):
     name = "report"
     help = "regenerate a version's HTML report (or every version's) and the model's leaderboard from MLflow"
     description = (
-        "Read the registry and the validation runs, write self-contained HTML pages (plots embedded) to --out "
-        "(default $VLGATE_HOME/reports/MODEL) and log each version's report and plots to its run under report/."
+        "Read the registry and the validation runs, write self-contained HTML pages (plots embedded) to --out (default $VLGATE_HOME/reports/MODEL) and log each version's report and plots to its run under report/."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -333,6 +368,8 @@ class Report(Command):
         from vlgate.dashboards.report import write_reports
         from vlgate.flows.settings import report_image_roots
 
+        if args.version is not None:
+            args.version = version_number(args.version)
         home = service_home()
         client = tracking.connect(home)
         try:
@@ -435,11 +472,10 @@ class Plan(Command):
         summary = plan.model_dump(mode="json") | {"warnings": plan.warnings}
 
         def text() -> None:
-            from rich.console import Console
-
             from vlgate.flows.power import plan_table
+            from vlgate.flows.terminal import terminal_console
 
-            Console().print(plan_table(plan))
+            terminal_console().print(plan_table(plan))
             for warning in plan.warnings:
                 print(f"warning: {warning}")
 

@@ -1,0 +1,37 @@
+"""Text from data (a benchmark's questions, a model's answers, names and reasons read back
+from MLflow) as a terminal may show it: :func:`visible` writes every character that would
+act on the terminal instead of being shown as the escape Python's ``repr`` writes for it.
+
+Escaped: the C0 controls U+0000–U+001F (but those in ``keep``, e.g. the newline of a block
+meant to span lines), DEL U+007F, the C1 controls U+0080–U+009F (U+009B alone starts an
+escape sequence on some terminals), and the bidirectional embeddings, overrides and
+isolates U+202A–U+202E and U+2066–U+2069, which reorder the text after them on screen.
+Tab, newline and carriage return become ``\\t``, ``\\n``, ``\\r``; the others ``\\xNN``
+below U+0100 (ESC is ``\\x1b``, BEL ``\\x07``) and ``\\uNNNN`` above (``\\u202e``). Every
+other character is shown as it is: accents, CJK, emoji, and backslashes, which are not
+doubled (the rendering is for reading; ``--json`` is the exact form).
+
+Pure standard library, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the characters :func:`visible` escapes
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escaped(char: str) -> str:
+    """One character as Python's ``repr`` escapes it: ``\\x1b``, ``\\u202e``, ``\\n``."""
+    code = ord(char)
+    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def visible(text: str, keep: str = "") -> str:
+    """``text`` with every control character and bidi override escaped (see the module
+    docstring), the characters of ``keep`` (e.g. ``"\\n"``) left as they are."""
+    if not UNSAFE.search(text):
+        return text
+    return UNSAFE.sub(lambda match: match.group() if match.group() in keep else escaped(match.group()), text)
