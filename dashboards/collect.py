@@ -1,6 +1,6 @@
 """What a report shows, read back from MLflow alone (``MlflowClient``): the registry's
 versions with their decision tags and ``champion`` alias, each version's validation run
-(metrics, params, tags) and its artifacts (decision.json, correlations.json, the Great
+(metrics, params, tags) and its artifacts (the decision records, correlations.json, the Great
 Expectations results, every evaluator's records and metrics), and the drift runs.
 
 So a report can be regenerated anywhere the tracking server is reachable, long after the

@@ -62,7 +62,7 @@ class Superseded(RuntimeError):
 
 class ValidationResult(BaseModel):
     """What the validation flow returns and ``vlgate validate --json`` prints: the decision
-    and its outcome (the exit status), every check (as ``decision.json`` records it), the policy judged
+    and its outcome (the exit status), every check (as its decision record has it), the policy judged
     with, the warnings, the correlations across versions and the report's path. A flow
     that failed has ``error`` instead of checks (see :meth:`failed`)."""
 
@@ -108,7 +108,7 @@ class ValidationResult(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         """The fields that were set, as JSON values (a failed flow's have no checks); each
-        check whole, as ``decision.json`` has it."""
+        check whole, as its decision record has it."""
         return self.model_dump(mode="json", include=self.model_fields_set)
 
 
