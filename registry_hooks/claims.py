@@ -175,7 +175,7 @@ class ClaimStore:
         to ``claimed`` with its lease ending after a back-off that doubles per attempt
         (``first_delay_s``, up to ``cap_s``), so the poller takes it over and runs it again
         (:meth:`take_over`, one winner) instead of recording a verdict. Returns the delay.
-        ``attempt``: only while the claim is still at that attempt (see :meth:`start`)."""
+        ``attempt``: only while the claim is still at that attempt (see :meth:`begin`)."""
         claim = self.get(model_name, version)
         attempts = claim.attempts if claim is not None else 1
         delay = min(cap_s, first_delay_s * 2 ** (attempts - 1))
@@ -241,13 +241,6 @@ class ClaimStore:
                 self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow stopped renewing its lease", crashed=True)
                 continue
             time.sleep(poll_s)
-
-    def start(self, model_name: str, version: str, flow_run_id: str | None = None) -> int:
-        """The flow runs: ``running``, the lease renewed, its flow run recorded. Returns the
-        attempt it runs, which it hands to :meth:`finish`, :meth:`fail` and :meth:`defer`."""
-        self._set(model_name, version, state=ClaimState.RUNNING, flow_run_id=flow_run_id, renew=True)
-        claim = self.get(model_name, version)
-        return claim.attempts if claim is not None else 1
 
     def renew(self, model_name: str, version: str) -> None:
         """The lease starts again from now."""

@@ -92,7 +92,7 @@ def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_p
     assert main(["release", "m", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["released"]["state"] == "failed"
     assert claims.get("m", "1") is None and claims.claim("m", "1", via="poller")  # claimable again
-    claims.start("m", "1")
+    claims.begin("m", "1")
     assert main(["release", "m", "1"]) == 2 and "--force" in capsys.readouterr().err
     assert claims.get("m", "1") is not None
     assert main(["release", "m", "1", "--force"]) == 0

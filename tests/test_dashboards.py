@@ -18,6 +18,7 @@ import yaml
 
 from vlgate import tag_keys
 from vlgate.dashboards import plots
+from vlgate.decisions import DecisionKind
 from vlgate.evaluators import registry
 from vlgate.evaluators.decc.figures import decc_matrix, decc_matrix_figure
 from vlgate.evaluators.genception.figures import ImageChain, genception_chain_figure, genception_curves_figure
@@ -191,7 +192,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    validation.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True)
+    validation.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
     client.set_terminated(run_id, "FINISHED")
     return str(version)
 
@@ -290,6 +291,11 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     warnings = page[page.index('id="warnings"') : page.index("</ul>", page.index('id="warnings"'))]
     assert "vlind/s_ck is 0.833333 in each of v1, v2, v3: identical across the last 3 versions" in warnings
     assert "lcm-mc/lcm is" not in warnings  # it differs between versions
+    # the decision records, the latest the one shown: here the validation's one
+    history = page[page.index('id="decision-history"') : page.index("</table>", page.index('id="decision-history"'))]
+    rows = re.findall(r'<tr><td class="num">(\d+)</td><td>([^<]+)</td>', history)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", history)
+    assert rows == [("1", "validation")] and cells[3:6] == ['<span class="decision rejected">inconclusive</span>', "v2", "v2"]  # outcome, against, champion after
 
 
 def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports):

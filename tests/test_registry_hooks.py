@@ -104,7 +104,7 @@ def test_a_busy_answer_to_the_switch_to_wal_is_retried_and_a_wal_file_is_not_swi
 
 def test_a_claim_is_taken_over_once_per_attempt_and_the_older_attempt_can_no_longer_decide(claims):
     claims.claim("m", "1", via="webhook")
-    first = claims.start("m", "1", flow_run_id="run-a")
+    first = claims.begin("m", "1", flow_run_id="run-a").attempt
     assert first == 1 and claims.get("m", "1").flow_run_id == "run-a"
     assert claims.take_over("m", "1", attempts=1, detail="lost", crashed=True) is True
     assert claims.take_over("m", "1", attempts=1) is False  # a second poller that saw the same loss
@@ -113,7 +113,7 @@ def test_a_claim_is_taken_over_once_per_attempt_and_the_older_attempt_can_no_lon
     assert not claims.holds("m", "1", first) and claims.holds("m", "1", 2)
     assert claims.finish("m", "1", "promoted", attempt=first) is False  # the old flow decides nothing
     assert claims.fail("m", "1", "boom", attempt=first) is False and claims.get("m", "1").state == "claimed"
-    second = claims.start("m", "1", flow_run_id="run-b")
+    second = claims.begin("m", "1", flow_run_id="run-b").attempt
     assert second == 2 and claims.finish("m", "1", "rejected", attempt=second) is True
     assert claims.get("m", "1").state == "done" and claims.take_over("m", "1", attempts=2) is False  # a finished claim stays
 
@@ -381,7 +381,7 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
     sweeps: list[list] = []
 
     def slow_flow(model_name, version):
-        first.start(model_name, version)
+        first.begin(model_name, version)
         with first.heartbeat(model_name, version, interval_s=0.2):
             for _ in range(15):  # 3 s: three leases
                 time.sleep(0.2)
@@ -396,7 +396,7 @@ def test_a_flow_that_outlives_its_lease_is_not_taken_over_while_its_worker_lives
 
     # a worker that dies mid-flow: its beats stop with it, the lease runs out, one takeover
     assert first.claim("m", "2", via="poller")
-    first.start("m", "2")
+    first.begin("m", "2")
     with first.heartbeat("m", "2", interval_s=0.2):
         time.sleep(1.5)
         assert sweeper.recover() == []
@@ -431,7 +431,7 @@ def test_recovery_follows_prefect_s_word_on_each_flow_run(tmp_path, monkeypatch)
         claims.claim("m", version, via="webhook")
         claims.record_flow_run("m", version, flow_run)
         if running:
-            claims.start("m", version, flow_run_id=flow_run)
+            claims.begin("m", version, flow_run_id=flow_run)
         if expired:
             claims.lease = timedelta(seconds=-1)
             claims.renew("m", version)
@@ -444,7 +444,7 @@ def test_recovery_follows_prefect_s_word_on_each_flow_run(tmp_path, monkeypatch)
     claimed("4", "fr-4", "CANCELLED")
     claimed("5", "fr-5", "RUNNING")  # alive: nothing to do
     claims.claim("m", "6", via="poller")
-    claims.start("m", "6")
+    claims.begin("m", "6")
     claims.defer("m", "6", "ConnectionError: away", first_delay_s=-1.0)  # its retry is due at once
     assert sorted(dispatcher.recover()) == [("m", "1"), ("m", "3"), ("m", "6")]
     dispatcher.wait()
@@ -458,7 +458,7 @@ def test_recovery_follows_prefect_s_word_on_each_flow_run(tmp_path, monkeypatch)
     assert (five.state, five.attempts) == ("running", 1)
     assert (six.attempts, six.crashes) == (2, 0) and "transient fault" in six.detail  # a retry, not a crash
     # the run again crashes too: the second crash is the limit here
-    claims.start("m", "1", flow_run_id="fr-1b")
+    claims.begin("m", "1", flow_run_id="fr-1b")
     prefect["fr-1b"] = FlowRunState("CRASHED", "exited with status -9")
     assert dispatcher.recover() == []
     failed = claims.get("m", "1")
