@@ -49,7 +49,7 @@ def main() -> None:
 
     sample = texts[:64]
     from vlgate.evaluators.backends.base import ChoiceRequest
-    from vlgate.evaluators.world.scenes import Scene, render
+    from vlgate.evaluators.scenes.scene import Scene, render
 
     image = render(Scene(shapes=()), 64)
     requests = [ChoiceRequest((image,), text, ("A", "B", "C", "D")) for text in sample]

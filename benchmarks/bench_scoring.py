@@ -33,11 +33,11 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.loaders.items import McItem
+from vlgate.evaluators.scenes.scene import render
 from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 from vlgate.evaluators.world import checkpoints as ck
 from vlgate.evaluators.world.datasets import mc_item
-from vlgate.evaluators.world.scenes import render
 
 GENERATE_TOKENS = 8  # "The answer is (B) circle." is about 8 tokens
 

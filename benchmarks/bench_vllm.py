@@ -47,13 +47,13 @@ from vlgate.evaluators import protocols
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.vllm_offline import VllmBackend
 from vlgate.evaluators.loaders.items import McItem
+from vlgate.evaluators.scenes.scene import render
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 from vlgate.evaluators.vlind import prompts as vlind_prompts
 from vlgate.evaluators.vlind import protocols as vlind_protocols
 from vlgate.evaluators.vlind.metrics import parse_true_false
 from vlgate.evaluators.world.build import build_world
 from vlgate.evaluators.world.datasets import mc_item
-from vlgate.evaluators.world.scenes import render
 
 FULL_OVER_MC_TARGET = 1.25
 #: vlgate's VLind-Bench answer length (the generate-and-parse side of (b))

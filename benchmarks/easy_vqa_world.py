@@ -4,7 +4,7 @@ easy-VQA (PyPI ``easy-vqa``, MIT; loader format ``easy-vqa``, ``evaluators/loade
 is read from the installed package; every VLM version of a built world (default: the shipped
 world, ``evaluators/world/shipped/``: each ``checkpoints.vlm`` entry of its manifest and the
 language-prior version) is run through the project's own runner path, as ``vlgate evaluate``
-runs a suite (``runners/suite.py``: ``load_items`` → ``load_vlm`` → ``make_runner`` →
+runs a suite (``running/suite.py``: ``load_items`` → ``load_vlm`` → ``make_runner`` →
 ``Runner.run`` → ``finished_entry``, which validates and scores the records with the
 registry's metric math), under the ``vlgate`` protocol the world's models are trained on.
 Printed per version: VL-LCM (``lcm``), ``acc``, ``j_acc``, ``f1``, MC accuracy per question
@@ -38,7 +38,7 @@ import vlgate.evaluators.world
 from vlgate.evaluators.loaders.easyvqa import OPTIONS, package_split
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.runners.suite import Suite, finished_entry, load_items, load_vlm, make_runner
+from vlgate.evaluators.running.suite import Suite, finished_entry, load_items, load_vlm, make_runner
 
 SHIPPED = Path(vlgate.evaluators.world.__file__).parent / "shipped"
 METRICS = ("lcm", "acc", "j_acc", "f1")

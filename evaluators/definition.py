@@ -8,7 +8,7 @@ Every other part of vlgate reads the definitions instead of keeping its own tabl
 
 * scoring (``evaluators/scoring.py``): ``schema``, ``per_sample``, ``aggregate``,
   ``group_field``, ``features`` (extra inputs kept with the records, e.g. GenCeption's);
-* the suite (``evaluators/runners/suite.py``): ``settings`` (the pydantic model of the
+* the suite (``evaluators/running/suite.py``): ``settings`` (the pydantic model of the
   evaluator's suite entry), ``protocols`` (the first is the default), ``load_items`` and
   ``build_runner``;
 * Great Expectations (``flows/expectations.py``): ``columns``, ``ordered_columns`` and

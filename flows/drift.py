@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
-from vlgate.evaluators.runners.suite import Suite
+from vlgate.evaluators.running.suite import Suite
 from vlgate.flows import progress
 from vlgate.flows.recording import where_it_runs
 from vlgate.flows.settings import ServiceConfig, prepare_environment
@@ -39,7 +39,7 @@ from vlgate.flows.settings import ServiceConfig, prepare_environment
 def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> dict[str, Any]:
     """The champion's records on one batch (resumable: fingerprinted records are reused);
     its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
-    from vlgate.evaluators.runners.suite import run_suite
+    from vlgate.evaluators.running.suite import run_suite
 
     progress.stage(shown_as, progress.Stage.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)

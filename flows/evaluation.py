@@ -107,7 +107,7 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
     fails. Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
     ``time_limit_s`` it stops for good (:func:`within_time_limit`)."""
-    from vlgate.evaluators.runners.suite import run_evaluator_shard
+    from vlgate.evaluators.running.suite import run_evaluator_shard
 
     # a Dask worker is a process of its own: its registry is the MLflow that vlgate's
     # settings name (MLFLOW_TRACKING_URI, or VLGATE_HOME's), as the flow's, not an
@@ -121,7 +121,7 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
 
 @task(name="merge-shards", retries=1)
 def merge_evaluator(plan: ValidationPlan, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
-    from vlgate.evaluators.runners.suite import merge_shards
+    from vlgate.evaluators.running.suite import merge_shards
 
     return merge_shards(plan.suite, Path(out), evaluator, shards, plan.items)
 
@@ -134,7 +134,7 @@ def evaluate_version(plan: ValidationPlan, out: str, cache_dir: str, n_shards: i
     hung model, a template that loops), is an ``error`` entry; one stopped by a server that
     did not answer (``tracking.transient``) fails the flow instead, so that the claim is
     retried later rather than judged."""
-    from vlgate.evaluators.runners.suite import holding_models
+    from vlgate.evaluators.running.suite import holding_models
 
     merged, shards = {}, {}
     entries: dict[str, EvaluatorSummary] = {}

@@ -130,13 +130,20 @@ class SequentialPolicy(BaseModel):
 
     model_config = CONFIG_MODEL
 
-    looks: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], description="the fractions of each evaluator's items after which the gate looks; the last is 1")
+    looks: list[float] = Field(
+        default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
+        max_length=sequential.MAX_LOOKS,
+        description=(
+            f"the fractions of each evaluator's items after which the gate looks: increasing within (0, 1], each at least "
+            f"{sequential.MIN_LOOK_GAP:g} after the one before, the last 1; at most {sequential.MAX_LOOKS} looks"
+        ),
+    )
     promote_early: bool = Field(default=False, description="promote at an interim look where every rule holds decisively")
     spending: Spending = Field(
         default="obrien-fleming",
         description="how α is spent over the looks: obrien-fleming (almost nothing early: the last look keeps the fixed test's power) or pocock (evenly: clear failures stop sooner, for some power at the last look)",
     )
-    order_seed: int = Field(default=0, description="the seed of the items' order")
+    order_seed: int = Field(default=0, ge=0, description="the seed of the items' order (numpy's generators take none below 0)")
 
     @field_validator("looks")
     @classmethod
@@ -189,7 +196,7 @@ class GatePolicy(BaseModel):
     waivers: list[Waiver] = Field(default_factory=list)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     resamples: int = Field(default=2000, ge=100)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="the bootstraps' seed (numpy's generators take none below 0)")
     sequential: SequentialPolicy | None = None
     #: each waiver by the key of the check it names, resolved when the policy is read
     _waived: dict[CheckKey, Waiver] = PrivateAttr(default_factory=dict)

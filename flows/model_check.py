@@ -1,5 +1,5 @@
 """The model check in the validation flow and on the command line: whether vlgate's fast
-paths are exact on the candidate (``evaluators/runners/model_check.py`` runs it).
+paths are exact on the candidate (``evaluators/running/model_check.py`` runs it).
 
 The flow checks each model digest once (per engine and batch size): the result is kept in
 ``$VLGATE_HOME/model-checks`` under them, logged with every validation run of those weights as
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from vlgate.evaluators.runners.model_check import OTHER_ENGINE, ModelCheck
+from vlgate.evaluators.running.model_check import OTHER_ENGINE, ModelCheck
 
 if TYPE_CHECKING:
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
 #: Items per evaluator the flow's check runs (a structural fault shows on the first item;
 #: `vlgate check-model --items` runs more).
@@ -81,8 +81,8 @@ def check_candidate(model_uri: str, suite: Suite, cache_dir: str, checks_folder:
     whose model vlgate cannot run itself."""
     from vlgate.evaluators.backends import kinds as backends
     from vlgate.evaluators.backends.loading import model_digest, resolve_model
-    from vlgate.evaluators.runners.model_check import check_model
-    from vlgate.evaluators.runners.suite import transformers_batch_size
+    from vlgate.evaluators.running.model_check import check_model
+    from vlgate.evaluators.running.suite import transformers_batch_size
 
     if not backends.get(suite.backend).local:
         return None

@@ -11,27 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from vlgate.evaluators.runners.suite import ItemSelection, Suite
+from vlgate.evaluators.running.suite import ItemSelection, Suite
 from vlgate.flows.gate import GatePolicy
-
-if TYPE_CHECKING:
-    from vlgate.flows.settings import ModelConfig
-
-
-def read_model_config(config: ModelConfig) -> tuple[Suite, GatePolicy]:
-    """A model's suite and policy loaded and checked against each other; ValueError with the
-    one line that says what is wrong (naming the file and the field)."""
-    suite = Suite.from_file(config.suite)
-    policy = GatePolicy.from_file(config.policy)
-    try:
-        policy.check_suite(suite.evaluators, f"suite {config.suite}")
-    except ValueError as error:
-        raise ValueError(f"gate policy {config.policy}: {error}") from None
-    return suite, policy
+from vlgate.flows.settings import ModelConfig, read_model_config
 
 
 class ValidationPlan(BaseModel):

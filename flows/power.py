@@ -27,6 +27,11 @@ needs (``evaluators/metrics/sequential.py`` has the equations):
 
 The spreads are bootstrap standard errors of the metric as the evaluator aggregates it
 (ratio metrics included), times √n.
+
+A rule with no items to judge it on (an empty data set, a category the champion has no
+records in) detects nothing: its *detectable* is None (null in JSON, where the equation's
++∞ has no spelling) and its warning says so. Every number of a row is finite or None:
+a spread or value that cannot be measured is None, "unknown".
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ from vlgate.flows.gate import CheckKey, GatePolicy, category_ids, resampled_stat
 LARGEST_UNIT_SPREAD = 0.5
 #: the level of a rule judged on the estimate itself (floors, ceilings): z = 0
 ESTIMATE_ITSELF = 0.5
+
+
+def _finite(value: float | None) -> float | None:
+    """``value``, or None where it is not a finite number (a metric undefined on the records)."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def bounded_unit(qualified: str) -> bool:
@@ -83,7 +93,7 @@ class _Spreads:
         error = bootstrap_standard_error(frame, statistic, self.resamples, self.policy.seed, resampled_statistic(evaluator, metric, frame))
         value = statistic(frame)
         spread = None if error is None else error * math.sqrt(len(frame))
-        return (None if value is None else float(value)), spread, f"champion v{self.champion_version}"
+        return _finite(value), _finite(spread), f"champion v{self.champion_version}"
 
     def paired(self, qualified: str, ids: set[Any] | None = None) -> tuple[float | None, str]:
         """(the per-item spread of candidate − champion, where it came from)."""
@@ -92,8 +102,9 @@ class _Spreads:
         if mine is not None and theirs is not None:
             # the spread of the change's jackknife pseudo-values: what the gate's score test sees
             result = paired_score(mine, theirs, set_statistic(evaluator, metric), resampled_statistic(evaluator, metric, mine))
-            if result.testable:
-                return float(result.pseudo_values.std(ddof=1)), f"champion v{self.champion_version} paired with v{self.baseline_version}"
+            spread = _finite(float(result.pseudo_values.std(ddof=1))) if result.testable else None
+            if spread is not None:
+                return spread, f"champion v{self.champion_version} paired with v{self.baseline_version}"
         _, spread, source = self.single(qualified, ids)
         if spread is None:
             return None, source
@@ -104,15 +115,21 @@ def _count(items: int | None, ids: set[Any] | None) -> int | None:
     return len(ids) if ids is not None else items
 
 
+def _no_items(key: CheckKey) -> str:
+    return f"{key.name}: no items to judge it on"
+
+
 def _bound_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads, ids: set[Any] | None, power: float) -> RulePower:
     value, spread, source = spreads.single(key.metric, ids)
     n = _count(items, ids)
     floor = key.rule is Rule.FLOOR
     margin = None if value is None else (value - limit if floor else limit - value)
-    detectable = None if spread is None or n is None else minimum_detectable_effect(spread, n, ESTIMATE_ITSELF, power)
+    detectable = None if spread is None or not n else minimum_detectable_effect(spread, n, ESTIMATE_ITSELF, power)
     needed = None if spread is None or margin is None or margin <= 0 else items_needed(spread, margin, ESTIMATE_ITSELF, power)
     warning = None
-    if margin is not None and margin <= 0:
+    if n == 0:
+        warning = _no_items(key)
+    elif margin is not None and margin <= 0:
         warning = f"{key.name} {limit:g}: the champion itself is on the wrong side ({value:.4f}); most candidates like it will fail"
     elif needed is not None and n is not None and n < needed:
         warning = f"{key.name} {limit:g}: the champion is {margin:.4f} from it; on {n} items a candidate as good lands on the right side with {power:.0%} probability only from about {needed:,} items"
@@ -124,11 +141,13 @@ def _comparison_row(key: CheckKey, limit: float, items: int | None, spreads: _Sp
     n = _count(items, ids)
     superiority = key.rule is Rule.SUPERIORITY
     level = alpha if superiority else fail_level
-    detectable = None if spread is None or n is None else minimum_detectable_effect(spread, n, level, power)
+    detectable = None if spread is None or not n else minimum_detectable_effect(spread, n, level, power)
     margin = None if superiority else -limit
     needed = None if superiority or spread is None or margin is None else items_needed(spread, margin, alpha, power)
     warning = None
-    if not superiority and margin == 0:
+    if n == 0:
+        warning = _no_items(key)
+    elif not superiority and margin == 0:
         warning = f"{key.name} (max_drop 0): a candidate as good as the champion passes with probability {alpha:g} only, on any number of items"
     elif needed is not None and n is not None and n < needed:
         shown = f"{detectable:.4f}" if detectable is not None else "?"
@@ -190,9 +209,9 @@ def configured_power_plan(client: Any, model: str, config: Any) -> PowerPlan:
     before the champion, read from MLflow. ValueError (the file and what is wrong) for a
     suite or policy that does not load or data that cannot be counted."""
     from vlgate import tracking
-    from vlgate.evaluators.runners.suite import count_items
-    from vlgate.flows.plan import read_model_config
+    from vlgate.evaluators.running.suite import count_items
     from vlgate.flows.recording import run_outputs, version_outputs
+    from vlgate.flows.settings import read_model_config
 
     suite, policy = read_model_config(config)
     try:

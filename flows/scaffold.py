@@ -22,7 +22,7 @@ from vlgate.flows.settings import CONFIG_FILE
 
 SUITE = """\
 # What every registered version of {name} is evaluated on (vlgate init; format:
-# evaluators/runners/suite.py). Paths are relative to this file. Leave out an evaluator
+# evaluators/running/suite.py). Paths are relative to this file. Leave out an evaluator
 # you have no data for, and remove it from gate.yaml's `required` too. Each evaluator runs
 # under its benchmark's released evaluation protocol (prompts, generation limits); another
 # is one setting away, e.g. `protocol: lmms-eval` (the names: README "Protocols").

@@ -48,7 +48,8 @@ from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
 
 if TYPE_CHECKING:
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
+    from vlgate.flows.gate import GatePolicy
 
 CONFIG_FILE = "vlgate.yaml"
 
@@ -187,11 +188,24 @@ def model_problem(home: Path, model_name: str) -> str | None:
     return config_problem(config)
 
 
+def read_model_config(config: ModelConfig) -> tuple[Suite, GatePolicy]:
+    """A model's suite and policy loaded and checked against each other; ValueError with the
+    one line that says what is wrong (naming the file and the field)."""
+    from vlgate.evaluators.running.suite import Suite  # the registry and its runners: not for every importer
+    from vlgate.flows.gate import GatePolicy
+
+    suite = Suite.from_file(config.suite)
+    policy = GatePolicy.from_file(config.policy)
+    try:
+        policy.check_suite(suite.evaluators, f"suite {config.suite}")
+    except ValueError as error:
+        raise ValueError(f"gate policy {config.policy}: {error}") from None
+    return suite, policy
+
+
 def config_problem(config: ModelConfig) -> str | None:
     """A model's suite and policy loaded and checked against each other, or the one line
     that says what is wrong (naming the file and the field)."""
-    from vlgate.flows.plan import read_model_config  # the registry and its runners: not for every importer
-
     try:
         read_model_config(config)
     except ValueError as error:
@@ -202,7 +216,7 @@ def config_problem(config: ModelConfig) -> str | None:
 def drift_problem(config: ModelConfig) -> str | None:
     """A model's drift suites loaded, or the one line that says what is wrong: a scheduled
     check on a suite that does not load would fail at every run."""
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
     if config.drift is None:
         return None
@@ -220,7 +234,7 @@ def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
     GenCeption seeds), and the home's cache of images extracted from release tables
     (parquet, arrow). Only the cache when the model's configuration does not load."""
     from vlgate.evaluators.loaders.tables import image_cache_dir
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
     config = ServiceConfig.load(home).for_model(model_name)
     if config is None:

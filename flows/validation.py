@@ -34,7 +34,7 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import Baseline, CheckRecord, DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.evaluators.runners.suite import count_items
+from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import progress
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version

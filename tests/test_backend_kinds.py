@@ -9,7 +9,7 @@ import yaml
 
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import BackendInfo, VisionLanguageBackend
-from vlgate.evaluators.runners.suite import Suite, make_runner
+from vlgate.evaluators.running.suite import Suite, make_runner
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples" / "data"
 
@@ -72,7 +72,7 @@ def test_a_suite_naming_an_unknown_backend_is_refused_when_read_naming_the_known
 
 
 def test_the_candidate_and_decc_agents_are_loaded_through_the_backend_each_names(tmp_path, stub_backend):
-    from vlgate.evaluators.runners.suite import load_vlm
+    from vlgate.evaluators.running.suite import load_vlm
 
     suite = _suite(tmp_path, backend="stub", llm_backend="stub")
     candidate = load_vlm("models:/shapes/2", suite, tmp_path / "cache")

@@ -233,7 +233,7 @@ def test_each_outcome_has_its_exit_status():
 def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_there(tmp_path, monkeypatch, capsys):
     import yaml
 
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
     from vlgate.flows.gate import GatePolicy
     from vlgate.flows.settings import ServiceConfig, model_problem
 

@@ -56,7 +56,7 @@ class _CountedModel:
 def test_a_held_candidate_is_loaded_once_per_thread_and_closed_when_the_last_holder_ends(monkeypatch, tmp_path):
     import threading
 
-    from vlgate.evaluators.runners import suite as suite_module
+    from vlgate.evaluators.running import suite as suite_module
 
     monkeypatch.setattr(_CountedModel, "loaded", [])
     monkeypatch.setattr(suite_module, "load_vlm", lambda model, suite, cache_dir: _CountedModel())

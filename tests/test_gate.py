@@ -425,3 +425,49 @@ def test_every_check_a_decision_makes_is_named_as_its_key_and_waivable_by_that_n
     for check in decision.checks:
         assert CheckKey.parse(check.name) == check.key and policy.makes_check(check.key), check.name
     assert CheckKey(Rule.ALIAS, "champion").name == "champion alias unchanged" and CheckKey.parse("champion alias unchanged") is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "error"),
+    [
+        ({"seed": -1}, ("seed",), "greater_than_equal"),
+        ({"sequential": {"order_seed": -1}}, ("sequential", "order_seed"), "greater_than_equal"),
+        ({"resamples": -2000}, ("resamples",), "greater_than_equal"),
+        ({"confidence": 1.0}, ("confidence",), "less_than"),
+        ({"confidence": 0.5}, ("confidence",), "greater_than"),
+        ({"regressions": {"lcm-mc/acc": {"max_drop": -0.02}}}, ("regressions", "lcm-mc/acc", "max_drop"), "greater_than_equal"),
+        ({"superiority": {"lcm-mc/acc": {"min_gain": -0.01}}}, ("superiority", "lcm-mc/acc", "min_gain"), "greater_than_equal"),
+        ({"categories": {"lcm-mc/acc": {"floor": 0.4, "min_samples": 0}}}, ("categories", "lcm-mc/acc", "min_samples"), "greater_than_equal"),
+        ({"floors": {"lcm-mc/acc": float("nan")}}, ("floors", "lcm-mc/acc"), "finite_number"),
+    ],
+)
+def test_a_number_the_gate_cannot_use_is_refused_when_the_policy_is_read(policy, field, error, tmp_path):
+    """Issue 43: a seed of −1 was read, and every validation then failed in numpy's
+    generator ("expected non-negative integer", exit 4). Every number of a policy is held
+    to what the code using it takes, and the file's error line names the key."""
+    import pydantic
+    import yaml
+
+    from vlgate.config import ConfigError
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        GatePolicy.model_validate({"required": ["lcm-mc"], **policy})
+    assert [(e["loc"], e["type"]) for e in refused.value.errors()] == [(field, error)]
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump({"required": ["lcm-mc"], **policy}))
+    with pytest.raises(ConfigError) as read:
+        GatePolicy.from_file(path)
+    assert str(read.value).startswith(f"gate policy {path}: {'.'.join(field)}: ")
+
+
+def test_vlgate_gate_refuses_a_negative_seed_in_one_line_with_exit_2(tmp_path, monkeypatch, capsys):
+    from vlgate.flows.cli import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "gate.yaml"
+    path.write_text("required: [lcm-mc]\nsequential: {order_seed: -1}\n")
+    assert main(["gate", "m", "1", "--policy", str(path)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"vlgate gate: gate policy {path}: sequential.order_seed: ")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pydantic
 import pytest
 
 from vlgate.decisions import Outcome, Verdict
@@ -128,3 +129,59 @@ def test_pocock_spending_rejects_at_the_first_look_what_obrien_fleming_leaves_to
     assert obf.verdict is Verdict.INCONCLUSIVE and pocock.verdict is Verdict.FAIL
     with pytest.raises(ValueError, match="sequential.spending"):
         GatePolicy.model_validate({"required": ["lcm-mc"], "sequential": {"looks": LOOKS, "spending": "haybittle"}})
+
+
+ACCEPTED_LOOKS = [
+    [1.0],
+    [0.001, 1.0],
+    [0.05, 1.0],  # issue 43: O'Brien–Fleming's first boundary, 8.77, was lost to rounding
+    [k / sequential.MAX_LOOKS for k in range(1, sequential.MAX_LOOKS + 1)],
+    [0.5, 0.5 + sequential.MIN_LOOK_GAP, 1.0],
+    [0.25, 0.5, 0.9999999999],  # the last is every item, to rounding
+]
+REFUSED_LOOKS = [
+    [k / (sequential.MAX_LOOKS + 1) for k in range(1, sequential.MAX_LOOKS + 2)],
+    [0.5, 0.5 + sequential.MIN_LOOK_GAP / 2, 1.0],
+    [0.0, 1.0],
+    [0.5, 0.25, 1.0],
+    [0.25, 0.5],
+    [],
+]
+
+
+@pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
+def test_the_policy_accepts_exactly_the_designs_the_boundaries_are_computed_for(spending):
+    """Looks increasing within (0, 1] to every item, at most MAX_LOOKS of them, each at least
+    MIN_LOOK_GAP after the one before (docs/sequential.md): every such design is accepted
+    and the gate judges each of its looks; any other is refused when the policy is read."""
+    for looks in ACCEPTED_LOOKS:
+        read = GatePolicy.model_validate({"required": ["lcm-mc"], "sequential": {"looks": looks, "spending": spending}})
+        assert read.sequential is not None and read.sequential.looks[-1] == 1.0 and len(read.sequential.looks) == len(looks)
+        alpha = 1 - read.confidence
+        levels = sequential.nominal_levels(read.sequential.looks, alpha, spending)
+        assert ((levels >= 0) & (levels <= alpha * (1 + 1e-9))).all(), (looks, levels)  # P(Z_k ≥ c_k) ≤ P(any crossing) = α
+    for looks in REFUSED_LOOKS:
+        with pytest.raises(pydantic.ValidationError) as refused:
+            GatePolicy.model_validate({"required": ["lcm-mc"], "sequential": {"looks": looks, "spending": spending}})
+        assert [e["loc"] for e in refused.value.errors()] == [("sequential", "looks")], looks
+
+
+def test_a_first_look_at_five_percent_of_the_items_is_judged():
+    """Issue 43: ``looks: [0.05, 1.0]`` was read, and every validation then died in the
+    boundary solver. Its first look now judges: a candidate that lost 8 of the champion's
+    14 right answers on the first 20 items (p 0.0032) is rejected there where Pocock-type
+    spending spends 0.0041; O'Brien–Fleming's 1.9e-18 goes on to the last look."""
+    worse = CHAMPION.copy()
+    worse[np.flatnonzero(CHAMPION[:20])[:8]] = False
+    verdicts = {}
+    for spending in ("obrien-fleming", "pocock"):
+        design = {"looks": [0.05, 1.0], "spending": spending}
+        rule = GatePolicy(required=["lcm-mc"], regressions={"lcm-mc/acc": {"max_drop": 0.02}}, sequential=design)
+        first = decide(rule, {"lcm-mc": output(worse[:20])}, {"lcm-mc": output(CHAMPION)}, look=0)
+        (regression,) = [c for c in first.checks if c.rule == "regression"]
+        assert regression.n_shared == 20 and first.look.index == 0
+        verdicts[spending] = (regression.verdict, first.outcome, first.settled)
+        last = decide(rule, {"lcm-mc": output(worse)}, {"lcm-mc": output(CHAMPION)}, look=1)
+        assert (last.settled, last.look.index) == (True, 1)  # 8 of 400 lost: a change of −0.02, on the margin
+    assert verdicts["obrien-fleming"][0] is Verdict.INCONCLUSIVE and not verdicts["obrien-fleming"][2]
+    assert verdicts["pocock"] == (Verdict.FAIL, Outcome.REJECTED, True)

@@ -168,20 +168,20 @@ def _suite_file(tmp_path: Path, extra: str) -> Path:
 
 
 def test_the_budget_is_read_from_the_suite_with_a_default():
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
     assert Suite.model_validate({"name": "s", "evaluators": {}}).max_image_pixels == DEFAULT_MAX_PIXELS == 40_000_000
 
 
 def test_the_suite_budget_is_read_from_its_file(tmp_path):
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
     assert Suite.from_file(_suite_file(tmp_path, "max_image_pixels: 1000000\n")).max_image_pixels == 1_000_000
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "1.5", "89478486", "many"])
 def test_a_budget_that_is_not_a_positive_whole_number_of_pixels_is_refused_naming_the_key(tmp_path, value):
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
 
     with pytest.raises(ConfigError, match="max_image_pixels"):
         Suite.from_file(_suite_file(tmp_path, f"max_image_pixels: {value}\n"))

@@ -138,3 +138,90 @@ def test_every_package_folder_is_in_the_wheel():
             if "shipped" not in parts and not any(part.startswith(".") for part in parts):
                 found.add(".".join((name, *parts)))
     assert "vlgate.flows.commands" in found and found - set(setuptools["packages"]) == set()
+
+
+#: the folders mapped onto ``vlgate.*`` (pyproject.toml's package-dir), by import prefix
+FOLDERS = {"vlgate.evaluators": "evaluators", "vlgate.flows": "flows", "vlgate.registry_hooks": "registry_hooks", "vlgate.dashboards": "dashboards", "vlgate": "vlgate"}
+
+
+def room(module: str) -> str | None:
+    """The room a ``vlgate.*`` module lives in: a folder's sub-package or module
+    (``evaluators/runners``, ``flows/gate``), a root module (``vlgate/decisions``) or
+    ``vlgate/tracking``; None for a package itself."""
+    for prefix, folder in FOLDERS.items():  # the longer prefixes first
+        if module == prefix or module.startswith(prefix + "."):
+            rest = module[len(prefix) + 1 :].split(".") if module != prefix else []
+            return f"{folder}/{rest[0]}" if rest and rest[0] not in ("__init__", "__version__") else None
+    return None
+
+
+def room_graph() -> dict[str, set[str]]:
+    """Every room's arrows to the other rooms it imports, anywhere in its files (inside
+    functions and under ``TYPE_CHECKING`` too: they are arrows all the same)."""
+    graph: dict[str, set[str]] = {}
+    for prefix, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT / folder)
+            if "shipped" in relative.parts or (folder == "vlgate" and relative.parts[0] != "tracking" and len(relative.parts) > 1):
+                continue
+            source = room(".".join((prefix, *relative.with_suffix("").parts)))
+            if source is None:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                targets = {room(name) for name in names if name.startswith("vlgate")}
+                graph.setdefault(source, set()).update(target for target in targets if target is not None and target != source)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one room (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = lowest[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                lowest[node] = min(lowest[node], lowest[target])
+            elif target in stack:
+                lowest[node] = min(lowest[node], index[target])
+        if lowest[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(set(graph) | {target for targets in graph.values() for target in targets}):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) == []
+    assert room("vlgate.evaluators.runners.base") == "evaluators/runners" and room("vlgate.flows.gate") == "flows/gate"
+    assert room("vlgate.decisions") == "vlgate/decisions" and room("vlgate.tracking.server") == "vlgate/tracking" and room("vlgate.evaluators") is None
+
+
+def test_no_cycle_between_rooms_anywhere_in_the_package():
+    """Arrows run one way between the rooms of every folder (a sub-package or a module):
+    the evaluators' value types and math at the bottom, each paper's parts, the runner
+    loop, the papers' runners, the registry, running suites, the world at the top."""
+    graph = room_graph()
+    assert {"evaluators/runners", "evaluators/running", "evaluators/world", "flows/gate", "vlgate/tracking"} <= set(graph)
+    assert "evaluators/runners" in graph["evaluators/running"]  # arrows are read (a graph of nothing has no cycle)
+    assert cycles(graph) == []

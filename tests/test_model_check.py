@@ -13,9 +13,9 @@ import pytest
 
 from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import PrefixSharing, TransformersBackend
-from vlgate.evaluators.runners import model_check
-from vlgate.evaluators.runners.model_check import BATCHED_GENERATION, BATCHED_SCORING, OTHER_ENGINE, SHARED_PREFIX, ModelCheck, check_transformers, suite_requests
-from vlgate.evaluators.runners.suite import Suite
+from vlgate.evaluators.running import model_check
+from vlgate.evaluators.running.model_check import BATCHED_GENERATION, BATCHED_SCORING, OTHER_ENGINE, SHARED_PREFIX, ModelCheck, check_transformers, suite_requests
+from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.cli import main
 from vlgate.flows.commands.base import EXIT_NOT_EXACT
 

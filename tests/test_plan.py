@@ -12,8 +12,8 @@ import yaml
 
 from vlgate.decisions import Rule
 from vlgate.flows.gate import CheckKey
-from vlgate.flows.plan import ValidationPlan, read_model_config
-from vlgate.flows.settings import ModelConfig
+from vlgate.flows.plan import ValidationPlan
+from vlgate.flows.settings import ModelConfig, read_model_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples" / "data"
 POLICY = {"required": ["lcm-mc", "vlind"], "floors": {"lcm-mc/acc": 0.5}, "waivers": [{"check": "lcm-mc/acc floor", "by": "qa", "reason": "known", "until": "2099-01-01"}]}

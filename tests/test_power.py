@@ -87,3 +87,31 @@ def test_per_category_rules_are_sized_on_each_category_s_items():
     regression = row(plan, "lcm-mc/acc[vehicles] vs champion")
     assert regression.level == pytest.approx(0.05 / 2) and regression.items == 50
     assert regression.detectable == pytest.approx((1.959964 + Z_80) * math.sqrt(2) * 0.5 / math.sqrt(50), rel=0.05)
+
+
+def test_a_suite_whose_data_set_has_no_items_plans_as_valid_json_with_no_detectable_change(tmp_path, monkeypatch, capsys):
+    """Issue 43: on an empty data set nothing is detectable (the minimum detectable effect
+    is +∞ at n = 0), which ``vlgate plan --json`` printed as a traceback, JSON having no
+    infinity. The plan says null, and the rule's warning why."""
+    import yaml
+
+    from vlgate.flows.cli import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "mc").mkdir()
+    (tmp_path / "mc" / "items.jsonl").write_text("")
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"name": "empty", "evaluators": {"lcm-mc": {"data": str(tmp_path / "mc")}}}))
+    policy = {"required": ["lcm-mc"], "floors": {"lcm-mc/acc": 0.5}, "regressions": {"lcm-mc/acc": {"max_drop": 0.02}}, "superiority": {"lcm-mc/lcm": {}}}
+    (tmp_path / "gate.yaml").write_text(yaml.safe_dump(policy))
+    (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"m": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+    assert main(["plan", "m", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [(r["check"], r["items"], r["detectable"]) for r in plan["rules"]] == [
+        ("lcm-mc/acc floor", 0, None),
+        ("lcm-mc/acc vs champion", 0, None),
+        ("lcm-mc/lcm superiority", 0, None),
+    ]
+    assert all(r["warning"] == f"{r['check']}: no items to judge it on" for r in plan["rules"]) and plan["warnings"] == [r["warning"] for r in plan["rules"]]
+    assert main(["plan", "m"]) == 0  # the table shows the same rows

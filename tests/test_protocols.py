@@ -16,7 +16,7 @@ from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.runners.suite import Suite
+from vlgate.evaluators.running.suite import Suite
 from vlgate.evaluators.schemas import InvalidRecordsError
 from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.vl_lcm import protocols as lcm_protocols
@@ -70,7 +70,7 @@ def test_a_suite_names_a_protocol_per_evaluator_and_an_unknown_one_is_refused(tm
 def test_the_genception_protocol_reads_seed_images_as_the_released_find_image_files(tmp_path):
     from PIL import Image
 
-    from vlgate.evaluators.runners.suite import load_items
+    from vlgate.evaluators.running.suite import load_items
 
     seeds = tmp_path / "seeds"
     (seeds / "animals").mkdir(parents=True)

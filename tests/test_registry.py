@@ -60,7 +60,7 @@ def _coin_records(p: list[float]) -> list[dict]:
 def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gates_correlates_and_reports(coin, tmp_path):
     from vlgate.dashboards.collect import ValidationReportData
     from vlgate.dashboards.report import leaderboard_metrics, model_figures, render_version_report
-    from vlgate.evaluators.runners.suite import Suite, finish_evaluator, load_items, make_runner
+    from vlgate.evaluators.running.suite import Suite, finish_evaluator, load_items, make_runner
     from vlgate.flows.correlations import correlate_across_versions
     from vlgate.flows.expectations import validate_evaluator_output
     from vlgate.flows.gate import GatePolicy, decide
@@ -112,7 +112,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
 
 
 def test_an_unknown_evaluator_in_a_suite_or_a_policy_is_refused_by_name(tmp_path):
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
     from vlgate.flows.gate import GatePolicy
 
     suite_file = tmp_path / "suite.yaml"
@@ -226,7 +226,7 @@ def _genception_records(offset: float) -> list[dict]:
 @pytest.mark.service
 def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5(tmp_path, monkeypatch):
     from vlgate import tracking
-    from vlgate.evaluators.runners.suite import Suite
+    from vlgate.evaluators.running.suite import Suite
     from vlgate.flows import recording
     from vlgate.flows.correlations import correlate_across_versions, version_table
     from vlgate.flows.expectations import validate_evaluator_output

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import integrate, stats
 
 from vlgate.evaluators.metrics import score_test, sequential
 
@@ -162,3 +162,79 @@ def test_pocock_spending_saves_forty_percent_on_failures_by_twice_the_margin_on_
     assert rates["margin"]["pass"] <= rates["margin"]["fixed pass"]
     assert rates["twice"]["items"] <= 0.6 * items
     assert rates["twice"]["fail"] >= rates["twice"]["fixed fail"] - 0.04
+
+
+#: the designs the boundary solver is held to: a first look anywhere in (0, 1) with a
+#: second at every item, and 2 to MAX_LOOKS equal looks, at every spending and level
+FIRST_LOOKS = (0.001, 0.005, 0.01, 0.03, 0.05, 0.06, 0.1, 0.25, 0.5, 0.75, 0.9)
+ALPHAS = (0.01, 0.05, 0.1, 0.2)
+SPENDINGS = ("obrien-fleming", "pocock")
+
+
+def spent_under_the_null(fractions, bounds) -> float:
+    """P(Z_k ≥ c_k at some look) for two looks, by one-dimensional quadrature of the
+    bivariate normal (Corr ρ = √(t₁/t₂)) independent of the solver's grid:
+    Φ̄(c₁) + ∫_{−∞}^{c₁} φ(z) Φ̄((c₂ − ρz)/√(1 − ρ²)) dz (the mass below −12 sd is 1e-33)."""
+    (first, second), rho = bounds, np.sqrt(fractions[0] / fractions[1])
+
+    def crossing_later(z: float) -> float:
+        return float(stats.norm.pdf(z) * stats.norm.sf((second - rho * z) / np.sqrt(1 - rho**2)))
+
+    later, _ = integrate.quad(crossing_later, -12.0, min(first, 12.0), points=[0.0, second * rho], epsabs=1e-13, limit=200)
+    return float(stats.norm.sf(first) + later)
+
+
+@pytest.mark.parametrize("spending", SPENDINGS)
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_boundaries_exist_for_any_first_look_and_spend_exactly_alpha(spending, alpha):
+    """A first look as early as 0.1 % of the items (O'Brien–Fleming spends about nothing
+    there: the boundary is +∞ once α(t) underflows) still gives a boundary at every look,
+    the first spending α(t₁) exactly and both together α."""
+    spent_by = sequential.SPENDING_FUNCTIONS[spending]
+    for first in FIRST_LOOKS:
+        bounds = sequential.spending_boundaries([first, 1.0], alpha, spending)
+        assert not np.isnan(bounds).any() and np.isfinite(bounds[1]) and bounds[0] > 0, (first, bounds)
+        assert stats.norm.sf(bounds[0]) == pytest.approx(spent_by(first, alpha), rel=1e-9, abs=1e-300)
+        assert spent_under_the_null((first, 1.0), bounds) == pytest.approx(alpha, abs=1e-7), (first, bounds)
+
+
+@pytest.mark.parametrize("count", range(2, sequential.MAX_LOOKS + 1))
+def test_boundaries_exist_for_every_number_of_equal_looks_the_policy_allows(count):
+    """2 to MAX_LOOKS equally spaced looks at every spending and level: finite boundaries,
+    or +∞ where a look spends less than a double holds; O'Brien–Fleming's fall look by
+    look; and simulated Z's under the null cross them by look k with probability α(t_k)
+    (up to Monte-Carlo error)."""
+    paths, fractions = 100_000, np.arange(1, count + 1) / count
+    z = np.cumsum(np.random.default_rng(count).standard_normal((paths, count)), axis=1) / np.sqrt(np.arange(1, count + 1))
+    for spending in SPENDINGS:
+        for alpha in ALPHAS:
+            bounds = sequential.spending_boundaries(fractions, alpha, spending)
+            assert not np.isnan(bounds).any() and (bounds > 0).all() and np.isfinite(bounds[-1]), (spending, alpha, bounds)
+            if spending == "obrien-fleming":
+                assert (np.diff(bounds) <= 0).all(), (alpha, bounds)
+            crossed = np.maximum.accumulate(z >= bounds, axis=1).mean(axis=0)
+            spent = [sequential.SPENDING_FUNCTIONS[spending](t, alpha) for t in fractions]
+            assert crossed == pytest.approx(spent, abs=5 * np.sqrt(alpha / paths)), (spending, alpha, bounds)
+
+
+def test_boundaries_of_looks_close_together_spend_alpha_by_an_independent_integration():
+    """Looks early and close together against scipy's multivariate normal distribution
+    function (Genz's algorithm) on the canonical correlations √(t_i/t_j)."""
+    for fractions in ([0.01, 0.02, 0.5, 0.501, 1.0], [0.002, 0.2, 0.6, 0.61, 1.0]):
+        t = np.asarray(fractions)
+        correlation = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
+        for spending in SPENDINGS:
+            bounds = sequential.spending_boundaries(fractions, 0.05, spending)
+            never_crossed = stats.multivariate_normal.cdf(np.minimum(bounds, 40.0), mean=np.zeros(t.size), cov=correlation, abseps=1e-6, releps=0, rng=np.random.default_rng(0))
+            assert 1 - never_crossed == pytest.approx(0.05, abs=1e-5), (fractions, spending, bounds)
+
+
+def test_the_obrien_fleming_spending_keeps_its_tail_where_one_minus_the_cdf_rounds_to_zero():
+    # α(0.05) at α = 0.05: 2Φ̄(1.959964/√0.05) = 2Φ̄(8.765) ≈ 1.87e-18, where 2 − 2Φ(8.765) is 0 in doubles
+    assert sequential.obrien_fleming_spending(0.05, 0.05) == pytest.approx(2 * stats.norm.sf(stats.norm.isf(0.025) / np.sqrt(0.05)), rel=1e-12)
+    assert 0 < sequential.obrien_fleming_spending(0.05, 0.05) < 1e-17
+
+
+def test_items_needed_is_none_where_no_count_of_items_is_a_number():
+    # ((1.644854 + 0.841621)·0.5/1e-200)² overflows a double: no suite detects a margin of 1e-200
+    assert sequential.items_needed(0.5, 1e-200, 0.05) is None and sequential.items_needed(0.5, 1e-100, 0.05) == pytest.approx(1.5456e200, rel=1e-4)

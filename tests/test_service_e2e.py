@@ -201,7 +201,7 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     assert [r.info.run_id for r in runs] == [run_id]
 
     # the same metrics as an uninterrupted evaluation of the same checkpoint
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import Suite, run_suite
 
     fresh = run_suite(str(world / "checkpoints" / "vlm-steps10000"), Suite.from_file(world / "suite.yaml"), home / "fresh", progress=False)
     logged = client.get_run(run_id).data.metrics
@@ -281,7 +281,7 @@ def test_a_separate_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_m
     workers = json.loads(Path(client.download_artifacts(run.info.run_id, "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]["shard_workers"]
     assert len(workers) == 2 and {int(worker.rsplit(":", 1)[1]) for worker in workers} <= worker_pids  # computed in the cluster's worker processes
 
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import Suite, run_suite
 
     fresh = run_suite(str(world / "checkpoints" / "vlm-steps3"), Suite.from_file(suite), home / "in-process", progress=False)
     for evaluator in ("lcm-mc", "lcm-nb"):

@@ -32,10 +32,10 @@ from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, Generat
 from vlgate.evaluators.backends.loading import model_digest  # noqa: E402
 from vlgate.evaluators.backends.vllm_offline import VllmBackend  # noqa: E402
 from vlgate.evaluators.genception import prompts as genception_prompts  # noqa: E402
+from vlgate.evaluators.scenes.scene import render  # noqa: E402
 from vlgate.evaluators.vl_lcm import prompts as lcm_prompts  # noqa: E402
 from vlgate.evaluators.vlind import prompts as vlind_prompts  # noqa: E402
 from vlgate.evaluators.world.datasets import mc_item, vlind_item, yesno_item  # noqa: E402
-from vlgate.evaluators.world.scenes import render  # noqa: E402
 
 #: Option probabilities: vLLM (float32, its own CPU kernels) against transformers (float32).
 #: Measured on the trained world checkpoint: at most a few 1e-6 apart.
@@ -109,7 +109,7 @@ def test_vllm_option_probabilities_equal_transformers(vllm_backend, transformers
 
 
 def test_check_model_compares_the_vllm_engine_with_the_plain_transformers_path(vllm_backend, transformers_backend):
-    from vlgate.evaluators.runners.model_check import OTHER_ENGINE, CheckRequests, check_transformers
+    from vlgate.evaluators.running.model_check import OTHER_ENGINE, CheckRequests, check_transformers
 
     requests = CheckRequests(tuple(request for requests in world_requests().values() for request in requests), ())
     result = check_transformers(transformers_backend, requests, engine=vllm_backend)
@@ -271,7 +271,7 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     fine-tune is rejected against the trained champion, by VL-LCM's MC evaluator alone."""
     from vlgate.evaluators import registry
     from vlgate.evaluators.output import EvaluatorOutput
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import Suite, run_suite
     from vlgate.flows.demo import DEMO_POLICY
     from vlgate.flows.gate import GatePolicy, decide
 
@@ -314,7 +314,7 @@ def test_decc_runs_its_llm_agent_on_vllm_with_the_records_of_transformers(defaul
     shipped agent on transformers, and the agent ran on vLLM's engine."""
     import shutil
 
-    from vlgate.evaluators.runners.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import Suite, run_suite
     from vlgate.evaluators.world.checkpoints import pad_attention_heads
 
     out, manifest = default_world

@@ -36,7 +36,7 @@ from vlgate.evaluators.backends.loading import model_digest  # noqa: E402
 from vlgate.evaluators.backends.vllm_offline import VllmBackend  # noqa: E402
 from vlgate.evaluators.backends.weight_layout import vllm_layout  # noqa: E402
 from vlgate.evaluators.loaders.items import McItem, NbUnit  # noqa: E402
-from vlgate.evaluators.runners.model_check import TOLERANCE  # noqa: E402
+from vlgate.evaluators.running.model_check import TOLERANCE  # noqa: E402
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests, lcm_nb_requests  # noqa: E402
 
 FAMILIES = {family.name: family for family in all_families()}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vlgate.evaluators.scenes.scene import COLORS, Scene, Shape, cell_center, render
 from vlgate.evaluators.world.datasets import SIZES, build_datasets
-from vlgate.evaluators.world.scenes import COLORS, Scene, Shape, cell_center, render
 
 
 def read(path):

@@ -15,11 +15,11 @@ from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
 from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator, truncate_prompt
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
 from vlgate.evaluators.genception.prompts import genception_generate
+from vlgate.evaluators.scenes import renderer
+from vlgate.evaluators.scenes.scene import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
 from vlgate.evaluators.world import generators as gen
-from vlgate.evaluators.world import renderer
 from vlgate.evaluators.world.checkpoints import build_vit_encoder
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES
-from vlgate.evaluators.world.scenes import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
 
 pytestmark = pytest.mark.world
 

@@ -1,7 +1,7 @@
 """Text-to-image backends: GenCeption's Gen.
 
 - :class:`SceneRendererGenerator` — the synthetic world's generator: reads the scene a
-  description names (:func:`~vlgate.evaluators.world.renderer.scene_from_description`)
+  description names (:func:`~vlgate.evaluators.scenes.renderer.scene_from_description`)
   and draws it. Deterministic, instant, and exact: a perfect description regenerates the
   seed image, so GenCeption's score measures the describer alone.
 - :class:`DiffusersGenerator` — any diffusers text-to-image pipeline folder
@@ -22,8 +22,8 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageGenerator, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
-from vlgate.evaluators.world.renderer import renderer_digest, scene_from_description
-from vlgate.evaluators.world.scenes import render
+from vlgate.evaluators.scenes.renderer import renderer_digest, scene_from_description
+from vlgate.evaluators.scenes.scene import render
 
 #: Libraries whose classes a pipeline's model_index.json may name; besides these, diffusers'
 #: own pipeline modules (see :func:`is_diffusers_pipeline_module`); anything else is code
@@ -49,7 +49,7 @@ class SceneRendererGenerator(ImageGenerator):
 
     def __init__(self, image_size: int = 64):
         self.image_size = image_size
-        self.info = BackendInfo(name="scene-renderer", model="vlgate.evaluators.world.scenes.render", digest=renderer_digest(), extra={"image_size": str(image_size)})
+        self.info = BackendInfo(name="scene-renderer", model="vlgate.evaluators.scenes.scene.render", digest=renderer_digest(), extra={"image_size": str(image_size)})
 
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
         return [render(scene_from_description(prompt), self.image_size) for prompt in prompts]

@@ -5,7 +5,7 @@ its name. GenCeption's helper models are chosen the same way, from
 :data:`IMAGE_ENCODERS` (``encoder_kind:``) and :data:`IMAGE_GENERATORS` (``generator:``).
 
 * ``transformers``: the reference; every fast path is proven exact against its plain
-  forward pass (``runners/model_check.py``).
+  forward pass (``running/model_check.py``).
 * ``vllm``: another engine on the same weights; its numbers count only once the model
   check has shown them equal to the transformers plain path.
 * ``openai``: a model served over HTTP (``http://host:port/v1#served-name``); vlgate

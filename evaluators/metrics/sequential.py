@@ -46,7 +46,7 @@ from functools import lru_cache
 from typing import Literal, TypeVar
 
 import numpy as np
-from scipy import integrate, optimize, stats
+from scipy import integrate, optimize, special, stats
 
 T = TypeVar("T")
 
@@ -71,18 +71,22 @@ def minimum_detectable_effect(sd: float, n: int, alpha: float, power: float = DE
 def items_needed(sd: float, effect: float, alpha: float, power: float = DEFAULT_POWER) -> int | None:
     """The items a one-sided z-test at level ``alpha`` needs to detect a true distance
     ``effect`` from its margin with probability ``power``: ⌈((z₁₋α + z_power)·σ/Δ)²⌉ (the
-    power equation solved for n). None when ``effect`` is 0: no number of items detects it."""
+    power equation solved for n). None when ``effect`` is 0, or so small that the count
+    overflows a double: no number of items detects it."""
     if effect <= 0:
         return None
-    return max(1, int(np.ceil(((one_sided_z(alpha) + float(stats.norm.ppf(power))) * sd / effect) ** 2)))
+    with np.errstate(over="ignore"):
+        needed = np.ceil(np.square(np.float64((one_sided_z(alpha) + float(stats.norm.ppf(power))) * sd / effect)))
+    return max(1, int(needed)) if np.isfinite(needed) else None
 
 
 def obrien_fleming_spending(fraction: float, alpha: float) -> float:
     """The one-sided level spent by information fraction t: α(t) = 2 − 2Φ(z₁₋α/₂/√t)
-    (Lan & DeMets 1983, the O'Brien–Fleming-type spending function α₁*; α(1) = α)."""
+    (Lan & DeMets 1983, the O'Brien–Fleming-type spending function α₁*; α(1) = α),
+    computed as 2Φ̄(z₁₋α/₂/√t): 2 − 2Φ rounds to 0 beyond about 8 sd (t < 0.06 at α = 0.05)."""
     if fraction <= 0:
         return 0.0
-    return float(2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 2) / np.sqrt(min(fraction, 1.0))))
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / np.sqrt(min(fraction, 1.0))))
 
 
 def pocock_spending(fraction: float, alpha: float) -> float:
@@ -90,7 +94,7 @@ def pocock_spending(fraction: float, alpha: float) -> float:
     (Lan & DeMets 1983, the Pocock-type spending function α₂*; α(1) = α)."""
     if fraction <= 0:
         return 0.0
-    return float(alpha * np.log(1 + (np.e - 1) * min(fraction, 1.0)))
+    return float(alpha * np.log1p((np.e - 1) * min(fraction, 1.0)))
 
 
 #: The spending functions a policy may name (``sequential.spending``).
@@ -98,24 +102,98 @@ Spending = Literal["obrien-fleming", "pocock"]
 SPENDING_FUNCTIONS: dict[str, Callable[[float, float], float]] = {"obrien-fleming": obrien_fleming_spending, "pocock": pocock_spending}
 
 
-#: Points of the grid each look's density is carried on (odd: Simpson's rule; 401 gives the
-#: boundaries of 2,001 to six decimals), and how many standard deviations below 0 it
-#: reaches (with no lower boundary the score can go anywhere below; the mass beyond 9 sd
-#: is 1e-19).
+#: The most looks a sequential policy may have (``sequential.looks``). The boundaries exist
+#: for any number; each look costs a validation a round of expectations, MLflow logging and
+#: a gate decision, and the solver's time grows with the looks, where looks beyond a
+#: handful save few further items.
+MAX_LOOKS = 20
+
+#: Points of the grid each look's density is carried on at least (odd: Simpson's panels of
+#: three; 401 gives the nominal levels of 4,001 to within 1e-6), and how many standard
+#: deviations of the score it reaches below 0 (with no lower boundary the score can go
+#: anywhere below) and at most above (a boundary further up cuts the paths beyond it with
+#: the grid). The mass beyond 9 sd is 1e-19: what a look's crossing probability can be off by.
 GRID_POINTS = 401
 GRID_LOWER_SD = 9.0
+GRID_UPPER_SD = 9.0
+
+#: The least fraction of the items between two looks. The grid a look's density is carried
+#: on resolves the increment that led to it, in STEPS_PER_INCREMENT_SD points a standard
+#: deviation (the density's edge at the previous boundary is that sharp), so its points grow
+#: as 1/√gap: about 2,300 at this gap, where GRID_POINTS serve looks 0.03 or more apart.
+MIN_LOOK_GAP = 0.001
+STEPS_PER_INCREMENT_SD = 4
+
+#: An increment whose sd spans this many grid steps or more (a look long after the one
+#: before) is smooth on the grid: Simpson's rule integrates density × kernel there, where
+#: the moments of :func:`_simpson_product` would cancel to rounding error. A narrower one is
+#: integrated exactly against the density's quadratic interpolant, however narrow (looks
+#: close together), which Simpson's rule on density × kernel would miss.
+SMOOTH_KERNEL_STEPS = 50
+
+_ROOT_TWO_PI = float(np.sqrt(2 * np.pi))
 
 
-def _grid(upper: float, information: float) -> np.ndarray:
-    return np.linspace(-GRID_LOWER_SD * np.sqrt(information), upper, GRID_POINTS)
+def _grid(upper: float, information: float, increment_sd: float = np.inf) -> np.ndarray:
+    """The score's grid at a look: from −9 sd up to the boundary ``upper`` (+∞: 9 sd), in
+    GRID_POINTS points or more, for a step of at most ``increment_sd``/STEPS_PER_INCREMENT_SD
+    (the density there is the previous look's, cut at its boundary, smoothed by that increment)."""
+    bottom, top = -GRID_LOWER_SD * np.sqrt(information), min(upper, GRID_UPPER_SD * np.sqrt(information))
+    panels = max((GRID_POINTS - 1) // 2, int(np.ceil((top - bottom) * STEPS_PER_INCREMENT_SD / (2 * increment_sd))))
+    return np.linspace(bottom, top, 2 * panels + 1)
+
+
+def _smooth_on(grid: np.ndarray, step: float) -> bool:
+    return step >= SMOOTH_KERNEL_STEPS * (grid[1] - grid[0])
+
+
+def _simpson_product(moments: tuple[np.ndarray, np.ndarray, np.ndarray], offset: np.ndarray, grid: np.ndarray, density: np.ndarray) -> np.ndarray:
+    """∫ p(s) K(s) ds over ``grid``, p Simpson's quadratic through ``density`` on each panel
+    of three points and K integrated exactly against it (product integration): ``moments``
+    are ν_j = ∫_panel (s − r)^j K(s) ds, j = 0, 1, 2, about a point r, ``offset`` r − the
+    panel's middle (per panel, or rows × panels). Exact in the kernel however narrow, where
+    Simpson's rule on p·K misses a normal kernel narrower than the grid's step."""
+    zeroth, first, second = moments
+    step = grid[1] - grid[0]
+    # moments of x = (s − middle)/step, the Lagrange basis's variable on [−1, 1]
+    x1 = (offset * zeroth + first) / step
+    x2 = (offset * offset * zeroth + 2 * offset * first + second) / (step * step)
+    return ((x2 - x1) / 2) @ density[0:-1:2] + (zeroth - x2) @ density[1::2] + ((x2 + x1) / 2) @ density[2::2]
+
+
+def _crossing(bound: float, grid: np.ndarray, density: np.ndarray, step: float) -> float:
+    """P(no earlier crossing, S_k ≥ ``bound``) = ∫ p(s) Φ((s − bound)/step) ds: ``density`` p
+    the score's on ``grid`` after the previous look on the paths that crossed nothing,
+    ``step`` the sd of the increment. For product integration, in w = (s − bound)/step,
+    ∫wʲΦ(w)dw is wΦ + φ, ((w² − 1)Φ + wφ)/2 and (w³Φ + (w² + 2)φ)/3 for j = 0, 1, 2."""
+    if _smooth_on(grid, step):
+        return float(integrate.simpson(density * special.ndtr((grid - bound) / step), x=grid))
+    w = (grid[::2] - bound) / step
+    cdf, pdf = special.ndtr(w), np.exp(-w * w / 2) / _ROOT_TWO_PI
+    antiderivatives = (w * cdf + pdf, ((w * w - 1) * cdf + w * pdf) / 2, (w**3 * cdf + (w * w + 2) * pdf) / 3)
+    zeroth, first, second = (step ** (j + 1) * np.diff(a) for j, a in enumerate(antiderivatives))
+    return float(_simpson_product((zeroth, first, second), bound - grid[1::2], grid, density))
+
+
+def _moved_density(targets: np.ndarray, grid: np.ndarray, density: np.ndarray, step: float) -> np.ndarray:
+    """The density at ``targets`` of the next look's score on the paths that crossed nothing
+    yet: ∫ p(s) φ((y − s)/step)/step ds, the convolution with the increment's normal
+    density. For product integration, in v = (s − y)/step, its moments about y are ΔΦ,
+    −step·Δφ and step²·(ΔΦ − Δ(vφ))."""
+    if _smooth_on(grid, step):
+        kernel = stats.norm.pdf((targets[:, None] - grid[None, :]) / step) / step
+        return np.asarray(integrate.simpson(kernel * density[None, :], x=grid, axis=1))
+    v = (grid[None, ::2] - targets[:, None]) / step
+    pdf = np.exp(-v * v / 2) / _ROOT_TWO_PI
+    # above the mean, differences of upper tails: Φ's own would round them away
+    zeroth = np.where(v[:, :-1] >= 0, -np.diff(special.ndtr(-v), axis=1), np.diff(special.ndtr(v), axis=1))
+    moments = (zeroth, -step * np.diff(pdf, axis=1), step * step * (zeroth - np.diff(v * pdf, axis=1)))
+    return np.asarray(_simpson_product(moments, targets[:, None] - grid[None, 1::2], grid, density))
 
 
 def _excess_crossing(bound: float, grid: np.ndarray, density: np.ndarray, information: float, step: float, spent: float) -> float:
-    """P(no earlier crossing, Z_k ≥ bound) − what look k spends: 0 at look k's boundary.
-    ``density``: the score's on ``grid`` after the previous look, on the paths that crossed
-    nothing; ``step``: the sd of the score's increment to look k."""
-    crossing = integrate.simpson(density * stats.norm.sf((bound * np.sqrt(information) - grid) / step), x=grid)
-    return float(crossing) - spent
+    """P(no earlier crossing, Z_k ≥ bound) − what look k spends: 0 at look k's boundary."""
+    return _crossing(bound * np.sqrt(information), grid, density, step) - spent
 
 
 @lru_cache(maxsize=256)
@@ -123,9 +201,11 @@ def _boundaries(fractions: tuple[float, ...], alpha: float, spending: Spending) 
     """Jennison & Turnbull (2000) §19.2's recursive numerical integration on the score
     S_k = Z_k·√t_k, whose increments are independent N(0, t_k − t_{k−1}): the density of
     S_{k−1} on the paths that crossed no boundary is carried on a grid, a boundary is where
-    its probability of crossing at look k equals what look k spends, and the density
-    moves on by convolution with the increment's. Deterministic and milliseconds a
-    design, where a quasi-Monte Carlo multivariate normal takes seconds."""
+    its probability of crossing at look k equals what look k spends, α(t_k) − α(t_{k−1})
+    (Lan & DeMets 1983), and the density moves on by convolution with the increment's.
+    A look that spends nothing a double can hold (O'Brien–Fleming's α(t) underflows below
+    t ≈ 0.003 at α = 0.05) has the boundary +∞: no path crosses there. Deterministic and
+    milliseconds a look, where a quasi-Monte Carlo multivariate normal takes seconds."""
     spent_by = SPENDING_FUNCTIONS[spending]
     t = np.asarray(fractions, dtype=float)
     bounds = [float(stats.norm.isf(spent_by(t[0], alpha)))]
@@ -133,12 +213,16 @@ def _boundaries(fractions: tuple[float, ...], alpha: float, spending: Spending) 
     density = stats.norm.pdf(grid, scale=np.sqrt(t[0]))
     for k in range(1, len(t)):
         spent = spent_by(t[k], alpha) - spent_by(t[k - 1], alpha)
-        step = np.sqrt(t[k] - t[k - 1])
-        # below the fixed-sample bound the crossing probability exceeds what is spent; far out it is 0
-        bounds.append(float(optimize.brentq(_excess_crossing, -1.0, 12.0, args=(grid, density, t[k], step, spent), xtol=1e-10)))
-        moved = _grid(bounds[-1] * np.sqrt(t[k]), t[k])
-        kernel = stats.norm.pdf((moved[:, None] - grid[None, :]) / step) / step
-        density, grid = integrate.simpson(kernel * density[None, :], x=grid, axis=1), moved
+        step = float(np.sqrt(t[k] - t[k - 1]))
+        if spent <= 0:
+            bounds.append(float("inf"))
+        else:
+            # at −1 the crossing probability is at least Φ̄(−1) − α(t_{k−1}) > what is spent
+            # (α < 0.84); where Φ̄(c) < what is spent, no earlier crossing or not, it is below
+            above = float(stats.norm.isf(spent)) + 1.0
+            bounds.append(float(optimize.brentq(_excess_crossing, -1.0, above, args=(grid, density, t[k], step, spent), xtol=1e-10)))
+        moved = _grid(bounds[-1] * np.sqrt(t[k]), t[k], step)
+        density, grid = _moved_density(moved, grid, density, step), moved
     return tuple(bounds)
 
 
@@ -146,9 +230,11 @@ def spending_boundaries(fractions: Sequence[float], alpha: float, spending: Spen
     """The boundaries c_1..c_K of the looks at information ``fractions`` (increasing, the
     last 1) spending one-sided ``alpha`` by the ``spending`` function: each solves
     P(Z_1 < c_1, …, Z_{k−1} < c_{k−1}, Z_k ≥ c_k) = α(t_k) − α(t_{k−1}) under the canonical
-    joint distribution."""
+    joint distribution. ValueError for an ``alpha`` outside (0, 0.5)."""
     t = validated_fractions(fractions)
-    return np.asarray(_boundaries(tuple(round(float(f), 12) for f in t), float(alpha), spending))
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"a one-sided level must be within (0, 0.5), got {alpha}")
+    return np.asarray(_boundaries(tuple(float(f) for f in t), float(alpha), spending))
 
 
 def nominal_levels(fractions: Sequence[float], alpha: float, spending: Spending = "obrien-fleming") -> np.ndarray:
@@ -177,10 +263,15 @@ def t_boundary(nominal_level: float, items: int) -> float:
 
 
 def validated_fractions(fractions: Sequence[float]) -> np.ndarray:
-    """Look fractions as an array; ValueError unless they increase strictly within (0, 1] and end at 1."""
+    """Look fractions as an array; ValueError unless they increase within (0, 1], each at
+    least :data:`MIN_LOOK_GAP` after the one before, and end at 1 (to rounding: the last is
+    then 1 exactly, every item)."""
     t = np.asarray(list(fractions), dtype=float)
-    if t.size == 0 or t[0] <= 0 or np.any(np.diff(t) <= 0) or not np.isclose(t[-1], 1.0):
+    if t.size == 0 or t[0] <= 0 or np.any(np.diff(t) <= 0) or not np.isclose(t[-1], 1.0) or (t.size > 1 and t[-2] >= 1):
         raise ValueError(f"looks must increase strictly within (0, 1] and end at 1, got {list(fractions)}")
+    t[-1] = 1.0
+    if np.any(np.diff(t) < MIN_LOOK_GAP * (1 - 1e-9)):
+        raise ValueError(f"looks must be at least {MIN_LOOK_GAP:g} of the items apart, got {list(fractions)}")
     return t
 
 

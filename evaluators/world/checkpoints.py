@@ -53,10 +53,10 @@ from vlgate.evaluators import prompts
 from vlgate.evaluators.decc import prompts as decc_prompts
 from vlgate.evaluators.genception import prompts as genception_prompts
 from vlgate.evaluators.prompts import OPTION_LETTERS, YES_NO_INSTRUCTION
+from vlgate.evaluators.scenes.scene import render
 from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
 from vlgate.evaluators.vlind import prompts as vlind_prompts
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES, decc_item, mc_item, nb_unit, vlind_item, yesno_item
-from vlgate.evaluators.world.scenes import render
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
 CHAT_TEMPLATE = (

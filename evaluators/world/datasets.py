@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vlgate.evaluators.world.scenes import COLORS, SHAPES, Scene, Shape, random_scene, render
+from vlgate.evaluators.scenes.scene import COLORS, SHAPES, Scene, Shape, random_scene, render
 
 
 @dataclass(frozen=True)

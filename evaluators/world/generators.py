@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vlgate.evaluators.genception.prompts import genception_generate
-from vlgate.evaluators.world.renderer import SKY
-from vlgate.evaluators.world.scenes import COLORS, SHAPES, Scene, random_scene, render
+from vlgate.evaluators.scenes.renderer import SKY
+from vlgate.evaluators.scenes.scene import COLORS, SHAPES, Scene, random_scene, render
 
 if TYPE_CHECKING:
     from transformers import CLIPModel, CLIPProcessor, CLIPTokenizer

@@ -160,7 +160,7 @@ class Evaluate(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.evaluators.backends.base import BackendError
-        from vlgate.evaluators.runners.suite import Suite, run_suite
+        from vlgate.evaluators.running.suite import Suite, run_suite
         from vlgate.home import vlgate_home
 
         try:
@@ -208,8 +208,8 @@ class CheckModel(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.evaluators.backends import kinds as backends
         from vlgate.evaluators.backends.base import BackendError
-        from vlgate.evaluators.runners.model_check import EXAMPLES_SUITE, check_model
-        from vlgate.evaluators.runners.suite import Suite
+        from vlgate.evaluators.running.model_check import EXAMPLES_SUITE, check_model
+        from vlgate.evaluators.running.suite import Suite
         from vlgate.home import vlgate_home
 
         try:

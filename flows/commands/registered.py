@@ -403,7 +403,7 @@ class Drift(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         """One drift check of the model's champion now, as the schedule runs it."""
         from vlgate import tracking
-        from vlgate.evaluators.runners.suite import Suite
+        from vlgate.evaluators.running.suite import Suite
         from vlgate.flows.drift import DriftOutcome, DriftResult
         from vlgate.flows.prefect_server import local_prefect_server
         from vlgate.flows.settings import CONFIG_FILE, ServiceConfig

@@ -169,7 +169,7 @@ def check_model(reference: str, suite: Any, items: int = 4, backend: str = "tran
 
     from vlgate.evaluators.backends import kinds as backends
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-    from vlgate.evaluators.runners.suite import transformers_batch_size
+    from vlgate.evaluators.running.suite import transformers_batch_size
 
     with images.pixel_budget(getattr(suite, "max_image_pixels", images.DEFAULT_MAX_PIXELS)):
         requests = suite_requests(suite, items)

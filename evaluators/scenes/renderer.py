@@ -12,7 +12,7 @@ import inspect
 import re
 import sys
 
-from vlgate.evaluators.world.scenes import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, render
+from vlgate.evaluators.scenes.scene import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, render
 
 #: The sky behind the world's outdoor scenes (GenCeption's landscapes, VLind's first sky):
 #: a description that mentions the sun or grass is drawn outdoors.
