@@ -168,7 +168,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     (expectations, logging, correlations, gate) on records given here instead of a model."""
     from vlgate import tracking
     from vlgate.evaluators.output import EvaluatorSummary
-    from vlgate.flows import correlations, evaluation, recording, validation
+    from vlgate.flows import correlations, evaluation, judgement, recording
     from vlgate.flows.gate import GatePolicy
 
     run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
@@ -192,7 +192,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    validation.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
+    judgement.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
     client.set_terminated(run_id, "FINISHED")
     return str(version)
 

@@ -225,8 +225,8 @@ class Gate(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate import tracking
         from vlgate.flows.gate import GatePolicy
+        from vlgate.flows.judgement import ValidationError, judge_again
         from vlgate.flows.settings import ServiceConfig, not_configured
-        from vlgate.flows.validation import ValidationError, judge_again
 
         args.version = version_number(args.version)
         home = service_home()

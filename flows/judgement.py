@@ -1,0 +1,146 @@
+"""Judging a version: the gate on its outputs against the champion it is compared with,
+under the model's gate lock, and a settled decision recorded as its validation run's next
+decision record (never rewriting one), the tags showing it, the alias moved only from the
+champion it was judged against (docs/service.md, "Decisions are records"). The validation
+flow judges each look through :func:`judge`; ``vlgate gate`` judges a recorded run again
+through :func:`judge_again`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from vlgate import tag_keys, tracking
+from vlgate.decisions import Baseline, DecisionKind, DecisionRecord, Rule, Verdict
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
+from vlgate.flows.gate import Check, CheckKey, GatePolicy, decide
+from vlgate.flows.recording import judge_identity, log_item_diffs, log_metric_dict, run_outputs, version_outputs, write_decision_tags
+from vlgate.flows.settings import prepare_environment
+from vlgate.registry_hooks.locks import NamedLocks
+from vlgate.registry_hooks.state_db import StateDatabase
+
+
+class ValidationError(RuntimeError):
+    """The flow cannot judge this version at all (no config, no such version)."""
+
+
+class Superseded(RuntimeError):
+    """A later attempt took this validation's claim over (this one's process was taken for
+    lost): this flow stops without deciding, and the later one decides."""
+
+
+def baseline_champion(client: Any, model_name: str, version: str, run_id: str, against_current: bool, fix: bool) -> str | None:
+    """The champion a judgement of ``version`` compares with (None: none). By default the
+    one its validation was first judged against, fixed then on the run
+    (``vlgate.baseline_champion``, with ``fix``) so that every look, re-run and ``gate
+    --apply`` compares with the same version; never the version itself. With
+    ``against_current``, today's champion, which must be another version."""
+    current = tracking.champion_version(client, model_name)
+    if against_current:
+        if current == version:
+            raise ValidationError(f"{model_name} v{version} is today's champion: against today's champion it would be compared with itself (without --against-current it is judged against its validation's champion)")
+        return current
+    fixed, baseline = tracking.baseline_of(client, run_id)
+    if fixed:
+        return baseline
+    baseline = current if current != version else None
+    if fix:
+        client.set_tag(run_id, tag_keys.BASELINE_CHAMPION, baseline or tag_keys.NO_CHAMPION)
+    return baseline
+
+
+def alias_moved_meanwhile(model_name: str, version: str, baseline: str | None, current: str | None) -> Check | None:
+    """A promotion would replace a champion the version was never compared with: another
+    version took the alias after this validation fixed its baseline. That check fails
+    closed (could not judge) instead of moving the alias."""
+    if current in (baseline, version):
+        return None
+    against = f"v{baseline}" if baseline else "no champion"
+    detail = f"v{current} holds the alias since this validation was judged against {against}: vlgate gate {model_name} {version} --against-current --apply judges it against v{current}"
+    return Check(CheckKey(Rule.ALIAS, "champion"), Verdict.COULD_NOT_JUDGE, detail)
+
+
+def judge(
+    model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool,
+    holds: Callable[[], bool] | None = None, look: int | None = None, kind: DecisionKind = DecisionKind.REJUDGEMENT,
+    against_current: bool = False, request_id: str | None = None,
+) -> DecisionRecord:  # fmt: skip
+    """The gate on ``outputs`` (of ``look`` of a sequential policy) against the version's
+    baseline champion (:func:`baseline_champion`), under the model's gate lock. With
+    ``record``, a settled decision is appended as the run's next decision record (never
+    replacing one), the tags show it, and on promotion the alias moves, only from the
+    champion it was judged against. ``holds``: asked under the lock; a flow whose claim
+    was taken over decides nothing. ``request_id``: a retried request whose record is
+    already the latest gets that record back."""
+    client = tracking.connect()
+    locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
+    with locks.hold(f"gate:{model_name}"):
+        if holds is not None and not holds():
+            raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
+        latest = tracking.latest_decision(client, run_id) if record and request_id else None
+        if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
+            return latest
+        champion_version = baseline_champion(client, model_name, version, run_id, against_current, fix=record)
+        champion = version_outputs(client, model_name, champion_version) if champion_version else None
+        decision = decide(policy, outputs, champion, look=look)
+        current = tracking.champion_version(client, model_name)
+        moved = alias_moved_meanwhile(model_name, version, champion_version, current) if decision.promote else None
+        if moved is not None:
+            decision.checks.append(moved)
+            decision.promote = False
+        per_sample = correlate_with_champion(outputs, champion)
+        warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
+        judged = decision.record(policy_path, champion_version, warnings, per_sample).model_copy(
+            update={"kind": kind, "baseline": Baseline.CURRENT if against_current else Baseline.VALIDATION, "judged_by": judge_identity(request_id)}
+        )
+        if record and decision.settled:
+            log_metric_dict(client, run_id, correlation_metrics(per_sample))
+            log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
+            alias_moves = decision.promote and current != version
+            if alias_moves:
+                client.set_registered_model_alias(model_name, tracking.CHAMPION, version)
+            after = version if decision.promote else current
+            judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
+            judged = tracking.append_decision(client, run_id, judged, policy_path)
+            write_decision_tags(client, model_name, version, run_id, judged.decision, judged.reasons, judged.outcome, record=judged.sequence)
+    return judged
+
+
+class Rejudgement(BaseModel):
+    """What ``vlgate gate`` prints: a version's existing run judged again, and whether the
+    new decision was recorded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str
+    run_id: str
+    recorded: bool
+    judged: DecisionRecord
+
+    def as_json(self) -> dict[str, Any]:
+        """The decision's fields beside which version and run it is of (as ``validate --json``)."""
+        return {"model": self.model, "version": self.version, "run_id": self.run_id, "recorded": self.recorded} | self.judged.as_json()
+
+
+def judge_again(model_name: str, version: str, policy_path: str, record: bool = False, against_current: bool = False) -> Rejudgement:
+    """``vlgate gate``: the version's existing validation run judged again (a changed
+    policy) without evaluating anything, against its validation's champion, or today's
+    with ``against_current``; with ``record``, appended as the run's next decision record."""
+    client = tracking.connect()
+    run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
+    if not run_id:
+        raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
+    look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
+    judged = judge(
+        model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record,
+        look=int(look) if look else None, kind=DecisionKind.REJUDGEMENT, against_current=against_current,
+    )  # fmt: skip
+    recorded = judged.sequence is not None  # an interim look that does not settle records nothing
+    return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=recorded, judged=judged)
