@@ -6,9 +6,8 @@ a row; :func:`load_rows` turns that into an :class:`ItemError` naming the file a
 Lines) or the list index (a JSON array), the item id and the field, skips the row and goes on.
 
 Image checks (:func:`check_image`, on by default): the file must exist, and PIL must open it
-and ``verify()`` it. Measured on this project's 2-core machine (warm page cache), for 1,000
-images: 64 px PNGs 0.06 s, 512 px PNGs of 600 KB each 0.5 s, 512 px JPEGs 0.04 s; a full decode
-costs 4-13x more (0.23 s, 6.4 s, 1.1 s), so decoding waits for the runner's
+and ``verify()`` it, which reads far less than a full decode (benchmarks/RESULTS.md,
+"Checking images"), so decoding waits for the runner's
 :func:`~vlgate.evaluators.loaders.items.open_image`, which reports a failure as the same kind of
 per-item error. What ``verify()`` catches: a missing or empty file, a file that is no image,
 and for PNG a truncated file or a broken chunk checksum. It does not decode JPEG data, so a

@@ -5,12 +5,11 @@ champion, with the change's variance estimated under the null. Pure pandas/numpy
 true change is at or below −max_drop, H1 above it. On per-item 0/1 scores the paired
 differences take the values −1, 0 and 1 and, between two versions of one model, few items
 change: the difference's distribution is a few discordant items in many ties. There the
-percentile bootstrap passes too many candidates sitting exactly at the margin (0.12 at
-80 items, 0.08 at 160 and 320, at α = 0.05, on the world champion's records: its interval
-treats the observed items as the population and falls on the 1/n lattice), and so does a
-t test (0.084, 0.072, 0.060). The score test holds the level there (0.038, 0.048, 0.046,
-summed exactly over the paired outcomes in ``tests/test_score_test.py``;
-``benchmarks/bench_sequential.py`` prints the simulated table), because it estimates the
+percentile bootstrap passes too many candidates sitting exactly at the margin (its
+interval treats the observed items as the population and falls on the 1/n lattice), and so
+does a t test. The score test holds the level there (the rates at the margin, summed
+exactly over the paired outcomes in ``tests/test_score_test.py`` and simulated by
+``benchmarks/bench_sequential.py``, are in docs/sequential.md, "The fixed-sample test"), because it estimates the
 variance of the change *as the null says it would be*: a candidate that changed no answer on 100
 items has not shown it loses less than 2 % of them (a model that loses 2 % would change
 none 13 % of the time), and the score test says so where the bootstrap, with no spread
