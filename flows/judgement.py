@@ -77,7 +77,7 @@ def judge(
     replacing one), the tags show it, and on promotion the alias moves, only from the
     champion it was judged against. ``holds``: asked under the lock; a flow whose claim
     was taken over decides nothing. ``request_id``: a retried request whose record is
-    already the latest gets that record back."""
+    already the latest gets that record back (its tags written again), nothing appended."""
     client = tracking.connect()
     locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
     with locks.hold(f"gate:{model_name}"):
@@ -85,6 +85,7 @@ def judge(
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         latest = tracking.latest_decision(client, run_id) if record and request_id else None
         if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
+            write_decision_tags(client, model_name, version, run_id, latest.decision, latest.reasons, latest.outcome, record=latest.sequence)  # what the retried one may not have written
             return latest
         champion_version = baseline_champion(client, model_name, version, run_id, against_current, fix=record)
         champion = version_outputs(client, model_name, champion_version) if champion_version else None

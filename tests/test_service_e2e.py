@@ -431,6 +431,15 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert ClaimStore.for_home(home).get("r", "2").attempts == 2
     assert validate_model_version("r", "2").sequence == 2  # a flow run the service sends reports the decision as it stands
 
+    # a gate task retried after it recorded: the same request appends nothing twice
+    from vlgate.flows.gate import GatePolicy
+    from vlgate.flows.judgement import judge
+    from vlgate.flows.recording import run_outputs
+
+    policy = home / "gate-r.yaml"
+    retried = [judge("r", "2", run_id, GatePolicy.from_file(policy), policy, run_outputs(client, run_id), record=True, kind=DecisionKind.REVALIDATION, request_id="task-run-1") for _ in range(2)]
+    assert [r.sequence for r in retried] == [3, 3] and retried[0] == retried[1] and len(tracking.decision_history(client, run_id)) == 3
+
     tracking.register_checkpoint(client, "r", world / "checkpoints" / "vlm-language-prior", home=home)
     results: list = []
     claims = ClaimStore.for_home(home)
@@ -454,8 +463,8 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     capsys.readouterr()
     assert main(["status", "r", "2", "--json"]) == 0
     (version,) = json.loads(capsys.readouterr().out)["models"][0]["versions"]
-    assert [(d["sequence"], d["kind"], d["champion_before"]) for d in version["decisions"]] == [(1, "validation", "1"), (2, "re-validation", "1")]
-    assert version["decision_record"] == "decisions/0002.json"
+    assert [(d["sequence"], d["kind"], d["champion_before"]) for d in version["decisions"]] == [(1, "validation", "1"), (2, "re-validation", "1"), (3, "re-validation", "1")]
+    assert version["decision_record"] == "decisions/0003.json"
     assert main(["status", "r", "2"]) == 0
     assert "record 2 (re-validation" in capsys.readouterr().out
 

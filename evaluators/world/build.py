@@ -60,7 +60,7 @@ WORLD_FORMAT = 10
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
 WORLD_CODE = (
-    "build.py", "checkpoints.py", "datasets.py", "generators.py", "renderer.py", "scenes.py",
+    "build.py", "checkpoints.py", "datasets.py", "generators.py", "../scenes/renderer.py", "../scenes/scene.py",
     "../prompts.py", "../vl_lcm/prompts.py", "../vlind/prompts.py", "../genception/prompts.py", "../decc/prompts.py",
 )  # fmt: skip
 #: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
