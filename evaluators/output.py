@@ -21,9 +21,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from vlgate.evaluators import registry
 from vlgate.evaluators.records import ParsedLines, read_jsonl
-from vlgate.evaluators.scoring import per_sample_frame, validate
 
 
 class EvaluatorSummary(BaseModel):
@@ -130,6 +128,9 @@ class EvaluatorOutput:
         """Parsed records validated once into the per-sample frame; invalid ones are left
         out of ``samples`` (the expectations count rows, so a dropped record is caught there).
         An evaluator this vlgate does not know (an old run's) keeps its records, without samples."""
+        from vlgate.evaluators import registry  # the registry and scoring: when records are parsed, not when the type is imported
+        from vlgate.evaluators.scoring import per_sample_frame, validate
+
         known = evaluator in registry.names()
         samples = per_sample_frame(validate(evaluator, parsed, skip_invalid=True)) if parsed.records and known else None
         return cls(evaluator, metrics=metrics, records=parsed.records, samples=samples, **fields)

@@ -2,14 +2,20 @@
 papers (:data:`BUILT_IN`), then any installed plugin's, found through the entry-point group
 :data:`ENTRY_POINT_GROUP` (an entry point names an :class:`EvaluatorDefinition` or a
 sequence of them; ``pyproject.toml``: ``[project.entry-points."vlgate.evaluators"]``).
-Every definition checks itself on its example records when it is registered, so a broken
-plugin is refused when vlgate starts, naming what is wrong, not when a run uses it.
+
+Importing this module loads nothing and runs nothing: the packages and plugins are sources
+resolved the first time anything asks the registry (as lm-evaluation-harness's registry
+resolves its tasks), so a value type that names the registry costs no evaluator's import.
+Every definition checks itself on its example records (:func:`check_definitions`) where a
+broken one must be refused before it is used: ``vlgate serve`` at start-up, ``vlgate
+check``, the tests, and :func:`register` (a plugin or a test adding one explicitly).
 What a definition holds and who reads what: ``evaluators/definition.py``.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 
@@ -27,11 +33,30 @@ class UnknownEvaluatorError(ValueError):
 
 
 _REGISTRY: dict[str, EvaluatorDefinition] = {}
+#: the evaluators whose self-check passed in this process
+_CHECKED: set[str] = set()
+_RESOLVED = threading.Event()
+_RESOLVING = threading.RLock()
+#: the plugins the first resolution found
+_PLUGINS_FOUND_FIRST: list[str] = []
 
 
-def register(definition: EvaluatorDefinition) -> EvaluatorDefinition:
-    """Add an evaluator (a plugin's or a test's) once it has checked itself on its example
-    records (:meth:`EvaluatorDefinition.check`); its name must be new."""
+def _registered(check_plugins: bool = False) -> dict[str, EvaluatorDefinition]:
+    """The registry, its sources resolved on first use: the built-in packages in order, then
+    the installed plugins (once per process, one thread resolving while the others wait);
+    ``check_plugins``: the plugins found now check themselves as they are added."""
+    if not _RESOLVED.is_set():
+        with _RESOLVING:
+            if not _RESOLVED.is_set():
+                for package in BUILT_IN:
+                    for definition in importlib.import_module(package).DEFINITIONS:
+                        _add(definition)
+                _PLUGINS_FOUND_FIRST[:] = _add_plugins(check=check_plugins)
+                _RESOLVED.set()
+    return _REGISTRY
+
+
+def _add(definition: EvaluatorDefinition) -> EvaluatorDefinition:
     if definition.name in _REGISTRY:
         raise ValueError(f"evaluator {definition.name!r} is already registered")
     for metric in definition.metrics:
@@ -39,29 +64,55 @@ def register(definition: EvaluatorDefinition) -> EvaluatorDefinition:
             evaluator, _, name = target.partition("/")
             if not name:
                 raise DefinitionError(f"{definition.name}/{metric.name}: correlate_with {target!r} is not EVALUATOR/METRIC")
-    definition.check()
     _REGISTRY[definition.name] = definition
     return definition
 
 
+def register(definition: EvaluatorDefinition) -> EvaluatorDefinition:
+    """Add an evaluator (a plugin's or a test's), after the built-in ones, once it has
+    checked itself on its example records (:meth:`EvaluatorDefinition.check`); its name
+    must be new."""
+    if definition.name in _registered():
+        raise ValueError(f"evaluator {definition.name!r} is already registered")
+    definition.check()
+    _CHECKED.add(definition.name)
+    return _add(definition)
+
+
+def check_definitions() -> list[str]:
+    """Every registered evaluator checked on its example records (each once per process);
+    the names checked. A definition that disagrees with itself raises
+    :class:`DefinitionError` naming the evaluator and every disagreement."""
+    for definition in _registered().values():
+        if definition.name not in _CHECKED:
+            try:
+                definition.check()
+            except DefinitionError as error:
+                raise DefinitionError(f"evaluator {definition.name!r}: {error}") from None
+            _CHECKED.add(definition.name)
+    return list(_REGISTRY)
+
+
 def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
+    _registered().pop(name, None)
+    _CHECKED.discard(name)
 
 
 def names() -> tuple[str, ...]:
     """Every registered evaluator, in registration order (the order reports show them in)."""
-    return tuple(_REGISTRY)
+    return tuple(_registered())
 
 
 def definitions() -> tuple[EvaluatorDefinition, ...]:
-    return tuple(_REGISTRY.values())
+    return tuple(_registered().values())
 
 
 def get(name: str) -> EvaluatorDefinition:
+    registered = _registered()
     try:
-        return _REGISTRY[name]
+        return registered[name]
     except KeyError:
-        raise UnknownEvaluatorError(f"unknown evaluator {name!r}; expected one of {', '.join(sorted(_REGISTRY))}") from None
+        raise UnknownEvaluatorError(f"unknown evaluator {name!r}; expected one of {', '.join(sorted(registered))}") from None
 
 
 def split_metric(qualified: str) -> tuple[str, str]:
@@ -73,14 +124,14 @@ def split_metric(qualified: str) -> tuple[str, str]:
 def metric(qualified: str) -> Metric | None:
     """The definition of ``EVALUATOR/METRIC``, or None for an unknown evaluator or metric."""
     evaluator, name = split_metric(qualified)
-    definition = _REGISTRY.get(evaluator)
+    definition = _registered().get(evaluator)
     return definition.metric(name) if definition is not None and name else None
 
 
 def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
     """(label-free, labelled) pairs of qualified metric names among ``available`` (e.g. the
     columns of the across-versions table), templates matched against what is there."""
-    for definition in _REGISTRY.values():
+    for definition in _registered().values():
         for spec in definition.metrics:
             if not spec.correlate_with:
                 continue
@@ -92,8 +143,15 @@ def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 def register_plugins() -> list[str]:
     """Register every evaluator the installed packages name in :data:`ENTRY_POINT_GROUP`
-    that is not registered yet; the names registered. A plugin that cannot be loaded or
-    whose definition fails its check raises :class:`DefinitionError` naming the entry point."""
+    that is not registered yet (a package installed while vlgate runs); the names
+    registered. A plugin that cannot be loaded or whose definition fails its check raises
+    :class:`DefinitionError` naming the entry point."""
+    resolving_now = not _RESOLVED.is_set()
+    _registered(check_plugins=True)
+    return (list(_PLUGINS_FOUND_FIRST) if resolving_now else []) + _add_plugins(check=True)
+
+
+def _add_plugins(check: bool) -> list[str]:
     added = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -105,20 +163,18 @@ def register_plugins() -> list[str]:
             if not isinstance(definition, EvaluatorDefinition):
                 raise DefinitionError(f"entry point {point.name!r} ({point.value}) names {type(definition).__name__}, not an EvaluatorDefinition")
             if definition.name not in _REGISTRY:
-                register(definition)
+                if check:
+                    definition.check()
+                    _CHECKED.add(definition.name)
+                _add(definition)
                 added.append(definition.name)
     return added
-
-
-for _package in BUILT_IN:
-    for _definition in importlib.import_module(_package).DEFINITIONS:
-        register(_definition)
-register_plugins()
 
 __all__ = [
     "BUILT_IN",
     "ENTRY_POINT_GROUP",
     "UnknownEvaluatorError",
+    "check_definitions",
     "correlated_pairs",
     "definitions",
     "get",

@@ -101,6 +101,7 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
     home = prepare_environment()
     config = ServiceConfig.load(home)  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
+    checked_evaluators()  # every evaluator, plugins included, agrees with itself before anything is served
     for name, model in [*config.models.items(), *([("default", config.default)] if config.default else [])]:
         problem = config_problem(model) or (drift_problem(model) if drift and not once else None)
         if problem:  # each model's suite and policy, checked against each other before anything is served
@@ -117,6 +118,19 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     # server on the same database
     with local_prefect_server(home, services=bool(drift_configs)):
         return _serve(home, config, drift_configs, webhook=webhook, once=once)
+
+
+def checked_evaluators() -> list[str]:
+    """Every registered evaluator checked on its example records (``registry.check_definitions``);
+    the names. A definition that disagrees with itself (a broken plugin) is a :class:`ConfigError`:
+    one line naming it, exit 2, nothing started."""
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.definition import DefinitionError
+
+    try:
+        return registry.check_definitions()
+    except DefinitionError as error:
+        raise ConfigError(str(error)) from None
 
 
 def preflight(home: Path, config: ServiceConfig, *, webhook: bool) -> None:

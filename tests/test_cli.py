@@ -13,7 +13,7 @@ from vlgate.evaluators import registry
 from vlgate.flows.cli import main
 
 
-@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"], ["stack"]])
+@pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["check"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"], ["stack"]])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*command, "--help"])

@@ -117,7 +117,7 @@ def test_scoring_records_loads_no_runner_model_code_or_matplotlib():
     import subprocess
     import sys
 
-    probe = "import sys; import vlgate.evaluators.scoring; print(' '.join(sorted(sys.modules)))"
+    probe = "import sys; from vlgate.evaluators import registry, scoring; registry.names(); print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
     assert "vlgate.evaluators.registry" in loaded and "vlgate.evaluators.vlind.definition" in loaded
     assert not {name for name in loaded if name.endswith((".runner", ".figures")) and name.startswith("vlgate.evaluators.") and name != "vlgate.evaluators.figures"}
@@ -225,3 +225,20 @@ def test_no_cycle_between_rooms_anywhere_in_the_package():
     assert {"evaluators/runners", "evaluators/running", "evaluators/world", "flows/gate", "vlgate/tracking"} <= set(graph)
     assert "evaluators/runners" in graph["evaluators/running"]  # arrows are read (a graph of nothing has no cycle)
     assert cycles(graph) == []
+
+
+def test_importing_a_value_type_loads_a_handful_of_modules_and_runs_nothing():
+    """``EvaluatorOutput`` (what crosses every step) and the registry itself import no
+    evaluator's package: the registry's sources are resolved when it is first asked, and
+    the self-checks run where they are asked for (``vlgate serve``, ``vlgate check``)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from vlgate.evaluators.output import EvaluatorOutput; print(' '.join(sorted(m for m in sys.modules if m.startswith('vlgate')))); "
+        "from vlgate.evaluators import registry; print(len(registry._REGISTRY), len(registry._CHECKED))"
+    )
+    lines = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+    loaded = lines[0].split()
+    assert len(loaded) <= 15 and "vlgate.evaluators.output" in loaded and not [name for name in loaded if name.endswith(".definition")]
+    assert lines[1] == "0 0"  # nothing registered, nothing checked

@@ -415,3 +415,30 @@ def test_resampled_covers_every_metric_a_regression_rule_can_name(evaluator):
     frame = _example_frame(evaluator)
     directional = {name for name, value in definition.aggregate(frame).items() if (spec := definition.metric(name)) is not None and spec.direction is not None}
     assert directional and directional <= set(definition.resampled(frame, np.zeros((0, len(frame)))))
+
+
+def test_the_registry_resolves_its_sources_on_first_use_and_checks_each_definition_once_where_asked(capsys):
+    """The built-in packages come first, in order, whatever asked first; ``check_definitions``
+    runs each self-check once; a definition that disagrees with itself is named, and ``vlgate
+    check`` (as ``vlgate serve`` before it starts) refuses it in one line, exit 2."""
+    from dataclasses import replace
+
+    from vlgate.flows.cli import main
+
+    assert registry.names()[:5] == ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")
+    registry._CHECKED.clear()
+    assert registry.check_definitions()[:5] == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"]
+    assert set(registry._CHECKED) >= {"lcm-mc", "lcm-nb", "vlind", "genception", "decc"}
+    assert main(["check", "--json"]) == 0 and json.loads(capsys.readouterr().out)["checked"][:5] == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"]
+
+    lcm = registry.get("lcm-mc")
+    broken = replace(lcm, name="lcm-broken", columns=tuple(c for c in lcm.columns if c.name != "n_yes"))
+    registry._registered()["lcm-broken"] = broken  # as a plugin found on first use is added: unchecked
+    try:
+        with pytest.raises(DefinitionError, match="evaluator 'lcm-broken': .*n_yes"):
+            registry.check_definitions()
+        assert main(["check"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("vlgate check: evaluator 'lcm-broken'")
+    finally:
+        registry.unregister("lcm-broken")

@@ -4,7 +4,7 @@ order ``vlgate --help`` lists them."""
 from __future__ import annotations
 
 from vlgate.flows.commands.base import Command
-from vlgate.flows.commands.local import CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
+from vlgate.flows.commands.local import Check, CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
 from vlgate.flows.commands.registered import Diff, Drift, Gate, Plan, Register, Release, Report, Serve, Status, Validate
 from vlgate.flows.commands.stack import Stack
 
@@ -14,6 +14,7 @@ COMMANDS: tuple[Command, ...] = (
     MakeWorld(),
     Evaluate(),
     CheckModel(),
+    Check(),
     VllmLayout(),
     Demo(),
     Examples(),

@@ -321,6 +321,23 @@ class Examples(Command):
         return Answer(None, status=run_examples())  # it prints its own tables
 
 
+class Check(Command):
+    name = "check"
+    help = "every registered evaluator (plugins included) checked on its example records, as vlgate serve checks them at start-up"
+    description = (
+        "Each evaluator's definition is run on its own example records: per_sample's columns are the declared ones, "
+        "aggregate's metrics the declared metrics, resampled equals aggregate on the records weighted once. "
+        "Exit status 0; 2 naming the evaluator and every disagreement."
+    )
+    json_help = "the evaluators checked, as one JSON object"
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.service import checked_evaluators
+
+        checked = checked_evaluators()
+        return Answer({"checked": checked}, text=lambda: print("\n".join(f"ok  {name}" for name in checked)))
+
+
 class Demo(Command):
     name = "demo"
     help = "the README's main job: the whole register → validate → gate → drift loop on the embedded default"
