@@ -19,20 +19,21 @@ ALLOWED = {
 ROOT_MODULES = {"config", "decisions", "home", "tag_keys", "text", "versions", "__init__"}
 
 
+def imported_names(path: Path) -> set[str]:
+    """Every module (and ``module.name``) this file imports, anywhere in it: inside
+    functions and under ``TYPE_CHECKING`` too."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update([node.module, *(f"{node.module}.{alias.name}" for alias in node.names)])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
 def imported_vlgate_packages(path: Path) -> set[str]:
     """The second component of every ``vlgate.X`` this file imports, anywhere in it."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "vlgate" and len(parts) > 1:
-                found.add(parts[1])
-    return found
+    return {name.split(".")[1] for name in imported_names(path) if name.split(".")[0] == "vlgate" and "." in name}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -167,14 +168,8 @@ def room_graph() -> dict[str, set[str]]:
             source = room(".".join((prefix, *relative.with_suffix("").parts)))
             if source is None:
                 continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = []
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                targets = {room(name) for name in names if name.startswith("vlgate")}
-                graph.setdefault(source, set()).update(target for target in targets if target is not None and target != source)
+            targets = {room(name) for name in imported_names(path) if name.startswith("vlgate")}
+            graph.setdefault(source, set()).update(target for target in targets if target is not None and target != source)
     return graph
 
 
