@@ -1,9 +1,10 @@
 """The one way a data-set image is opened: its header read first, refused when it declares
 more pixels than the budget, decoded only then.
 
-A PNG of 17 KB can declare 12000×12000 pixels (a 1-bit image of one colour compresses
-about 8,000:1); decoding it allocates 144 MB as mode ``1``, 576 MB as RGB, and a model's
-processor turns that into gigabytes of floats. Pillow's own guard warns above
+A small PNG can declare a huge image (a 1-bit image of one colour compresses by thousands
+to one), and decoding it allocates width × height bytes or more, which a model's processor
+turns into floats (docs/service.md's limits table has the figures measured on one such
+file). Pillow's own guard warns above
 ``Image.MAX_IMAGE_PIXELS`` (89,478,485) and refuses only above twice that, so such a file
 passes it. ``Image.open`` is lazy: the size is known from the header before any pixel is
 decoded, so :func:`read_image` compares it with a pixel budget and raises
@@ -11,8 +12,8 @@ decoded, so :func:`read_image` compares it with a pixel budget and raises
 that into the item's error (``loaders.items.open_image``), and the other items still run.
 
 The budget is the suite's ``max_image_pixels`` (default :data:`DEFAULT_MAX_PIXELS`,
-40,000,000: an 8K UHD frame, 7680×4320, is 33.2 MP, while MMMU's and NaturalBench's images
-are a few megapixels; at most Pillow's warning limit, so Pillow never warns about an image
+40,000,000: above an 8K UHD frame, 7680×4320, and far above the benchmarks' images; why, in
+docs/service.md's limits table; at most Pillow's warning limit, so Pillow never warns about an image
 the budget admits). The suite's runs set it for what they open with :func:`pixel_budget`;
 code outside a suite (the report, a held-out set) gets the default.
 

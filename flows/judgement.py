@@ -35,13 +35,12 @@ class Superseded(RuntimeError):
     lost): this flow stops without deciding, and the later one decides."""
 
 
-def baseline_champion(client: Any, model_name: str, version: str, run_id: str, against_current: bool, fix: bool) -> str | None:
+def baseline_champion(client: Any, model_name: str, version: str, run_id: str, current: str | None, against_current: bool, fix: bool) -> str | None:
     """The champion a judgement of ``version`` compares with (None: none). By default the
     one its validation was first judged against, fixed then on the run
     (``vlgate.baseline_champion``, with ``fix``) so that every look, re-run and ``gate
     --apply`` compares with the same version; never the version itself. With
-    ``against_current``, today's champion, which must be another version."""
-    current = tracking.champion_version(client, model_name)
+    ``against_current``, today's champion (``current``), which must be another version."""
     if against_current:
         if current == version:
             raise ValidationError(f"{model_name} v{version} is today's champion: against today's champion it would be compared with itself (without --against-current it is judged against its validation's champion)")
@@ -87,10 +86,10 @@ def judge(
         if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
             write_decision_tags(client, model_name, version, run_id, latest.decision, latest.reasons, latest.outcome, record=latest.sequence)  # what the retried one may not have written
             return latest
-        champion_version = baseline_champion(client, model_name, version, run_id, against_current, fix=record)
+        current = tracking.champion_version(client, model_name)  # under the lock: nobody moves it meanwhile
+        champion_version = baseline_champion(client, model_name, version, run_id, current, against_current, fix=record)
         champion = version_outputs(client, model_name, champion_version) if champion_version else None
         decision = decide(policy, outputs, champion, look=look)
-        current = tracking.champion_version(client, model_name)
         moved = alias_moved_meanwhile(model_name, version, champion_version, current) if decision.promote else None
         if moved is not None:
             decision.checks.append(moved)

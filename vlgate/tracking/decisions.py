@@ -49,9 +49,9 @@ def append_decision(client: Any, run_id: str, record: DecisionRecord, policy_pat
     return numbered
 
 
-def decision_history(client: Any, run_id: str) -> list[DecisionRecord]:
-    """Every decision record of the run, the first first (a run that kept one
-    ``decision.json`` gives it as record 1)."""
+def _read_records(client: Any, run_id: str, last_only: bool) -> list[DecisionRecord]:
+    """The run's decision records in order (``last_only``: the latest alone, one download);
+    a run that kept one ``decision.json`` gives it as record 1."""
     numbers = numbered_records(client, run_id)
     with tempfile.TemporaryDirectory() as scratch:
         if not numbers:
@@ -59,13 +59,19 @@ def decision_history(client: Any, run_id: str) -> list[DecisionRecord]:
                 return []
             path = Path(client.download_artifacts(run_id, SINGLE_DECISION_FILE, scratch))
             return [DecisionRecord.read(path).model_copy(update={"sequence": 1})]
-        return [DecisionRecord.read(Path(client.download_artifacts(run_id, decision_file(n), scratch))) for n in numbers]
+        wanted = numbers[-1:] if last_only else numbers
+        return [DecisionRecord.read(Path(client.download_artifacts(run_id, decision_file(n), scratch))) for n in wanted]
+
+
+def decision_history(client: Any, run_id: str) -> list[DecisionRecord]:
+    """Every decision record of the run, the first first."""
+    return _read_records(client, run_id, last_only=False)
 
 
 def latest_decision(client: Any, run_id: str) -> DecisionRecord | None:
     """The run's latest decision record; None when it has none."""
-    history = decision_history(client, run_id)
-    return history[-1] if history else None
+    latest = _read_records(client, run_id, last_only=True)
+    return latest[0] if latest else None
 
 
 def baseline_of(client: Any, run_id: str) -> tuple[bool, str | None]:
