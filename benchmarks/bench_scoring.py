@@ -36,8 +36,10 @@ from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.scenes.scene import render
 from vlgate.evaluators.vl_lcm import prompts as lcm_prompts
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
-from vlgate.evaluators.world import checkpoints as ck
+from vlgate.evaluators.world.architectures import TinyVlmConfig, build_vlm
 from vlgate.evaluators.world.datasets import mc_item
+from vlgate.evaluators.world.tokenizer import build_tokenizer, world_vocabulary
+from vlgate.evaluators.world.training import save_checkpoint
 
 GENERATE_TOKENS = 8  # "The answer is (B) circle." is about 8 tokens
 
@@ -63,10 +65,10 @@ def main() -> None:
     items = [McItem(f"s{i}", Path("unused.png"), row["question"], tuple(row["options"]), row["answer"]) for i, (_, row) in enumerate(drawn)]
     images = [render(scene, 224) for scene, _ in drawn]
     texts = [text for item in items for text in (prompts.mc_prompt(item.question, item.options), *(lcm_prompts.yes_no_probe(item.question, o) for o in item.options))]
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(texts + ["the answer is"]))
-    model, processor = ck.build_vlm(tokenizer, ck.TinyVlmConfig(image_size=224, patch_size=14, vision_hidden=128, text_hidden=256, layers=4, heads=4))
+    tokenizer = build_tokenizer(world_vocabulary(texts + ["the answer is"]))
+    model, processor = build_vlm(tokenizer, TinyVlmConfig(image_size=224, patch_size=14, vision_hidden=128, text_hidden=256, layers=4, heads=4))
     with tempfile.TemporaryDirectory() as folder:
-        backend = TransformersBackend.load(ck.save_checkpoint(model, processor, Path(folder) / "bench-vlm", {"kind": "benchmark"}), batch_size=8)
+        backend = TransformersBackend.load(save_checkpoint(model, processor, Path(folder) / "bench-vlm", {"kind": "benchmark"}), batch_size=8)
     torch.set_grad_enabled(False)
     backend.model.generation_config.eos_token_id = None  # see (b) above: a fixed answer length
 

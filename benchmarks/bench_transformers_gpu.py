@@ -65,7 +65,8 @@ from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import PrefixSharing, TransformersBackend
 from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
-from vlgate.evaluators.world.checkpoints import CHAT_TEMPLATE, build_tokenizer, build_vlm, world_vocabulary
+from vlgate.evaluators.world.architectures import build_vlm
+from vlgate.evaluators.world.tokenizer import CHAT_TEMPLATE, build_tokenizer, world_vocabulary
 
 Result = TypeVar("Result")
 

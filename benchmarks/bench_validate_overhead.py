@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vlgate.cli.demo import DEMO_RULES
 from vlgate.evaluators.world.build import build_world
-from vlgate.flows.demo import DEMO_RULES
 
 TARGET_RATIO = 1.3
 MODEL = "bench-vlm"

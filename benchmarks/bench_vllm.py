@@ -161,7 +161,8 @@ def bench_checkpoint(world: Path, name: str) -> Path:
     """The random-weight Idefics3 ``name`` of :data:`BENCH_MODELS`, built once into ``world``."""
     from transformers import AutoTokenizer
 
-    from vlgate.evaluators.world.checkpoints import TinyIdefics3Config, build_idefics3_vlm, save_checkpoint
+    from vlgate.evaluators.world.architectures import TinyIdefics3Config, build_idefics3_vlm
+    from vlgate.evaluators.world.training import save_checkpoint
 
     out = world / "checkpoints" / f"bench-{name}"
     if not (out / "config.json").is_file():

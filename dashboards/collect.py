@@ -13,15 +13,20 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
+from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.decisions import DecisionRecord, PowerPlan, SequentialRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 
 @dataclass
@@ -32,7 +37,7 @@ class ValidationReportData:
     decision: str | None
     reasons: list[str]
     champion: str | None
-    source: str
+    source: str | None
     description: str
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
@@ -48,10 +53,11 @@ class ValidationReportData:
     sequential: SequentialRecord | None = None
     #: what each rule of the policy can decide on the suite (``power.json``; None: not logged)
     power: PowerPlan | None = None
-    correlations: dict[str, Any] = field(default_factory=dict)
+    #: ``correlations.json``: each pair of metrics → its coefficients and ``n``
+    correlations: dict[str, dict[str, JsonValue]] = field(default_factory=dict)
     #: the versions' metrics the correlations were computed from (None: a run older than that file)
     correlation_versions: pd.DataFrame | None = None
-    expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    expectations: dict[str, dict[str, JsonValue]] = field(default_factory=dict)
     #: each evaluator's output as logged (records parsed once, in the downloaded folder)
     evaluators: dict[str, EvaluatorOutput] = field(default_factory=dict)
     #: the champion the gate judged this version against (the latest record's champion_before)
@@ -64,11 +70,30 @@ class ValidationReportData:
     not_compared: dict[str, str] = field(default_factory=dict)
 
 
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else None
+def _read_json(path: Path) -> JsonValue:
+    value: JsonValue = json.loads(path.read_text()) if path.is_file() else None
+    return value
 
 
-def _download(client, run_id: str, path: str, into: Path) -> Path | None:
+def _json_object(value: JsonValue) -> dict[str, JsonValue]:
+    """A JSON file's object; {} for a file that is not there (None) or empty."""
+    if not value:
+        return {}
+    assert isinstance(value, dict), f"expected a JSON object, got {type(value).__name__}"
+    return value
+
+
+def _json_text(value: JsonValue) -> str | None:
+    assert value is None or isinstance(value, str), f"expected a JSON string, got {type(value).__name__}"
+    return value
+
+
+def _json_number(value: JsonValue) -> float | None:
+    assert value is None or isinstance(value, (int, float)), f"expected a JSON number, got {type(value).__name__}"
+    return value
+
+
+def _download(client: MlflowClient, run_id: str, path: str, into: Path) -> Path | None:
     from mlflow.exceptions import MlflowException
 
     try:
@@ -77,7 +102,7 @@ def _download(client, run_id: str, path: str, into: Path) -> Path | None:
         return None
 
 
-def load_validation(client, model_name: str, version: str, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]] | None = None) -> ValidationReportData:
+def load_validation(client: MlflowClient, model_name: str, version: str, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]] | None = None) -> ValidationReportData:
     """Everything the report of one version needs; artifacts are downloaded into ``scratch``.
     ``runs`` keeps the evaluators' outputs of the runs read so far, by run id, so that the
     champion's run is downloaded once for all the versions judged against it."""
@@ -110,7 +135,7 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     local = _download(client, data.run_id, "power.json", scratch)
     data.power = PowerPlan.model_validate(_read_json(local)) if local else None
     local = _download(client, data.run_id, "correlations.json", scratch)
-    data.correlations = (_read_json(local) if local else None) or {}
+    data.correlations = {pair: _json_object(values) for pair, values in _json_object(_read_json(local) if local else None).items()}
     local = _download(client, data.run_id, "correlation_versions.json", scratch)
     rows = _read_json(local) if local else None
     if rows is not None:
@@ -127,21 +152,21 @@ def load_validation(client, model_name: str, version: str, scratch: Path, runs: 
     return data
 
 
-def run_evaluators(client, run_id: str, scratch: Path) -> dict[str, EvaluatorOutput]:
+def run_evaluators(client: MlflowClient, run_id: str, scratch: Path) -> dict[str, EvaluatorOutput]:
     """Each evaluator's output a validation run logged, in registry order, downloaded into ``scratch``."""
     outputs: dict[str, EvaluatorOutput] = {}
     evaluators = _download(client, run_id, "evaluators", scratch)
     if evaluators is not None:
         order = {name: n for n, name in enumerate(registry.names())}
         for folder in sorted((p for p in evaluators.iterdir() if p.is_dir()), key=lambda p: (order.get(p.name, len(order)), p.name)):
-            run_info = _read_json(folder / "run.json") or {}
-            output = EvaluatorOutput.from_folder(folder.name, folder, error=run_info.get("error"))
+            run_info = _json_object(_read_json(folder / "run.json"))
+            output = EvaluatorOutput.from_folder(folder.name, folder, error=_json_text(run_info.get("error")))
             output.metrics = output.metrics or {}
             outputs[folder.name] = output
     return outputs
 
 
-def _compare_with_champion(client, data: ValidationReportData, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]]) -> None:
+def _compare_with_champion(client: MlflowClient, data: ValidationReportData, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]]) -> None:
     """The item-level comparison with the champion the gate judged against, where it had one."""
     from mlflow.exceptions import MlflowException
 
@@ -182,14 +207,14 @@ def artifact_path(folder: Path | None, evaluator: str, recorded: str | None, dat
     return None
 
 
-def leaderboard(client, model_name: str) -> pd.DataFrame:
+def leaderboard(client: MlflowClient, model_name: str) -> pd.DataFrame:
     """One row per registered version, from the registry and the runs alone: decision,
     champion mark, the validation run, and every logged metric (named as in docs/metrics.md)."""
     champion = tracking.champion_version(client, model_name)
     rows = []
     for version in tracking.model_versions(client, model_name):
         run_id = version.tags.get(tag_keys.VALIDATION_RUN)
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "version": str(version.version),
             "decision": version.tags.get(tag_keys.DECISION, "pending"),
             "reasons": version.tags.get(tag_keys.REASONS, ""),
@@ -206,7 +231,7 @@ def leaderboard(client, model_name: str) -> pd.DataFrame:
 DRIFT_COLUMNS = ["time", "version", "metric", "value", "drifted", "run_id", "batch"]
 
 
-def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
+def drift_history(client: MlflowClient, model_name: str, scratch: Path) -> pd.DataFrame:
     """Every drift check of the model: time, version, metric, the new batch's mean and
     whether that metric drifted (from the run's drift.json)."""
     experiment = client.get_experiment_by_name(tracking.validation_experiment(model_name))
@@ -229,7 +254,7 @@ def drift_history(client, model_name: str, scratch: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS).sort_values("time", kind="stable")
 
 
-def _drift_checks(client, run: Any, scratch: Path) -> list[tuple[str, float | None, bool]]:
+def _drift_checks(client: MlflowClient, run: Run, scratch: Path) -> list[tuple[str, float | None, bool]]:
     """(metric, mean of the checked batch, drifted) of each check of a drift run: from its
     ``TAG_DRIFT_CHECKS`` tag, else (older or oversized runs) from its drift.json."""
     brief = run.data.tags.get(tag_keys.DRIFT_CHECKS)
@@ -239,5 +264,6 @@ def _drift_checks(client, run: Any, scratch: Path) -> list[tuple[str, float | No
         except (ValueError, TypeError):  # not vlgate's writing: the artifact says the same
             pass
     local = _download(client, run.info.run_id, "drift.json", scratch / run.info.run_id)
-    checks = (_read_json(local) or {}).get("checks", []) if local else []
-    return [(check["metric"], check.get("mean_current"), bool(check.get("drifted"))) for check in checks]
+    checks = _json_object(_read_json(local)).get("checks", []) if local else []
+    assert isinstance(checks, list), f"expected a JSON array of checks, got {type(checks).__name__}"
+    return [(str(check["metric"]), _json_number(check.get("mean_current")), bool(check.get("drifted"))) for check in map(_json_object, checks)]

@@ -11,7 +11,7 @@ metric table (one row per version, columns ``EVALUATOR/METRIC``) and the drift c
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,10 +30,10 @@ def _values(column: pd.Series, ranks: bool) -> np.ndarray:
     return np.array([parse_ranked_cell(str(cell))[0] for cell in column], dtype=float) if ranks else column.to_numpy(dtype=float)
 
 
-def coefficient_label(name: str, coefficients: dict) -> str:
+def coefficient_label(name: str, coefficients: Mapping[str, float | int | None]) -> str:
     """``acc: r=.8265 ρ=.8909 τ=.7091 (n=11)`` — the paper's three coefficients, as its tables print them."""
 
-    def fmt(value) -> str:
+    def fmt(value: float | None) -> str:
         return "–" if value is None else f"{value:.4f}".replace("0.", ".", 1) if abs(value) < 1 else f"{value:.4f}"
 
     return f"{name}: r={fmt(coefficients.get('pearson'))} ρ={fmt(coefficients.get('spearman'))} τ={fmt(coefficients.get('kendall'))} (n={coefficients.get('n')})"

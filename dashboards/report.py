@@ -15,14 +15,15 @@ import functools
 import io
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import jinja2
 import pandas as pd
+from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
@@ -33,6 +34,10 @@ from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
+
+if TYPE_CHECKING:
+    import matplotlib.figure
+    from mlflow.tracking import MlflowClient
 
 LOST_ITEMS = 5  # the items lost against the champion shown per listed item score
 #: record fields that name an item's input pictures (GenCeption's ``images`` are its outputs)
@@ -46,7 +51,7 @@ def _environment() -> jinja2.Environment:
     return environment
 
 
-def format_number(value: Any, count: bool = False) -> str:
+def format_number(value: object, count: bool = False) -> str:
     """Four decimals for rates and scores, integers for counts, "–" for undefined."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -86,14 +91,14 @@ class Figure:
     png: bytes
     #: numbers the plot shows, for the page's data attributes (a correlation figure's
     #: coefficients per y, as its legend prints them)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def uri(self) -> str:
         return data_uri(self.png)
 
 
-def _figure(name: str, caption: str, build, data: dict[str, Any] | None = None) -> Figure | None:
+def _figure(name: str, caption: str, build: Callable[[], matplotlib.figure.Figure], data: dict[str, dict[str, object]] | None = None) -> Figure | None:
     """A plot that cannot be drawn from what was logged is left out, not an error: the
     report of a failed or partial run must still render."""
     try:
@@ -111,19 +116,20 @@ def section_inputs(output: EvaluatorOutput, image_roots: tuple[Path, ...] = ()) 
         evaluator=output.evaluator,
         samples=output.samples,
         records=output.records,
-        artifact=lambda reference: artifact_path(output.folder, output.evaluator, reference, image_roots),
+        # a record's picture is a path (a string); nothing else names a file
+        artifact=lambda reference: artifact_path(output.folder, output.evaluator, reference if isinstance(reference, str) else None, image_roots),
         thumbnail=thumbnail,
     )
 
 
-def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, Any]]]:
+def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, JsonValue]]]:
     """The plots of one evaluator's section and its examples: the figure its definition draws
     across versions, then what its package's ``section`` draws from this version's records."""
     if output.evaluator not in registry.names():
         return [], []
     definition = registry.get(output.evaluator)
     figures: list[Figure | None] = [shared.across_versions.get(output.evaluator)]
-    examples: list[dict[str, Any]] = []
+    examples: list[dict[str, JsonValue]] = []
     if definition.report_section is not None and output.samples is not None:
         section = definition.report_section(section_inputs(output, shared.image_roots))
         figures += [_figure(figure.name, figure.caption, figure.draw) for figure in section.figures]
@@ -131,7 +137,7 @@ def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[li
     return [f for f in figures if f is not None], examples
 
 
-def against_champion(data: ValidationReportData, evaluator: str, image_roots: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+def against_champion(data: ValidationReportData, evaluator: str, image_roots: tuple[Path, ...] = ()) -> dict[str, object] | None:
     """One evaluator's part of "Against the champion": the gate's checks of the evaluator
     against the champion, each item score's lost and won counts (``vlgate diff``'s), and
     the first items lost, with their pictures and both versions' fields, score by score:
@@ -151,13 +157,13 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
     behind = {score: [check.name for check in failing if score in diff.scores_behind([check.metric.removeprefix(f"{evaluator}/")])] for score in diff.scores}
     listed_scores = diff.listed_scores(check.metric.removeprefix(f"{evaluator}/") for check in failing)
     first = [score for score in listed_scores if behind[score]]
-    scores = [{"score": name, "direction": diff.scores[name].direction, "behind": behind[name], **diff.summary()[name]} for name in [*first, *(name for name in diff.scores if name not in first)]]
+    scores: list[dict[str, object]] = [{"score": name, "direction": diff.scores[name].direction, "behind": behind[name], **diff.summary()[name]} for name in [*first, *(name for name in diff.scores if name not in first)]]
     rows = {row["score"]: row for row in scores}
     lists = [{**rows[score], "items": lost_items(data, diff, score, image_roots)} for score in listed_scores]
     return {"champion": data.judged_against, "checks": checks, "scores": scores, "lists": lists, "listed": lists[0], "missing": None}
 
 
-def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, image_roots: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, image_roots: tuple[Path, ...] = ()) -> list[dict[str, object]]:
     """The first items the candidate lost on ``score``, largest loss first, each with its
     pictures and both versions' fields as the page shows them."""
     evaluator = diff.evaluator
@@ -166,10 +172,10 @@ def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, imag
     # an item's own picture is shown whether or not the evaluator lists it among its fields
     image_fields = [name for name in IMAGE_FIELDS if name in fields or name == "image"]
     binary = diff.scores[score].kind == "binary"
-    items = []
+    items: list[dict[str, object]] = []
     for item in diff.listed("lost", LOST_ITEMS, score):
         record = diff.candidate_records.get(str(item["id"]), {})
-        paths: list[str | None] = []
+        paths: list[JsonValue] = []
         for name in image_fields:
             value = record.get(name)
             paths += value if isinstance(value, list) else [value]
@@ -200,7 +206,7 @@ def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
         if int(rows[present].notna().sum().max()) < 3:  # coefficients need three versions
             continue
         name = f"correlation-{x.replace('/', '-')}"
-        shown = {y: {"versions": [str(v) for v in rows.index[rows[y].notna()]], **values} for y, values in correlate_table(rows, x, present).items()}
+        shown: dict[str, dict[str, object]] = {y: {"versions": [str(v) for v in rows.index[rows[y].notna()]], **values} for y, values in correlate_table(rows, x, present).items()}
         draw = lambda rows=rows, x=x, present=present: plots.correlation_figure(rows, x, present, labels=[f"v{v}" for v in rows.index])
         figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", draw, shown))
     return [f for f in figures if f is not None]
@@ -244,7 +250,7 @@ def model_figures(board: pd.DataFrame, drift: pd.DataFrame, image_roots: tuple[P
     )
 
 
-def _numbers(metrics: dict[str, Any], prefix: str = ""):
+def _numbers(metrics: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, float | None]]:
     """Every number in a metrics dict, nested keys joined by ``/``, undefined ones (None,
     NaN: e.g. VLind's s_lp when no instance reached LP) included so the page says so."""
     for key, value in metrics.items():
@@ -255,25 +261,25 @@ def _numbers(metrics: dict[str, Any], prefix: str = ""):
             yield name, value
 
 
-def _metric_rows(metrics: dict[str, Any], prefix: str) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
+def _metric_rows(metrics: Mapping[str, object], prefix: str) -> tuple[list[tuple[str, float | None]], list[dict[str, object]]]:
     """The set-level metrics as (name, value) rows, and the breakdowns (``by_category/red/acc``)
     as one table per breakdown: rows the groups, columns the metrics."""
-    overall: list[tuple[str, Any]] = []
-    breakdowns: dict[str, dict[str, dict[str, Any]]] = {}
+    overall: list[tuple[str, float | None]] = []
+    breakdowns: dict[str, dict[str, dict[str, tuple[str, float | None]]]] = {}
     for name, value in _numbers(metrics):
         parts = name.split("/")
         if parts[0].startswith("by_") and len(parts) >= 3:
             breakdowns.setdefault(parts[0], {}).setdefault(parts[1], {})["/".join(parts[2:])] = (name, value)
         else:
             overall.append((name, value))
-    tables = []
+    tables: list[dict[str, object]] = []
     for by, groups in breakdowns.items():
         columns = list(dict.fromkeys(metric for group in groups.values() for metric in group))
         tables.append({"by": by, "columns": columns, "rows": [{"group": group, "cells": [values.get(c) for c in columns]} for group, values in groups.items()]})
     return overall, tables
 
 
-def _correlation_rows(correlations: dict[str, Any]) -> list[dict[str, Any]]:
+def _correlation_rows(correlations: Mapping[str, Mapping[str, object]]) -> list[dict[str, object]]:
     return [{"pair": pair.replace("~", " vs "), **values} for pair, values in correlations.items()]
 
 
@@ -287,7 +293,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
     """The report page of one validated version; ``correlations``: its correlation figures
     (``version_correlation_figures``; the model's current ones when not given)."""
     correlations = shared.correlations if correlations is None else correlations
-    sections = []
+    sections: list[dict[str, object]] = []
     all_figures: list[Figure] = []
     for name, output in data.evaluators.items():
         figures, examples = evaluator_figures(output, shared)
@@ -336,7 +342,15 @@ def leaderboard_metrics(columns: list[str]) -> list[str]:
     return shown
 
 
-def leaderboard_groups(metrics: list[str]) -> list[dict[str, Any]]:
+class LeaderboardGroup(TypedDict):
+    """One evaluator's columns of the leaderboard: its name, title and metrics (full and short names)."""
+
+    evaluator: str
+    title: str
+    metrics: list[dict[str, str]]
+
+
+def leaderboard_groups(metrics: list[str]) -> list[LeaderboardGroup]:
     """The leaderboard's metric columns grouped per evaluator, in registry order: each
     group a small table of its own, so the groups wrap to the page's width and every
     evaluator's headline stays in view."""
@@ -385,7 +399,7 @@ def report_file_name(version: str) -> str:
 
 
 def write_reports(
-    client, model: str, versions: Iterable[str] | None, out: Path, log_to_mlflow: bool = True, image_roots: tuple[Path, ...] = ()
+    client: MlflowClient, model: str, versions: Iterable[str] | None, out: Path, log_to_mlflow: bool = True, image_roots: tuple[Path, ...] = ()
 ) -> WrittenReports:
     """The reports of ``versions`` (every validated version when ``None``) and the model's
     leaderboard, written under ``out``; with ``log_to_mlflow`` each version's report and
@@ -419,7 +433,7 @@ def write_reports(
     return WrittenReports(board_path, written)
 
 
-def log_report(client, run_id: str, page: Path, figures: list[Figure]) -> None:
+def log_report(client: MlflowClient, run_id: str, page: Path, figures: list[Figure]) -> None:
     """The page as ``report/report.html`` and every plot as ``report/plots/NAME.png``."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "plots"

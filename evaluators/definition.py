@@ -37,7 +37,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -49,11 +49,15 @@ import pandas as pd
 from vlgate.evaluators import protocols as protocol_tables
 from vlgate.evaluators import schemas
 from vlgate.evaluators.features import load_features
+from vlgate.evaluators.metrics.common import MetricValues
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import EvaluatorSettings
+from vlgate.evaluators.schemas import Arrays
 
 if TYPE_CHECKING:
     from vlgate.evaluators.figures import Section, SectionInputs, VersionsFigure
-    from vlgate.evaluators.runners.base import Runner, RunnerContext
+    from vlgate.evaluators.loaders.items import ItemError
+    from vlgate.evaluators.runners.base import Identified, Runner, RunnerContext
 
 Direction = Literal["higher", "lower"]
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -185,9 +189,6 @@ class DriftScore:
     metric: str
 
 
-Arrays = dict[str, Any]
-
-
 @dataclass(frozen=True)
 class EvaluatorDefinition:
     """Everything vlgate knows about one evaluator (see the module docstring for who reads what)."""
@@ -198,7 +199,7 @@ class EvaluatorDefinition:
     #: the schema's arrays → one row per record (without ``id``; scoring adds it first)
     per_sample: Callable[[Arrays], pd.DataFrame]
     #: the per-sample frame (without ``id``) → the set-level metrics (named as in docs/metrics.md)
-    aggregate: Callable[[pd.DataFrame], dict[str, Any]]
+    aggregate: Callable[[pd.DataFrame], MetricValues]
     metrics: tuple[Metric, ...]
     columns: tuple[Column, ...]
     settings: type[EvaluatorSettings]
@@ -217,14 +218,14 @@ class EvaluatorDefinition:
     champion_correlated: str | None = None
     #: placeholder values of the metric names, read off a run's per-sample frame (and
     #: its metrics, where the frame has no columns that tell)
-    template_values: Callable[[pd.DataFrame, dict[str, Any]], dict[str, int]] = lambda _frame, _metrics: {}
+    template_values: Callable[[pd.DataFrame, Mapping[str, object]], dict[str, int]] = lambda _frame, _metrics: {}
     #: (settings, output folder) → (items, item errors); None: the data set's loader
-    load_items: Callable[[Any, Path], tuple[list[Any], list[Any]]] | None = None
+    load_items: Callable[[Any, Path], tuple[Sequence[Identified], list[ItemError]]] | None = None
     #: (records, evaluator folder) → extra per-iteration inputs to scoring (GenCeption's
     #: image features for FID), written beside the records; None: none
-    features: Callable[[list[dict[str, Any]], Path], list[np.ndarray] | None] | None = None
+    features: Callable[[list[Record], Path], list[np.ndarray] | None] | None = None
     #: (per-sample frame without ``id``, features) → the metrics of the features (FID)
-    feature_metrics: Callable[[pd.DataFrame, list[np.ndarray]], dict[str, Any]] | None = None
+    feature_metrics: Callable[[pd.DataFrame, list[np.ndarray]], MetricValues] | None = None
     #: the example records' features file (``evaluators/features.py``), where it has ``feature_metrics``
     example_features: Path | None = None
     #: (per-sample frame without ``id``, B × n row weights) → ``aggregate``'s metrics of B
@@ -317,7 +318,8 @@ class EvaluatorDefinition:
             problems += _differences("resampled's metric", list(resampled), directed)
             for name in set(resampled) & set(directed):
                 once = float(np.asarray(resampled[name])[0])
-                plain = math.nan if aggregated[name] is None else float(aggregated[name])  # undefined: None here, NaN there
+                value = aggregated[name]
+                plain = math.nan if value is None else float(value)  # undefined: None here, NaN there
                 if not (math.isclose(once, plain, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(once) and math.isnan(plain))):
                     problems.append(f"resampled gives {name} = {once!r} on the records weighted once, aggregate {aggregated[name]!r}")
         if problems:

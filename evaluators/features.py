@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -15,7 +14,7 @@ import numpy as np
 FEATURE_LIMIT = 1e75
 
 
-def load_features(path: str | Path, n_records: int, ids: Sequence[Any] | np.ndarray | None = None) -> list[np.ndarray]:
+def load_features(path: str | Path, n_records: int, ids: Sequence[object] | np.ndarray | None = None) -> list[np.ndarray]:
     """Per-iteration features from an .npz with arrays ``t0`` … ``tT`` (each N×D), optionally ``ids``.
 
     With ``ids`` in the file, rows are aligned to the records by id; without, the

@@ -14,12 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from pydantic import JsonValue
+
+from vlgate.evaluators.records import Record
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from PIL import Image
 
@@ -32,15 +36,15 @@ class SectionInputs:
 
     evaluator: str
     samples: pd.DataFrame
-    records: list[dict[str, Any]]
-    artifact: Callable[[Any], Path | None]
+    records: list[Record]
+    artifact: Callable[[JsonValue], Path | None]
     thumbnail: Callable[[Path | None], str | None]
 
     @cached_property
-    def by_id(self) -> dict[str, dict[str, Any]]:
+    def by_id(self) -> dict[str, Record]:
         return {str(record["id"]): record for record in self.records}
 
-    def record_field(self, name: str) -> list[Any]:
+    def record_field(self, name: str) -> list[JsonValue]:
         """A record field in the per-sample frame's row order (the frame holds the valid records)."""
         return [self.by_id.get(str(i), {}).get(name) for i in self.samples["id"]]
 
@@ -71,7 +75,7 @@ class Section:
     report's examples table: ``id``, ``p_lc``, ``prompt``, ``lines``, ``images``)."""
 
     figures: tuple[SectionFigure, ...] = ()
-    examples: tuple[dict[str, Any], ...] = ()
+    examples: tuple[dict[str, JsonValue], ...] = ()
 
 
 #: the smallest (width, height) a report draws a picture from: larger ones are decoded at a
@@ -96,7 +100,7 @@ def readable_image(path: Path | None) -> Image.Image | None:
         return None
 
 
-def show_image(axes: Any, path: Path | None) -> None:
+def show_image(axes: Axes, path: Path | None) -> None:
     """``path``'s picture on ``axes`` without ticks, or a grey note saying why there is none."""
     axes.set_xticks([])
     axes.set_yticks([])

@@ -11,19 +11,62 @@ answers, the images).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 import pandas as pd
+from pydantic import JsonValue
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.item_comparison import ColumnComparison, compare_items
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.records import Record
 
 
 class NothingToCompareError(ValueError):
     """A version has no records of the evaluator (it did not run, or failed)."""
+
+
+class ComparedField(TypedDict):
+    """One record field of a listed item, as both versions' records have it (None where absent)."""
+
+    candidate: JsonValue
+    champion: JsonValue
+
+
+class ListedItem(TypedDict):
+    """An item the candidate lost or won on a score: its values and change, and the fields people read."""
+
+    id: str
+    #: the item's breakdown category (None, or NaN, where it has none)
+    category: object
+    candidate: float
+    champion: float
+    change: float
+    fields: dict[str, ComparedField]
+
+
+class ScoreSummary(TypedDict, total=False):
+    """One item score compared: a 0/1 score's four cells, a continuous one's ``mean_change``."""
+
+    kind: Literal["binary", "continuous"]
+    n_shared: int
+    both_right: int
+    lost: int
+    won: int
+    both_wrong: int
+    mean_change: float | None
+
+
+class DiffJson(TypedDict):
+    """An :class:`EvaluatorDiff` as ``vlgate diff --json`` prints it."""
+
+    evaluator: str
+    scores: dict[str, ScoreSummary]
+    listed_score: str
+    lost: list[ListedItem]
+    won: list[ListedItem]
 
 
 @dataclass(frozen=True)
@@ -32,18 +75,18 @@ class EvaluatorDiff:
 
     evaluator: str
     scores: dict[str, ColumnComparison]
-    candidate_records: dict[str, dict[str, Any]]
-    champion_records: dict[str, dict[str, Any]]
+    candidate_records: dict[str, Record]
+    champion_records: dict[str, Record]
     #: the score whose items are listed (the evaluator's first item score unless chosen)
     listed_score: str
 
-    def listed(self, which: str = "lost", limit: int | None = 10, score: str | None = None) -> list[dict[str, Any]]:
+    def listed(self, which: str = "lost", limit: int | None = 10, score: str | None = None) -> list[ListedItem]:
         """The items the candidate ``lost`` (largest drop first) or ``won`` on ``score``
         (default: the listed score), each with both versions' values and record fields."""
         comparison = self.scores[score or self.listed_score]
         rows = comparison.lost if which == "lost" else comparison.won
         fields = registry.get(self.evaluator).item_fields
-        listed = []
+        listed: list[ListedItem] = []
         for row in rows.head(limit).itertuples(index=False):
             mine, theirs = self.candidate_records.get(str(row.id), {}), self.champion_records.get(str(row.id), {})
             listed.append(
@@ -77,20 +120,21 @@ class EvaluatorDiff:
         first = self.first_score_lost()
         return scores if first in scores else [*scores, first]
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, ScoreSummary]:
         """Per score: the items compared and, for a 0/1 score, its four cells; for a
         continuous one the mean change and the items that fell and rose."""
-        table: dict[str, dict[str, Any]] = {}
+        table: dict[str, ScoreSummary] = {}
         for name, comparison in self.scores.items():
-            entry: dict[str, Any] = {"kind": comparison.kind, "n_shared": comparison.n_shared}
+            entry: ScoreSummary = {"kind": comparison.kind, "n_shared": comparison.n_shared}
             if comparison.kind == "binary":
-                entry |= comparison.cells()
+                cells = comparison.cells()
+                entry |= {"both_right": cells["both_right"], "lost": cells["lost"], "won": cells["won"], "both_wrong": cells["both_wrong"]}
             else:
                 entry |= {"lost": len(comparison.lost), "won": len(comparison.won), "mean_change": float(comparison.items["change"].mean()) if comparison.n_shared else None}
             table[name] = entry
         return table
 
-    def as_dict(self, limit: int | None = 10) -> dict[str, Any]:
+    def as_dict(self, limit: int | None = 10) -> DiffJson:
         return {
             "evaluator": self.evaluator,
             "scores": self.summary(),
@@ -153,7 +197,7 @@ def compare_outputs(candidate: dict[str, EvaluatorOutput], champion: dict[str, E
     return diffs, skipped
 
 
-def field_text(value: Any, width: int = 100) -> str:
+def field_text(value: JsonValue, width: int = 100) -> str:
     """A record field on one line: numbers to 3 digits, cut at ``width`` characters."""
     if isinstance(value, float):
         text = f"{value:.3g}"
@@ -164,13 +208,13 @@ def field_text(value: Any, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _by_id(records: Sequence[Record]) -> dict[str, Record]:
     return {str(record.get("id")): record for record in records}
 
 
-def _categories(field: str | None, *record_sets: list[dict[str, Any]]) -> pd.Series:
+def _categories(field: str | None, *record_sets: Sequence[Mapping[str, JsonValue]]) -> pd.Series:
     """id → the record's breakdown category (the candidate's where both name one)."""
-    found: dict[str, Any] = {}
+    found: dict[str, JsonValue] = {}
     if field is not None:
         for records in reversed(record_sets):
             found |= {str(record.get("id")): record.get(field) for record in records}

@@ -14,14 +14,52 @@ Two names, one for each side of a boundary:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue
+from typing_extensions import TypedDict, Unpack
 
-from vlgate.evaluators.records import ParsedLines, read_jsonl
+from vlgate.evaluators.metrics.common import Metrics
+from vlgate.evaluators.records import ParsedLines, Record, read_jsonl
+
+
+class ItemErrorFields(TypedDict):
+    """An ``ItemError`` (``loaders/items.py``) as the JSON object a shard hands on."""
+
+    source: str
+    item_id: str | None
+    field: str | None
+    message: str
+
+
+# The fields below are typed for the code that reads them, and validated and serialised by
+# pydantic as the plain JSON objects they were before they were typed (a dict of str keys,
+# any values: a NumPy number in the metrics stays one until ``as_json``), so what a run
+# wrote crosses the boundary unchanged.
+_AS_JSON_OBJECT = GetPydanticSchema(lambda _type, handler: handler(dict[str, Any]))
+_AS_JSON_OBJECTS = GetPydanticSchema(lambda _type, handler: handler(list[dict[str, Any]]))
+_Metrics = Annotated[Metrics, _AS_JSON_OBJECT]
+#: role → what identifies the model (a runner's digest; a reference and a digest)
+_Models = Annotated[Mapping[str, JsonValue], _AS_JSON_OBJECT]
+
+
+class SummaryJson(TypedDict, total=False):
+    """An :class:`EvaluatorSummary` as JSON (``EvaluatorSummary.as_json``): the fields that were set."""
+
+    protocol: str | None
+    metrics: Metrics | None
+    n_items: int
+    n_load_errors: int
+    reused: int
+    computed: int
+    item_errors: list[str]
+    models: dict[str, JsonValue]
+    shard_workers: list[str] | None
+    error: str | None
 
 
 class EvaluatorSummary(BaseModel):
@@ -33,7 +71,7 @@ class EvaluatorSummary(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     protocol: str | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: _Metrics | None = None
     #: the data set's items that loaded, and those that did not (missing or corrupt images)
     n_items: int = 0
     n_load_errors: int = 0
@@ -42,7 +80,7 @@ class EvaluatorSummary(BaseModel):
     computed: int = 0
     item_errors: list[str] = Field(default_factory=list)
     #: the models the evaluator ran (role → reference and digest)
-    models: dict[str, Any] = Field(default_factory=dict)
+    models: _Models = Field(default_factory=dict)
     #: the worker of each shard, in shard order (sharded runs)
     shard_workers: list[str] | None = None
     error: str | None = None
@@ -51,13 +89,14 @@ class EvaluatorSummary(BaseModel):
     def failed(cls, error: str) -> EvaluatorSummary:
         return cls(error=error)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> SummaryJson:
         """The fields that were set, as JSON values (a NumPy number in the metrics as the
         Python number it holds)."""
-        return json.loads(json.dumps(self.model_dump(exclude_unset=True), default=_plain))
+        plain: SummaryJson = json.loads(json.dumps(self.model_dump(exclude_unset=True), default=_plain))
+        return plain
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JsonValue:
     return value.item() if hasattr(value, "item") else str(value)
 
 
@@ -71,12 +110,27 @@ class ShardResult(BaseModel):
     n_shards: int
     fingerprints: list[str]
     #: ``ItemError`` fields, one dict per item that could not be evaluated
-    item_errors: list[dict[str, Any]]
+    item_errors: Annotated[list[ItemErrorFields], _AS_JSON_OBJECTS]
     reused: int
     computed: int
-    models: dict[str, Any]
+    models: _Models
     protocol: str
     worker: str
+
+
+class VerdictFields(TypedDict, total=False):
+    """The fields of an :class:`EvaluatorOutput` that ``from_folder`` takes as they are."""
+
+    error: str | None
+    expectations: dict[str, JsonValue] | None
+    expectations_passed: bool
+
+
+class OutputFields(VerdictFields, total=False):
+    """The fields of an :class:`EvaluatorOutput` that ``from_records`` and ``from_parsed`` take as they are."""
+
+    summary: EvaluatorSummary
+    folder: Path | None
 
 
 @dataclass
@@ -90,13 +144,13 @@ class EvaluatorOutput:
     its verdict (False also when the check itself could not run)."""
 
     evaluator: str
-    metrics: dict[str, Any] | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    metrics: Metrics | None = None
+    records: list[Record] = field(default_factory=list)
     samples: pd.DataFrame | None = None
     summary: EvaluatorSummary = field(default_factory=EvaluatorSummary)
     folder: Path | None = None
     error: str | None = None
-    expectations: dict[str, Any] | None = None
+    expectations: dict[str, JsonValue] | None = None
     expectations_passed: bool = True
 
     @property
@@ -106,10 +160,10 @@ class EvaluatorOutput:
         return loaded + self.summary.n_load_errors
 
     @property
-    def protocol(self) -> str | None:
+    def protocol(self) -> JsonValue:
         """The protocol the records were measured under (the evaluator's ``protocols.py``): the
         most common, as validation keeps it; None when they name none (records from before
-        protocols, or from elsewhere)."""
+        protocols, or from elsewhere). A string, unless a record that validation refused says otherwise."""
         named = [record.get("protocol") for record in self.records]
         return max(set(named), key=named.count) if named else None
 
@@ -118,13 +172,13 @@ class EvaluatorOutput:
         return cls(evaluator, error=error, summary=EvaluatorSummary.failed(error))
 
     @classmethod
-    def from_records(cls, evaluator: str, records: list[dict[str, Any]], metrics: dict[str, Any] | None = None, **fields: Any) -> EvaluatorOutput:
+    def from_records(cls, evaluator: str, records: Sequence[Record], metrics: Metrics | None = None, **fields: Unpack[OutputFields]) -> EvaluatorOutput:
         """Records already in memory, validated once (see ``from_parsed``)."""
         parsed = ParsedLines(records=list(records), lines=list(range(1, len(records) + 1)))
         return cls.from_parsed(evaluator, parsed, metrics, **fields)
 
     @classmethod
-    def from_parsed(cls, evaluator: str, parsed: ParsedLines, metrics: dict[str, Any] | None = None, **fields: Any) -> EvaluatorOutput:
+    def from_parsed(cls, evaluator: str, parsed: ParsedLines, metrics: Metrics | None = None, **fields: Unpack[OutputFields]) -> EvaluatorOutput:
         """Parsed records validated once into the per-sample frame; invalid ones are left
         out of ``samples`` (the expectations count rows, so a dropped record is caught there).
         An evaluator this vlgate does not know (an old run's) keeps its records, without samples."""
@@ -136,7 +190,7 @@ class EvaluatorOutput:
         return cls(evaluator, metrics=metrics, records=parsed.records, samples=samples, **fields)
 
     @classmethod
-    def from_folder(cls, evaluator: str, folder: Path, summary: EvaluatorSummary | None = None, **fields: Any) -> EvaluatorOutput:
+    def from_folder(cls, evaluator: str, folder: Path, summary: EvaluatorSummary | None = None, **fields: Unpack[VerdictFields]) -> EvaluatorOutput:
         """The output in an evaluator's folder (``records.jsonl``, ``metrics.json``), as a
         run wrote it or as it was downloaded from MLflow; metrics from ``summary`` when given."""
         folder = Path(folder)
@@ -145,5 +199,5 @@ class EvaluatorOutput:
         summary = summary or EvaluatorSummary()
         metrics = summary.metrics
         if metrics is None and (folder / "metrics.json").is_file():
-            metrics = json.loads((folder / "metrics.json").read_text())
+            metrics = json.loads((folder / "metrics.json").read_text())  # as the run wrote them (scoring.score)
         return cls.from_parsed(evaluator, parsed, metrics, summary=summary, folder=folder, **fields)

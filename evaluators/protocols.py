@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 P = TypeVar("P")
 
@@ -47,7 +47,7 @@ class Protocol(Generic[P]):
     prompts: P
     max_new_tokens: Mapping[str, int] = field(default_factory=dict)
     differences: tuple[str, ...] = ()
-    loader_options: Mapping[str, Any] = field(default_factory=dict)
+    loader_options: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -70,7 +70,7 @@ class UnknownProtocolError(ValueError):
     pass
 
 
-def choose(protocols: tuple[Protocol[Any], ...], evaluator: str, name: str | None) -> Protocol[Any]:
+def choose(protocols: tuple[Protocol[P], ...], evaluator: str, name: str | None) -> Protocol[P]:
     """The protocol called ``name`` (None: the default, the first) among an evaluator's."""
     if name is None:
         return protocols[0]

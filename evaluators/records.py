@@ -11,17 +11,21 @@ import contextlib
 import gc
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
+from pydantic import JsonValue
 
-_fast_loads: Callable[[str | bytes], Any]
-try:  # orjson parses ~4x faster; the standard library is the fallback and the NaN reader
+#: One per-sample record: a JSON object (its fields' meaning is the evaluator's schema's).
+Record = dict[str, JsonValue]
+
+_fast_loads: Callable[[str | bytes], JsonValue]
+try:  # orjson is the faster parser; the standard library is the fallback and the NaN reader
     import orjson
 
     _fast_loads = orjson.loads
@@ -34,7 +38,7 @@ class RecordError:
     """One problem with one record (or one line that is no record at all)."""
 
     line: int
-    record_id: Any
+    record_id: JsonValue
     field: str | None
     message: str
 
@@ -46,7 +50,7 @@ class RecordError:
             where += f", field '{self.field}'"
         return f"{where}: {self.message}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return {"line": self.line, "id": self.record_id, "field": self.field, "error": self.message}
 
 
@@ -64,12 +68,12 @@ class InvalidRecordsError(ValueError):
 class ParsedLines:
     """The JSON objects of a JSONL source with their 1-based line numbers, and the lines that were not objects."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     errors: list[RecordError] = field(default_factory=list)
 
 
-def _loads(text: str | bytes) -> Any:
+def _loads(text: str | bytes) -> JsonValue:
     try:
         return _fast_loads(text)
     except ValueError:
@@ -102,8 +106,8 @@ def parse_jsonl(lines: Iterable[str | bytes]) -> ParsedLines:
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Cyclic garbage collection off while millions of containers are built: parsed records
-    hold no cycles, and the collector's passes over the growing heap cost 2.5 of the 3.4 s
-    it takes to parse a million lcm-mc records (benchmarks/bench_score_lcm_mc.py)."""
+    hold no cycles, and the collector's passes over the growing heap were most of the time
+    a million lcm-mc records took to parse (benchmarks/bench_score_lcm_mc.py, RESULTS.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -133,7 +137,7 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 def nesting_depth(data: bytes) -> int:
     """An upper bound of the bracket nesting in ``data`` (brackets inside strings count
-    too): about 0.25 s for 150 MB, in C."""
+    too), counted in C in one pass."""
     brackets = np.frombuffer(data.translate(None, _NOT_BRACKETS), dtype=np.uint8)
     if not len(brackets):
         return 0
@@ -181,37 +185,41 @@ def _parse_whole(data: bytes) -> ParsedLines | None:
     except ValueError:
         return None
     # a line holding "{...},{...}" parses as two elements: only one value per line is this case
-    if len(values) != len(lines) or not all(type(value) is dict for value in values):
+    if not isinstance(values, list) or len(values) != len(lines):
         return None
-    return ParsedLines(records=values, lines=list(range(1, len(values) + 1)))
+    records = [value for value in values if type(value) is dict]
+    if len(records) != len(values):
+        return None
+    return ParsedLines(records=records, lines=list(range(1, len(values) + 1)))
 
 
 # ---- field checks shared by the schemas: each returns an error message or None ----
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
+    """An int or a float, not a bool (which Python counts as an int)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def shown(value: Any, limit: int = 40) -> str:
+def shown(value: object, limit: int = 40) -> str:
     """``repr(value)``, cut to ``limit`` characters (a 400-digit integer in an error line is noise)."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 12]}… ({len(text)} chars)"
 
 
-def probability_problem(value: Any, low: float = 0.0, high: float = 1.0) -> str | None:
+def probability_problem(value: object, low: float = 0.0, high: float = 1.0) -> str | None:
     """Why ``value`` is not a probability in [low, high], or None if it is. Integers are
     compared as integers: one too large for a float is out of range, not an OverflowError."""
-    if not is_number(value):
-        return f"{shown(value)} is not a number"
-    if isinstance(value, float) and math.isnan(value):
-        return "is NaN"
-    if not low <= value <= high:
-        return f"{shown(value)} is outside [{low:g}, {high:g}]"
-    return None
+    if is_number(value):
+        if isinstance(value, float) and math.isnan(value):
+            return "is NaN"
+        if not low <= value <= high:
+            return f"{shown(value)} is outside [{low:g}, {high:g}]"
+        return None
+    return f"{shown(value)} is not a number"
 
 
-def probability_list_problem(values: Any, length: int | None = None, low: float = 0.0, high: float = 1.0) -> str | None:
+def probability_list_problem(values: object, length: int | None = None, low: float = 0.0, high: float = 1.0) -> str | None:
     """Why ``values`` is not a list of probabilities (of ``length`` entries, if given)."""
     if not isinstance(values, list):
         return f"expected a list of numbers, got {type(values).__name__}"
@@ -224,7 +232,7 @@ def probability_list_problem(values: Any, length: int | None = None, low: float 
     return None
 
 
-def probability_matrix_problem(values: Any, rows: int, cols: int) -> str | None:
+def probability_matrix_problem(values: object, rows: int, cols: int) -> str | None:
     """Why ``values`` is not a rows×cols nested list of probabilities."""
     if not isinstance(values, list) or len(values) != rows:
         return f"expected {rows} rows of {cols} probabilities"
@@ -235,7 +243,7 @@ def probability_matrix_problem(values: Any, rows: int, cols: int) -> str | None:
     return None
 
 
-def record_id_problem(record: dict[str, Any]) -> str | None:
+def record_id_problem(record: Mapping[str, object]) -> str | None:
     if "id" not in record:
         return "missing"
     if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):

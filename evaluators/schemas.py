@@ -11,27 +11,37 @@ fail the vectorised check are inspected one by one, to name the exact entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import JsonValue
 
 from vlgate.evaluators.records import (
     InvalidRecordsError,
     ParsedLines,
+    Record,
     RecordError,
     jsonl_table,
     parse_jsonl_bytes,
     record_id_problem,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 Problem = tuple[str, str]  # (field, message)
+#: a schema's arrays by name: what an evaluator's ``per_sample`` reads (NumPy arrays, or
+#: object Series for text fields)
+Arrays = dict[str, "np.ndarray | pd.Series"]
+#: one field's per-record check: why the value is wrong, or None
+FieldCheck = Callable[[JsonValue], "str | None"]
 
 
-def stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def stack(rows: Sequence[JsonValue], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Stack nested number lists into a float array; ragged 1-D rows are zero-padded to ``width``.
 
     Returns the array and a mask of rows holding something other than numbers.
@@ -46,10 +56,11 @@ def stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nda
     if width is not None:
         shape = (width,)
     else:  # every row should have the first row's shape; a ragged first row is judged by its length
+        first = rows[0]
         try:
-            shape = np.array(rows[0]).shape
-        except ValueError:
-            shape = (len(rows[0]),)
+            shape = np.array(first).shape
+        except ValueError:  # a ragged nested list
+            shape = (len(first) if isinstance(first, Sized) else 0,)
     array = np.zeros((len(rows), *shape))
     non_numeric = np.zeros(len(rows), dtype=bool)
     for index, row in enumerate(rows):
@@ -68,7 +79,14 @@ def stack(rows: list[Any], width: int | None = None) -> tuple[np.ndarray, np.nda
     return array, non_numeric
 
 
-def _holds_bool(value: Any) -> bool:
+def as_list(value: JsonValue) -> list[JsonValue]:
+    """A field the structure checks found to be a list, as ``arrays`` and ``set_problems``
+    read it (they are given structurally valid records only)."""
+    assert isinstance(value, list), "a list field of a structurally valid record"
+    return value
+
+
+def _holds_bool(value: object) -> bool:
     """Whether a (nested) list holds a JSON boolean anywhere (the types collected in C)."""
     if type(value) is not list:
         return type(value) is bool
@@ -130,22 +148,22 @@ def option_indices(table: pa.Table, name: str, options: int) -> np.ndarray | Non
 class Schema:
     """A record contract: structure per record, then numbers as arrays."""
 
-    def structure_problems(self, record: dict[str, Any]) -> Iterator[Problem]:
+    def structure_problems(self, record: Record) -> Iterator[Problem]:
         raise NotImplementedError
 
-    def plainly_valid(self, record: dict[str, Any]) -> bool:
+    def plainly_valid(self, record: Record) -> bool:
         """A cheap test that the record's structure is fine; False only means "ask structure_problems"."""
         return False
 
-    def arrays(self, records: list[dict[str, Any]]) -> tuple[dict[str, np.ndarray], dict[int, Problem]]:
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
         """Arrays for structurally valid records, and the numeric problems by row."""
         raise NotImplementedError
 
-    def set_problems(self, records: list[dict[str, Any]]) -> dict[int, Problem]:
+    def set_problems(self, records: list[Record]) -> dict[int, Problem]:
         """Problems that only show across records (e.g. a differing T); none by default."""
         return {}
 
-    def columnar_arrays(self, table: pa.Table) -> dict[str, np.ndarray] | None:
+    def columnar_arrays(self, table: pa.Table) -> Arrays | None:
         """The arrays of a table of records (:func:`records.jsonl_table`) when every record
         is plainly valid, judged column by column; None whenever anything might not be
         (then the records are validated one by one, which names what is wrong). Schemas
@@ -153,13 +171,13 @@ class Schema:
         return None
 
     @staticmethod
-    def _numeric_problems(records, fields_and_checks, masks) -> dict[int, Problem]:
+    def _numeric_problems(records: Sequence[Record], fields_and_checks: Sequence[tuple[str, FieldCheck]], masks: Sequence[np.ndarray]) -> dict[int, Problem]:
         """Turn flagged rows into precise messages with the per-record checkers."""
         problems: dict[int, Problem] = {}
         for (name, check), mask in zip(fields_and_checks, masks):
-            for row in np.flatnonzero(mask):
+            for row in map(int, np.flatnonzero(mask)):
                 if row not in problems:
-                    problems[int(row)] = (name, check(records[row][name]) or "invalid")
+                    problems[row] = (name, check(records[row][name]) or "invalid")
         return problems
 
 
@@ -172,9 +190,9 @@ class ValidRecords:
     def __init__(
         self,
         evaluator: str,
-        records: list[dict[str, Any]] | None,
+        records: list[Record] | None,
         lines: list[int],
-        arrays: dict[str, Any],
+        arrays: Arrays,
         errors: list[RecordError] | None = None,
         table: pa.Table | None = None,
     ):
@@ -188,7 +206,7 @@ class ValidRecords:
         self.table = table
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[Record]:
         if self._records is None:
             assert self.table is not None
             self._records = self.table.to_pylist()
@@ -197,7 +215,7 @@ class ValidRecords:
     def __len__(self) -> int:
         return len(self.lines)
 
-    def column(self, name: str) -> list[Any] | np.ndarray:
+    def column(self, name: str) -> list[JsonValue] | np.ndarray:
         """One field of every record (None where absent); a numpy array for an integer
         field read column by column."""
         if self._records is None and self.table is not None:
@@ -210,7 +228,7 @@ class ValidRecords:
         return [r.get(name) for r in self.records]
 
 
-def protocol_problems(records: list[dict[str, Any]]) -> dict[int, Problem]:
+def protocol_problems(records: Sequence[Mapping[str, JsonValue]]) -> dict[int, Problem]:
     """One protocol per set (``evaluators/protocols.py``): records measured under another
     protocol than most of the set's (or without one beside records with one) are named,
     since their numbers are not comparable. A record's ``protocol`` must be a string."""
@@ -233,7 +251,7 @@ def validate_against(schema: Schema, evaluator: str, parsed: ParsedLines, skip_i
     every bad record; with it, the bad records are dropped and listed in ``errors``.
     """
     errors = list(parsed.errors)
-    seen_ids: dict[Any, int] = {}
+    seen_ids: dict[object, int] = {}
     rows: list[int] = []  # indices into parsed.records still valid
     plainly_valid = schema.plainly_valid
     for row, record in enumerate(parsed.records):

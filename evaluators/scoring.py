@@ -11,14 +11,13 @@ definition (``evaluators/definition.py``), found by name in ``evaluators/registr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.features import load_features
-from vlgate.evaluators.metrics.common import by_group
+from vlgate.evaluators.metrics.common import Metrics, by_group
 from vlgate.evaluators.records import ParsedLines, paused_gc
 from vlgate.evaluators.schemas import ValidRecords, validate_against, validate_file
 
@@ -41,20 +40,20 @@ def per_sample_frame(valid: ValidRecords) -> pd.DataFrame:
     return frame
 
 
-def score(valid: ValidRecords, by: str | None = None, features: list[np.ndarray] | None = None, samples: pd.DataFrame | None = None) -> dict[str, Any]:
+def score(valid: ValidRecords, by: str | None = None, features: list[np.ndarray] | None = None, samples: pd.DataFrame | None = None) -> Metrics:
     """Set-level metrics of the records, with a per-group breakdown and, where the
     evaluator has them (GenCeption), the metrics of its extra ``features``. ``samples``
     is ``per_sample_frame(valid)`` when the caller has it already."""
-    metrics: dict[str, Any] = _metrics(valid, by, features, samples) if len(valid) else {"n": 0}
+    metrics: Metrics = _metrics(valid, by, features, samples) if len(valid) else {"n": 0}
     if valid.errors:
         metrics["n_skipped"] = len({error.line for error in valid.errors})
     return metrics
 
 
-def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | None, samples: pd.DataFrame | None) -> dict[str, Any]:
+def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | None, samples: pd.DataFrame | None) -> Metrics:
     definition = registry.get(valid.evaluator)
     samples = (samples if samples is not None else per_sample_frame(valid)).drop(columns="id")
-    metrics: dict[str, Any] = definition.aggregate(samples)
+    metrics: Metrics = {**definition.aggregate(samples)}
     feature_metrics = definition.feature_metrics
     if features is not None:
         if feature_metrics is None:
@@ -74,7 +73,7 @@ def _metrics(valid: ValidRecords, by: str | None, features: list[np.ndarray] | N
     return metrics
 
 
-def score_file(evaluator: str, path: str | Path, by: str | None = None, features_path: str | Path | None = None, skip_invalid: bool = False) -> tuple[dict[str, Any], ValidRecords]:
+def score_file(evaluator: str, path: str | Path, by: str | None = None, features_path: str | Path | None = None, skip_invalid: bool = False) -> tuple[Metrics, ValidRecords]:
     """Read, validate and score a JSONL file; raises InvalidRecordsError unless ``skip_invalid``."""
     with paused_gc():  # millions of short-lived containers and no cycles: see records.paused_gc
         valid = validate_file(registry.get(evaluator).schema, evaluator, path, skip_invalid=skip_invalid)

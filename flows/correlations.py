@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -19,8 +19,14 @@ from vlgate.evaluators.metrics.correlation import correlations, paired_sample_co
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.recording import log_metric_dict
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
-def version_table(client: Any, model_name: str, include_run: str | None = None) -> pd.DataFrame:
+#: each pair's (``X~Y``) or per-sample score's coefficients: pearson, spearman, kendall and n (None where undefined)
+Correlations = dict[str, dict[str, float | int | None]]
+
+
+def version_table(client: MlflowClient, model_name: str, include_run: str | None = None) -> pd.DataFrame:
     """One row per validated version of the model (its latest validation run), columns
     the logged metrics with their names as docs/metrics.md writes them (``genception/gc@3``)."""
     rows = {version: {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()} for version, run in tracking.validation_runs(client, model_name, include_run).items()}
@@ -29,11 +35,11 @@ def version_table(client: Any, model_name: str, include_run: str | None = None) 
     return frame
 
 
-def correlate_across_versions(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+def correlate_across_versions(table: pd.DataFrame) -> Correlations:
     """Pearson/Spearman/Kendall of each label-free metric against its labelled metrics
     over the versions that have both; ``n`` says how many. Templated metrics (``gc@{T}``)
     are matched against the table's columns, so a 5-iteration GenCeption correlates ``gc@5``."""
-    result: dict[str, dict[str, Any]] = {}
+    result: Correlations = {}
     for x, y in registry.correlated_pairs([str(column) for column in table.columns]):
         if y not in table:
             continue
@@ -124,7 +130,7 @@ def correlated_columns(table: pd.DataFrame) -> pd.DataFrame:
     return table[used]
 
 
-def log_correlations_across_versions(client: Any, run_id: str, table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+def log_correlations_across_versions(client: MlflowClient, run_id: str, table: pd.DataFrame) -> Correlations:
     """The correlations across versions, computed once from ``table`` and logged with the
     rows they were computed from: ``correlations.json``, ``correlation_versions.json``
     ({version: {metric: value}}) and the coefficients as metrics."""
@@ -136,11 +142,11 @@ def log_correlations_across_versions(client: Any, run_id: str, table: pd.DataFra
     return across
 
 
-def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> dict[str, dict[str, Any]]:
+def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None) -> Correlations:
     """The candidate's per-sample scores (VL-LCM's P_LC: the definition's
     ``champion_correlated``) against the champion's on their shared samples; not where
     the two were measured under different protocols (their scores answer other prompts)."""
-    result: dict[str, dict[str, Any]] = {}
+    result: Correlations = {}
     for evaluator, mine in candidate.items():
         column = registry.get(evaluator).champion_correlated
         theirs = (champion or {}).get(evaluator)
@@ -150,12 +156,13 @@ def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dic
     return result
 
 
-def correlation_metrics(found: dict[str, dict[str, Any]]) -> dict[str, float]:
+def correlation_metrics(found: Correlations) -> dict[str, float]:
     """The coefficients as MLflow metrics ``correlation/X_vs_Y/METHOD`` (``/`` in X, Y as ``.``)."""
-    out = {}
+    out: dict[str, float] = {}
     for pair, values in found.items():
         x, _, y = pair.partition("~")
         for method in ("pearson", "spearman", "kendall"):
-            if values.get(method) is not None:
-                out[tracking.mlflow_metric_name(f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}")] = float(values[method])
+            value = values.get(method)
+            if value is not None:
+                out[tracking.mlflow_metric_name(f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}")] = float(value)
     return out

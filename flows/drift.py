@@ -18,25 +18,32 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
-from vlgate.evaluators.running.suite import Suite
+from vlgate.evaluators.running.suite import Suite, SuiteSummary
 from vlgate.flows import progress
 from vlgate.flows.recording import where_it_runs
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from vlgate.evaluators.metrics.drift import DriftResult as ScoreDrift
+    from vlgate.evaluators.output import SummaryJson
+
 
 @task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
-def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> dict[str, Any]:
+def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> SuiteSummary:
     """The champion's records on one batch (resumable: fingerprinted records are reused);
     its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
     from vlgate.evaluators.running.suite import run_suite
@@ -63,7 +70,10 @@ def _suite_key(suite: Suite) -> str:
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
-def log_drift_run(client, model_name: str, version: str, batch: str, evaluators: dict[str, Any], results: list, home: Path | None = None, where: dict[str, str] | None = None) -> str:
+def log_drift_run(
+    client: MlflowClient, model_name: str, version: str, batch: str, evaluators: Mapping[str, SummaryJson], results: Sequence[ScoreDrift],
+    home: Path | None = None, where: dict[str, str] | None = None,
+) -> str:  # fmt: skip
     """One drift run in the model's experiment: tags ``vlgate.kind=drift``,
     ``vlgate.drift=true|false``, the checks in brief (``TAG_DRIFT_CHECKS``) and ``where``
     (the flow run and process that checked: ``recording.where_it_runs``), the batch's
@@ -80,7 +90,7 @@ def log_drift_run(client, model_name: str, version: str, batch: str, evaluators:
     now = int(time.time() * 1000)
     metrics = []
     for evaluator, entry in evaluators.items():
-        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(tracking.split_breakdowns(entry.get("metrics", {}))[0], evaluator)]
+        metrics += [Metric(k, v, now, 0) for k, v in tracking.flatten_metrics(tracking.split_breakdowns(entry.get("metrics") or {})[0], evaluator)]
     for result in results:
         for key in ("mean_reference", "mean_current", "mean_drop", "statistic", "p_value", "p_adjusted"):
             value = getattr(result, key)
@@ -114,10 +124,10 @@ class DriftResult(BaseModel):
     outcome: DriftOutcome
     drifted: bool = False
     run_id: str | None = None
-    checks: list[dict[str, Any]] = Field(default_factory=list)
+    checks: list[dict[str, str | int | float | bool | None]] = Field(default_factory=list)
     error: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         """The fields that were set, as JSON values."""
         return self.model_dump(mode="json", exclude_unset=True)
 
@@ -129,7 +139,7 @@ NO_CHAMPION = "no champion yet: nothing to check for drift"
 DRIFT_EVENT = "vlgate.drift.detected"
 
 
-def emit_drift_event(model_name: str, version: str, run_id: str, drifted: list) -> None:
+def emit_drift_event(model_name: str, version: str, run_id: str, drifted: Sequence[ScoreDrift]) -> None:
     from prefect.events import emit_event
 
     emit_event(

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prefect import Task, flow, get_run_logger, task
 from prefect.client.schemas.objects import TaskRun
@@ -23,6 +24,8 @@ from vlgate.flows import progress
 from vlgate.flows.plan import ValidationPlan  # a flow's and a task's parameters are validated against it
 
 if TYPE_CHECKING:
+    from prefect.context import TaskRunContext
+
     from vlgate.evaluators.runners.base import ItemProgress
 
 
@@ -39,7 +42,7 @@ def _tree_state(path: Path) -> list[tuple[str, int, int]]:
     return [(str(p.relative_to(base)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
-def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
+def evaluator_cache_key(_context: TaskRunContext, parameters: Mapping[str, object]) -> str:
     """(The registered version's identity — its source, run and creation time, since a
     deleted model's version number comes back with other weights —, evaluator, shard,
     what the evaluator's results depend on in the suite (``ValidationPlan.evaluator_digest``:
@@ -48,8 +51,9 @@ def evaluator_cache_key(_context: Any, parameters: dict[str, Any]) -> str:
     from vlgate import __version__
     from vlgate.evaluators.backends.loading import mlflow_identity
 
-    plan: ValidationPlan = parameters["plan"]
-    evaluator = parameters["evaluator"]
+    plan, evaluator = parameters["plan"], str(parameters["evaluator"])
+    if not isinstance(plan, ValidationPlan):  # Prefect validated the task's parameters against its signature
+        raise TypeError(f"plan: a ValidationPlan, not {type(plan).__name__}")
     tracking.connect()  # run where the task runs (a Dask worker): models:/ resolved on the flow's MLflow, see evaluate_shard
     material = [
         mlflow_identity(plan.model_uri)[1],
@@ -87,7 +91,7 @@ def within_time_limit(limit_s: float | None, on_progress: ItemProgress) -> ItemP
     return report
 
 
-def retry_unless_timed_out(_task: Task, _run: TaskRun, state: State) -> bool:
+def retry_unless_timed_out(_task: Task[..., object], _run: TaskRun, state: State[object]) -> bool:
     """Retry a failed shard (a flaky loader, a worker lost) unless it ran out of time."""
     return not isinstance(state.result(raise_on_failure=False), TimeoutError)
 

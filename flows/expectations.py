@@ -50,14 +50,22 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
+from pydantic import JsonValue, TypeAdapter
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.definition import Column, EvaluatorDefinition, Metric
+
+if TYPE_CHECKING:
+    from great_expectations.core.batch_definition import BatchDefinition
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
+    from great_expectations.expectations.expectation import Expectation
 
 __all__ = ["ExpectationReport", "validate_evaluator_output"]
 
@@ -65,6 +73,7 @@ __all__ = ["ExpectationReport", "validate_evaluator_output"]
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 RECORDS, METRICS = "records", "metrics"
+_AS_JSON: TypeAdapter[JsonValue] = TypeAdapter(JsonValue)
 #: checked on their own terms, not by range: n equals the data set's size, n_skipped is 0;
 #: n_item_errors (items that could not be loaded) is already in the row count
 _CHECKED_APART = ("n", "n_skipped", "n_item_errors")
@@ -89,6 +98,31 @@ def _bounds(metric: Metric, expected_rows: int) -> tuple[float | None, float | N
 # The report
 
 
+class Observed(TypedDict, total=False):
+    """What GX saw for one expectation, in short (JSON values only)."""
+
+    observed_value: JsonValue
+    element_count: int
+    unexpected_count: int
+    missing_count: int
+    unexpected_examples: list[JsonValue]
+    #: the expectation could not be evaluated
+    exception: str | None
+
+
+class ExpectationResult(TypedDict):
+    """One GX result as the report keeps it (JSON values only)."""
+
+    expectation: str
+    table: str
+    column: str | None
+    kwargs: dict[str, JsonValue]
+    success: bool
+    observed: Observed
+    #: why a rate or count past its usable bounds makes the output unusable
+    unusable: NotRequired[str]
+
+
 @dataclass
 class ExpectationReport:
     """Every GX result for one evaluator's output: records suite first, then metrics suite.
@@ -101,22 +135,23 @@ class ExpectationReport:
 
     evaluator: str
     success: bool
-    results: list[dict] = field(default_factory=list)
+    results: list[ExpectationResult] = field(default_factory=list)
 
     def failures(self) -> list[str]:
         """One readable line per failed expectation, naming the column and what was observed."""
         return [f"{self.evaluator} {_describe_failure(result)}" for result in self.results if not result["success"]]
 
-    def as_dict(self) -> dict:
-        return {"evaluator": self.evaluator, "success": self.success, "results": self.results, "failures": self.failures()}
+    def as_dict(self) -> dict[str, JsonValue]:
+        results: JsonValue = _AS_JSON.validate_python(self.results)  # TypedDicts of JSON values, checked as such
+        return {"evaluator": self.evaluator, "success": self.success, "results": results, "failures": list[JsonValue](self.failures())}
 
 
-def _examples(observed: dict) -> str:
+def _examples(observed: Observed) -> str:
     shown = observed.get("unexpected_examples") or []
     return f" (e.g. {', '.join(map(repr, shown))})" if shown else ""
 
 
-def _describe_failure(result: dict) -> str:
+def _describe_failure(result: ExpectationResult) -> str:
     kind, table, column, kwargs, observed = result["expectation"], result["table"], result["column"], result["kwargs"], result["observed"]
     where = f"metric '{column}'" if table == METRICS else f"{table} column '{column}'"
     if "exception" in observed:
@@ -133,7 +168,7 @@ def _describe_failure(result: dict) -> str:
         low, high = kwargs.get("min_value"), kwargs.get("max_value")
         if not result.get("unusable"):
             return f"{where} = {shown!r} is outside [{low}, {high}]"
-        side = f"above {high:g}" if high is not None and isinstance(shown, (int, float)) and shown > high else f"below {low:g}"
+        side = f"above {high:g}" if isinstance(high, (int, float)) and isinstance(shown, (int, float)) and shown > high else f"below {low:g}"
         return f"{where} = {shown:.4g} is {side}: unusable output, {result['unusable']}"
     if kind == "ExpectColumnValuesToNotBeNull":
         return f"{where}: {count} of {total} values are null"
@@ -153,7 +188,7 @@ def _describe_failure(result: dict) -> str:
 # Running GX
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JsonValue:
     """Plain JSON values: numpy scalars unwrapped, NaN/inf to None, containers walked."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -168,34 +203,46 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _observed(result: Any) -> dict:
+def _observed(result: ExpectationValidationResult) -> Observed:
     """The short summary of one GX ExpectationValidationResult."""
     info = result.exception_info or {}
     if info.get("raised_exception"):
-        return {"exception": info.get("exception_message")}
+        return {"exception": _text(info.get("exception_message"))}
     for nested in info.values():  # a metric that failed to resolve is keyed by its metric id
         if isinstance(nested, dict) and nested.get("raised_exception"):
-            return {"exception": nested.get("exception_message")}
+            return {"exception": _text(nested.get("exception_message"))}
     raw = result.result or {}
-    observed: dict[str, Any] = {}
+    observed: Observed = {}
     if "observed_value" in raw:
-        observed["observed_value"] = raw["observed_value"]
-    for key in ("element_count", "unexpected_count", "missing_count"):
-        if key in raw:
-            observed[key] = raw[key]
+        observed["observed_value"] = _jsonable(raw["observed_value"])
+    element_count, unexpected_count, missing_count = (_count(raw.get(key)) for key in ("element_count", "unexpected_count", "missing_count"))
+    if element_count is not None:
+        observed["element_count"] = element_count
+    if unexpected_count is not None:
+        observed["unexpected_count"] = unexpected_count
+    if missing_count is not None:
+        observed["missing_count"] = missing_count
     if raw.get("partial_unexpected_list"):
-        observed["unexpected_examples"] = list(raw["partial_unexpected_list"])[:_SHOWN_EXAMPLES]
-    return _jsonable(observed)
+        observed["unexpected_examples"] = [_jsonable(value) for value in list(raw["partial_unexpected_list"])[:_SHOWN_EXAMPLES]]
+    return observed
 
 
-_gx_modules: tuple[Any, Any] | None = None
-_batch_definitions: dict[str, Any] = {}
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _count(value: object) -> int | None:
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
+
+
+_gx_modules: tuple[ModuleType, ModuleType] | None = None
+_batch_definitions: dict[str, BatchDefinition[pd.DataFrame]] = {}
 # One context for the process, built on first use. GX objects are not documented as
 # thread-safe, so validations take turns (GX is pure Python, so little is lost).
 _gx_lock = threading.Lock()
 
 
-def _gx() -> tuple[Any, Any]:
+def _gx() -> tuple[ModuleType, ModuleType]:
     """Import GX on first use (seconds) and quiet its logging."""
     global _gx_modules
     if _gx_modules is None:
@@ -207,11 +254,11 @@ def _gx() -> tuple[Any, Any]:
     return _gx_modules
 
 
-def _batch_definition(table: str) -> Any:
+def _batch_definition(table: str) -> BatchDefinition[pd.DataFrame]:
     """The cached whole-frame batch definition of ``table``; call with ``_gx_lock`` held.
 
-    A fresh ephemeral context and data source per call cost ~50 ms (each change of
-    its config is serialised); the frame itself travels as a batch parameter, so
+    A fresh ephemeral context and data source per call would cost time on every
+    evaluator (each change of its config is serialised); the frame itself travels as a batch parameter, so
     nothing of one call's data stays behind in the shared objects.
     """
     if not _batch_definitions:
@@ -226,7 +273,7 @@ def _batch_definition(table: str) -> Any:
     return _batch_definitions[table]
 
 
-def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list[dict]:
+def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Expectation]) -> list[ExpectationResult]:
     """Validate ``frame`` against ``expectations`` in one GX pass; results in the given order."""
     gx, _ = _gx()
     for index, expectation in enumerate(expectations):
@@ -237,15 +284,15 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
         batch = _batch_definition(table).get_batch(batch_parameters={"dataframe": frame})
         validation = batch.validate(suite, result_format={"result_format": "BASIC", "partial_unexpected_count": _SHOWN_EXAMPLES})
     ordered = sorted(validation.results, key=lambda r: r.expectation_config.meta["vlgate_index"])
-    results = []
+    results: list[ExpectationResult] = []
     for expectation, result in zip(expectations, ordered):
-        kwargs = {k: v for k, v in result.expectation_config.kwargs.items() if k != "batch_id"}
+        kwargs = {str(k): _jsonable(v) for k, v in result.expectation_config.kwargs.items() if k != "batch_id"}
         results.append(
             {
                 "expectation": type(expectation).__name__,
                 "table": table,
-                "column": kwargs.get("column"),
-                "kwargs": _jsonable(kwargs),
+                "column": _text(kwargs.get("column")),
+                "kwargs": kwargs,
                 "success": bool(result.success),
                 "observed": _observed(result),
             }
@@ -255,10 +302,10 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Any]) -> list
     return results
 
 
-def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Any]:
+def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Expectation]:
     _, gxe = _gx()
     present = set(records.columns)
-    expectations: list[Any] = [
+    expectations: list[Expectation] = [
         gxe.ExpectTableRowCountToEqual(value=expected_rows),
         gxe.ExpectColumnToExist(column="id"),
     ]
@@ -284,17 +331,17 @@ def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame
     return expectations
 
 
-def _as_number(value: Any) -> float:
+def _as_number(value: object) -> float:
     """A metric value as a float; None and anything that is not a number become NaN (null to GX)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
         return math.nan
     return float(value)
 
 
-def _metrics_frame_and_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, metrics: dict, expected_rows: int) -> tuple[pd.DataFrame, list[Any]]:
+def _metrics_frame_and_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, metrics: Mapping[str, object], expected_rows: int) -> tuple[pd.DataFrame, list[Expectation]]:
     _, gxe = _gx()
     columns: dict[str, float] = {}
-    expectations: list[Any] = []
+    expectations: list[Expectation] = []
 
     def between(name: str, low: float | None, high: float | None, unusable: str = "") -> None:
         columns[name] = _as_number(metrics[name])
@@ -333,7 +380,7 @@ def _metrics_frame_and_expectations(definition: EvaluatorDefinition, records: pd
     return pd.DataFrame({name: [value] for name, value in columns.items()}, dtype="float64"), expectations
 
 
-def validate_evaluator_output(evaluator: str, records: pd.DataFrame, metrics: dict, expected_rows: int) -> ExpectationReport:
+def validate_evaluator_output(evaluator: str, records: pd.DataFrame, metrics: Mapping[str, object] | None, expected_rows: int) -> ExpectationReport:
     """Validate one evaluator's per-sample frame and metrics for one model version with GX.
 
     ``records`` is ``per_sample_frame(...)`` of the evaluator's records, ``metrics``

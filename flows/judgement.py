@@ -11,19 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import Baseline, DecisionKind, DecisionRecord, Rule, Verdict
+from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRecord, Rule, Verdict
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
-from vlgate.flows.gate import Check, CheckKey, GatePolicy, decide
 from vlgate.flows.recording import judge_identity, log_item_diffs, log_metric_dict, run_outputs, version_outputs, write_decision_tags
 from vlgate.flows.settings import prepare_environment
+from vlgate.gate import rendering
+from vlgate.gate.checks import with_check
+from vlgate.gate.fixed import decide
+from vlgate.gate.policy import GatePolicy
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 
 class ValidationError(RuntimeError):
@@ -35,7 +41,7 @@ class Superseded(RuntimeError):
     lost): this flow stops without deciding, and the later one decides."""
 
 
-def baseline_champion(client: Any, model_name: str, version: str, run_id: str, current: str | None, against_current: bool, fix: bool) -> str | None:
+def baseline_champion(client: MlflowClient, model_name: str, version: str, run_id: str, current: str | None, against_current: bool, fix: bool) -> str | None:
     """The champion a judgement of ``version`` compares with (None: none). By default the
     one its validation was first judged against, fixed then on the run
     (``vlgate.baseline_champion``, with ``fix``) so that every look, re-run and ``gate
@@ -58,11 +64,9 @@ def alias_moved_meanwhile(model_name: str, version: str, baseline: str | None, c
     """A promotion would replace a champion the version was never compared with: another
     version took the alias after this validation fixed its baseline. That check fails
     closed (could not judge) instead of moving the alias."""
-    if current in (baseline, version):
+    if current is None or current in (baseline, version):
         return None
-    against = f"v{baseline}" if baseline else "no champion"
-    detail = f"v{current} holds the alias since this validation was judged against {against}: vlgate gate {model_name} {version} --against-current --apply judges it against v{current}"
-    return Check(CheckKey(Rule.ALIAS, "champion"), Verdict.COULD_NOT_JUDGE, detail)
+    return Check.of(CheckKey(Rule.ALIAS, "champion"), Verdict.COULD_NOT_JUDGE, rendering.alias_moved(model_name, version, baseline, current))
 
 
 def judge(
@@ -84,7 +88,7 @@ def judge(
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         latest = tracking.latest_decision(client, run_id) if record and request_id else None
         if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
-            write_decision_tags(client, model_name, version, run_id, latest.decision, latest.reasons, latest.outcome, record=latest.sequence)  # what the retried one may not have written
+            write_decision_tags(client, model_name, version, run_id, latest.outcome, latest.reasons, record=latest.sequence)  # what the retried one may not have written
             return latest
         current = tracking.champion_version(client, model_name)  # under the lock: nobody moves it meanwhile
         champion_version = baseline_champion(client, model_name, version, run_id, current, against_current, fix=record)
@@ -92,13 +96,15 @@ def judge(
         decision = decide(policy, outputs, champion, look=look)
         moved = alias_moved_meanwhile(model_name, version, champion_version, current) if decision.promote else None
         if moved is not None:
-            decision.checks.append(moved)
-            decision.promote = False
+            decision = with_check(decision, moved)
         per_sample = correlate_with_champion(outputs, champion)
         warnings = identical_across_versions(version_table(client, model_name, include_run=run_id), version)
-        judged = decision.record(policy_path, champion_version, warnings, per_sample).model_copy(
-            update={"kind": kind, "baseline": Baseline.CURRENT if against_current else Baseline.VALIDATION, "judged_by": judge_identity(request_id)}
-        )
+        judged = decision.model_copy(
+            update={
+                "policy_path": str(policy_path), "champion_before": champion_version, "warnings": warnings, "per_sample_correlations": per_sample,
+                "kind": kind, "baseline": Baseline.CURRENT if against_current else Baseline.VALIDATION, "judged_by": judge_identity(request_id),
+            }
+        )  # fmt: skip
         if record and decision.settled:
             log_metric_dict(client, run_id, correlation_metrics(per_sample))
             log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
@@ -108,7 +114,7 @@ def judge(
             after = version if decision.promote else current
             judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
             judged = tracking.append_decision(client, run_id, judged, policy_path)
-            write_decision_tags(client, model_name, version, run_id, judged.decision, judged.reasons, judged.outcome, record=judged.sequence)
+            write_decision_tags(client, model_name, version, run_id, judged.outcome, judged.reasons, record=judged.sequence)
     return judged
 
 
@@ -124,9 +130,10 @@ class Rejudgement(BaseModel):
     recorded: bool
     judged: DecisionRecord
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         """The decision's fields beside which version and run it is of (as ``validate --json``)."""
-        return {"model": self.model, "version": self.version, "run_id": self.run_id, "recorded": self.recorded} | self.judged.as_json()
+        head: dict[str, JsonValue] = {"model": self.model, "version": self.version, "run_id": self.run_id, "recorded": self.recorded}
+        return head | self.judged.as_json()
 
 
 def judge_again(model_name: str, version: str, policy_path: str, record: bool = False, against_current: bool = False) -> Rejudgement:

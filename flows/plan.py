@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from vlgate.evaluators.running.suite import ItemSelection, Suite
-from vlgate.flows.gate import GatePolicy
 from vlgate.flows.settings import ModelConfig, read_model_config
+from vlgate.gate.policy import GatePolicy
 
 
 class ValidationPlan(BaseModel):
@@ -83,6 +82,6 @@ class ValidationPlan(BaseModel):
         own = self.suite.evaluators[evaluator].model_dump(mode="json")
         return hashlib.sha256(json.dumps({"suite": shared, evaluator: own}, sort_keys=True).encode()).hexdigest()
 
-    def as_logged(self) -> dict[str, Any]:
+    def as_logged(self) -> dict[str, JsonValue]:
         """The plan as ``config/plan.json`` holds it."""
         return self.model_dump(mode="json") | {"suite_digest": self.suite_digest()}

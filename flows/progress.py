@@ -4,7 +4,7 @@ The validation flow and its evaluator tasks, and the drift flow, publish events
 (:class:`Event`) on this process's bus: a validation's stages (started, each evaluator,
 Great Expectations, MLflow, correlations, gate, decision, report, done) and each
 evaluator's items as its runner completes a batch (``Runner.run``'s ``on_progress``). A
-display (``flows/displays.py``) subscribes while it shows them. Nothing listens by default,
+display (``cli/displays.py``) subscribes while it shows them. Nothing listens by default,
 so publishing is a function call; a listener's error is logged and dropped: what the flows
 compute never depends on a display. Tasks that run in other processes (a Dask cluster)
 publish into their own process, where nothing listens.
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 log = logging.getLogger("vlgate.progress")
 
@@ -79,8 +78,10 @@ def publish(event: Event) -> None:
             log.exception("progress listener failed on %s", event)
 
 
-def stage(subject: str, name: Stage, **fields: Any) -> None:
-    publish(Event(subject, name, **fields))
+def stage(subject: str, name: Stage, detail: str = "", part: str = "", evaluator: str = "", shard: int = 0, shards: int = 1) -> None:
+    """A flow reached a stage: ``detail`` the decision or the error, ``part`` the batch a drift
+    check scores, ``evaluator`` (``shard`` of ``shards``) the evaluator it started."""
+    publish(Event(subject, name, evaluator=evaluator, part=part, shard=shard, shards=shards, detail=detail))
 
 
 def item_counter(subject: str, evaluator: str, part: str = "", shard: int = 0, shards: int = 1) -> Callable[[int, int], None]:

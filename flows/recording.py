@@ -11,18 +11,22 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import Judge, decision_file
+from vlgate.decisions import Judge, Outcome, decision_file
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 
 def where_it_runs() -> dict[str, str]:
@@ -34,7 +38,7 @@ def where_it_runs() -> dict[str, str]:
     return {tag_keys.FLOW_RUN: str(flow_run.id), tag_keys.EXECUTED_BY: f"{worker} on {socket.gethostname()} pid {os.getpid()}"}
 
 
-def fingerprint_digest(records: list[dict[str, Any]]) -> str:
+def fingerprint_digest(records: Sequence[Mapping[str, object]]) -> str:
     return hashlib.sha256("\n".join(sorted(str(r.get("fingerprint")) for r in records)).encode()).hexdigest()[:16]
 
 
@@ -78,7 +82,7 @@ def claim_token(model_name: str, version: str, claimed_at: str) -> str:
     return hashlib.sha256(f"{model_name}\0{version}\0{claimed_at}".encode()).hexdigest()[:32]
 
 
-def ensure_validation_run(client: Any, claims: ClaimStore, model_name: str, version: str) -> str:
+def ensure_validation_run(client: MlflowClient, claims: ClaimStore, model_name: str, version: str) -> str:
     """The version's one validation run: the one the claim already names (a resumed flow),
     else one made for this claim, recorded in the claim before anything is logged to it.
     The run's token names the claim, so a flow that died between creating the run and
@@ -97,7 +101,7 @@ def ensure_validation_run(client: Any, claims: ClaimStore, model_name: str, vers
     return run_id
 
 
-def link_validation_run(client: Any, model_name: str, version: str, experiment: str, run_id: str) -> None:
+def link_validation_run(client: MlflowClient, model_name: str, version: str, experiment: str, run_id: str) -> None:
     """The version's page in MLflow's UI names its registration run as its source; its
     description gets a link to the validation run (a line of its own, once, after what
     the training job wrote)."""
@@ -107,7 +111,7 @@ def link_validation_run(client: Any, model_name: str, version: str, experiment: 
         client.update_model_version(model_name, version, description=f"{description.rstrip()}\n\n{line}".strip())
 
 
-def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None:
+def log_metric_dict(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -115,12 +119,13 @@ def log_metric_dict(client: Any, run_id: str, metrics: dict[str, float]) -> None
         client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
 
 
-def write_decision_tags(client: Any, model_name: str, version: str, run_id: str | None, label: str, reasons: list[str], outcome: str, record: int | None = None) -> None:
+def write_decision_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None = None) -> None:
     """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
-    rejected or could not judge) and ``vlgate.reasons`` on the version (and its run):
+    rejected, inconclusive or could not judge) and ``vlgate.reasons`` on the version (and its run):
     always written, the latest judgement's; ``record``: the number of the decision record
     they show (``vlgate.decision_record``; a validation that failed makes none)."""
-    tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome, tag_keys.REASONS: tracking.reasons_tag(reasons)}
+    label = "promoted" if outcome is Outcome.PROMOTED else "rejected"
+    tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
         tags[tag_keys.DECISION_RECORD] = decision_file(record)
     for key, value in tags.items():
@@ -129,7 +134,7 @@ def write_decision_tags(client: Any, model_name: str, version: str, run_id: str 
             client.set_tag(run_id, key, value)
 
 
-def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:
+def log_item_diffs(client: MlflowClient, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:
     """Each evaluator both versions ran under one protocol, compared item by item
     (``vlgate diff``'s comparison), logged to the run as an MLflow table
     ``item_diff/EVALUATOR-vs-vN.json`` (``mlflow.load_table`` reads it; one row per shared
@@ -161,7 +166,7 @@ def log_item_diffs(client: Any, model_name: str, run_id: str, candidate: dict[st
     return logged
 
 
-def version_outputs(client: Any, model_name: str, version: str) -> dict[str, EvaluatorOutput]:
+def version_outputs(client: MlflowClient, model_name: str, version: str) -> dict[str, EvaluatorOutput]:
     """A version's outputs (metrics and records, each evaluator's parsed once), read back
     from its validation run; empty when it has none (every comparison then fails closed)."""
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
@@ -181,7 +186,7 @@ def judge_identity(request_id: str | None = None) -> Judge:
     return Judge(process=f"{socket.gethostname()} pid {os.getpid()}", flow_run_id=str(flow_run.id) if flow_run.id else None, user=user, request_id=request_id)
 
 
-def run_outputs(client: Any, run_id: str) -> dict[str, EvaluatorOutput]:
+def run_outputs(client: MlflowClient, run_id: str) -> dict[str, EvaluatorOutput]:
     """Every evaluator's output as a validation run recorded it: its records and metrics,
     whether its expectations passed (the run's ``vlgate.expectations.*`` tags), and the
     evaluators that failed (``run.json``'s error), so that a run judged again is judged

@@ -30,7 +30,7 @@ once and leaves it alone (vlgate cannot guess which data a model should be judge
 Where state lives: MLflow at ``MLFLOW_TRACKING_URI`` (default: SQLite and an artifact
 folder under ``$VLGATE_HOME/mlflow``), vlgate's claims at ``VLGATE_STATE_DB`` (default
 ``$VLGATE_HOME/state.db``), Prefect at ``PREFECT_API_URL`` (default: a server on
-loopback that the command starts and stops, ``flows/prefect_server.py``, its database
+loopback that the command starts and stops, ``cli/prefect_server.py``, its database
 under ``$VLGATE_HOME/prefect``).
 """
 
@@ -48,8 +48,10 @@ from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
 
 if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
+
     from vlgate.evaluators.running.suite import Suite
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.gate.policy import GatePolicy
 
 CONFIG_FILE = "vlgate.yaml"
 
@@ -113,7 +115,7 @@ class EvaluationConfig(BaseModel):
         default=6 * 3600, gt=0, description="one evaluator shard's time limit, checked between batches; past it the evaluator failed (not retried)"
     )
 
-    def task_runner(self):
+    def task_runner(self) -> TaskRunner[Any]:  # Any: Prefect's runners are generic in their future types, which its own flow options do not accept
         """The Prefect task runner this configuration names."""
         if self.runner == "dask":
             from prefect_dask import DaskTaskRunner
@@ -192,7 +194,7 @@ def read_model_config(config: ModelConfig) -> tuple[Suite, GatePolicy]:
     """A model's suite and policy loaded and checked against each other; ValueError with the
     one line that says what is wrong (naming the file and the field)."""
     from vlgate.evaluators.running.suite import Suite  # the registry and its runners: not for every importer
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.gate.policy import GatePolicy
 
     suite = Suite.from_file(config.suite)
     policy = GatePolicy.from_file(config.policy)
@@ -262,8 +264,8 @@ def prepare_environment(home: Path | None = None) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # the ephemeral API server migrates its SQLite database on start: on a busy 2-core
-    # machine that takes longer than Prefect's default 20 s
+    # the ephemeral API server migrates its SQLite database on start: on a busy small
+    # machine that can take longer than Prefect's default 20 s
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     # results of evaluator tasks are kept so a restarted flow does not redo finished evaluators
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "results"))

@@ -20,21 +20,21 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import CheckRecord, DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
+from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import progress
-from vlgate.flows.correlations import log_correlations_across_versions, version_table
+from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.judgement import Superseded, ValidationError, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
@@ -44,62 +44,61 @@ from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environ
 from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from prefect import Task
+    from prefect.client.schemas.objects import TaskRun
+    from prefect.states import State
+
 log = logging.getLogger("vlgate.validation")
 
 
 class ValidationResult(BaseModel):
     """What the validation flow returns and ``vlgate validate --json`` prints: the decision
-    and its outcome (the exit status), every check (as its decision record has it), the policy judged
-    with, the warnings, the correlations across versions and the report's path. A flow
-    that failed has ``error`` instead of checks (see :meth:`failed`)."""
+    record it reports (``record``: its outcome is the exit status) beside the correlations
+    across versions, the report's path and a sequential validation's looks. A flow that
+    failed has ``error`` and no record (see :meth:`failed`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str
     version: str
-    decision: Literal["promoted", "rejected"]
-    outcome: Outcome
     run_id: str | None = None
-    reasons: list[str] = Field(default_factory=list)
-    checks: list[CheckRecord] = Field(default_factory=list)
-    policy: dict[str, Any] = Field(default_factory=dict)
-    warnings: list[str] = Field(default_factory=list)
-    correlations: dict[str, Any] = Field(default_factory=dict)
+    record: DecisionRecord | None = None
+    correlations: Correlations = Field(default_factory=dict)
     report: str | None = None
     #: a sequential policy's looks, the items evaluated and the share saved
     sequential: SequentialRecord | None = None
     error: str | None = None
-    #: the decision record this reports (its number on the run), which judgement made it,
-    #: the champion it was judged against and who held the alias after it
-    sequence: int | None = None
-    kind: DecisionKind | None = None
-    champion_before: str | None = None
-    champion_after: str | None = None
     #: another request was validating the version: this one waited and reports its decision
     waited_for_another: bool = False
 
+    @property
+    def outcome(self) -> Outcome:
+        """The record's outcome; could not judge for a flow that failed."""
+        return self.record.outcome if self.record is not None else Outcome.COULD_NOT_JUDGE
+
+    @property
+    def label(self) -> str:
+        """promoted or rejected (fail closed), as the version's ``vlgate.decision`` tag says it."""
+        return self.record.label if self.record is not None else "rejected"
+
     @classmethod
     def failed(cls, model: str, version: str, error: BaseException | str) -> ValidationResult:
-        """A flow that stopped: rejected, could not judge (the flow recorded it: claim failed, version tagged)."""
+        """A flow that stopped: could not judge (the flow recorded it: claim failed, version tagged)."""
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        return cls(model=model, version=str(version), decision="rejected", outcome=Outcome.COULD_NOT_JUDGE, error=message)
+        return cls(model=model, version=str(version), error=message)
 
-    @classmethod
-    def of_record(cls, model: str, version: str, run_id: str, record: DecisionRecord, **fields: Any) -> ValidationResult:
-        """What a recorded decision says, as the flow that made it returned it."""
-        return cls(
-            model=model, version=version, run_id=run_id, decision=record.decision, outcome=record.outcome, reasons=record.reasons,
-            checks=record.checks, policy=record.policy, warnings=record.warnings, sequence=record.sequence, kind=record.kind,
-            champion_before=record.champion_before, champion_after=record.champion_after, **fields,
-        )  # fmt: skip
-
-    def as_json(self) -> dict[str, Any]:
-        """The fields that were set, as JSON values (a failed flow's have no checks); each
-        check whole, as its decision record has it."""
-        return self.model_dump(mode="json", include=self.model_fields_set)
+    def as_json(self) -> dict[str, JsonValue]:
+        """Which version and run, the outcome, then the record's fields (as ``vlgate gate
+        --json`` prints them) and the fields of this result that were set."""
+        head: dict[str, JsonValue] = {"model": self.model, "version": self.version, "outcome": self.outcome.value}
+        record = self.record.as_json() if self.record is not None else {}
+        rest = self.model_dump(mode="json", include=self.model_fields_set - {"model", "version", "record"})
+        return head | record | rest
 
 
-def _not_superseded(task: Any, task_run: Any, state: Any) -> bool:
+def _not_superseded(task: Task[..., object], task_run: TaskRun, state: State[object]) -> bool:
     """Retry the gate on anything but a claim taken over (asking again changes nothing)."""
     try:
         state.result()
@@ -197,8 +196,8 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         if claims.fail(model_name, version, message, attempt=attempt):  # not when a later attempt holds the claim
             record_failure(model_name, str(version), claims, message)
         raise
-    claims.finish(model_name, version, summary.decision, attempt=attempt)
-    progress.stage(shown_as, progress.Stage.DONE, detail=summary.decision)
+    claims.finish(model_name, version, summary.label, attempt=attempt)
+    progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
     return summary
 
 
@@ -210,10 +209,10 @@ def reported_decision(model_name: str, version: str, claim: Claim) -> Validation
     record = tracking.latest_decision(tracking.connect(), claim.run_id)
     if record is None:
         return ValidationResult.failed(model_name, version, f"the validation finished without a decision record ({claim.detail})")
-    return ValidationResult.of_record(model_name, version, claim.run_id, record, waited_for_another=True)
+    return ValidationResult(model=model_name, version=version, run_id=claim.run_id, record=record, waited_for_another=True)
 
 
-def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Path) -> None:
+def record_model_check(client: MlflowClient, run_id: str, plan: ValidationPlan, home: Path) -> None:
     """Stamp the run with whether vlgate's fast paths are exact on these weights
     (``flows/model_check.py``); a check that fails is stamped so and never stops the flow."""
     model_uri = plan.model_uri
@@ -226,7 +225,7 @@ def record_model_check(client: Any, run_id: str, plan: ValidationPlan, home: Pat
     if result is None:
         client.set_tag(run_id, tag_keys.MODEL_CHECK, "not checked: the model is served over HTTP")
         return
-    client.log_dict(run_id, result.to_dict(), "model_check.json")
+    client.log_dict(run_id, dict(result.to_dict()), "model_check.json")
     client.set_tag(run_id, tag_keys.MODEL_CHECK, stamp(result))
 
 
@@ -237,7 +236,7 @@ def record_failure(model_name: str, version: str, claims: ClaimStore, message: s
         client = tracking.connect()
         claim = claims.get(model_name, version)
         run_id = claim.run_id if claim else None
-        write_decision_tags(client, model_name, version, run_id, "rejected", [f"validation failed: {message} (fail closed)"], Outcome.COULD_NOT_JUDGE)
+        write_decision_tags(client, model_name, version, run_id, Outcome.COULD_NOT_JUDGE, [f"validation failed: {message} (fail closed)"])
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
@@ -249,7 +248,7 @@ def decided_checks(decision: DecisionRecord) -> list[str]:
     return [check.name for check in decision.checks if check.rule not in (Rule.RAN, Rule.EXPECTATIONS) and check.verdict in (Verdict.FAIL, Verdict.PASS, Verdict.WAIVED)]
 
 
-def record_looks(client: Any, model_name: str, version: str, run_id: str, looks: list[LookSummary], totals: dict[str, int]) -> SequentialRecord:
+def record_looks(client: MlflowClient, model_name: str, version: str, run_id: str, looks: list[LookSummary], totals: dict[str, int]) -> SequentialRecord:
     """A sequential validation's looks on its run (``sequential.json``, the items evaluated
     and in all per evaluator and the share saved as metrics, the look it stopped at as a
     tag, which ``vlgate gate`` judges it at again) and in brief on the version. ``totals``:
@@ -271,12 +270,12 @@ def record_looks(client: Any, model_name: str, version: str, run_id: str, looks:
     return record
 
 
-def record_power_plan(client: Any, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None, totals: dict[str, int]) -> None:
+def record_power_plan(client: MlflowClient, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None, totals: dict[str, int]) -> None:
     """What each rule of the policy can decide on the suite (``vlgate plan``'s table,
     ``power.json`` on the run, shown in the report), its spreads measured on the champion
     the version was judged against, paired with this version; assumed without one. A plan
     that cannot be made is a warning: the decision stands without it."""
-    from vlgate.flows.power import plan_power
+    from vlgate.gate.power import plan_power
 
     try:
         champion = None
@@ -362,8 +361,8 @@ def _validate(
     sequential = record_looks(client, model_name, version, run_id, looks, totals) if looks else None
     record_power_plan(client, run_id, plan, outputs, decision.champion_before, totals)
     client.set_terminated(run_id, "FINISHED")
-    logger.info("%s v%s: %s", model_name, version, decision.decision)
-    progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.decision)
+    logger.info("%s v%s: %s", model_name, version, decision.label)
+    progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.label)
     progress.stage(shown_as, progress.Stage.REPORT)
     try:  # the decision stands without its report: a failure is recorded, not raised
         report = publish_report(plan)
@@ -371,6 +370,6 @@ def _validate(
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
-    result = ValidationResult.of_record(model_name, version, run_id, decision, correlations=across, report=report)
+    result = ValidationResult(model=model_name, version=version, run_id=run_id, record=decision, correlations=across, report=report)
     # set only for a sequential policy: a fixed-sample result prints as before
     return result if sequential is None else result.model_copy(update={"sequential": sequential})

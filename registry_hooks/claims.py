@@ -37,6 +37,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
 from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, utc_now
@@ -82,7 +83,7 @@ class Claim:
     #: attempts lost with their process (a crashed flow run, a worker gone)
     crashes: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
 
 
@@ -105,8 +106,8 @@ class ClaimStore:
         self.lease = timedelta(seconds=lease_seconds)
 
     @classmethod
-    def for_home(cls, home: Path, **kwargs) -> ClaimStore:
-        return cls(StateDatabase.url_for_home(home), **kwargs)
+    def for_home(cls, home: Path, lease_seconds: float = DEFAULT_LEASE_S) -> ClaimStore:
+        return cls(StateDatabase.url_for_home(home), lease_seconds)
 
     def claim(self, model_name: str, version: str, via: str, owner: str | None = None, registered_at: str | None = None) -> bool:
         """True for exactly one caller per (model, version, registration), ever. A version
@@ -133,7 +134,7 @@ class ClaimStore:
             return registered_at is not None and self._replace_if_re_registered(row)
         return True
 
-    def _replace_if_re_registered(self, row: dict) -> bool:
+    def _replace_if_re_registered(self, row: dict[str, object]) -> bool:
         """The row of an earlier registration under the same name and number becomes this
         registration's claim (True for one caller); a row without a time adopts this one."""
         key = (claims_table.c.model_name == row["model_name"], claims_table.c.version == row["version"])
@@ -159,7 +160,7 @@ class ClaimStore:
         ``attempts``, so two pollers that saw the same loss do not both run it again.
         ``crashed``: the attempt was lost with its process (counted in ``crashes``)."""
         now = utc_now()
-        values: dict = {"state": ClaimState.CLAIMED, "owner": owner or default_owner(), "lease_expires": now + self.lease, "attempts": claims_table.c.attempts + 1, "updated_at": now, "flow_run_id": None}
+        values: dict[str, object] = {"state": ClaimState.CLAIMED, "owner": owner or default_owner(), "lease_expires": now + self.lease, "attempts": claims_table.c.attempts + 1, "updated_at": now, "flow_run_id": None}
         if crashed:
             values["crashes"] = claims_table.c.crashes + 1
         if detail is not None:
@@ -277,7 +278,7 @@ class ClaimStore:
         self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None,
         renew: bool = False, flow_run_id: str | None = None, attempt: int | None = None,
     ) -> bool:  # fmt: skip
-        values: dict = {"updated_at": utc_now()}
+        values: dict[str, object] = {"updated_at": utc_now()}
         if state is not None:
             values["state"] = state
         if run_id is not None:
@@ -350,7 +351,7 @@ class ClaimStore:
             return [self._claim(row) for row in connection.execute(query)]
 
     @staticmethod
-    def _claim(row) -> Claim:
+    def _claim(row: Row[tuple[object, ...]]) -> Claim:
         values = dict(row._mapping)
         values.pop("updated_at", None)
         values["claimed_at"] = aware(values["claimed_at"])

@@ -25,11 +25,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from vlgate import tracking
 from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from prefect.client.schemas.objects import FlowRun
 
 log = logging.getLogger("vlgate.hooks")
 
@@ -103,7 +107,7 @@ class Dispatcher:
         self._start: Callable[[str, str], object] = start or self._run_deployment
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
         self._lock = threading.Lock()
-        self.futures: dict[tuple[str, str], Future] = {}
+        self.futures: dict[tuple[str, str], Future[object]] = {}
 
     def offer(self, model_name: str, version: str, via: str, registered_at: str | None = None) -> bool:
         """Start validating the version unless it is already claimed or its model is not
@@ -188,14 +192,14 @@ class Dispatcher:
         with self._lock:
             self.futures[(model_name, version)] = future
 
-    def _guarded(self, model_name: str, version: str):
+    def _guarded(self, model_name: str, version: str) -> object:
         try:
             return self._start(model_name, version)
         except Exception:  # the flow records the failure in the claim and the version's tags
             log.exception("validation of %s v%s failed", model_name, version)
             raise
 
-    def _run_deployment(self, model_name: str, version: str):
+    def _run_deployment(self, model_name: str, version: str) -> FlowRun:
         from prefect.deployments import run_deployment
 
         assert self.deployment is not None, "only used when a deployment was given"
@@ -218,7 +222,7 @@ class Dispatcher:
         self._pool.shutdown(wait=True)
 
 
-def poll_once(client, dispatcher: Dispatcher) -> list[tuple[str, str]]:
+def poll_once(client: MlflowClient, dispatcher: Dispatcher) -> list[tuple[str, str]]:
     """Offer every registered version of a configured model that has no claim yet (stores
     without webhooks, and whatever a webhook missed); returns the versions this call claimed."""
     claimed = []

@@ -33,7 +33,9 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -45,6 +47,9 @@ from starlette.routing import Route
 from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher
 from vlgate.versions import VERSION_PATTERN
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 SIGNATURE_HEADER = "X-MLflow-Signature"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
@@ -89,7 +94,7 @@ class DeliveryRejected(Exception):
         self.status = status
 
 
-def verify(secret: str, headers, body: bytes, max_age_s: float, now: float | None = None) -> str:
+def verify(secret: str, headers: Mapping[str, str], body: bytes, max_age_s: float, now: float | None = None) -> str:
     """The delivery id of an authentic, fresh delivery; DeliveryRejected otherwise."""
     delivery_id, timestamp, given = headers.get(DELIVERY_HEADER), headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
     if not (delivery_id and timestamp and given):
@@ -174,7 +179,7 @@ def create_app(dispatcher: Dispatcher, secret: str, max_age_s: float = 300, max_
     return Starlette(routes=[Route(PATH, receive, methods=["POST"]), Route("/healthz", health)])
 
 
-def ensure_webhook(client, url: str, secret: str, name: str = "vlgate") -> str:
+def ensure_webhook(client: MlflowClient, url: str, secret: str, name: str = "vlgate") -> str:
     """Register (or point at ``url``) the tracking server's webhook for new versions;
     returns its id. Needs a tracking server with a SQL store."""
     page = client.list_webhooks(max_results=1000)

@@ -140,7 +140,7 @@ def test_vlgate_evaluate_on_a_checkpoint_whose_template_loops_reports_it_and_sto
     suite.write_text(yaml.safe_dump({"name": "looping", "policy": {"chat_template_timeout_s": 2}, "evaluators": {"lcm-mc": {"data": str(mc), "protocol": "vlgate"}}}))
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "vlgate.flows.cli", "evaluate", "--model", str(checkpoint), "--suite", str(suite), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "vlgate.cli.main", "evaluate", "--model", str(checkpoint), "--suite", str(suite), "--out", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         timeout=600,

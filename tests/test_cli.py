@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from vlgate import tag_keys
+from vlgate.cli.main import main
 from vlgate.evaluators import registry
-from vlgate.flows.cli import main
 
 
 @pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["check"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"], ["stack"]])
@@ -104,7 +104,7 @@ def test_status_shows_a_version_run_again_with_its_attempt_and_why():
 
     from rich.console import Console
 
-    from vlgate.flows.service import status_table
+    from vlgate.cli.service import status_table
 
     version = {"version": "3", "state": "running", "attempts": 2, "crashes": 1, "decision": None, "reasons": [], "detail": "attempt 2: the last flow run f1 crashed (exit -9)"}
     console = Console(file=io.StringIO(), width=200)
@@ -202,8 +202,8 @@ def test_a_policy_mistake_is_bad_input_before_anything_is_evaluated(policy, says
 def test_every_command_is_one_object_with_json_exactly_where_it_has_a_text_form():
     import argparse
 
-    from vlgate.flows.cli import build_parser
-    from vlgate.flows.commands import COMMANDS
+    from vlgate.cli.commands import COMMANDS
+    from vlgate.cli.main import build_parser
 
     names = [command.name for command in COMMANDS]
     (subcommands,) = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
@@ -214,8 +214,8 @@ def test_every_command_is_one_object_with_json_exactly_where_it_has_a_text_form(
 
 
 def test_an_answer_is_printed_as_text_or_json_and_gives_its_status(capsys):
-    from vlgate.flows.cli import render
-    from vlgate.flows.commands.base import Answer
+    from vlgate.cli.commands.base import Answer
+    from vlgate.cli.main import render
 
     answer = Answer({"outcome": "rejected", "n": 2}, status=3, text=lambda: print("rejected (2 checks)"))
     assert render(answer, as_json=False) == 3 and capsys.readouterr().out == "rejected (2 checks)\n"
@@ -225,7 +225,7 @@ def test_an_answer_is_printed_as_text_or_json_and_gives_its_status(capsys):
 
 
 def test_each_outcome_has_its_exit_status():
-    from vlgate.flows.commands.base import exit_status
+    from vlgate.cli.commands.base import exit_status
 
     assert [exit_status(o) for o in ("promoted", "rejected", "could not judge", "inconclusive")] == [0, 3, 4, 5]
 
@@ -234,8 +234,8 @@ def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_ther
     import yaml
 
     from vlgate.evaluators.running.suite import Suite
-    from vlgate.flows.gate import GatePolicy
     from vlgate.flows.settings import ServiceConfig, model_problem
+    from vlgate.gate.policy import GatePolicy
 
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
     assert main(["init", "my-vlm"]) == 0
@@ -276,8 +276,8 @@ def test_the_console_script_returns_mains_status_and_leaves_its_objects_to_the_e
     from importlib.metadata import entry_points
 
     (script,) = entry_points(group="console_scripts", name="vlgate")
-    assert script.value == "vlgate.flows.cli:console_main"
-    program = "import gc, sys\nfrom vlgate.flows.cli import console_main\nsys.argv = ['vlgate', 'score', 'lcm-mc', '/nonexistent']\nprint(console_main(), gc.get_freeze_count() > 0)"
+    assert script.value == "vlgate.cli.main:console_main"
+    program = "import gc, sys\nfrom vlgate.cli.main import console_main\nsys.argv = ['vlgate', 'score', 'lcm-mc', '/nonexistent']\nprint(console_main(), gc.get_freeze_count() > 0)"
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["2", "True"]
     assert done.stderr.strip() == "vlgate score: /nonexistent: no such file"
@@ -285,7 +285,7 @@ def test_the_console_script_returns_mains_status_and_leaves_its_objects_to_the_e
 
 def no_prefect_server(monkeypatch) -> list:
     """Records (and refuses) any start of the service's Prefect server."""
-    from vlgate.flows import service
+    from vlgate.cli import service
 
     started: list = []
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from vlgate.cli.main import main
 from vlgate.config import ConfigError, parse_yaml
-from vlgate.flows.cli import main
-from vlgate.flows.gate import GatePolicy
 from vlgate.flows.settings import ServiceConfig
+from vlgate.gate.policy import GatePolicy
 
 
 def test_a_policy_with_two_floors_blocks_is_refused_naming_the_key_and_both_lines(tmp_path):

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
+from vlgate.cli.main import main
 from vlgate.evaluators.metrics.common import f1_of_accuracies
 from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations, tie_broken_order
-from vlgate.flows.cli import main
 
 
 def read_table1():

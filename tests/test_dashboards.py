@@ -169,7 +169,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     from vlgate import tracking
     from vlgate.evaluators.output import EvaluatorSummary
     from vlgate.flows import correlations, evaluation, judgement, recording
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.gate.policy import GatePolicy
 
     run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
     version = client.create_model_version(model, f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
@@ -311,7 +311,7 @@ def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports
 
 
 def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate_diff_counts_them(reports, capsys):
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     _, written = reports
     first, page = written.versions["1"].read_text(), written.versions["3"].read_text()
@@ -344,7 +344,7 @@ def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate
 
 
 def test_the_items_lost_are_shown_with_their_pictures_and_both_versions_answers(reports, capsys):
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     _, written = reports
     page = written.versions["4"].read_text()  # v4 (probabilities squashed towards one half) against v2
@@ -368,14 +368,14 @@ def test_against_the_champion_lists_the_items_behind_the_failing_check_first():
 
     from vlgate.dashboards.collect import ValidationReportData
     from vlgate.dashboards.report import against_champion
-    from vlgate.decisions import CheckRecord, DecisionRecord, Outcome, Rule, Verdict
+    from vlgate.decisions import Check, CheckKey, DecisionRecord, Outcome, Rule, Verdict
     from vlgate.evaluators.output import EvaluatorOutput
 
-    def check(metric: str, verdict: Verdict) -> CheckRecord:
-        return CheckRecord(name=f"{metric} vs champion", rule=Rule.REGRESSION, metric=metric, verdict=verdict, passed=verdict == Verdict.PASS, detail="")
+    def check(metric: str, verdict: Verdict) -> Check:
+        return Check.of(CheckKey(Rule.REGRESSION, metric), verdict, "")
 
     checks = [check("lcm-mc/acc", Verdict.PASS), check("lcm-mc/lcm", Verdict.FAIL)]
-    gate = DecisionRecord(decision="rejected", promote=False, outcome=Outcome.REJECTED, policy_path="gate.yaml", checks=checks, champion_before="3")
+    gate = DecisionRecord(outcome=Outcome.REJECTED, policy_path="gate.yaml", checks=checks, champion_before="3")
     data = ValidationReportData(
         model="m", version="5", run_id=None, decision="rejected", reasons=[], champion="3", source="", description="", gate=gate,
         evaluators={"lcm-mc": EvaluatorOutput("lcm-mc")}, judged_against="3", item_diffs={"lcm-mc": lcm_mc_diff(correct_lost=2, correct_won=2)},
@@ -391,7 +391,7 @@ def test_against_the_champion_lists_the_items_behind_the_failing_check_first():
 def test_diff_shows_a_question_s_escape_sequences_as_escapes_and_json_keeps_them(validated_store, capsys):
     """A downloaded benchmark's question holding a clipboard write (OSC 52) and a screen
     clear: ``vlgate diff`` prints them escaped; ``--json`` gives the exact text back."""
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
     from vlgate.registry_hooks.claims import ClaimStore
 
     client, home = validated_store
@@ -413,8 +413,8 @@ def test_diff_shows_a_question_s_escape_sequences_as_escapes_and_json_keeps_them
 
 
 def test_versions_asked_under_other_protocols_or_evaluated_on_other_suites_are_not_compared(validated_store, tmp_path, capsys):
+    from vlgate.cli.main import main
     from vlgate.dashboards.report import write_reports
-    from vlgate.flows.cli import main
     from vlgate.registry_hooks.claims import ClaimStore
 
     client, home = validated_store
@@ -552,7 +552,7 @@ def test_reports_are_logged_to_the_validation_runs(reports):
 
 
 def test_vlgate_report_regenerates_from_mlflow(validated_store, tmp_path, capsys):
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     assert main(["report", "shapes", "3", "--out", str(tmp_path), "--no-log"]) == 0
     printed = capsys.readouterr().out

@@ -71,7 +71,7 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
 
     from mlflow import MlflowClient
 
-    from vlgate.flows.demo import VERSIONS, caught_by
+    from vlgate.cli.demo import VERSIONS, caught_by
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("vlgate/world-vlm").experiment_id

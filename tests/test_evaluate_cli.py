@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vlgate.flows.cli import main
+from vlgate.cli.main import main
 
 pytestmark = pytest.mark.world
 
@@ -67,7 +67,7 @@ def test_sigkill_mid_run_resumes_where_it_stopped(tiny_world, tmp_path):
     suite = _suite(tmp_path, world, "name: kill\nbatch_size: 2\nevaluators:\n  lcm-mc: {data: WORLD/data/mc}\n")
     out = tmp_path / "out"
     records = out / "lcm-mc" / "records.jsonl"
-    command = [sys.executable, "-m", "vlgate.flows.cli", "evaluate", "--model", str(world / manifest["checkpoints"]["vlm"]["3"]), "--suite", str(suite), "--out", str(out), "--quiet"]
+    command = [sys.executable, "-m", "vlgate.cli.main", "evaluate", "--model", str(world / manifest["checkpoints"]["vlm"]["3"]), "--suite", str(suite), "--out", str(out), "--quiet"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and (not records.is_file() or len(records.read_bytes().splitlines()) < 6):

@@ -15,7 +15,8 @@ from vlgate.evaluators.metrics import score_test, sequential
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.flows.gate import GatePolicy, decide
+from vlgate.gate.fixed import decide
+from vlgate.gate.policy import GatePolicy
 
 LOOKS = [0.25, 0.5, 0.75, 1.0]
 
@@ -47,10 +48,10 @@ def test_a_candidate_far_behind_the_champion_is_rejected_at_the_first_look():
     # and a floor it clears, though not by enough for a first look to show it
     decision = decide(policy(regressions={"lcm-mc/acc": {"max_drop": 0.02}}, floors={"lcm-mc/acc": 0.35}), at_look(worse, 0), {"lcm-mc": output(CHAMPION)}, look=0)
     (regression,) = [c for c in decision.checks if c.rule == "regression"]
-    assert regression.verdict is Verdict.FAIL and regression.n_shared == 100 and "at look 1 of 4, 25% of the items" in regression.detail
+    assert regression.verdict is Verdict.FAIL and regression.n_shared == 100 and (decision.look.index, decision.look.of, decision.look.fraction) == (0, 4, 0.25)
     assert decision.outcome is Outcome.REJECTED and decision.settled and decision.look.index == 0 and not decision.promote
     (floor,) = [c for c in decision.checks if c.rule == "floor"]
-    assert floor.verdict is Verdict.INCONCLUSIVE and "not decided at look 1 of 4" in floor.detail
+    assert floor.verdict is Verdict.INCONCLUSIVE and floor.samples_needed is None  # not decided yet: a later look may
     # what stopped it is the reason; the floor a later look would have decided is not
     assert decision.reasons == [f"{regression.name}: {regression.detail}"]
 
@@ -61,7 +62,7 @@ def test_an_undecided_look_goes_on_and_promotes_early_only_where_the_policy_says
     rule = {"regressions": {"lcm-mc/acc": {"max_drop": 0.02}}}
     undecided = decide(policy(**rule), at_look(differs, 0), {"lcm-mc": output(CHAMPION)}, look=0)
     (regression,) = [c for c in undecided.checks if c.rule == "regression"]
-    assert regression.verdict is Verdict.INCONCLUSIVE and "not decided at look 1 of 4" in regression.detail
+    assert regression.verdict is Verdict.INCONCLUSIVE and regression.samples_needed is None and regression.n_shared == 100
     assert not undecided.settled and not undecided.promote
     # identical answers on the first 100 items: no item lost shows at once that the candidate
     # does not lose 0.2 of them (one that did would lose some of 100 almost surely: Z = 5)
@@ -85,7 +86,7 @@ def test_floors_are_tested_at_interim_looks_and_judged_on_the_estimate_at_the_la
         assert not interim.settled, look
     last = decide(policy(floors={"lcm-mc/acc": 0.5}), {"lcm-mc": output(near)}, None, look=3)
     (floor,) = [c for c in last.checks if c.rule == "floor"]
-    assert floor.verdict is Verdict.FAIL and floor.detail == "0.4900 >= 0.5 fails" and last.settled  # as the fixed gate says it
+    assert (floor.verdict, floor.candidate, floor.limit, floor.interval) == (Verdict.FAIL, 0.49, 0.5, None) and last.settled  # on the estimate, as the fixed gate
 
 
 def test_a_failed_evaluator_settles_at_once_and_fails_closed():

@@ -188,7 +188,7 @@ def test_a_budget_that_is_not_a_positive_whole_number_of_pixels_is_refused_namin
 
 
 def test_a_bad_budget_stops_vlgate_evaluate_with_status_2(tmp_path, capsys):
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     suite = _suite_file(tmp_path, "max_image_pixels: 0\n")
     assert main(["evaluate", "--model", "x", "--suite", str(suite), "--out", str(tmp_path / "out")]) == 2
@@ -200,7 +200,7 @@ def test_evaluate_with_a_bomb_among_normal_items_scores_the_others_and_names_the
     """Eight lcm-mc items of the shipped world, the fourth's image replaced by the bomb: the
     seven others are scored, the bomb is the one item error, and the suite's budget is the
     one applied (the world's 64×64 images are 4,096 pixels: a budget of exactly that passes them)."""
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     data = tmp_path / "data"
     (data / "images").mkdir(parents=True)

@@ -154,7 +154,7 @@ def test_per_category_breakdown():
 def test_integers_too_large_for_a_float_are_out_of_range_not_a_crash(tmp_path, capsys, field, value, says):
     """JSON allows integers of any size; one in a probability or label field is one bad
     record with its value cut short, exit 2, never an OverflowError."""
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     records = [{"id": i, "p_mc": [0.25] * 4, "p_yes": [0.5] * 4, "answer": 0} for i in range(3)]
     records[1][field] = value

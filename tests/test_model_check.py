@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vlgate.cli.commands.base import EXIT_NOT_EXACT
+from vlgate.cli.main import main
 from vlgate.evaluators.backends.base import BackendInfo, ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.transformers_backend import PrefixSharing, TransformersBackend
 from vlgate.evaluators.running import model_check
 from vlgate.evaluators.running.model_check import BATCHED_GENERATION, BATCHED_SCORING, OTHER_ENGINE, SHARED_PREFIX, ModelCheck, check_transformers, suite_requests
 from vlgate.evaluators.running.suite import Suite
-from vlgate.flows.cli import main
-from vlgate.flows.commands.base import EXIT_NOT_EXACT
 
 WORLD_VLM = Path(__file__).resolve().parents[1] / "evaluators" / "world" / "shipped" / "checkpoints" / "vlm-steps10000"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlgate.decisions import Rule
-from vlgate.flows.gate import CheckKey
+from vlgate.decisions import CheckKey, Rule
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.settings import ModelConfig, read_model_config
 

@@ -1,4 +1,4 @@
-"""Power planning (flows/power.py): each rule's detectable change and the items its margin
+"""Power planning (gate/power.py): each rule's detectable change and the items its margin
 needs, by hand on 0/1 scores of known spread, and the warnings that name the rule."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.flows.gate import GatePolicy
-from vlgate.flows.power import plan_power
+from vlgate.gate.policy import GatePolicy
+from vlgate.gate.power import plan_power
 
 Z_80, Z_95 = 0.841621, 1.644854
 
@@ -95,7 +95,7 @@ def test_a_suite_whose_data_set_has_no_items_plans_as_valid_json_with_no_detecta
     infinity. The plan says null, and the rule's warning why."""
     import yaml
 
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
     for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):

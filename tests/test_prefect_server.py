@@ -1,4 +1,4 @@
-"""The local Prefect server a command starts before its imports (flows/prefect_server.py):
+"""The local Prefect server a command starts before its imports (cli/prefect_server.py):
 fresh homes start from a migrated seed database, `vlgate validate` runs its flow on the
 server and stops it, and a process whose Prefect is configured or imported is left alone."""
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from vlgate import tag_keys, tracking
-from vlgate.flows.prefect_server import LocalPrefectServer, ensure_seed_database, seed_database_path
+from vlgate.cli.prefect_server import LocalPrefectServer, ensure_seed_database, seed_database_path
 
 
 def test_no_server_where_prefect_is_configured_or_already_imported(tmp_path, monkeypatch):
@@ -70,7 +70,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
 
     done = validate("tiny", "1", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["decision"] == "promoted"
+    assert json.loads(done.stdout)["outcome"] == "promoted"
     # the flow ran on the home's own server: its database (seeded, then used) holds the run
     database = sqlite3.connect(home / "prefect" / "prefect.db")
     try:
@@ -119,7 +119,7 @@ def test_a_terminated_command_takes_its_prefect_server_with_it(tmp_path):
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from vlgate.flows.prefect_server import local_prefect_server\n"
+        "from vlgate.cli.prefect_server import local_prefect_server\n"
         "with local_prefect_server(Path(sys.argv[1])) as server:\n"
         "    from prefect.settings import get_current_settings\n"
         "    print(server.url, get_current_settings().flows.heartbeat_frequency, flush=True)\n"
@@ -147,7 +147,7 @@ def test_flow_heartbeats_are_off_only_where_nothing_reads_them():
     its heartbeat thread; a server with services (or the user's own) keeps them."""
     from prefect.settings import get_current_settings
 
-    from vlgate.flows.prefect_server import _without_flow_heartbeats
+    from vlgate.cli.prefect_server import _without_flow_heartbeats
 
     default = get_current_settings().flows.heartbeat_frequency
     assert default is not None
@@ -168,7 +168,7 @@ def test_a_flows_last_log_lines_reach_the_server_before_it_stops(tmp_path):
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from vlgate.flows.prefect_server import local_prefect_server\n"
+        "from vlgate.cli.prefect_server import local_prefect_server\n"
         "with local_prefect_server(Path(sys.argv[1])):\n"
         "    from prefect import flow, get_run_logger\n"
         "    @flow(name='last-words')\n"

@@ -1,6 +1,6 @@
 """Progress of the long steps: what the runners and flows publish (flows/progress.py), and
-how the demo's displays (flows/displays.py) and make-world's phase lines
-(flows/world_progress.py) show it."""
+how the demo's displays (cli/displays.py) and make-world's phase lines
+(cli/world_progress.py) show it."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import time
 import pytest
 from rich.console import Console
 
+from vlgate.cli.displays import LiveProgress, PlainProgress, display
+from vlgate.cli.world_progress import WorldBuildProgress
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.runners.base import Runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.flows import progress
-from vlgate.flows.displays import LiveProgress, PlainProgress, display
 from vlgate.flows.progress import Event, Stage
-from vlgate.flows.world_progress import WorldBuildProgress
 
 
 class Clock:

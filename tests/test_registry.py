@@ -63,7 +63,8 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
     from vlgate.evaluators.running.suite import Suite, finish_evaluator, load_items, make_runner
     from vlgate.flows.correlations import correlate_across_versions
     from vlgate.flows.expectations import validate_evaluator_output
-    from vlgate.flows.gate import GatePolicy, decide
+    from vlgate.gate.fixed import decide
+    from vlgate.gate.policy import GatePolicy
 
     # the suite accepts its entry with its own settings model, and builds its runner
     suite_file = tmp_path / "suite.yaml"
@@ -113,7 +114,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
 
 def test_an_unknown_evaluator_in_a_suite_or_a_policy_is_refused_by_name(tmp_path):
     from vlgate.evaluators.running.suite import Suite
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.gate.policy import GatePolicy
 
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(yaml.safe_dump({"name": "x", "evaluators": {"coin": {"data": "."}}}))
@@ -124,7 +125,7 @@ def test_an_unknown_evaluator_in_a_suite_or_a_policy_is_refused_by_name(tmp_path
 
 
 def test_a_policy_naming_a_metric_that_does_not_exist_is_refused_when_loaded():
-    from vlgate.flows.gate import GatePolicy
+    from vlgate.gate.policy import GatePolicy
 
     with pytest.raises(ValueError, match="lcm-mc has no metric 'accuracy'"):
         GatePolicy(floors={"lcm-mc/accuracy": 0.5})
@@ -230,7 +231,8 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
     from vlgate.flows import recording
     from vlgate.flows.correlations import correlate_across_versions, version_table
     from vlgate.flows.expectations import validate_evaluator_output
-    from vlgate.flows.gate import GatePolicy, decide
+    from vlgate.gate.fixed import decide
+    from vlgate.gate.policy import GatePolicy
     from vlgate.registry_hooks.claims import ClaimStore
 
     suite_file = tmp_path / "suite.yaml"
@@ -423,7 +425,7 @@ def test_the_registry_resolves_its_sources_on_first_use_and_checks_each_definiti
     check`` (as ``vlgate serve`` before it starts) refuses it in one line, exit 2."""
     from dataclasses import replace
 
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     assert registry.names()[:5] == ("lcm-mc", "lcm-nb", "vlind", "genception", "decc")
     registry._CHECKED.clear()

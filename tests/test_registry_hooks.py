@@ -214,7 +214,7 @@ def test_model_names_with_quotes_are_polled_and_listed_and_break_nothing_else(tm
     """MLflow's filter strings have no escape: a name with a quote once broke the poller's
     query (and `vlgate status`) for every model."""
     from vlgate import tracking
-    from vlgate.flows.service import service_status
+    from vlgate.cli.service import service_status
 
     home = tmp_path / "home"
     client = tracking.connect(home)

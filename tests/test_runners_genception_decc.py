@@ -29,8 +29,11 @@ from vlgate.evaluators.loaders.items import DeccItem, GenceptionItem
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.scoring import score, score_file, validate
-from vlgate.evaluators.world import checkpoints as ck
+from vlgate.evaluators.world.architectures import build_vlm
+from vlgate.evaluators.world.curriculum import reasoning_prompt_text
 from vlgate.evaluators.world.datasets import build_datasets
+from vlgate.evaluators.world.tokenizer import world_tokenizer
+from vlgate.evaluators.world.training import build_llm, build_vit_encoder, save_checkpoint
 
 pytestmark = pytest.mark.world
 
@@ -41,13 +44,13 @@ pytestmark = pytest.mark.world
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("gc-decc-world")
     build_datasets(root / "data", "small", seed=0)
-    tokenizer = ck.world_tokenizer(root / "data", seed=0)
+    tokenizer = world_tokenizer(root / "data", seed=0)
     paths = {}
     for seed in (0, 1):
-        model, processor = ck.build_vlm(tokenizer, seed=seed)
-        paths[f"vlm{seed}"] = ck.save_checkpoint(model, processor, root / f"vlm-seed{seed}", {"kind": "vlm", "train_steps": 0, "seed": seed})
-    paths["llm"] = ck.build_llm(tokenizer, root / "llm", steps=0)
-    paths["vit"] = ck.build_vit_encoder(root / "vit")
+        model, processor = build_vlm(tokenizer, seed=seed)
+        paths[f"vlm{seed}"] = save_checkpoint(model, processor, root / f"vlm-seed{seed}", {"kind": "vlm", "train_steps": 0, "seed": seed})
+    paths["llm"] = build_llm(tokenizer, root / "llm", steps=0)
+    paths["vit"] = build_vit_encoder(root / "vit")
     backends = {name: TransformersBackend.load(paths[name], device="cpu") for name in ("vlm0", "vlm1", "llm")}
     return root, paths, backends
 
@@ -338,7 +341,7 @@ def test_yes_no_prompts_are_the_formats_the_world_models_were_trained_on(world):
     how = answer_format(item)
     assert how.kind == "yes-no" and how.labels == ("Yes", "No")
     pairs = decc_prompts.decc_pairs(row["sub_questions"], row["sub_answers"])
-    assert reasoning_prompt(pairs, item, how) == ck.reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"])
+    assert reasoning_prompt(pairs, item, how) == reasoning_prompt_text(row["sub_questions"], row["sub_answers"], row["question"])
     assert direct_prompt(item, how) == f"{row['question']} {prompts.YES_NO_INSTRUCTION}"
 
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from vlgate import tag_keys, tracking
+from vlgate.cli.main import main
 from vlgate.decisions import DecisionKind
-from vlgate.flows.cli import main
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
@@ -146,7 +146,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
 
     # vlgate status --json reports every decision and the champion
-    result = subprocess.run([sys.executable, "-m", "vlgate.flows.cli", "status", "tiny", "--json"], capture_output=True, text=True, env=os.environ | {"VLGATE_HOME": str(home)}, check=True)
+    result = subprocess.run([sys.executable, "-m", "vlgate.cli.main", "status", "tiny", "--json"], capture_output=True, text=True, env=os.environ | {"VLGATE_HOME": str(home)}, check=True)
     status = json.loads(result.stdout)["models"][0]
     assert status["champion"] == "2"
     assert [(v["version"], v["state"], v["decision"]) for v in status["versions"]] == [("1", "done", "promoted"), ("2", "done", "promoted"), ("3", "done", "rejected")]
@@ -180,7 +180,7 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps10000", home=home)
     env = os.environ | {"VLGATE_HOME": str(home)}
-    command = [sys.executable, "-m", "vlgate.flows.cli", "validate", "tiny", "1", "--json"]
+    command = [sys.executable, "-m", "vlgate.cli.main", "validate", "tiny", "1", "--json"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     partial = home / "validations" / "tiny" / "1" / "lcm-nb" / "shards" / "0-of-1.jsonl"
     deadline = time.monotonic() + 300
@@ -196,7 +196,7 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
-    assert summary["run_id"] == run_id and summary["decision"] == "promoted"
+    assert summary["run_id"] == run_id and summary["outcome"] == "promoted"
     runs = client.search_runs([client.get_experiment_by_name("vlgate/tiny").experiment_id], "tags.`vlgate.kind` = 'validation'")
     assert [r.info.run_id for r in runs] == [run_id]
 
@@ -432,9 +432,9 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert validate_model_version("r", "2").sequence == 2  # a flow run the service sends reports the decision as it stands
 
     # a gate task retried after it recorded: the same request appends nothing twice
-    from vlgate.flows.gate import GatePolicy
     from vlgate.flows.judgement import judge
     from vlgate.flows.recording import run_outputs
+    from vlgate.gate.policy import GatePolicy
 
     policy = home / "gate-r.yaml"
     retried = [judge("r", "2", run_id, GatePolicy.from_file(policy), policy, run_outputs(client, run_id), record=True, kind=DecisionKind.REVALIDATION, request_id="task-run-1") for _ in range(2)]
@@ -539,7 +539,7 @@ def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_th
     # vlgate serve logs the same warning as it starts, before anything is served
     import logging
 
-    from vlgate.flows.service import warn_underpowered_rules
+    from vlgate.cli.service import warn_underpowered_rules
     from vlgate.flows.settings import ServiceConfig
 
     with caplog.at_level(logging.WARNING, logger="vlgate.serve"):

@@ -1,4 +1,4 @@
-"""The real deployment's topology run for real on this machine (``vlgate stack``, flows/stack.py):
+"""The real deployment's topology run for real on this machine (``vlgate stack``, cli/stack.py):
 MLflow and a Prefect server on PostgreSQL, the deployments of infra/prefect.yaml on the work
 pool ``vlgate-gpu``, process workers, and ``vlgate serve`` dispatching each new version to the
 pool through MLflow's own webhook.
@@ -22,7 +22,7 @@ import yaml
 from test_service_postgres import _postgres_up
 
 from vlgate import tag_keys
-from vlgate.flows.stack import LocalStack, StackState, database_names, free_port, stack_deployments
+from vlgate.cli.stack import LocalStack, StackState, database_names, free_port, stack_deployments
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -153,7 +153,7 @@ def test_six_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as
     alone = tmp_path / "alone"
     write_home(alone, world)
     monkeypatch.setenv("VLGATE_HOME", str(alone))
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     embedded = tracking.connect(alone)
     for name in CHECKPOINTS:

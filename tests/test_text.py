@@ -1,4 +1,4 @@
-"""Data text on a terminal (vlgate/text.py, flows/terminal.py): control characters and bidi
+"""Data text on a terminal (vlgate/text.py, cli/terminal.py): control characters and bidi
 overrides are shown as escapes, never acted on, in text answers, rich tables and error
 lines; ``--json`` stays the exact text."""
 
@@ -43,9 +43,9 @@ def test_visible_keeps_what_it_is_told_to():
 def test_a_text_answer_and_rich_output_under_it_show_escapes_and_keep_rich_styles(capsys):
     from rich.table import Table
 
-    from vlgate.flows.cli import render
-    from vlgate.flows.commands.base import Answer
-    from vlgate.flows.terminal import data_text, terminal_console
+    from vlgate.cli.commands.base import Answer
+    from vlgate.cli.main import render
+    from vlgate.cli.terminal import data_text, terminal_console
 
     def text() -> None:
         print(f"question: {CLEAR_SCREEN}{CLIPBOARD_WRITE}")
@@ -64,7 +64,7 @@ def test_a_text_answer_and_rich_output_under_it_show_escapes_and_keep_rich_style
 
 
 def test_a_user_error_line_shows_its_escapes(capsys):
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     assert main(["score", "lcm-mc", f"/no/such/{CLEAR_SCREEN}{CLIPBOARD_WRITE}.jsonl"]) == 2
     err = capsys.readouterr().err
@@ -94,9 +94,9 @@ STATUS = {
 
 
 def test_status_shows_names_and_reasons_with_their_escapes_and_brackets(monkeypatch, capsys, tmp_path):
-    from vlgate.flows import service
-    from vlgate.flows.cli import main
-    from vlgate.flows.commands import registered
+    from vlgate.cli import service
+    from vlgate.cli.commands import registered
+    from vlgate.cli.main import main
 
     monkeypatch.setattr(registered, "service_home", lambda: tmp_path)
     monkeypatch.setattr(service, "service_status", lambda *args, **kwargs: STATUS)
@@ -114,7 +114,7 @@ def test_status_shows_names_and_reasons_with_their_escapes_and_brackets(monkeypa
 def test_a_rich_console_escapes_what_it_renders_but_not_its_cursor_moves():
     from rich.control import Control
 
-    from vlgate.flows.terminal import VisibleConsole
+    from vlgate.cli.terminal import VisibleConsole
 
     console = VisibleConsole(file=io.StringIO(), force_terminal=True, color_system=None, width=40)
     console.print(f"x{CLEAR_SCREEN}", markup=False)

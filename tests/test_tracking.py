@@ -207,7 +207,7 @@ def test_a_server_that_does_not_answer_is_transient_and_a_refusal_is_not(monkeyp
 def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads_nothing(tmp_path, monkeypatch, capsys):
     """``vlgate register`` uploaded what links pointed at: a checkpoint with ``notes.txt ->
     ~/.ssh/id_ed25519`` put the key into the artifact store. A link inside the folder is fine."""
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     home = tmp_path / "home"
@@ -236,7 +236,7 @@ def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads
 def test_register_refuses_a_name_the_registry_would_refuse_and_uploads_nothing(name, tmp_path, monkeypatch, capsys):
     """``vlgate register team/model ./ck`` uploaded the checkpoint and then failed with a
     traceback when MLflow refused the name: now one line, exit 2, no run, no version."""
-    from vlgate.flows.cli import main
+    from vlgate.cli.main import main
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     home = tmp_path / "home"

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
+from vlgate.cli.main import main
 from vlgate.evaluators.records import InvalidRecordsError, parse_jsonl
 from vlgate.evaluators.scoring import validate
-from vlgate.flows.cli import main
 
 GOOD_MC = {"id": "ok", "p_mc": [0.6, 0.4], "p_yes": [0.7, 0.2], "answer": 0}
 
@@ -199,7 +199,7 @@ def test_one_record_with_a_huge_option_list_is_a_field_error_and_memory_stays_sm
     # the child reports its own peak: VmHWM, the high-water mark of its memory since exec
     # (getrusage's ru_maxrss keeps the forked test process's, and RUSAGE_CHILDREN every child's)
     reporting_peak = (
-        "import sys; from vlgate.flows.cli import main; status = main(sys.argv[1:]); "
+        "import sys; from vlgate.cli.main import main; status = main(sys.argv[1:]); "
         "print(next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:')) // 1024, file=sys.stderr); "
         "sys.exit(status)"
     )

@@ -269,11 +269,12 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     process as a team would run it) writes valid records equal to those of the world's
     transformers suite, and the demo's gate decides the same on both: the answer-prior
     fine-tune is rejected against the trained champion, by VL-LCM's MC evaluator alone."""
+    from vlgate.cli.demo import DEMO_POLICY
     from vlgate.evaluators import registry
     from vlgate.evaluators.output import EvaluatorOutput
     from vlgate.evaluators.running.suite import Suite, run_suite
-    from vlgate.flows.demo import DEMO_POLICY
-    from vlgate.flows.gate import GatePolicy, decide
+    from vlgate.gate.fixed import decide
+    from vlgate.gate.policy import GatePolicy
 
     out, manifest = default_world
     versions = {"champion": out / manifest["checkpoints"]["vlm"]["10000"], "candidate": out / manifest["checkpoints"]["vlm_faults"]["answer-prior"]}
@@ -315,7 +316,7 @@ def test_decc_runs_its_llm_agent_on_vllm_with_the_records_of_transformers(defaul
     import shutil
 
     from vlgate.evaluators.running.suite import Suite, run_suite
-    from vlgate.evaluators.world.checkpoints import pad_attention_heads
+    from vlgate.evaluators.world.vllm_padding import pad_attention_heads
 
     out, manifest = default_world
     agent = tmp_path / "llm-agent"

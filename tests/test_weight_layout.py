@@ -12,10 +12,10 @@ from model_families.llava import build_llava_15
 from model_families.qwen import build_qwen2_vl
 from safetensors import safe_open
 
+from vlgate.cli.main import main
 from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.loading import model_digest
 from vlgate.evaluators.backends.weight_layout import dropped_level, header, planned_renames, vllm_layout
-from vlgate.flows.cli import main
 
 
 @pytest.fixture(scope="module")

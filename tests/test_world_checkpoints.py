@@ -8,10 +8,14 @@ import torch
 from PIL import Image
 from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor
 
+from vlgate.cli.main import main
 from vlgate.evaluators import prompts
-from vlgate.evaluators.world import checkpoints as ck
+from vlgate.evaluators.world.architectures import IDEFICS3_SPECIAL_TOKENS, build_idefics3_vlm, build_vlm
 from vlgate.evaluators.world.build import build_world
-from vlgate.flows.cli import main
+from vlgate.evaluators.world.curriculum import reasoning_prompt_text
+from vlgate.evaluators.world.tokenizer import build_tokenizer, chat_prompt, text_chat_prompt, world_tokenizer, world_vocabulary
+from vlgate.evaluators.world.training import build_llm, build_vlm_versions, save_checkpoint
+from vlgate.evaluators.world.vllm_padding import SERVED_HEAD_DIM, _rotary_positions, pad_attention_heads
 
 pytestmark = pytest.mark.world
 
@@ -22,7 +26,7 @@ def world(tiny_world):
 
 
 def test_tokenizer_is_word_level_and_lowercases():
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["What color is the circle?"]))
+    tokenizer = build_tokenizer(world_vocabulary(["What color is the circle?"]))
     ids = tokenizer("What COLOR is the circle?", add_special_tokens=False)["input_ids"]
     assert tokenizer.convert_ids_to_tokens(ids) == ["what", "color", "is", "the", "circle", "?"]
     assert tokenizer.convert_tokens_to_ids("<unk>") not in ids
@@ -36,15 +40,15 @@ def test_vlm_round_trips_offline_with_identical_logits(world, monkeypatch):
     model = AutoModelForImageTextToText.from_pretrained(path, use_safetensors=True).eval()
     processor = AutoProcessor.from_pretrained(path)
     row = json.loads((out / "data" / "mc" / "items.jsonl").read_text().splitlines()[0])
-    prompt = ck.chat_prompt(processor, prompts.mc_prompt(row["question"], row["options"]))
+    prompt = chat_prompt(processor, prompts.mc_prompt(row["question"], row["options"]))
     assert prompt.startswith("USER: <image>\n") and prompt.endswith("ASSISTANT:")
     image = Image.open(out / "data" / "mc" / row["image"]).convert("RGB")
     inputs = processor(images=[image], text=[prompt], return_tensors="pt")
     with torch.no_grad():
         loaded = model(**inputs, logits_to_keep=1).logits
     # the same seed rebuilds the same weights, hence the same logits
-    again = ck.build_vlm_versions(ck.world_tokenizer(out / "data", seed=0), out / "again", steps=(3,), seed=0)[3]
-    assert ck.pad_attention_heads(again)  # as the world's build does after training
+    again = build_vlm_versions(world_tokenizer(out / "data", seed=0), out / "again", steps=(3,), seed=0)[3]
+    assert pad_attention_heads(again)  # as the world's build does after training
     rebuilt_model = AutoModelForImageTextToText.from_pretrained(again).eval()
     with torch.no_grad():
         rebuilt = rebuilt_model(**inputs, logits_to_keep=1).logits
@@ -57,30 +61,30 @@ def test_padding_the_attention_heads_keeps_the_model_s_function(tmp_path):
     """The world's VLMs are served by vLLM with their text heads zero-padded from 16 to 32
     dimensions: every position's logits as before (float rounding apart), the padding all
     zeros, and a second pass changes nothing."""
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["Is there a red circle? Answer yes or no.", "Describe the image."]))
-    model, processor = ck.build_vlm(tokenizer, seed=3)
-    folder = ck.save_checkpoint(model, processor, tmp_path / "vlm", {})
+    tokenizer = build_tokenizer(world_vocabulary(["Is there a red circle? Answer yes or no.", "Describe the image."]))
+    model, processor = build_vlm(tokenizer, seed=3)
+    folder = save_checkpoint(model, processor, tmp_path / "vlm", {})
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (48, 48, 3), dtype=np.uint8))
-    inputs = processor(images=[image, image], text=[ck.chat_prompt(processor, "Is there a red circle? Answer yes or no."), ck.chat_prompt(processor, "Describe the image.")], return_tensors="pt", padding=True)
+    inputs = processor(images=[image, image], text=[chat_prompt(processor, "Is there a red circle? Answer yes or no."), chat_prompt(processor, "Describe the image.")], return_tensors="pt", padding=True)
     with torch.no_grad():
         before = model.eval()(**inputs).logits
     assert model.config.text_config.head_dim == 16
-    assert ck.pad_attention_heads(folder)
+    assert pad_attention_heads(folder)
     padded = AutoModelForImageTextToText.from_pretrained(folder).eval()
-    assert padded.config.text_config.head_dim == ck.SERVED_HEAD_DIM
+    assert padded.config.text_config.head_dim == SERVED_HEAD_DIM
     with torch.no_grad():
         after = padded(**inputs).logits
     assert before.abs().max() > 0.1  # random weights: logits far from zero, so the comparison means something
     torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
     attention = padded.model.language_model.layers[0].self_attn
     heads = attention.q_proj.weight.shape[0] // 32
-    used = (torch.arange(heads)[:, None] * 32 + ck._rotary_positions(16, 32)[None, :]).reshape(-1)
+    used = (torch.arange(heads)[:, None] * 32 + _rotary_positions(16, 32)[None, :]).reshape(-1)
     unused = torch.ones(heads * 32, dtype=torch.bool)
     unused[used] = False
     assert (attention.q_proj.weight[unused] == 0).all() and (attention.o_proj.weight[:, unused] == 0).all()
     assert (attention.q_proj.weight[used] != 0).any(axis=1).all()
     weights = (folder / "model.safetensors").read_bytes()
-    assert not ck.pad_attention_heads(folder) and (folder / "model.safetensors").read_bytes() == weights
+    assert not pad_attention_heads(folder) and (folder / "model.safetensors").read_bytes() == weights
 
 
 def test_padding_a_text_only_agent_s_heads_keeps_its_function(tmp_path):
@@ -96,14 +100,14 @@ def test_padding_a_text_only_agent_s_heads_keeps_its_function(tmp_path):
     tokens = torch.randint(0, 50, (2, 12))
     with torch.no_grad():
         before = model(tokens).logits
-    assert ck.pad_attention_heads(folder)
+    assert pad_attention_heads(folder)
     padded = AutoModelForCausalLM.from_pretrained(folder).eval()
-    assert padded.config.head_dim == ck.SERVED_HEAD_DIM and padded.model.layers[0].self_attn.k_proj.weight.shape[0] == 2 * ck.SERVED_HEAD_DIM
+    assert padded.config.head_dim == SERVED_HEAD_DIM and padded.model.layers[0].self_attn.k_proj.weight.shape[0] == 2 * SERVED_HEAD_DIM
     with torch.no_grad():
         after = padded(tokens).logits
     assert before.abs().max() > 0.05
     torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
-    assert not ck.pad_attention_heads(folder)
+    assert not pad_attention_heads(folder)
 
 
 def test_versions_share_initial_weights_and_differ_after_training(world):
@@ -165,8 +169,8 @@ def test_llm_agent_round_trips_and_shares_the_tokenizer(world, monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(path)
     vlm_tokenizer = AutoProcessor.from_pretrained(out / manifest["checkpoints"]["vlm"]["0"]).tokenizer
     assert tokenizer.get_vocab() == vlm_tokenizer.get_vocab()
-    text = ck.reasoning_prompt_text(["How many red shapes are there?"], ["2"], "Are there more red shapes than blue shapes?")
-    inputs = tokenizer([ck.text_chat_prompt(tokenizer, text)], return_tensors="pt")
+    text = reasoning_prompt_text(["How many red shapes are there?"], ["2"], "Are there more red shapes than blue shapes?")
+    inputs = tokenizer([text_chat_prompt(tokenizer, text)], return_tensors="pt")
     assert tokenizer.unk_token_id not in inputs["input_ids"][0].tolist()
     with torch.no_grad():
         assert model(**inputs, logits_to_keep=1).logits.shape == (1, 1, len(tokenizer))
@@ -178,13 +182,13 @@ def test_trained_llm_agent_reasons_over_sub_answers(tmp_path):
     from vlgate.evaluators.world.datasets import build_datasets
 
     data = build_datasets(tmp_path / "data", "small", seed=0)
-    tokenizer = ck.world_tokenizer(tmp_path / "data", seed=0)
-    model_path = ck.build_llm(tokenizer, tmp_path / "llm", steps=300, seed=0)
+    tokenizer = world_tokenizer(tmp_path / "data", seed=0)
+    model_path = build_llm(tokenizer, tmp_path / "llm", steps=300, seed=0)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     rows = [json.loads(line) for line in data["decc"].read_text().splitlines()]
-    chats = [ck.text_chat_prompt(tokenizer, ck.reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])) for r in rows]
+    chats = [text_chat_prompt(tokenizer, reasoning_prompt_text(r["sub_questions"], r["sub_answers"], r["question"])) for r in rows]
     with torch.no_grad():
         logits = model(**tokenizer(chats, return_tensors="pt", padding=True), logits_to_keep=1).logits[:, -1, :]
     yes_no = [tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")]
@@ -270,7 +274,7 @@ def test_the_shipped_world_is_the_current_format_matches_its_hashes_and_loads_of
     request = ChoiceRequest((image,), "Is there a shape in the image?", ("Yes", "No"))
     for folder in [*checkpoints["vlm"].values(), *checkpoints["vlm_faults"].values()]:
         # heads as wide as vLLM's CPU attention runs (see test_vllm.py for the engine's numbers)
-        assert json.loads((SHIPPED_WORLD / folder / "config.json").read_text())["text_config"]["head_dim"] == ck.SERVED_HEAD_DIM
+        assert json.loads((SHIPPED_WORLD / folder / "config.json").read_text())["text_config"]["head_dim"] == SERVED_HEAD_DIM
         vlm = TransformersBackend.load(SHIPPED_WORLD / folder)
         (probs,) = vlm.choice_probs([request])
         assert probs.shape == (2,) and abs(probs.sum() - 1) < 1e-6
@@ -333,19 +337,19 @@ def test_idefics3_world_vlm_expands_its_image_into_whole_special_tokens_and_roun
     becomes (32/8)²/2² = 4 image tokens between its markers, the LLaVA tokenizer is left
     as it was, and the saved folder loads offline with identical logits."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    tokenizer = ck.build_tokenizer(ck.world_vocabulary(["What color is the circle?"]))
+    tokenizer = build_tokenizer(world_vocabulary(["What color is the circle?"]))
     size = len(tokenizer)
-    model, processor = ck.build_idefics3_vlm(tokenizer)
-    assert len(tokenizer) == size and len(processor.tokenizer) == size + len(ck.IDEFICS3_SPECIAL_TOKENS)
+    model, processor = build_idefics3_vlm(tokenizer)
+    assert len(tokenizer) == size and len(processor.tokenizer) == size + len(IDEFICS3_SPECIAL_TOKENS)
     unknown = processor.tokenizer.convert_tokens_to_ids("<unk>")
-    assert unknown not in processor.tokenizer.convert_tokens_to_ids(ck.IDEFICS3_SPECIAL_TOKENS)
+    assert unknown not in processor.tokenizer.convert_tokens_to_ids(IDEFICS3_SPECIAL_TOKENS)
     image = Image.new("RGB", (64, 64), (200, 30, 30))
-    inputs = processor(images=[image], text=[ck.chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
+    inputs = processor(images=[image], text=[chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
     tokens = processor.tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
     assert tokens[:9] == ["user", ":", "<fake_token_around_image>", "<global-img>", *["<image>"] * 4, "<fake_token_around_image>"]
     assert model.config.text_config.head_dim == 32 and model.config.vision_config.hidden_size // model.config.vision_config.num_attention_heads == 32
-    path = ck.save_checkpoint(model.eval(), processor, tmp_path / "idefics3", {"kind": "test"})
+    path = save_checkpoint(model.eval(), processor, tmp_path / "idefics3", {"kind": "test"})
     loaded = AutoModelForImageTextToText.from_pretrained(path, use_safetensors=True).eval()
-    again = AutoProcessor.from_pretrained(path)(images=[image], text=[ck.chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
+    again = AutoProcessor.from_pretrained(path)(images=[image], text=[chat_prompt(processor, "What color is the circle?")], return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(loaded(**again).logits, model(**inputs).logits)

@@ -18,8 +18,8 @@ from vlgate.evaluators.genception.prompts import genception_generate
 from vlgate.evaluators.scenes import renderer
 from vlgate.evaluators.scenes.scene import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
 from vlgate.evaluators.world import generators as gen
-from vlgate.evaluators.world.checkpoints import build_vit_encoder
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES
+from vlgate.evaluators.world.training import build_vit_encoder
 
 pytestmark = pytest.mark.world
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vlgate.cli.demo import DEMO_POLICY, FAULT_EVALUATORS
+from vlgate.cli.main import main
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.world.build import SHIPPED_WORLD, shipped_manifest
-from vlgate.flows.cli import main
-from vlgate.flows.demo import DEMO_POLICY, FAULT_EVALUATORS
-from vlgate.flows.gate import GatePolicy, decide
+from vlgate.gate.fixed import decide
+from vlgate.gate.policy import GatePolicy
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]
 

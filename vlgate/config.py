@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -60,7 +61,7 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     return where + " ".join(str(problem).split())
 
 
-def _problem(error: Any) -> str:
+def _problem(error: ErrorDetails) -> str:
     """``loc: msg``; a model's own cross-field check (no location) names its field in its message."""
     where = ".".join(map(str, error["loc"]))
     message = str(error["msg"]).removeprefix("Value error, ")

@@ -7,7 +7,7 @@ recorded (its validation, a re-validation, ``vlgate gate --apply``) adds the nex
 ``decisions/0001.json``, ``decisions/0002.json``, ...; the version's tags show the latest
 (docs/service.md, "Decisions are records").
 
-The gate (``flows/gate.py``) makes decisions; the dashboards read them. Both import the
+The gate (``gate/``) makes decisions; the dashboards read them. Both import the
 types from here, the layer below both, so a field renamed on one side is a type error on the
 other instead of a report that silently shows nothing. A record is read back with
 :meth:`DecisionRecord.read`, which refuses a file that does not match, naming the field.
@@ -16,12 +16,14 @@ other instead of a report that silently shows nothing. A record is read back wit
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, computed_field, model_validator
 
 from vlgate.config import CONFIG_MODEL
 
@@ -129,34 +131,97 @@ class Waiver(BaseModel):
     until: date = Field(description="the last day the waiver applies (UTC)")
 
 
-class CheckRecord(BaseModel):
-    """One check as decided: its key (rule, metric, category) and printed ``name``, its
-    verdict with the words that explain it, and the numbers it was judged on."""
+#: How a printed check name reads: ``METRIC[CATEGORY] PHRASE`` (the category only for a per-category rule).
+_CHECK_NAME = re.compile(r"(?P<metric>[^\s\[]+)(?:\[(?P<category>[^\]]+)\])? (?P<phrase>ran|expectations|floor|ceiling|vs champion|superiority)")
+
+
+@dataclass(frozen=True)
+class CheckKey:
+    """What identifies a check: its rule, its metric (``EVALUATOR/METRIC``, or the evaluator
+    for ``ran`` and ``expectations``) and, for a per-category rule, the category. Its
+    ``name`` is how the decision prints it and how a waiver names it."""
+
+    rule: Rule
+    metric: str
+    category: str | None = None
+
+    @property
+    def name(self) -> str:
+        scope = f"[{self.category}]" if self.category is not None else ""
+        return f"{self.metric}{scope} {self.rule.phrase}"
+
+    @classmethod
+    def parse(cls, name: str) -> CheckKey | None:
+        """The key a printed name stands for; None for a name no check could have."""
+        match = _CHECK_NAME.fullmatch(name)
+        if match is None:
+            return None
+        rule = next(rule for rule in Rule if rule.phrase == match["phrase"])
+        return cls(rule, match["metric"], match["category"])
+
+
+class Check(BaseModel):
+    """One rule of the policy on one candidate, as decided and as recorded: its key (rule,
+    metric, category; printed as ``name``), its verdict with the words that explain it
+    (``detail``, written by ``gate/rendering.py``), and the numbers it was judged on. The
+    gate, the flow's result, the decision records, the CLI and the report all hold this one
+    type; ``name`` and ``passed`` are derived, written to JSON for readers and checked
+    against the fields when a record is read back."""
 
     model_config = RECORD_MODEL
 
-    name: str
     rule: Rule
     metric: str
     category: str | None = None
     verdict: Verdict
-    passed: bool
     detail: str
     candidate: float | None = None
     champion: float | None = None
     #: the floor or ceiling, -max_drop of a regression rule, min_gain of a superiority rule
     limit: float | None = None
-    #: the bootstrap interval of the improvement (candidate better: positive)
+    #: the two-sided interval of the estimate judged (a comparison's improvement, candidate better: positive)
     interval: tuple[float, float] | None = None
-    #: the bound judged against the limit (the improvement's lower bound)
+    #: the bound judged against the limit (a comparison's lower bound of the improvement)
     bound: float | None = None
     #: a comparison's adjusted p-value of "shown below the limit"
     p_value: float | None = None
-    #: a comparison's shared samples
+    #: a comparison's shared samples (at a look, the items a floor or ceiling was tested on)
     n_shared: int | None = None
     #: an inconclusive comparison's estimate of the shared samples that would decide
     samples_needed: int | None = None
     waiver: Waiver | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_fields_agree(cls, data: object) -> object:
+        """A record read back carries ``name`` and ``passed``: they must say what the fields say."""
+        if not isinstance(data, dict) or ("name" not in data and "passed" not in data):
+            return data
+        fields = {k: v for k, v in data.items() if k not in ("name", "passed")}
+        check = cls.model_validate(fields)
+        if "name" in data and data["name"] != check.name:
+            raise ValueError(f"name {data['name']!r} is not the check its fields make ({check.name!r})")
+        if "passed" in data and data["passed"] != check.passed:
+            raise ValueError(f"passed {data['passed']!r} disagrees with verdict {check.verdict.value!r}")
+        return fields
+
+    @classmethod
+    def of(cls, key: CheckKey, verdict: Verdict, detail: str, **numbers: object) -> Check:
+        return cls.model_validate({"rule": key.rule, "metric": key.metric, "category": key.category, "verdict": verdict, "detail": detail, **numbers})
+
+    @property
+    def key(self) -> CheckKey:
+        return CheckKey(self.rule, self.metric, self.category)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        return self.verdict in (Verdict.PASS, Verdict.WAIVED)
 
 
 class LookRecord(BaseModel):
@@ -180,21 +245,21 @@ class DecisionRecord(BaseModel):
 
     model_config = RECORD_MODEL
 
-    decision: Literal["promoted", "rejected"]
-    promote: bool
+    #: the one statement of what was decided; ``promote`` and ``label`` are read from it
     outcome: Outcome
     #: the failed (and waived) checks' ``name: detail`` when rejected (at an interim look not
     #: those it had not decided yet), every check's when promoted
     reasons: list[str] = Field(default_factory=list)
-    checks: list[CheckRecord] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
     #: the policy judged with, as loaded
     policy: dict[str, Any] = Field(default_factory=dict)
-    policy_path: str
+    #: the policy file judged with (None: a policy that was not read from a file)
+    policy_path: str | None = None
     #: the champion judged against (None: the model had none)
     champion_before: str | None = None
     warnings: list[str] = Field(default_factory=list)
     #: per evaluator, the candidate's per-sample scores correlated with the champion's
-    per_sample_correlations: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    per_sample_correlations: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
     #: the look it was taken at (a sequential policy); None: every item, judged once
     look: LookRecord | None = None
     #: its number among the run's records (1 the first); None: not recorded
@@ -210,12 +275,41 @@ class DecisionRecord(BaseModel):
     champion_after: str | None = None
     alias_moved: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _outcome_alone(cls, data: object) -> object:
+        """Records written before ``outcome`` was the one statement also carried
+        ``decision`` and ``promote``: read, they must agree with it, and are dropped."""
+        if not isinstance(data, dict) or ("decision" not in data and "promote" not in data):
+            return data
+        promoted = data.get("outcome") == Outcome.PROMOTED.value
+        if "promote" in data and data["promote"] is not promoted:
+            raise ValueError(f"promote {data['promote']!r} disagrees with outcome {data.get('outcome')!r}")
+        if "decision" in data and data["decision"] != ("promoted" if promoted else "rejected"):
+            raise ValueError(f"decision {data['decision']!r} disagrees with outcome {data.get('outcome')!r}")
+        return {k: v for k, v in data.items() if k not in ("decision", "promote")}
+
+    @property
+    def promote(self) -> bool:
+        return self.outcome is Outcome.PROMOTED
+
+    @property
+    def label(self) -> str:
+        """promoted or rejected (fail closed: anything but a promotion): the ``vlgate.decision`` tag."""
+        return "promoted" if self.promote else "rejected"
+
+    @property
+    def settled(self) -> bool:
+        """Whether this decision stands: always for a fixed-sample one; at a look, when it
+        stopped the validation (:class:`LookRecord`)."""
+        return self.look is None or self.look.settled
+
     @classmethod
     def read(cls, path: Path) -> DecisionRecord:
         """A logged record; a file that does not match is refused naming the field."""
         return cls.model_validate(json.loads(path.read_text()))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")
 
 
@@ -252,7 +346,7 @@ class SequentialRecord(BaseModel):
         total = sum(self.items_total.values())
         return 0.0 if total == 0 else 1 - sum(self.items_evaluated.values()) / total
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")
 
     @classmethod
@@ -282,7 +376,7 @@ class RulePower(BaseModel):
 
 class PowerPlan(BaseModel):
     """``vlgate plan``'s answer (and ``power.json`` on a validation run): every rule's row,
-    and the versions the spreads came from (``flows/power.py``)."""
+    and the versions the spreads came from (``gate/power.py``)."""
 
     model_config = RECORD_MODEL
 

@@ -21,7 +21,7 @@ The child renders with transformers' own ``render_jinja_template``, given what
 ``apply_chat_template`` gives it (the resolved template string, the conversation, and the
 tokenizer's special tokens as variables), so the text is the same as in process;
 ``tests/test_chat_templates.py`` pins that on the world's checkpoints. The child imports
-only transformers' chat-template module (about a second, 60 MB), and starts on the first
+only transformers' chat-template module (far less than the whole library), and starts on the first
 render.
 
 Protocol (JSON Lines on the child's stdin and stdout): first ``{"template", "variables",
@@ -38,15 +38,44 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NotRequired, Required, TypedDict
 
 from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.loading import LoadPolicy
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 512
 DEFAULT_MAX_CHARS = 1_000_000
+
+
+#: A template variable: a special token, or a list of them (``additional_special_tokens``).
+TemplateVariable = str | list[str]
+
+
+class ContentPart(TypedDict, total=False):
+    """One part of a message's content: ``{"type": "image"}`` or ``{"type": "text", "text": ...}``."""
+
+    type: Required[str]
+    text: str
+
+
+class ChatMessage(TypedDict):
+    """One turn of a conversation, as chat templates read it: content a string or parts."""
+
+    role: str
+    content: str | list[ContentPart]
+
+
+class RenderAnswer(TypedDict):
+    """The child's answer to one render: the text, or the error and its kind."""
+
+    text: NotRequired[str]
+    error: NotRequired[str]
+    kind: NotRequired[str]
 
 
 class TemplateLimitError(BackendError):
@@ -57,13 +86,13 @@ class TemplateRenderError(ValueError):
     """A chat template raised while rendering one conversation."""
 
 
-def template_variables(tokenizer: Any) -> dict[str, Any]:
+def template_variables(tokenizer: PreTrainedTokenizerBase) -> dict[str, TemplateVariable]:
     """The variables ``apply_chat_template`` renders with besides the conversation: the
     tokenizer's special tokens (``bos_token``, ``eos_token``, ...), as plain strings."""
     return {name: str(value) if not isinstance(value, list) else [str(v) for v in value] for name, value in tokenizer.special_tokens_map.items()}
 
 
-def chat_template_of(owner: Any) -> str | None:
+def chat_template_of(owner: object) -> str | None:
     """The template ``apply_chat_template`` would render for ``owner`` (a processor or a
     tokenizer): its own, or the one named "default" among several; None without one."""
     template = getattr(owner, "chat_template", None)
@@ -72,7 +101,7 @@ def chat_template_of(owner: Any) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def renderer_for(model: str, owners: Sequence[Any], tokenizer: Any, policy: LoadPolicy) -> ChatTemplateRenderer | None:
+def renderer_for(model: str, owners: Sequence[object], tokenizer: PreTrainedTokenizerBase, policy: LoadPolicy) -> ChatTemplateRenderer | None:
     """A renderer of the first template among ``owners`` (processor, then tokenizer), with
     the tokenizer's special tokens and the load policy's limits; None when none has one."""
     template = next((found for found in map(chat_template_of, owners) if found is not None), None)
@@ -96,14 +125,14 @@ def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int,
     whose rendering of a string lacks the prompt or raises, gets the parts. A text-only
     model without a template gets the bare prompt. Both backends build it here, so they
     send the same text."""
-    parts = [{"role": "user", "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]}]
+    parts: list[ChatMessage] = [{"role": "user", "content": [ContentPart(type="image") for _ in range(n_images)] + [ContentPart(type="text", text=prompt)]}]
     if renderer is None:
         if has_vision:
             raise BackendError(f"model {model}: its processor has no chat template")
         return prompt
     if has_vision or renderer.text_content == "parts":
         return renderer.render(parts)
-    as_string = [{"role": "user", "content": prompt}]
+    as_string: list[ChatMessage] = [{"role": "user", "content": prompt}]
     if renderer.text_content == "string":
         return renderer.render(as_string)
     # the first text-only turn decides for the template, once
@@ -134,7 +163,7 @@ class ChatTemplateRenderer:
         self,
         model: str,
         template: str,
-        variables: dict[str, Any],
+        variables: Mapping[str, TemplateVariable],
         timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_mb: int = DEFAULT_MEMORY_MB,
         max_chars: int = DEFAULT_MAX_CHARS,
@@ -148,7 +177,7 @@ class ChatTemplateRenderer:
         self._starting = False  # a new child's first answer also waits for its imports
         self._lock = threading.Lock()
 
-    def render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, conversation: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
         request = {"conversation": conversation, "add_generation_prompt": add_generation_prompt}
         with self._lock:
             child = self._start()
@@ -199,7 +228,7 @@ class ChatTemplateRenderer:
             child.kill()
             child.wait()
 
-    def _read_line(self, child: subprocess.Popen[bytes]) -> dict[str, Any]:
+    def _read_line(self, child: subprocess.Popen[bytes]) -> RenderAnswer:
         """The child's next answer; the first render's wait also covers the child's start."""
         assert child.stdout is not None
         deadline = time.monotonic() + self.timeout_s + (STARTUP_S if self._starting else 0.0)
@@ -222,7 +251,7 @@ class ChatTemplateRenderer:
 
 
 #: What a child may take to import its code and answer for the first time, on top of the
-#: render's own limit (a busy 2-core machine imports slowly).
+#: render's own limit (a busy small machine imports slowly).
 STARTUP_S = 60.0
 
 
@@ -250,7 +279,7 @@ def _serve() -> None:
             )
             text = rendered[0][0]
             if len(text) > setup["max_chars"]:
-                answer: dict[str, Any] = {"error": f"rendered {len(text):,} characters (limit {setup['max_chars']:,})", "kind": "size"}
+                answer: RenderAnswer = {"error": f"rendered {len(text):,} characters (limit {setup['max_chars']:,})", "kind": "size"}
             else:
                 answer = {"text": text}
         except MemoryError:

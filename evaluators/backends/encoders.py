@@ -15,13 +15,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 import numpy as np
 from PIL import Image
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageEncoder, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import BaseImageProcessor, PreTrainedModel
+
+
+@runtime_checkable
+class ImageFeatureModel(Protocol):
+    """A model with CLIP-style image embeddings (CLIP, SigLIP, ...)."""
+
+    def get_image_features(self, *, pixel_values: torch.Tensor) -> object: ...
 
 
 class _TransformersImageEncoder(ImageEncoder):
@@ -30,11 +41,18 @@ class _TransformersImageEncoder(ImageEncoder):
     name = "image-encoder"
     features = ""
     #: extra from_pretrained arguments (the model class's own options)
-    model_kwargs: dict[str, Any] = {}
+    model_kwargs: dict[str, bool] = {}
 
-    def __init__(self, model: Any, processor: Any, info: BackendInfo, batch_size: int = 32):
-        self.model, self.processor, self.info, self.batch_size = model, processor, info, batch_size
+    def __init__(self, model: PreTrainedModel, processor: BaseImageProcessor, info: BackendInfo, batch_size: int = 32):
+        self.model: PreTrainedModel | None = model  # None once closed
+        self.processor, self.info, self.batch_size = processor, info, batch_size
         self.device = next(model.parameters()).device
+
+    @property
+    def _model(self) -> PreTrainedModel:
+        if self.model is None:
+            raise BackendError(f"image encoder {self.info.model}: closed")
+        return self.model
 
     @classmethod
     def load(cls, reference: str | Path, policy: LoadPolicy = LoadPolicy(), device: str | None = None, batch_size: int = 32, cache_dir: Path | None = None) -> Self:
@@ -61,10 +79,10 @@ class _TransformersImageEncoder(ImageEncoder):
         return cls(model, processor, info, batch_size)
 
     @classmethod
-    def _check_model(cls, model: Any, reference: str | Path) -> None:
+    def _check_model(cls, model: PreTrainedModel, reference: str | Path) -> None:
         """Refuse a model this encoder cannot read features from."""
 
-    def _features(self, pixel_values: Any) -> Any:
+    def _features(self, pixel_values: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def dimension(self) -> int:
@@ -99,11 +117,11 @@ class VitClsEncoder(_TransformersImageEncoder):
     # one (GenCeption only needs the encoder) gets a randomly initialised pooler and a warning
     model_kwargs = {"add_pooling_layer": False}
 
-    def _features(self, pixel_values: Any) -> Any:
-        return self.model(pixel_values=pixel_values).last_hidden_state[:, 0]
+    def _features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self._model(pixel_values=pixel_values).last_hidden_state[:, 0]
 
     def dimension(self) -> int:
-        return int(self.model.config.hidden_size)
+        return int(self._model.config.hidden_size)
 
 
 class ClipImageEncoder(_TransformersImageEncoder):
@@ -114,17 +132,26 @@ class ClipImageEncoder(_TransformersImageEncoder):
     features = "get_image_features"
 
     @classmethod
-    def _check_model(cls, model: Any, reference: str | Path) -> None:
+    def _check_model(cls, model: PreTrainedModel, reference: str | Path) -> None:
         if not hasattr(model, "get_image_features"):
             raise BackendError(f"model {reference}: {type(model).__name__} has no image embeddings (get_image_features); expected a CLIP-style model")
 
-    def _features(self, pixel_values: Any) -> Any:
-        output = self.model.get_image_features(pixel_values=pixel_values)
+    def _features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        model = self._model
+        if not isinstance(model, ImageFeatureModel):  # _check_model refused such a model at load
+            raise BackendError(f"model {self.info.model}: {type(model).__name__} has no image embeddings (get_image_features)")
+        output = model.get_image_features(pixel_values=pixel_values)
         # transformers 5 returns the vision output with the projection as pooler_output; 4.x a tensor
-        return getattr(output, "pooler_output", output)
+        features = getattr(output, "pooler_output", output)
+        if not isinstance(features, torch.Tensor):
+            raise BackendError(f"model {self.info.model}: get_image_features returned {type(features).__name__}, not a tensor of embeddings")
+        return features
 
     def dimension(self) -> int:
         """CLIP's projection width; SigLIP has no projection (its config has no
         ``projection_dim``), so its embeddings are as wide as its vision tower."""
-        projection_dim = getattr(self.model.config, "projection_dim", None)
-        return int(projection_dim if projection_dim is not None else self.model.config.vision_config.hidden_size)
+        config = self._model.config
+        projection_dim = getattr(config, "projection_dim", None)
+        return int(projection_dim if projection_dim is not None else config.vision_config.hidden_size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
@@ -24,6 +24,9 @@ from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, Backe
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.scenes.renderer import renderer_digest, scene_from_description
 from vlgate.evaluators.scenes.scene import render
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: Libraries whose classes a pipeline's model_index.json may name; besides these, diffusers'
 #: own pipeline modules (see :func:`is_diffusers_pipeline_module`); anything else is code
@@ -79,14 +82,14 @@ def check_pipeline_index(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:
         )
 
 
-def truncate_prompt(tokenizer: Any, prompt: str) -> str:
+def truncate_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
     """The prompt cut to what the text encoder reads (``model_max_length`` tokens with the
     special ones), so that the cut is ours and recorded rather than a pipeline warning."""
     limit = tokenizer.model_max_length - tokenizer.num_special_tokens_to_add()
     ids = tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]  # long prompts are expected here: they are cut below
     if len(ids) <= limit:
         return prompt
-    return tokenizer.decode(ids[:limit], skip_special_tokens=True)
+    return str(tokenizer.decode(ids[:limit], skip_special_tokens=True))
 
 
 #: The ``__call__`` argument each of a pipeline's tokenizers reads its prompt from: SDXL, SD3

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
-from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.base import BackendError, ImageEncoder, ImageGenerator, VisionLanguageBackend
 from vlgate.evaluators.backends.loading import LoadPolicy
 
 
@@ -32,7 +32,7 @@ class BackendOptions:
     policy: LoadPolicy = field(default_factory=LoadPolicy)
     cache_dir: Path | None = None
     batch_size: int | None = None
-    engine: Mapping[str, Any] = field(default_factory=dict)
+    engine: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,11 @@ def _load_transformers(model: str, options: BackendOptions) -> VisionLanguageBac
 def _load_vllm(model: str, options: BackendOptions) -> VisionLanguageBackend:
     from vlgate.evaluators.backends.vllm_offline import VllmBackend
 
-    return VllmBackend.load(model, options.policy, cache_dir=options.cache_dir, **options.engine)
+    engine = dict(options.engine)
+    top_logprobs = engine.pop("top_logprobs", 20)  # a load argument of its own; the rest are the engine's
+    if not isinstance(top_logprobs, int):
+        raise BackendError(f"model {model}: top_logprobs must be an integer, got {top_logprobs!r}")
+    return VllmBackend.load(model, options.policy, cache_dir=options.cache_dir, top_logprobs=top_logprobs, **engine)
 
 
 def _load_openai(model: str, options: BackendOptions) -> VisionLanguageBackend:
@@ -114,47 +118,52 @@ register(BackendKind("vllm", _load_vllm, other_engine=True))
 register(BackendKind("openai", _load_openai, local=False))
 
 
+Helper = TypeVar("Helper", ImageEncoder, ImageGenerator)
+
+
 @dataclass(frozen=True)
-class HelperKind:
+class HelperKind(Generic[Helper]):
     """A kind of helper model (an image encoder, an image generator): ``load(model, options)``;
     ``needs_model``: False for one vlgate draws itself (the world's scene renderer)."""
 
     name: str
-    load: Callable[[str, BackendOptions], Any]
+    load: Callable[[str, BackendOptions], Helper]
     needs_model: bool = True
 
 
-def _load_vit(model: str, options: BackendOptions) -> Any:
+def _load_vit(model: str, options: BackendOptions) -> ImageEncoder:
     from vlgate.evaluators.backends.encoders import VitClsEncoder
 
     return VitClsEncoder.load(model, options.policy, cache_dir=options.cache_dir)
 
 
-def _load_clip(model: str, options: BackendOptions) -> Any:
+def _load_clip(model: str, options: BackendOptions) -> ImageEncoder:
     from vlgate.evaluators.backends.encoders import ClipImageEncoder
 
     return ClipImageEncoder.load(model, options.policy, cache_dir=options.cache_dir)
 
 
-def _scene_renderer(_model: str, _options: BackendOptions) -> Any:
+def _scene_renderer(_model: str, _options: BackendOptions) -> ImageGenerator:
     from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
 
     return SceneRendererGenerator()
 
 
-def _load_diffusers(model: str, options: BackendOptions) -> Any:
+def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
     from vlgate.evaluators.backends.image_generators import DiffusersGenerator
 
     return DiffusersGenerator.load(model, options.policy, cache_dir=options.cache_dir)
 
 
 #: GenCeption's image encoders: ViT's CLS token (the paper's) or CLIP's image embedding
-IMAGE_ENCODERS = {kind.name: kind for kind in (HelperKind("vit", _load_vit), HelperKind("clip", _load_clip))}
+IMAGE_ENCODERS: dict[str, HelperKind[ImageEncoder]] = {kind.name: kind for kind in (HelperKind("vit", _load_vit), HelperKind("clip", _load_clip))}
 #: GenCeption's image generators: one vlgate draws itself by name, else a diffusers pipeline folder
-IMAGE_GENERATORS = {kind.name: kind for kind in (HelperKind("scene-renderer", _scene_renderer, needs_model=False), HelperKind("diffusers", _load_diffusers))}
+IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {
+    kind.name: kind for kind in (HelperKind("scene-renderer", _scene_renderer, needs_model=False), HelperKind("diffusers", _load_diffusers))
+}
 
 
-def image_generator(generator: str) -> HelperKind:
+def image_generator(generator: str) -> HelperKind[ImageGenerator]:
     """The kind behind a suite's ``generator:``: a generator that needs no model, by its name;
     anything else is a diffusers pipeline's folder or id."""
     named = IMAGE_GENERATORS.get(generator)

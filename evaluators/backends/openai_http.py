@@ -33,12 +33,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 from PIL import Image
+from pydantic import JsonValue
 
 from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
 from vlgate.evaluators.backends.options import option_masses_from_logprobs
@@ -50,6 +51,41 @@ RETRIABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 MAX_RETRY_SLEEP_S = 30.0
 ERROR_BODY_CHARS = 1000
 PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"})
+
+Result = TypeVar("Result")
+#: A JSON object: a request's payload, a ``/models`` entry.
+JsonObject = dict[str, JsonValue]
+
+
+class TopLogprob(TypedDict):
+    token: str
+    logprob: float
+
+
+class TokenLogprob(TypedDict, total=False):
+    token: str
+    logprob: float
+    top_logprobs: list[TopLogprob] | None
+
+
+class ChoiceLogprobs(TypedDict, total=False):
+    content: list[TokenLogprob] | None
+
+
+class ChatMessage(TypedDict, total=False):
+    content: str | None
+
+
+class CompletionChoice(TypedDict, total=False):
+    message: ChatMessage
+    logprobs: ChoiceLogprobs | None
+
+
+class ChatCompletion(TypedDict):
+    """The parts of a chat completion's body vlgate reads (a body of another shape is a
+    :class:`BackendError` where it is read)."""
+
+    choices: list[CompletionChoice]
 
 
 def api_root(base_url: str) -> str:
@@ -112,7 +148,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
     # -- transport -------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, payload: dict | None, what: str) -> httpx.Response:
+    def _request(self, method: str, path: str, payload: JsonObject | None, what: str) -> httpx.Response:
         """The server's answer (status 200, or a non-retriable error status for the caller to
         report); retriable statuses and connection errors are retried, then raised."""
         url = f"{self.base_url}{path}"
@@ -135,7 +171,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
                 time.sleep(min(delay, MAX_RETRY_SLEEP_S))
         raise BackendError(f"{self.model} at {self.base_url}: {what} failed after {self.max_attempts} attempts; last: {problem}")
 
-    def _served_model(self) -> dict[str, Any] | None:
+    def _served_model(self) -> JsonObject | None:
         """The server's ``/models`` entry for our model; None when the server has no such
         listing. A listing without our model is an error (a typo would otherwise only
         show up as failed requests)."""
@@ -154,7 +190,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
         ids = [entry.get("id") for entry in entries if isinstance(entry, dict)]
         raise BackendError(f"{self.base_url} does not serve model {self.model!r}; it serves {ids}")
 
-    def _complete(self, index: int, request_prompt: str, payload: dict) -> dict:
+    def _complete(self, index: int, request_prompt: str, payload: JsonObject) -> ChatCompletion:
         what = f"request {index} ({_snippet(request_prompt)!r})"
         response = self._request("POST", "/chat/completions", payload, what)
         if response.status_code != 200:
@@ -164,7 +200,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
         except ValueError as error:
             raise BackendError(f"{self.model} at {self.base_url}: {what} answered a body that is not JSON: {response.text[:200]!r}") from error
 
-    def _run_all(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+    def _run_all(self, jobs: list[Callable[[], Result]]) -> list[Result]:
         """Run the jobs at most ``max_concurrency`` at a time; results in job order. The
         first failure (lowest index) is raised, and jobs not yet started are cancelled."""
         if len(jobs) <= 1 or self.max_concurrency == 1:
@@ -180,12 +216,12 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
     # -- messages --------------------------------------------------------------------------
 
-    def _messages(self, images: Sequence[Image.Image], prompt: str, urls: dict[int, str]) -> list[dict]:
+    def _messages(self, images: Sequence[Image.Image], prompt: str, urls: dict[int, str]) -> list[JsonValue]:
         """The user turn: images first, then the text; plain string content when there is no
         image (text-only chat templates expect it)."""
         if not images:
             return [{"role": "user", "content": prompt}]
-        content: list[dict] = []
+        content: list[JsonValue] = []
         for image in images:
             if id(image) not in urls:  # VL-LCM sends one image with K probes: encode it once
                 urls[id(image)] = image_data_url(image)
@@ -197,7 +233,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[np.ndarray]:
         urls: dict[int, str] = {}
-        payloads = [
+        payloads: list[JsonObject] = [
             {
                 "model": self.model,
                 "messages": self._messages(r.images, r.prompt, urls),
@@ -222,7 +258,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
         return self._run_all([functools.partial(score, i) for i in range(len(requests))])
 
-    def _first_token_logprobs(self, body: dict, index: int) -> list[tuple[str, float]]:
+    def _first_token_logprobs(self, body: ChatCompletion, index: int) -> list[tuple[str, float]]:
         """(token text, logprob) of the first position's top tokens, and of the chosen
         token where the top list leaves it out."""
         try:
@@ -242,7 +278,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[str]:
         urls: dict[int, str] = {}
-        payloads = [
+        payloads: list[JsonObject] = [
             {"model": self.model, "messages": self._messages(r.images, r.prompt, urls), "max_tokens": r.max_new_tokens, "temperature": 0}
             for r in requests
         ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -42,6 +42,15 @@ from vlgate.evaluators.backends.base import BackendError, renormalise
 
 #: Characters tokenizers use in a token's raw text for whitespace.
 WHITESPACE_MARKERS = str.maketrans({"▁": " ", "Ġ": " ", "Ċ": "\n", "ĉ": "\t"})
+
+
+class OptionTokenizer(Protocol):
+    """What :func:`option_token_ids` asks of a tokenizer (any Hugging Face tokenizer, vLLM's)."""
+
+    @property
+    def unk_token_id(self) -> int | None: ...
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
 
 
 def option_spellings(option: str) -> tuple[str, ...]:
@@ -54,7 +63,7 @@ def first_token_texts(option: str) -> tuple[str, ...]:
     return tuple(text for spelling in option_spellings(option) for text in (spelling, " " + spelling))
 
 
-def option_token_ids(tokenizer: Any, options: Sequence[str]) -> list[list[int]]:
+def option_token_ids(tokenizer: OptionTokenizer, options: Sequence[str]) -> list[list[int]]:
     """For each option, the ids of every single token among :func:`first_token_texts`.
 
     ``tokenizer`` needs ``encode(text, add_special_tokens=False)`` and ``unk_token_id``

@@ -40,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +50,12 @@ from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, Backe
 from vlgate.evaluators.backends.chat_templates import adds_special_tokens, renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
+
+if TYPE_CHECKING:
+    from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+
+    class GenerativeModel(PreTrainedModel, GenerationMixin):
+        """What ``AutoModelForImageTextToText`` and ``AutoModelForCausalLM`` load (for typing only)."""
 
 logger = logging.getLogger(__name__)
 
@@ -89,16 +95,17 @@ class TransformersBackend(VisionLanguageBackend):
 
     def __init__(
         self,
-        model: Any,
-        processor: Any,
-        tokenizer: Any,
+        model: GenerativeModel,
+        processor: ProcessorMixin | PreTrainedTokenizerBase,
+        tokenizer: PreTrainedTokenizerBase,
         info: BackendInfo,
         has_vision: bool,
         batch_size: int = 16,
         policy: LoadPolicy = LoadPolicy(),
         share_prefixes: bool = True,
     ):
-        self.model, self.processor, self.tokenizer = model, processor, tokenizer
+        self.model: GenerativeModel | None = model  # None once closed
+        self.processor, self.tokenizer = processor, tokenizer
         self.info, self.has_vision, self.batch_size = info, has_vision, batch_size
         self.device = next(model.parameters()).device
         self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
@@ -165,6 +172,12 @@ class TransformersBackend(VisionLanguageBackend):
         fresh.prefix_sharing = PrefixSharing()
         return fresh
 
+    @property
+    def _model(self) -> GenerativeModel:
+        if self.model is None:
+            raise BackendError(f"transformers ({self.info.model}): the backend is closed")
+        return self.model
+
     # -- prompts ---------------------------------------------------------------------------
 
     def chat_text(self, prompt: str, n_images: int) -> str:
@@ -192,7 +205,7 @@ class TransformersBackend(VisionLanguageBackend):
     def _on_device(self, value: torch.Tensor) -> torch.Tensor:
         """An input on the model's device; floating-point inputs in the model's dtype (Llama 4's
         image processor returns bf16 pixels whatever the model runs in)."""
-        return value.to(self.device, dtype=self.model.dtype) if value.is_floating_point() else value.to(self.device)
+        return value.to(self.device, dtype=self._model.dtype) if value.is_floating_point() else value.to(self.device)
 
     def _special_tokens_kwargs(self, texts: list[str]) -> dict[str, bool]:
         """``add_special_tokens`` by :func:`adds_special_tokens`; a VLM whose texts get them
@@ -232,7 +245,7 @@ class TransformersBackend(VisionLanguageBackend):
         """(request indices, their probabilities) for every group of requests that share a
         prefix and images and were scored from one cached prefix; the first two scored
         groups are checked against the whole prompts (:class:`PrefixSharing`)."""
-        groups: dict[tuple, list[int]] = defaultdict(list)
+        groups: dict[tuple[str, tuple[int, ...]], list[int]] = defaultdict(list)
         for index, request in enumerate(requests):
             if request.shared_prefix and request.prompt.startswith(request.shared_prefix):
                 groups[(request.shared_prefix, tuple(id(image) for image in request.images))].append(index)
@@ -274,7 +287,7 @@ class TransformersBackend(VisionLanguageBackend):
         tolerance = self._prefix_tolerance([request for request, _ in pairs], whole)
         self.prefix_sharing.largest_difference, self.prefix_sharing.tolerance = difference, tolerance
         if difference > tolerance:
-            self._refuse_prefix_sharing(f"on its first {len(pairs)} requests it differed from the whole prompts by up to {difference:.2g} (tolerance {tolerance:.2g} in {str(self.model.dtype).removeprefix('torch.')})")
+            self._refuse_prefix_sharing(f"on its first {len(pairs)} requests it differed from the whole prompts by up to {difference:.2g} (tolerance {tolerance:.2g} in {str(self._model.dtype).removeprefix('torch.')})")
             return False
         self.prefix_sharing.verified = True
         logger.info("model %s: shared-prefix scoring checked on %d requests (largest difference %.2g); used from now on", self.info.model, len(pairs), difference)
@@ -284,8 +297,8 @@ class TransformersBackend(VisionLanguageBackend):
         """:data:`PREFIX_TOLERANCE` in full precision; in half precision twice what batching
         alone moves these requests (batched against each scored alone), at least
         :data:`HALF_PRECISION_FLOOR`."""
-        if self.model.dtype in PREFIX_TOLERANCE:
-            return PREFIX_TOLERANCE[self.model.dtype]
+        if self._model.dtype in PREFIX_TOLERANCE:
+            return PREFIX_TOLERANCE[self._model.dtype]
         alone = [self._whole_prompt_probs([request])[0] for request in requests]
         noise = max(float(np.max(np.abs(a - b))) for a, b in zip(alone, batched))
         return max(HALF_PRECISION_FLOOR, 2 * noise)
@@ -304,7 +317,7 @@ class TransformersBackend(VisionLanguageBackend):
     def _whole_prompt_probs(self, requests: list[ChoiceRequest]) -> list[np.ndarray]:
         texts = [self.chat_text(r.prompt, len(r.images)) for r in requests]
         inputs = self._encode(texts, [r.images for r in requests])
-        logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
+        logits = self._model(**inputs, logits_to_keep=1).logits[:, -1, :]
         return [self._option_distribution(row, r.options) for row, r in zip(logits, requests)]
 
     def _text_ids(self, text: str) -> torch.Tensor:
@@ -348,7 +361,7 @@ class TransformersBackend(VisionLanguageBackend):
         inner: Any = getattr(self.model, "model", None)
         if getattr(inner, "rope_deltas", None) is not None:
             inner.rope_deltas = None  # so that what the prefix pass leaves there is its own
-        cache = self.model(**prefix, use_cache=True).past_key_values
+        cache = self._model(**prefix, use_cache=True).past_key_values
         prefix_mask, prefix_length = prefix["attention_mask"], prefix["attention_mask"].shape[1]
         rows = [(position, suffix) for position, g in enumerate(usable) for suffix in split_of[g][1]]
         row_of = torch.tensor([position for position, _ in rows], device=self.device)
@@ -365,7 +378,7 @@ class TransformersBackend(VisionLanguageBackend):
         positions = self._multimodal_rope_positions(prefix_mask, row_of, width)
         if positions is not None:
             extra["position_ids"] = positions
-        logits = self.model(input_ids=suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True, **extra).logits
+        logits = self._model(input_ids=suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True, **extra).logits
         last = torch.tensor([len(suffix) - 1 for _, suffix in rows], device=self.device)
         final = logits[torch.arange(len(rows), device=self.device), last]
         row = 0
@@ -399,10 +412,12 @@ class TransformersBackend(VisionLanguageBackend):
             texts = [self.chat_text(r.prompt, len(r.images)) for r in batch]
             inputs = self._encode(texts, [r.images for r in batch])
             max_new = max(r.max_new_tokens for r in batch)
-            generated = self.model.generate(**inputs, max_new_tokens=max_new, do_sample=False, pad_token_id=self.tokenizer.pad_token_id)
+            # transformers types generate's self as its GenerativePreTrainedModel protocol and names each of its
+            # keyword arguments, so a model's own inputs passed as **inputs cannot be checked against it
+            generated = self._model.generate(**inputs, max_new_tokens=max_new, do_sample=False, pad_token_id=self.tokenizer.pad_token_id)  # type: ignore[misc, arg-type]
             new_tokens = generated[:, inputs["input_ids"].shape[1] :]
             for index, request, row in zip(chunk, batch, new_tokens):
-                outputs[index] = self.tokenizer.decode(row[: request.max_new_tokens], skip_special_tokens=True).strip()
+                outputs[index] = str(self.tokenizer.decode(row[: request.max_new_tokens], skip_special_tokens=True)).strip()
         return outputs  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -413,7 +428,7 @@ class TransformersBackend(VisionLanguageBackend):
             torch.cuda.empty_cache()
 
 
-def processor_places_images(processor: Any) -> bool:
+def processor_places_images(processor: ProcessorMixin | PreTrainedTokenizerBase) -> bool:
     """Whether ``processor`` puts an image's tokens into a text that names none (PaliGemma's
     processor prepends them, with BOS, as its base checkpoints are prompted): tried once on
     a blank 32 px image; a processor that wants placeholders in the text refuses."""

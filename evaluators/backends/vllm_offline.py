@@ -59,11 +59,12 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 from PIL import Image
@@ -74,6 +75,10 @@ from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, mod
 from vlgate.evaluators.backends.options import option_masses_from_token_ids, option_token_ids
 from vlgate.evaluators.backends.weight_layout import vllm_layout
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+    from vllm import LLM, RequestOutput, SamplingParams
+
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'vlgate[vllm]'"
@@ -83,13 +88,20 @@ MAX_LOGPROB_TOKEN_IDS = 128
 SAFE_LOAD_FORMATS = ("safetensors", "fastsafetensors", "dummy")
 
 
-def accepts_field(params_class: Any, name: str) -> bool:
+class EnginePrompt(TypedDict):
+    """One request for ``LLM.generate`` (vLLM's ``TextPrompt``)."""
+
+    prompt: str
+    multi_modal_data: NotRequired[dict[str, list[Image.Image]]]
+
+
+def accepts_field(params_class: object, name: str) -> bool:
     """Whether ``params_class`` (vLLM's ``SamplingParams``, a ``msgspec.Struct``) has a field ``name``."""
     fields = getattr(params_class, "__struct_fields__", None)
     if fields is not None:
         return name in fields
     try:
-        return name in inspect.signature(params_class).parameters
+        return callable(params_class) and name in inspect.signature(params_class).parameters
     except (TypeError, ValueError):
         return False
 
@@ -98,7 +110,7 @@ def accepts_field(params_class: Any, name: str) -> bool:
 class SharedEngine:
     """A ``vllm.LLM`` and the backends using it (see the module docstring)."""
 
-    llm: Any
+    llm: LLM
     key: str
     users: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -109,12 +121,12 @@ _ENGINES: dict[str, SharedEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def engine_key(path: Path, digest: str, trust_remote_code: bool, engine_kwargs: dict[str, Any]) -> str:
+def engine_key(path: Path, digest: str, trust_remote_code: bool, engine_kwargs: Mapping[str, object]) -> str:
     """Which loads may share an engine: the same weights, policy and engine settings."""
-    return json.dumps([str(path.resolve()), digest, trust_remote_code, engine_kwargs], sort_keys=True, default=str)
+    return json.dumps([str(path.resolve()), digest, trust_remote_code, dict(engine_kwargs)], sort_keys=True, default=str)
 
 
-def shutdown_engine(llm: Any) -> None:
+def shutdown_engine(llm: LLM) -> None:
     """End a ``vllm.LLM``'s engine processes and give its memory back (best effort: vLLM
     holds GPU memory until it is collected)."""
     engine = getattr(llm, "llm_engine", None)
@@ -131,7 +143,7 @@ def shutdown_engine(llm: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
+def check_architecture(reference: str | Path, path: Path, vllm: ModuleType) -> None:
     """Refuse, naming the model, a checkpoint whose architecture vLLM implements but cannot
     load in this installation. Architectures vLLM does not list are left to the engine
     (it may run them through its transformers fallback)."""
@@ -154,7 +166,7 @@ def check_architecture(reference: str | Path, path: Path, vllm: Any) -> None:
             ) from error
 
 
-def attention_gap(hf_config: Any) -> str | None:
+def attention_gap(hf_config: PretrainedConfig | None) -> str | None:
     """Why vLLM would not compute the attention of the model ``hf_config`` describes, or
     None. Its CPU attention computes some head sizes only (the synthetic world's LLM agent's
     heads are 16 wide: the engine starts, then dies at the first request). Gemma3 and PaliGemma attend bidirectionally over each image's tokens (a prefix-LM
@@ -184,7 +196,7 @@ def attention_gap(hf_config: Any) -> str | None:
     return None
 
 
-def checkpoint_config(path: Path, trust_remote_code: bool) -> Any:
+def checkpoint_config(path: Path, trust_remote_code: bool) -> PretrainedConfig | None:
     """The checkpoint's transformers config, or None when transformers cannot read it
     without the engine (the engine then reports the problem itself)."""
     from transformers import AutoConfig
@@ -195,7 +207,7 @@ def checkpoint_config(path: Path, trust_remote_code: bool) -> Any:
         return None
 
 
-def engine_prompt(text: str, images: Sequence[Image.Image]) -> dict[str, Any]:
+def engine_prompt(text: str, images: Sequence[Image.Image]) -> EnginePrompt:
     """One request for ``LLM.generate``: the rendered text, and its images as multi-modal data."""
     return {"prompt": text, "multi_modal_data": {"image": list(images)}} if images else {"prompt": text}
 
@@ -206,15 +218,16 @@ class VllmBackend(VisionLanguageBackend):
 
     def __init__(
         self,
-        llm: Any,
-        sampling_params_class: Any,
+        llm: LLM,
+        sampling_params_class: type[SamplingParams],
         info: BackendInfo,
         top_logprobs: int = 20,
         shared: SharedEngine | None = None,
         template: ChatTemplateRenderer | None = None,
         has_vision: bool = False,
     ):
-        self.llm, self.sampling_params_class, self.info = llm, sampling_params_class, info
+        self.llm: LLM | None = llm  # None once closed
+        self.sampling_params_class, self.info = sampling_params_class, info
         self.template, self.has_vision = template, has_vision
         self.shared = shared  # None: this backend owns its engine (tests build it directly)
         self._lock = shared.lock if shared is not None else threading.Lock()
@@ -229,7 +242,7 @@ class VllmBackend(VisionLanguageBackend):
         policy: LoadPolicy = LoadPolicy(),
         cache_dir: Path | None = None,
         top_logprobs: int = 20,
-        **engine_kwargs: Any,
+        **engine_kwargs: object,
     ) -> VllmBackend:
         try:
             import vllm
@@ -255,8 +268,9 @@ class VllmBackend(VisionLanguageBackend):
             )
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("max_logprobs", max(top_logprobs, 20))
-        if engine_kwargs["max_logprobs"] != -1:  # -1: the whole vocabulary
-            top_logprobs = min(top_logprobs, engine_kwargs["max_logprobs"])
+        max_logprobs = engine_kwargs["max_logprobs"]
+        if isinstance(max_logprobs, int) and max_logprobs != -1:  # -1: the whole vocabulary
+            top_logprobs = min(top_logprobs, max_logprobs)
         digest = model_digest(path)
         served = vllm_layout(path, digest, cache_dir or Path.cwd() / ".vlgate-model-cache")
         key = engine_key(served, digest, policy.trust_remote_code, engine_kwargs)
@@ -287,21 +301,26 @@ class VllmBackend(VisionLanguageBackend):
 
     # -- requests --------------------------------------------------------------------------
 
-    def _run(self, requests: Sequence[ChoiceRequest | GenerateRequest], params: list[Any], what: str) -> list[Any]:
+    @property
+    def _engine(self) -> LLM:
         if self.llm is None:
             raise BackendError(f"vLLM ({self.info.model}): the backend is closed")
+        return self.llm
+
+    def _run(self, requests: Sequence[ChoiceRequest | GenerateRequest], params: list[SamplingParams], what: str) -> list[RequestOutput]:
+        llm = self._engine
         texts = [user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision) for r in requests]
-        bos = getattr(self.llm.get_tokenizer(), "bos_token", None)
+        bos = getattr(llm.get_tokenizer(), "bos_token", None)
         # tokenised as the transformers backend and the model card tokenise (adds_special_tokens);
         # one engine call per setting, since LLM.generate takes one for all its prompts
         groups: dict[bool, list[int]] = {}
         for index, text in enumerate(texts):
             groups.setdefault(adds_special_tokens(text, bos, self.has_vision, self.template is not None), []).append(index)
-        outputs: list[Any] = [None] * len(requests)
+        outputs: list[RequestOutput | None] = [None] * len(requests)
         try:
             with self._lock:
                 for add_special, indices in groups.items():
-                    done = self.llm.generate(
+                    done = llm.generate(
                         [engine_prompt(texts[i], requests[i].images) for i in indices], sampling_params=[params[i] for i in indices],
                         use_tqdm=False, tokenization_kwargs={"add_special_tokens": add_special},
                     )
@@ -313,10 +332,10 @@ class VllmBackend(VisionLanguageBackend):
 
     def _ids_of(self, options: tuple[str, ...]) -> list[list[int]]:
         if options not in self._option_ids:
-            self._option_ids[options] = option_token_ids(self.llm.get_tokenizer(), options)
+            self._option_ids[options] = option_token_ids(self._engine.get_tokenizer(), options)
         return self._option_ids[options]
 
-    def _choice_params(self, option_ids: list[list[int]]) -> Any:
+    def _choice_params(self, option_ids: list[list[int]]) -> SamplingParams:
         wanted = sorted(set(chain.from_iterable(option_ids)))
         if self.exact_option_logprobs and len(wanted) <= MAX_LOGPROB_TOKEN_IDS:
             # logprobs stays unset: vLLM then returns exactly these ids (and the sampled token)
@@ -347,7 +366,7 @@ class VllmBackend(VisionLanguageBackend):
         outputs = self._run(requests, params, "generation")
         # decoded from the token ids as the transformers backend decodes them: vLLM's incremental
         # detokenizer holds back a trailing partial UTF-8 character that decode() shows as "\ufffd"
-        tokenizer = self.llm.get_tokenizer()
+        tokenizer = self._engine.get_tokenizer()
         return [str(tokenizer.decode(list(output.outputs[0].token_ids), skip_special_tokens=True)).strip() for output in outputs]
 
     def close(self) -> None:
@@ -382,7 +401,7 @@ def _chat_template(model: str, path: Path, policy: LoadPolicy) -> tuple[ChatTemp
     return renderer_for(model, [processor], tokenizer, policy), has_vision
 
 
-def _first_position_logprobs(output: Any, index: int) -> dict[int, float]:
+def _first_position_logprobs(output: RequestOutput, index: int) -> dict[int, float]:
     """token id → logprob at the first generated position of one ``RequestOutput``."""
     try:
         steps = output.outputs[0].logprobs

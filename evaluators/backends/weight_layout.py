@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from pydantic import JsonValue
+
 from vlgate.evaluators.backends.base import BackendError
 
 #: Where transformers' LLaVA-derived models keep the vision tower (top-level in the saved layout).
@@ -59,7 +61,7 @@ def weight_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.safetensors"))
 
 
-def header(file: Path) -> dict:
+def header(file: Path) -> dict[str, JsonValue]:
     with open(file, "rb") as handle:
         (length,) = HEADER_LENGTH.unpack(handle.read(HEADER_LENGTH.size))
         return json.loads(handle.read(length))

@@ -49,13 +49,13 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image
+from pydantic import JsonValue
 
 from vlgate.evaluators import prompts as shared_prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
@@ -63,6 +63,7 @@ from vlgate.evaluators.decc import prompts, protocols
 from vlgate.evaluators.decc.metrics import normalise_answer
 from vlgate.evaluators.decc.settings import DeccSettings
 from vlgate.evaluators.loaders.items import DeccItem, open_image
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
@@ -137,7 +138,7 @@ def short_answer(text: str) -> str:
     return line.strip().strip("\"'`").rstrip(".,;:!").strip()
 
 
-def canonical_answer(answer: Any, item: DeccItem) -> str | None:
+def canonical_answer(answer: object, item: DeccItem) -> str | None:
     """A label in the runner's vocabulary: the option text for items with options (a label
     given as an option letter is mapped to its option), else the label as a string."""
     if answer is None:
@@ -176,7 +177,7 @@ def parse_sub_questions(text: str, limit: int) -> list[str]:
     return unique(_QUESTION.findall(text))
 
 
-def _atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
+def _atomic_write_json(path: Path, payload: Mapping[str, JsonValue]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
     try:
@@ -278,7 +279,7 @@ def decc_runner(
             start += count
         return out
 
-    def compute(batch: list[tuple[DeccItem, Image.Image]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[DeccItem, Image.Image]]) -> list[Record]:
         items = [item for item, _ in batch]
         images = [image for _, image in batch]
         formats = [answer_format(item) for item in items]
@@ -314,17 +315,17 @@ def decc_runner(
         v2, l2 = agents([(items[n], images[n], formats[n], prompts.decc_pairs(questions[n] + questions2[n], answers[n] + answers2[n])) for n in second])
         round2 = {n: (vlm_answer, llm_answer) for n, vlm_answer, llm_answer in zip(second, v2, l2)}
 
-        records = []
+        records: list[Record] = []
         for n, item in enumerate(items):
-            record: dict[str, Any] = {"id": item.id, "direct": direct[n], "v1": v1[n], "l1": l1[n]}
+            record: Record = {"id": item.id, "direct": direct[n], "v1": v1[n], "l1": l1[n]}
             if n in round2:
                 record["v2"], record["l2"] = round2[n]
             label = canonical_answer(item.answer, item)
             if label is not None:
                 record["answer"] = label
-            record |= {"sub_questions": questions[n], "sub_answers": answers[n], "decomposition": sources[n], "round2": n in round2}
+            record |= {"sub_questions": [*questions[n]], "sub_answers": [*answers[n]], "decomposition": sources[n], "round2": n in round2}
             if n in round2:
-                record |= {"sub_questions_2": questions2[n], "sub_answers_2": answers2[n], "decomposition_2": sources2[n]}
+                record |= {"sub_questions_2": [*questions2[n]], "sub_answers_2": [*answers2[n]], "decomposition_2": sources2[n]}
             records.append(record)
         return records
 

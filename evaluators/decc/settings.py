@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -27,5 +26,5 @@ class DeccSettings(EvaluatorSettings):
         backends.get(value)  # UnknownBackendError (a ValueError) names the known ones
         return value
 
-    def loader_options(self) -> dict[str, Any]:
+    def loader_options(self) -> dict[str, object]:
         return {"coco_dir": Path(self.coco_dir)} if self.coco_dir else {}

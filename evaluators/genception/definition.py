@@ -3,8 +3,8 @@ figures are imported when they are used."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,6 +14,7 @@ from vlgate.evaluators.genception import metrics
 from vlgate.evaluators.genception.protocols import GENCEPTION
 from vlgate.evaluators.genception.schema import GenceptionSchema
 from vlgate.evaluators.genception.settings import GenceptionSettings
+from vlgate.evaluators.metrics.common import MetricValues
 
 EXAMPLES = Path(__file__).parent / "examples"
 
@@ -24,7 +25,7 @@ DISTINCT_DESCRIPTIONS_FLOOR = 0.25
 _SIMILARITY, _GC_AT = name_pattern("s@{t}"), name_pattern("gc@{T}")
 
 
-def template_values(frame: pd.DataFrame, found: dict[str, Any]) -> dict[str, int]:
+def template_values(frame: pd.DataFrame, found: Mapping[str, object]) -> dict[str, int]:
     """T from the per-sample frame's ``s@t`` columns; without them from a ``gc@T`` metric;
     else the default of 3."""
     iterations = sum(1 for column in frame.columns if _SIMILARITY.fullmatch(str(column)))
@@ -34,7 +35,7 @@ def template_values(frame: pd.DataFrame, found: dict[str, Any]) -> dict[str, int
     return {"T": iterations}
 
 
-def feature_metrics(samples: pd.DataFrame, features: list[np.ndarray]) -> dict[str, Any]:
+def feature_metrics(samples: pd.DataFrame, features: list[np.ndarray]) -> MetricValues:
     """``fid@t`` and ``gc_fid@T`` of the features X⁰…Xᵀ, which must match the records' T."""
     n_iterations = metrics.iterations(samples)
     if len(features) != n_iterations + 1:

@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from vlgate.evaluators.figures import Section, SectionFigure, SectionInputs, show_image
+from vlgate.evaluators.schemas import as_list
 
 CHAIN_EXAMPLES = 2  # lowest and highest GC each
 
@@ -68,13 +69,14 @@ def genception_chains(inputs: SectionInputs, count: int = CHAIN_EXAMPLES) -> lis
     chains = []
     for row in chosen.itertuples():
         record = inputs.by_id[str(row.id)]
+        images = record.get("images", [])
         chains.append(
             ImageChain(
                 id=str(row.id),
                 gc=float(row.gc),
                 seed=inputs.artifact(record.get("seed")),
-                images=[inputs.artifact(path) for path in record.get("images", [])],
-                s=list(record["s"]),
+                images=[inputs.artifact(path) for path in (images if isinstance(images, list) else [])],
+                s=[value for value in as_list(record["s"]) if isinstance(value, (int, float))],  # numbers: the record is valid
             )
         )
     return chains

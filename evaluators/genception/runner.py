@@ -40,12 +40,12 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image
+from pydantic import JsonValue
 
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
@@ -57,6 +57,7 @@ from vlgate.evaluators.genception.settings import GenceptionSettings
 from vlgate.evaluators.images import read_image
 from vlgate.evaluators.loaders.items import GenceptionItem, open_image
 from vlgate.evaluators.protocols import Protocol
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import file_digest
 
@@ -184,12 +185,12 @@ def genception_runner(
     generations = GenerationCache(Path(cache_root) / "generations", generator, encoder)
     description_tokens = protocol.limit("description", max_new_tokens)
 
-    def compute(batch: list[tuple[GenceptionItem, Image.Image]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[GenceptionItem, Image.Image]]) -> list[Record]:
         items = [item for item, _ in batch]
         seed_features = seed_cache.features([item.image for item in items], [image for _, image in batch])
         features = [seed_features]
-        descriptions: list[list[str]] = [[] for _ in items]
-        image_paths: list[list[str]] = [[] for _ in items]
+        descriptions: list[list[JsonValue]] = [[] for _ in items]
+        image_paths: list[list[JsonValue]] = [[] for _ in items]
         similarities = np.zeros((len(items), iterations))
         previous = [image for _, image in batch]
         for t in range(1, iterations + 1):
@@ -205,12 +206,12 @@ def genception_runner(
                 descriptions[n].append(text)
                 image_paths[n].append(str(path))
             previous = generated
-        records = []
+        records: list[Record] = []
         for n, item in enumerate(items):
             sidecar = artifacts_dir / "features" / f"{runner.key(item).removeprefix('fp:')}.npy"
             _atomic_save_npy(sidecar, np.stack([step[n] for step in features]))
-            s = [float(value) for value in similarities[n]]
-            if not all(np.isfinite(s)):  # a zero feature vector has no direction: fail loudly, not NaN in the record
+            s: list[JsonValue] = [float(value) for value in similarities[n]]
+            if not all(np.isfinite(similarities[n])):  # a zero feature vector has no direction: fail loudly, not NaN in the record
                 raise ValueError(f"item {item.id}: cosine similarity undefined (zero feature vector)")
             records.append(
                 {
@@ -236,7 +237,7 @@ def genception_runner(
     return runner
 
 
-def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | None = None) -> Path:
+def write_features(records: Sequence[Mapping[str, JsonValue]], path: Path, root: Path | None = None) -> Path:
     """The ``--features`` file of ``vlgate score genception``: arrays ``t0``…``tT`` (N×D, in
     record order) and ``ids``, from each record's sidecar (relative sidecar paths are
     resolved against ``root``)."""
@@ -244,12 +245,15 @@ def write_features(records: Sequence[dict[str, Any]], path: Path, root: Path | N
         raise ValueError("no records to write features for")
     stacks = []
     for record in records:
-        sidecar = Path(record["features"])
+        sidecar_path, s = record["features"], record["s"]
+        if not isinstance(sidecar_path, str) or not isinstance(s, list):
+            raise TypeError(f"record {record['id']}: expected the path of its features and the list s, got {type(sidecar_path).__name__} and {type(s).__name__}")
+        sidecar = Path(sidecar_path)
         if root is not None and not sidecar.is_absolute():
             sidecar = Path(root) / sidecar
         vectors = np.load(sidecar, allow_pickle=False)
-        if vectors.shape[0] != len(record["s"]) + 1:
-            raise ValueError(f"record {record['id']}: {sidecar} holds {vectors.shape[0]} feature vectors, expected T+1 = {len(record['s']) + 1}")
+        if vectors.shape[0] != len(s) + 1:
+            raise ValueError(f"record {record['id']}: {sidecar} holds {vectors.shape[0]} feature vectors, expected T+1 = {len(s) + 1}")
         stacks.append(vectors)
     if len({stack.shape for stack in stacks}) != 1:
         raise ValueError(f"records differ in T or feature size: {sorted({stack.shape for stack in stacks})}")
@@ -287,7 +291,7 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
     return runner
 
 
-def features_for_scoring(records: list[dict[str, Any]], folder: Path) -> list[np.ndarray] | None:
+def features_for_scoring(records: Sequence[Mapping[str, JsonValue]], folder: Path) -> list[np.ndarray] | None:
     """Every X_t's features, written as ``features.npz`` beside the records and read back
     aligned to them, so GC_FID@T comes with the run (docs/metrics.md#genception); FID needs two images."""
     if len(records) < 2:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from vlgate.evaluators.records import probability_list_problem
-from vlgate.evaluators.schemas import Schema, outside, stack
+from vlgate.evaluators.records import Record, probability_list_problem
+from vlgate.evaluators.schemas import Arrays, FieldCheck, Problem, Schema, as_list, outside, stack
 
 #: How far past ±1 a cosine similarity may lie from floating-point error alone: the
 #: reference pipeline's cosine of an image's features with themselves gives
@@ -20,7 +22,7 @@ class GenceptionSchema(Schema):
     :data:`SIMILARITY_ROUNDING` (then clipped)."""
 
 
-    def structure_problems(self, record):
+    def structure_problems(self, record: Record) -> Iterator[Problem]:
         category = record.get("category")
         if not isinstance(category, str) or not category:
             yield ("category", "missing" if category is None else "must be a non-empty string")
@@ -31,8 +33,8 @@ class GenceptionSchema(Schema):
         if descriptions is not None and not (isinstance(descriptions, list) and all(isinstance(text, str) for text in descriptions)):
             yield ("descriptions", "must be a list of strings, the model's description at each iteration")
 
-    def set_problems(self, records):
-        lengths = [len(r["s"]) for r in records]
+    def set_problems(self, records: list[Record]) -> dict[int, Problem]:
+        lengths = [len(as_list(r["s"])) for r in records]
         if not lengths:
             return {}
         expected = max(set(lengths), key=lengths.count)  # the most common T is taken as the set's T
@@ -46,13 +48,13 @@ class GenceptionSchema(Schema):
             if length != expected
         }
 
-    def arrays(self, records):
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
         s, non_numeric = stack([r["s"] for r in records])
         low, high = -1.0 - SIMILARITY_ROUNDING, 1.0 + SIMILARITY_ROUNDING
-        checks = [("s", lambda value: probability_list_problem(value, low=low, high=high))]
+        checks: list[tuple[str, FieldCheck]] = [("s", lambda value: probability_list_problem(value, low=low, high=high))]
         problems = self._numeric_problems(records, checks, [non_numeric | outside(s, low, high)])
         s = np.clip(s, -1.0, 1.0)
         # the first description (of the seed image) where the record keeps the chain's texts
-        first = [r["descriptions"][0] if r.get("descriptions") else None for r in records]
+        first = [as_list(r["descriptions"])[0] if r.get("descriptions") else None for r in records]
         return {"s": s, "category": np.array([r["category"] for r in records], dtype=object), "description": np.array(first, dtype=object)}, problems
 

@@ -29,14 +29,14 @@ options=("skateboarder", "train", "delivery", "cab"), answer="cab", sub_question
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from vlgate.evaluators.loaders.common import FieldProblem, Rows, check_image, first_existing, image_field, integer, load_rows, text, text_list
 from vlgate.evaluators.loaders.items import DeccItem, LoadedDataset
 
 
-def coco_image(row: dict[str, Any], base: Path, verify: bool, coco_dir: Path | None = None) -> Path:
+def coco_image(row: Mapping[str, object], base: Path, verify: bool, coco_dir: Path | None = None) -> Path:
     if row.get("image") is not None:
         return image_field(row, "image", base, verify)
     image_id = integer(row, "image_id")
@@ -53,7 +53,7 @@ def coco_image(row: dict[str, Any], base: Path, verify: bool, coco_dir: Path | N
 def load_aokvqa(rows: Rows, verify: bool = True, coco_dir: Path | None = None) -> LoadedDataset[DeccItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> DeccItem:
+    def parse(row: Mapping[str, object]) -> DeccItem:
         choices = text_list(row, "choices", minimum=2)
         answer = None
         if row.get("correct_choice_idx") is not None:
@@ -67,5 +67,5 @@ def load_aokvqa(rows: Rows, verify: bool = True, coco_dir: Path | None = None) -
     return load_rows("decc", rows, parse, id_field="question_id")
 
 
-def looks_aokvqa(row: dict[str, Any]) -> bool:
+def looks_aokvqa(row: Mapping[str, object]) -> bool:
     return "choices" in row or "correct_choice_idx" in row or "image_id" in row

@@ -20,10 +20,12 @@ as that item's error.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import Literal, TypeVar, overload
+
+from pydantic import JsonValue
 
 from vlgate.evaluators.images import opened_header
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset
@@ -44,9 +46,11 @@ class FieldProblem(Exception):
 
 @dataclass(frozen=True)
 class Row:
-    """One JSON object of a data file and where it came from ("FILE:LINE" or "FILE[INDEX]")."""
+    """One JSON object of a data file and where it came from ("FILE:LINE" or "FILE[INDEX]").
+    ``data`` holds JSON values, or for a release table (:mod:`.tables`) the values pyarrow
+    gives and :class:`EmbeddedImage` cells: loaders check each field's type as they read it."""
 
-    data: dict[str, Any]
+    data: Mapping[str, object]
     source: str
 
 
@@ -79,7 +83,7 @@ class EmbeddedImage:
         return check_image(self.path, field, verify)
 
 
-def read_json_list(path: Path, of: str) -> list[Any]:
+def read_json_list(path: Path, of: str) -> list[JsonValue]:
     """The top-level list of a ``.json`` file; a file that cannot be parsed at all, or is
     not a list (of ``of``, as the message says), is a ValueError."""
     try:
@@ -114,9 +118,9 @@ def read_rows(path: Path) -> Rows:
 def load_rows(
     evaluator: str,
     rows: Rows,
-    parse: Callable[[dict[str, Any]], T],
+    parse: Callable[[Mapping[str, object]], T],
     id_field: str = "id",
-    id_of: Callable[[dict[str, Any]], Any] | None = None,
+    id_of: Callable[[Mapping[str, object]], object] | None = None,
 ) -> LoadedDataset[T]:
     """Parse every row; a row that raises FieldProblem, or repeats an earlier id, is one ItemError
     and is skipped. Ids must be unique because records are matched to items by id."""
@@ -144,10 +148,10 @@ def load_rows(
 
 
 @overload
-def text(row: dict[str, Any], name: str, optional: Literal[False] = False) -> str: ...
+def text(row: Mapping[str, object], name: str, optional: Literal[False] = False) -> str: ...
 @overload
-def text(row: dict[str, Any], name: str, optional: bool) -> str | None: ...
-def text(row: dict[str, Any], name: str, optional: bool = False) -> str | None:
+def text(row: Mapping[str, object], name: str, optional: bool) -> str | None: ...
+def text(row: Mapping[str, object], name: str, optional: bool = False) -> str | None:
     """A non-empty string field, verbatim: a released text is asked byte for byte as its
     authors' code asks it (NaturalBench has questions that begin with a space), so nothing is
     stripped; a field of whitespace only is refused."""
@@ -161,7 +165,7 @@ def text(row: dict[str, Any], name: str, optional: bool = False) -> str | None:
     return value
 
 
-def text_list(row: dict[str, Any], name: str, length: int | None = None, minimum: int = 1) -> tuple[str, ...]:
+def text_list(row: Mapping[str, object], name: str, length: int | None = None, minimum: int = 1) -> tuple[str, ...]:
     """A list of non-empty strings, each verbatim (as :func:`text`)."""
     value = row.get(name)
     if value is None:
@@ -175,7 +179,7 @@ def text_list(row: dict[str, Any], name: str, length: int | None = None, minimum
     return tuple(value)
 
 
-def integer(row: dict[str, Any], name: str) -> int:
+def integer(row: Mapping[str, object], name: str) -> int:
     value = row.get(name)
     if value is None:
         raise FieldProblem(name, "missing")
@@ -203,7 +207,7 @@ def check_image(path: Path, field: str, verify: bool = True) -> Path:
     return path
 
 
-def image_field(row: dict[str, Any], name: str, base: Path, verify: bool, label: str | None = None) -> Path:
+def image_field(row: Mapping[str, object], name: str, base: Path, verify: bool, label: str | None = None) -> Path:
     """A path field naming an image relative to ``base`` (or a table's :class:`EmbeddedImage`), checked."""
     value = row.get(name)
     if isinstance(value, EmbeddedImage):
@@ -211,7 +215,7 @@ def image_field(row: dict[str, Any], name: str, base: Path, verify: bool, label:
     return check_image(resolve(base, text(row, name)), label or name, verify)
 
 
-def image_list_field(row: dict[str, Any], name: str, base: Path, verify: bool, length: int | None = None) -> tuple[Path, ...]:
+def image_list_field(row: Mapping[str, object], name: str, base: Path, verify: bool, length: int | None = None) -> tuple[Path, ...]:
     paths = text_list(row, name, length)
     return tuple(check_image(resolve(base, value), f"{name}[{index}]", verify) for index, value in enumerate(paths))
 

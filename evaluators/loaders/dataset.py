@@ -35,16 +35,23 @@ ItemError in ``LoadedDataset.errors`` and the other items still load.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Literal, overload
 
 from vlgate.evaluators.loaders import aokvqa, easyvqa, local, mmmu, naturalbench, tables, vlind_bench
 from vlgate.evaluators.loaders.common import Rows, read_rows
-from vlgate.evaluators.loaders.items import LoadedDataset
+from vlgate.evaluators.loaders.items import DeccItem, GenceptionItem, LoadedDataset, McItem, NbUnit, VlindItem
 from vlgate.evaluators.loaders.mme import load_categories, load_mme_table
+from vlgate.evaluators.loaders.pairing import YesNoItem
 
-Loader = Callable[..., LoadedDataset]
+#: What :func:`load_dataset` returns for some evaluator: the items of one of the evaluators.
+EvaluatorDataset = (
+    LoadedDataset[McItem] | LoadedDataset[NbUnit] | LoadedDataset[VlindItem] | LoadedDataset[GenceptionItem] | LoadedDataset[DeccItem] | LoadedDataset[YesNoItem]
+)
+#: ``loader(rows, verify, **format_options)`` (genception's: ``loader(folder, verify, **options)``);
+#: each format's loader takes its own options (``FORMAT_OPTIONS``), so the rest is not typed here.
+Loader = Callable[..., EvaluatorDataset]
 
 #: evaluator → {format: loader(rows, verify)}; genception's loaders take a folder instead.
 FORMATS: dict[str, dict[str, Loader]] = {
@@ -59,7 +66,7 @@ EVALUATORS = tuple(FORMATS)
 ALIASES = {"yesno": "yes-no", "yes_no": "yes-no"}
 
 #: format="auto": (format, test on the first row), tried in order.
-DETECTORS: dict[str, list[tuple[str, Callable[[dict[str, Any]], bool]]]] = {
+DETECTORS: dict[str, list[tuple[str, Callable[[Mapping[str, object]], bool]]]] = {
     "lcm-mc": [("vlgate", lambda row: local.looks_local("lcm-mc", row)), ("mmmu", mmmu.looks_mmmu), ("easy-vqa", easyvqa.looks_easy_vqa)],
     "lcm-nb": [
         ("naturalbench", naturalbench.looks_naturalbench),
@@ -151,7 +158,23 @@ def detect_format(evaluator: str, rows: Rows) -> str:
     raise ValueError(f"{rows.rows[0].source}: cannot tell the format for {evaluator} from the fields {sorted(first)}; pass format= one of {choices}")
 
 
-def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: Any) -> LoadedDataset:
+@overload
+def load_dataset(evaluator: Literal["lcm-mc"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> LoadedDataset[McItem]: ...
+@overload
+def load_dataset(evaluator: Literal["lcm-nb"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> LoadedDataset[NbUnit]: ...
+@overload
+def load_dataset(evaluator: Literal["vlind"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> LoadedDataset[VlindItem]: ...
+@overload
+def load_dataset(evaluator: Literal["genception"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> LoadedDataset[GenceptionItem]: ...
+@overload
+def load_dataset(evaluator: Literal["decc"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> LoadedDataset[DeccItem]: ...
+@overload
+def load_dataset(
+    evaluator: Literal["yes-no", "yesno", "yes_no"], path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object
+) -> LoadedDataset[YesNoItem]: ...
+@overload
+def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> EvaluatorDataset: ...
+def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, verify_images: bool = True, **options: object) -> EvaluatorDataset:
     """The items of the data set at ``path`` for ``evaluator``, and one ItemError per bad item.
 
     ``verify_images`` (default on) opens and verifies every image at load time (see
@@ -176,7 +199,10 @@ def load_dataset(evaluator: str, path: str | Path, format: str = "auto", *, veri
         if files and format == "vlgate":
             raise ValueError(f"{path}: genception's vlgate format is category folders; lmms-eval's MME parquet is format mme")
         # a table names its images in its rows: image_suffixes filters category folders only
-        return load_mme_table(tables.read_table_rows(path, files), verify_images) if files else load_categories(path, verify_images, **options)
+        if files:
+            return load_mme_table(tables.read_table_rows(path, files), verify_images)
+        load_folders: Loader = load_categories  # its options (image_suffixes) are checked above and by its signature
+        return load_folders(path, verify_images, **options)
     rows = tables.read_table_rows(path, files) if files else read_data_rows(evaluator, format, data_file(evaluator, format, path))
     chosen = detect_format(evaluator, rows) if format == "auto" else format
     unknown = sorted(set(options) - set(FORMAT_OPTIONS.get(chosen, ())))

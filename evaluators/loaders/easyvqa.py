@@ -60,8 +60,8 @@ options=("rectangle", "circle", "triangle"), answer=2, category="shape")``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, check_image, load_rows, read_json_list, text
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset, McItem
@@ -128,7 +128,7 @@ def question_type(question: str) -> str:
     raise FieldProblem("question", f"not one of easy-VQA's question forms (what color/shape ..., is/does ...): {question!r}")
 
 
-def _answer(row: dict[str, Any], kind: str) -> str | None:
+def _answer(row: Mapping[str, object], kind: str) -> str | None:
     value = row.get("answer")
     if value is None:
         return None
@@ -145,7 +145,7 @@ class _Images:
         self.base, self.verify = base, verify
         self.checked: dict[int, Path | FieldProblem] = {}
 
-    def __call__(self, row: dict[str, Any]) -> Path:
+    def __call__(self, row: Mapping[str, object]) -> Path:
         image_id = row.get("image_id")
         if image_id is None:
             raise FieldProblem("image_id", "missing")
@@ -165,7 +165,7 @@ class _Images:
 def load_easy_vqa_mc(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     image = _Images(rows.path.parent, verify)
 
-    def parse(row: dict[str, Any]) -> McItem:
+    def parse(row: Mapping[str, object]) -> McItem:
         question = text(row, "question")
         kind = question_type(question)
         answer = _answer(row, kind)
@@ -178,7 +178,7 @@ def load_easy_vqa_mc(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
 def load_easy_vqa_yes_no(rows: Rows, verify: bool = True) -> LoadedDataset[YesNoItem]:
     image = _Images(rows.path.parent, verify)
 
-    def parse(row: dict[str, Any]) -> YesNoItem | None:
+    def parse(row: Mapping[str, object]) -> YesNoItem | None:
         question = text(row, "question")
         if question_type(question) != "yes_no":
             return None
@@ -190,6 +190,6 @@ def load_easy_vqa_yes_no(rows: Rows, verify: bool = True) -> LoadedDataset[YesNo
     return LoadedDataset("yes-no", [item for item in loaded.items if item is not None], loaded.errors, loaded.source)
 
 
-def looks_easy_vqa(row: dict[str, Any]) -> bool:
+def looks_easy_vqa(row: Mapping[str, object]) -> bool:
     """A row of :func:`read_questions` (or an object row with the same fields)."""
     return "question" in row and "image_id" in row and not any(name in row for name in ("image", "options", "choices"))

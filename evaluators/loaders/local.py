@@ -28,8 +28,8 @@ about it); LP asks about every listed image, the best one included.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from vlgate.evaluators.loaders.common import FieldProblem, Rows, image_field, image_list_field, load_rows, text, text_list
 from vlgate.evaluators.loaders.items import DeccItem, LoadedDataset, McItem, NbUnit, VlindItem
@@ -42,14 +42,14 @@ DATA_FILES = {"lcm-mc": "items.jsonl", "lcm-nb": "units.jsonl", "vlind": "items.
 WORLD_FOLDERS = {"lcm-mc": "mc", "lcm-nb": "nb", "vlind": "vlind", "decc": "decc", "yes-no": "yesno", "genception": "genception"}
 
 
-def _category(row: dict[str, Any]) -> str | None:
+def _category(row: Mapping[str, object]) -> str | None:
     return text(row, "category", optional=True)
 
 
 def load_mc(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> McItem:
+    def parse(row: Mapping[str, object]) -> McItem:
         options = text_list(row, "options", minimum=2)
         answer = row.get("answer")
         if answer is not None and (isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(options)):
@@ -63,7 +63,7 @@ def load_mc(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
 def load_nb(rows: Rows, verify: bool = True) -> LoadedDataset[NbUnit]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> NbUnit:
+    def parse(row: Mapping[str, object]) -> NbUnit:
         if "statements" in row:
             texts, kind = text_list(row, "statements", length=2), "statement"
         elif "questions" in row:
@@ -82,7 +82,7 @@ def load_nb(rows: Rows, verify: bool = True) -> LoadedDataset[NbUnit]:
 def load_vlind(rows: Rows, verify: bool = True) -> LoadedDataset[VlindItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> VlindItem:
+    def parse(row: Mapping[str, object]) -> VlindItem:
         fields = ("concept", "context", "true_statement", "false_statement", "existent_noun", "non_existent_noun")
         values = {name: text(row, name) for name in fields}
         factual = image_field(row, "factual_image", base, verify)
@@ -95,7 +95,7 @@ def load_vlind(rows: Rows, verify: bool = True) -> LoadedDataset[VlindItem]:
 def load_decc(rows: Rows, verify: bool = True) -> LoadedDataset[DeccItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> DeccItem:
+    def parse(row: Mapping[str, object]) -> DeccItem:
         options = text_list(row, "options", minimum=2) if row.get("options") is not None else None
         sub_questions = text_list(row, "sub_questions") if row.get("sub_questions") is not None else None
         answer = row.get("answer")
@@ -112,7 +112,7 @@ def load_decc(rows: Rows, verify: bool = True) -> LoadedDataset[DeccItem]:
 def load_yes_no(rows: Rows, verify: bool = True) -> LoadedDataset[YesNoItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> YesNoItem:
+    def parse(row: Mapping[str, object]) -> YesNoItem:
         answer = row.get("answer")
         if answer is not None:
             answer = answer.strip().lower() if isinstance(answer, str) else answer
@@ -127,7 +127,7 @@ def load_yes_no(rows: Rows, verify: bool = True) -> LoadedDataset[YesNoItem]:
 LOADERS = {"lcm-mc": load_mc, "lcm-nb": load_nb, "vlind": load_vlind, "decc": load_decc, "yes-no": load_yes_no}
 
 
-def looks_local(evaluator: str, row: dict[str, Any]) -> bool:
+def looks_local(evaluator: str, row: Mapping[str, object]) -> bool:
     """Whether a first row has the local format's shape (used by format="auto")."""
     if evaluator == "lcm-mc":
         mmmu_like = "image_1" in row or isinstance(row.get("answer"), str) or "<image" in str(row.get("question", ""))

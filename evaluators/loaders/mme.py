@@ -36,8 +36,8 @@ naming the first row and the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from vlgate.evaluators.images import ImageTooLarge
 from vlgate.evaluators.loaders.common import IMAGE_SUFFIXES, FieldProblem, Row, Rows, check_image, image_field, image_files, text
@@ -121,6 +121,6 @@ def load_mme_table(rows: Rows, verify: bool = True) -> LoadedDataset[GenceptionI
     return dataset
 
 
-def _category(row: dict[str, Any]) -> str | None:
+def _category(row: Mapping[str, object]) -> str | None:
     value = row.get("category")
     return value.strip() if isinstance(value, str) else None

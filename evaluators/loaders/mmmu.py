@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from vlgate.evaluators.loaders.common import FieldProblem, Rows, image_field, load_rows, text
 from vlgate.evaluators.loaders.items import LoadedDataset, McItem
@@ -56,12 +56,13 @@ _MMMU_ID = re.compile(r"^(?:dev|validation|test)_(.+)_\d+$")
 UNLABELLED_ANSWERS = ("", "?")
 
 
-def parse_options(value: Any) -> tuple[str, ...]:
+def parse_options(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
+        written = value
         try:
-            value = ast.literal_eval(value)  # MMMU stores "['a', 'b']"; literal_eval runs no code
+            value = ast.literal_eval(written)  # MMMU stores "['a', 'b']"; literal_eval runs no code
         except (ValueError, SyntaxError):
-            raise FieldProblem("options", f"not a list or a Python-literal list: {value[:80]!r}") from None
+            raise FieldProblem("options", f"not a list or a Python-literal list: {written[:80]!r}") from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(option, (str, int, float)) for option in value):
         raise FieldProblem("options", f"expected a list of option texts, got {value!r}")
     options = tuple(str(option) for option in value)  # verbatim: construct_prompt writes each as it is
@@ -70,7 +71,7 @@ def parse_options(value: Any) -> tuple[str, ...]:
     return options
 
 
-def parse_answer(value: Any, n_options: int) -> int | None:
+def parse_answer(value: object, n_options: int) -> int | None:
     if value is None or (isinstance(value, str) and value.strip() in UNLABELLED_ANSWERS):
         return None
     if isinstance(value, str) and value.strip().startswith("["):
@@ -83,20 +84,22 @@ def parse_answer(value: Any, n_options: int) -> int | None:
     return OPTION_LETTERS.index(letter)
 
 
-def subject_of(row: dict[str, Any]) -> str | None:
+def subject_of(row: Mapping[str, object]) -> str | None:
     """MMMU's breakdown: ``category``, else the id's subject, else ``subfield``."""
-    if isinstance(row.get("category"), str) and row["category"].strip():
-        return row["category"].strip()
+    category = row.get("category")
+    if isinstance(category, str) and category.strip():
+        return category.strip()
     match = _MMMU_ID.match(str(row.get("id", "")))
     if match:
         return match.group(1)
-    return row["subfield"].strip() if isinstance(row.get("subfield"), str) and row["subfield"].strip() else None
+    subfield = row.get("subfield")
+    return subfield.strip() if isinstance(subfield, str) and subfield.strip() else None
 
 
 def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> McItem:
+    def parse(row: Mapping[str, object]) -> McItem:
         if "options" not in row:
             raise FieldProblem("options", "missing")
         options = parse_options(row["options"])
@@ -117,5 +120,5 @@ def load_mmmu(rows: Rows, verify: bool = True) -> LoadedDataset[McItem]:
     return load_rows("lcm-mc", rows, parse)
 
 
-def looks_mmmu(row: dict[str, Any]) -> bool:
+def looks_mmmu(row: Mapping[str, object]) -> bool:
     return "question" in row and "options" in row and (any(name in row for name in IMAGE_FIELDS[1:]) or isinstance(row.get("options"), str) or isinstance(row.get("answer"), str))

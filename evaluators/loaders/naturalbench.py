@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from vlgate.evaluators.loaders.common import FieldProblem, Row, Rows, image_field, load_rows, text
 from vlgate.evaluators.loaders.items import ItemError, LoadedDataset, NbUnit
@@ -84,7 +84,7 @@ ANSWERS = {"yes_no": ("Yes", "No"), "multiple_choice": ("A", "B")}
 MC_OPTIONS = ANSWERS["multiple_choice"]
 
 
-def answer_from_pattern(answers: dict[str, Any], question_type: str = "yes_no") -> str | None:
+def answer_from_pattern(answers: Mapping[str, object], question_type: str = "yes_no") -> str | None:
     """c1 / c2 from the four answers (keyed by ANSWER_FIELDS): Yes/No for a yes_no unit, A/B
     (A in Yes's place) for a multiple_choice one; None when all are absent."""
     values = [answers.get(name) for name in ANSWER_FIELDS]
@@ -105,14 +105,14 @@ def answer_from_pattern(answers: dict[str, Any], question_type: str = "yes_no") 
     return PATTERNS[pattern]
 
 
-def unit_id(row: dict[str, Any]) -> Any:
+def unit_id(row: Mapping[str, object]) -> object:
     return row.get("Index", row.get("id"))
 
 
 def load_naturalbench(rows: Rows, verify: bool = True) -> LoadedDataset[NbUnit]:
     base = rows.path.parent
 
-    def parse(row: dict[str, Any]) -> NbUnit:
+    def parse(row: Mapping[str, object]) -> NbUnit:
         kind = question_type(row)
         if not isinstance(kind, str) or kind not in ANSWERS:
             raise FieldProblem("Question_Type", f"expected 'yes_no' or 'multiple_choice', got {kind!r}")
@@ -125,11 +125,11 @@ def load_naturalbench(rows: Rows, verify: bool = True) -> LoadedDataset[NbUnit]:
     return load_rows("lcm-nb", rows, parse, id_field="Index", id_of=unit_id)
 
 
-def question_type(row: dict[str, Any]) -> Any:
+def question_type(row: Mapping[str, object]) -> object:
     return row.get("Question_Type", row.get("Question Type", "yes_no"))
 
 
-def looks_naturalbench(row: dict[str, Any]) -> bool:
+def looks_naturalbench(row: Mapping[str, object]) -> bool:
     return "Image_0" in row or "Question_0" in row
 
 
@@ -148,7 +148,7 @@ def _unit_source(members: list[Row]) -> str:
     return "; ".join(row.source for row in members)
 
 
-def _unit_row(unit: int, members: dict[int, Row]) -> dict[str, Any]:
+def _unit_row(unit: int, members: dict[int, Row]) -> dict[str, object]:
     """The release row of unit ``unit`` from its four pair rows (FieldProblem if they do not make one)."""
     missing = [4 * unit + m for m in range(4) if m not in members]
     if missing:
@@ -165,11 +165,12 @@ def _unit_row(unit: int, members: dict[int, Row]) -> dict[str, Any]:
     kinds = {str(question_type(row)) for row in rows}
     if len(kinds) > 1:
         raise FieldProblem("Question_Type", f"the four rows of unit {unit} disagree: {', '.join(sorted(kinds))}")
-    unit_row: dict[str, Any] = {"Index": unit, "Question_Type": question_type(rows[0])}
+    unit_row: dict[str, object] = {"Index": unit, "Question_Type": question_type(rows[0])}
     unit_row.update(Image_0=rows[0].get("Image"), Image_1=rows[1].get("Image"), Question_0=rows[0].get("Question"), Question_1=rows[2].get("Question"))
     unit_row.update({name: row.get("answer") for name, row in zip(PAIR_FIELDS, rows)})
-    if isinstance(rows[0].get("category"), str):
-        unit_row["category"] = rows[0]["category"]
+    category = rows[0].get("category")
+    if isinstance(category, str):
+        unit_row["category"] = category
     return unit_row
 
 
@@ -206,5 +207,5 @@ def load_naturalbench_lmms_eval(rows: Rows, verify: bool = True) -> LoadedDatase
     return load_naturalbench(regroup_pairs(rows), verify)
 
 
-def looks_naturalbench_lmms_eval(row: dict[str, Any]) -> bool:
+def looks_naturalbench_lmms_eval(row: Mapping[str, object]) -> bool:
     return "Index" in row and "Question" in row and "Image" in row and "Question_0" not in row

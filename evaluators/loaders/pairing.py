@@ -28,11 +28,31 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import NotRequired, Protocol, TypedDict, TypeVar
 
 from vlgate.evaluators.loaders.items import NbUnit
 
 T = TypeVar("T")
+
+
+class Identified(Protocol):
+    """An item a pairing names by its id."""
+
+    @property
+    def id(self) -> str: ...
+
+
+ItemT = TypeVar("ItemT", bound=Identified)
+
+
+class PairingRecord(TypedDict):
+    """:meth:`Pairing.as_dict`: a pairing as it is recorded (JSON); ``unpaired`` and ``method``
+    may be absent from an older record."""
+
+    seed: int
+    pairs: list[list[str]]
+    unpaired: NotRequired[list[str]]
+    method: NotRequired[str]
 
 #: Names the ordering rule, recorded with every pairing so a change of rule is visible.
 PAIRING_METHOD = "sha256(seed:id) order, greedy compatible neighbours, v1"
@@ -58,15 +78,15 @@ class Pairing:
     unpaired: tuple[str, ...] = ()
     method: str = PAIRING_METHOD
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PairingRecord:
         return {"seed": self.seed, "method": self.method, "pairs": [list(pair) for pair in self.pairs], "unpaired": list(self.unpaired)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Pairing:
+    def from_dict(cls, data: PairingRecord) -> Pairing:
         return cls(int(data["seed"]), tuple((str(a), str(b)) for a, b in data["pairs"]), tuple(str(i) for i in data.get("unpaired", ())), data.get("method", PAIRING_METHOD))
 
 
-def seeded_order(items: Sequence[T], seed: int, key: Callable[[T], str] = lambda item: item.id) -> list[T]:  # type: ignore[attr-defined]
+def seeded_order(items: Sequence[ItemT], seed: int, key: Callable[[ItemT], str] = lambda item: item.id) -> list[ItemT]:
     """``items`` in a pseudo-random order that depends only on ``seed`` and each item's id."""
     return sorted(items, key=lambda item: (hashlib.sha256(f"{seed}:{key(item)}".encode()).hexdigest(), key(item)))
 
@@ -90,7 +110,7 @@ def normalised_text(value: str) -> str:
     return re.sub(r"\s+", " ", value).strip().casefold()
 
 
-def _check_unique_ids(items: Sequence[Any]) -> None:
+def _check_unique_ids(items: Sequence[Identified]) -> None:
     seen: set[str] = set()
     for item in items:
         if item.id in seen:

@@ -47,12 +47,12 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import JsonValue
 
 from vlgate.evaluators.images import ImageTooLarge, opened_header, read_image
 from vlgate.evaluators.loaders.common import EmbeddedImage, Row, Rows, resolve
@@ -90,12 +90,18 @@ def table_files(path: Path) -> list[Path]:
     if not path.is_dir():
         return []
     if (path / "dataset_dict.json").is_file():
-        splits = _json(path / "dataset_dict.json").get("splits") or sorted(p.name for p in path.iterdir() if (p / "state.json").is_file()) or ["SPLIT"]
+        declared = _json(path / "dataset_dict.json").get("splits")
+        splits: Sequence[object] = (
+            (declared if isinstance(declared, (list, str)) else [])
+            or sorted(p.name for p in path.iterdir() if (p / "state.json").is_file()) or ["SPLIT"]
+        )  # fmt: skip
         raise ValueError(f"{path}: a save_to_disk DatasetDict of splits {', '.join(map(str, splits))}; point data: at one split's folder, e.g. {path / str(splits[0])}")
     if (path / "state.json").is_file():
         listed = _json(path / "state.json").get("_data_files")
-        if isinstance(listed, list) and listed and all(isinstance(entry, dict) and isinstance(entry.get("filename"), str) for entry in listed):
-            files = [path / entry["filename"] for entry in listed]
+        entries = [entry.get("filename") for entry in listed if isinstance(entry, dict)] if isinstance(listed, list) else []
+        filenames = [name for name in entries if isinstance(name, str)]
+        if isinstance(listed, list) and listed and len(filenames) == len(listed):
+            files = [path / name for name in filenames]
             missing = [str(file) for file in files if not file.is_file()]
             if missing:
                 raise ValueError(f"{path}: state.json lists data files that are not there: {', '.join(missing)}")
@@ -107,7 +113,7 @@ def table_files(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _json(path: Path) -> dict[str, JsonValue]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -169,7 +175,7 @@ class ImageExtractor:
         self.cache = cache
         self.seen: dict[str, EmbeddedImage] = {}
 
-    def __call__(self, cell: Any, folder: Path) -> EmbeddedImage:
+    def __call__(self, cell: object, folder: Path) -> EmbeddedImage:
         data = cell.get("bytes") if isinstance(cell, dict) else None
         if not data:
             name = cell.get("path") if isinstance(cell, dict) else None
@@ -239,7 +245,7 @@ def read_table_rows(path: Path, files: list[Path], cache: Path | None = None) ->
     return Rows(rows, [], label, "parquet" if files[0].suffix == ".parquet" else "arrow")
 
 
-def same_image(a: Any, b: Any) -> bool:
+def same_image(a: object, b: object) -> bool:
     """Whether two image cells (EmbeddedImage or path strings) hold the same image: the same
     bytes, or else the same pixels once decoded (bytes re-encoded by another writer), each
     within the pixel budget (:class:`~vlgate.evaluators.images.ImageTooLarge` otherwise)."""

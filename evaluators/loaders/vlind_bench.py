@@ -58,8 +58,8 @@ is asked about in VP and CB, images 2 and 5 in LP.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from vlgate.evaluators.loaders.common import IMAGE_SUFFIXES, FieldProblem, Rows, check_image, load_rows, text
 from vlgate.evaluators.loaders.items import LoadedDataset, VlindItem
@@ -104,14 +104,14 @@ def image_in(folder: Path, image_id: str, field: str, verify: bool) -> Path:
     raise FieldProblem(field, f"image file not found: {folder / (image_id + '.jpg')}")
 
 
-def accepted_image_ids(votes: Any, threshold: int) -> list[str]:
+def accepted_image_ids(votes: object, threshold: int) -> list[str]:
     if not isinstance(votes, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in votes.values()):
         raise FieldProblem("aggregated_human_label_good_images", f"expected {{image_id: votes}}, got {votes!r}")
     accepted = [str(image_id) for image_id, vote in votes.items() if vote >= threshold]
     return sorted(accepted, key=lambda i: (0, int(i), i) if i.isdigit() else (1, 0, i))
 
 
-def instance_id(row: dict[str, Any]) -> Any:
+def instance_id(row: Mapping[str, object]) -> object:
     if row.get("id") is not None:
         return row["id"]
     if row.get("concept") is None or row.get("context_id") is None:
@@ -119,7 +119,7 @@ def instance_id(row: dict[str, Any]) -> Any:
     return f"{row['concept']}-{row['context_id']}"
 
 
-def _outside_style(row: dict[str, Any], threshold: int, style: tuple[str, ...]) -> bool:
+def _outside_style(row: Mapping[str, object], threshold: int, style: tuple[str, ...]) -> bool:
     """An instance with accepted images but none of ``style``: the benchmark's scoring leaves
     it out. (One with malformed votes or no accepted image at all is left to the parser,
     which reports it.)"""
@@ -139,7 +139,7 @@ def load_vlind_bench(rows: Rows, verify: bool = True, vote_threshold: int = DEFA
     root = images_root(rows.path)
     rows = dataclasses.replace(rows, rows=[row for row in rows.rows if not _outside_style(row.data, vote_threshold, kept_ids)])
 
-    def parse(row: dict[str, Any]) -> VlindItem:
+    def parse(row: Mapping[str, object]) -> VlindItem:
         concept, context = text(row, "concept"), text(row, "context")
         noun_field = "non_existent_noun" if "non_existent_noun" in row else "non-existent_noun"
         statements = {name: text(row, name) for name in ("true_statement", "false_statement", "existent_noun")}
@@ -169,5 +169,5 @@ def load_vlind_bench(rows: Rows, verify: bool = True, vote_threshold: int = DEFA
     return load_rows("vlind", rows, parse, id_field="context_id", id_of=instance_id)
 
 
-def looks_vlind_bench(row: dict[str, Any]) -> bool:
+def looks_vlind_bench(row: Mapping[str, object]) -> bool:
     return "best_img_id" in row or "aggregated_human_label_good_images" in row or ("context_id" in row and "factual_image" not in row)

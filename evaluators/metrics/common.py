@@ -8,6 +8,15 @@ from typing import overload
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+
+#: one set-level metric's value: a count, a rate or a score; None (JSON null) where it is undefined
+MetricValue = float | int | None
+#: metric name → value, as an evaluator's ``aggregate`` returns them
+MetricValues = dict[str, MetricValue]
+#: an evaluator's metrics as scoring returns them (``metrics.json``, a summary's ``metrics``):
+#: metric name → value, and each breakdown ``by_<field>`` as group → that group's metrics
+Metrics = dict[str, MetricValue | dict[str, MetricValues]]
 
 
 @overload
@@ -40,7 +49,7 @@ def undecided(p_yes: np.ndarray) -> np.ndarray:
     return np.asarray(p_yes, dtype=np.float64) == 0.5
 
 
-def mean_or_none(values) -> float | None:
+def mean_or_none(values: ArrayLike) -> float | None:
     """Mean of a non-empty array as a float; None (JSON null) when there is nothing to average."""
     array = np.asarray(values, dtype=np.float64)
     return float(array.mean()) if array.size else None
@@ -54,17 +63,17 @@ def ratio_or_none(numerator: float, denominator: float) -> float | None:
 def by_group(
     samples: pd.DataFrame,
     keys: pd.Series,
-    aggregate: Callable[[pd.DataFrame], dict],
-) -> dict[str, dict]:
+    aggregate: Callable[[pd.DataFrame], MetricValues],
+) -> dict[str, MetricValues]:
     """Apply a set-level ``aggregate`` to each group of ``samples`` sharing a key (sorted by key)."""
-    result: dict[str, dict] = {}
+    result: dict[str, MetricValues] = {}
     keys = keys.fillna("<none>").astype(str)
     for key, index in sorted(samples.groupby(keys.to_numpy(), sort=False).indices.items()):
         result[key] = aggregate(samples.iloc[index])
     return result
 
 
-def weighted_ratio(numerator, denominator, counts: np.ndarray) -> np.ndarray:
+def weighted_ratio(numerator: ArrayLike, denominator: ArrayLike, counts: np.ndarray) -> np.ndarray:
     """Σ w·numerator / Σ w·denominator for each row of ``counts`` (B × n row weights, e.g. a
     bootstrap resample's draw counts), NaN where the denominator sums to 0: a ratio metric
     such as :func:`ratio_or_none`'s on B reweighted copies of the samples at once."""
@@ -74,7 +83,7 @@ def weighted_ratio(numerator, denominator, counts: np.ndarray) -> np.ndarray:
         return np.where(denominator_sums != 0, numerator_sums / np.where(denominator_sums != 0, denominator_sums, 1.0), np.nan)
 
 
-def weighted_mean(values, counts: np.ndarray, rows=None) -> np.ndarray:
+def weighted_mean(values: ArrayLike, counts: np.ndarray, rows: ArrayLike | None = None) -> np.ndarray:
     """The mean of ``values`` over ``rows`` (a mask; None: all) for each row of ``counts``
     (B × n row weights), NaN where no weighted row is left: :func:`mean_or_none` of B
     reweighted copies at once. Values outside ``rows`` may be NaN."""

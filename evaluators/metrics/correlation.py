@@ -8,8 +8,13 @@ order the paper's coefficients are computed on.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def parse_ranked_cell(cell: str) -> tuple[float, int | None]:
@@ -52,7 +57,7 @@ def correlations(x: np.ndarray, y: np.ndarray, x_order: np.ndarray | None = None
     return result
 
 
-def _column(frame, name: str, ranks: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _column(frame: pd.DataFrame, name: str, ranks: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Values (and, with ``ranks``, the tie-broken order) of one table column."""
     if name not in frame.columns:
         raise KeyError(f"no column {name!r} in the table (columns: {', '.join(map(str, frame.columns))})")
@@ -80,7 +85,7 @@ def _column(frame, name: str, ranks: bool) -> tuple[np.ndarray, np.ndarray | Non
     return values_array, order
 
 
-def correlate_table(frame, x: str, ys: list[str], ranks: bool = False) -> dict[str, dict[str, float | int | None]]:
+def correlate_table(frame: pd.DataFrame, x: str, ys: list[str], ranks: bool = False) -> dict[str, dict[str, float | int | None]]:
     """docs/metrics.md#correlations: ``{y: {pearson, spearman, kendall, n}}`` between column ``x`` and each of ``ys``,
     one row per model; cells are read as strings so ``value/rank`` survives."""
     x_values, x_order = _column(frame, x, ranks)
@@ -102,7 +107,7 @@ def _reorder(order: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
     return stats.rankdata(order[keep])
 
 
-def paired_sample_correlations(candidate, champion, column: str = "p_lc", key: str = "id") -> dict[str, float | int | None]:
+def paired_sample_correlations(candidate: pd.DataFrame, champion: pd.DataFrame, column: str = "p_lc", key: str = "id") -> dict[str, float | int | None]:
     """docs/metrics.md#correlations: correlations of a per-sample score (P_LC by default) between two model
     versions, on the samples both were scored on (inner join on ``key``)."""
     joined = candidate[[key, column]].merge(champion[[key, column]], on=key, suffixes=("_candidate", "_champion"))

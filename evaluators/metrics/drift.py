@@ -73,7 +73,7 @@ class DriftResult:
     #: the KS p-value adjusted across the scores checked together (None: checked alone)
     p_adjusted: float | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | int | float | bool | None]:
         """Plain dict (JSON-serialisable: floats, ints, bools, str, None)."""
         return asdict(self)
 

@@ -5,12 +5,13 @@ batch by batch, and write each batch as it completes.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 from tqdm.auto import tqdm
 
 from vlgate.config import CONFIG_MODEL
@@ -20,10 +21,12 @@ from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.protocols import Protocol
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.store import RecordStore, fingerprint
 
 Item = TypeVar("Item")
 Prepared = TypeVar("Prepared")
+P = TypeVar("P")
 #: ``on_progress(done, total)`` of ``Runner.run``: items done (reused, computed or failed to load) out of all
 ItemProgress = Callable[[int, int], None]
 
@@ -47,7 +50,7 @@ class EvaluatorSettings(BaseModel):
         changes, by kind (None: unchanged)."""
         return {}
 
-    def loader_options(self) -> dict[str, Any]:
+    def loader_options(self) -> dict[str, object]:
         """What this entry tells its data set's loader besides the path and format
         (``loaders.dataset.FORMAT_OPTIONS``): none by default."""
         return {}
@@ -68,7 +71,7 @@ class RunnerContext:
     #: the suite's engine settings (its ``vllm:`` section), for helper models on that engine
     engine: Mapping[str, Any] = field(default_factory=dict)
 
-    def chosen(self, protocols: tuple[Protocol[Any], ...]) -> Protocol[Any]:
+    def chosen(self, protocols: tuple[Protocol[P], ...]) -> Protocol[P]:
         """The suite's protocol, else the first (default) of the evaluator's ``protocols``."""
         return self.protocol if self.protocol is not None else protocols[0]
 
@@ -87,10 +90,23 @@ class RunResult:
     """Records in item order (reused and new alike), the items that failed, and counts."""
 
     evaluator: str
-    records: list[dict[str, Any]]
+    records: list[Record]
     errors: list[ItemError] = field(default_factory=list)
     reused: int = 0
     computed: int = 0
+
+
+class Identified(typing.Protocol):
+    """A data set's item as the suite handles it: named by its id (every loader's item type)."""
+
+    @property
+    def id(self) -> str: ...
+
+
+class Closable(typing.Protocol):
+    """A loaded model a runner releases when it is done (``close``)."""
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -104,11 +120,11 @@ class Runner(Generic[Item, Prepared]):
     models: dict[str, str]
     protocol: str
     prepare: Callable[[Item], Prepared]
-    compute: Callable[[list[tuple[Item, Prepared]]], list[dict[str, Any]]]
-    settings: dict[str, Any] = field(default_factory=dict)
+    compute: Callable[[list[tuple[Item, Prepared]]], list[Record]]
+    settings: dict[str, JsonValue] = field(default_factory=dict)
     #: helper models the factory loaded for this runner (encoders, generators, agents):
     #: closed by ``close``; the candidate model belongs to the caller
-    owned: list[Any] = field(default_factory=list)
+    owned: list[Closable] = field(default_factory=list)
 
     def close(self) -> None:
         """Release the helper models this runner loaded, last loaded first."""

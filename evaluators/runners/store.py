@@ -15,9 +15,12 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+
+from pydantic import JsonValue
+
+from vlgate.evaluators.records import Record
 
 PARSER_VERSION = "parsers-1"
 
@@ -34,14 +37,14 @@ def file_digest(path: Path, _cache: dict[tuple[str, int, int], str] = _FILE_DIGE
     return _cache[key]
 
 
-def item_digest(item: Any) -> str:
+def item_digest(item: object) -> str:
     """A content hash of a loader item: every field, with image paths replaced by the
     images' bytes' hashes (the same item moved to another folder keeps its digest). A field
     added to an item type later, marked ``metadata={"digest": "unless-default"}``, counts
     only where it differs from its default, so the items that existed before it keep their
     digests (and their records' fingerprints)."""
 
-    def canonical(value: Any) -> Any:
+    def canonical(value: object) -> object:
         if isinstance(value, Path):
             try:
                 return {"file_sha256": file_digest(value)}
@@ -53,14 +56,14 @@ def item_digest(item: Any) -> str:
             return {str(k): canonical(v) for k, v in sorted(value.items())}
         return value
 
-    def counted(f: dataclasses.Field[Any]) -> bool:
+    def counted(f: dataclasses.Field[object]) -> bool:
         return f.metadata.get("digest") != "unless-default" or getattr(item, f.name) != f.default
 
     fields = {f.name: canonical(getattr(item, f.name)) for f in dataclasses.fields(item) if counted(f)} if dataclasses.is_dataclass(item) else canonical(item)
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def fingerprint(models: dict[str, str], evaluator: str, protocol: str, item: Any, settings: dict[str, Any] | None = None) -> str:
+def fingerprint(models: Mapping[str, str], evaluator: str, protocol: str, item: object, settings: Mapping[str, JsonValue] | None = None) -> str:
     """The key a record is stored and reused under. ``models`` maps a role (vlm, llm,
     generator, encoder, decomposer) to its digest; ``protocol`` is the protocol as run
     (``Protocol.as_run``); ``settings`` holds anything else that changes the result (e.g.
@@ -76,13 +79,20 @@ def fingerprint(models: dict[str, str], evaluator: str, protocol: str, item: Any
     return "fp:" + hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def record_fingerprint(record: Mapping[str, JsonValue]) -> str:
+    """The key a record carries (``Runner.run`` sets it: a string)."""
+    key = record["fingerprint"]
+    assert isinstance(key, str), "a record's fingerprint is a string"
+    return key
+
+
 class RecordStore:
     """Append-only JSON Lines of records keyed by fingerprint."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.by_fingerprint: dict[str, dict[str, Any]] = {}
+        self.by_fingerprint: dict[str, Record] = {}
         self.torn_lines = 0
         if self.path.is_file():
             self._read_back()
@@ -112,13 +122,13 @@ class RecordStore:
                 os.fsync(handle.fileno())
             os.replace(scratch, self.path)
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> Record | None:
         return self.by_fingerprint.get(key)
 
     def __contains__(self, key: str) -> bool:
         return key in self.by_fingerprint
 
-    def append(self, records: Iterable[dict[str, Any]]) -> None:
+    def append(self, records: Iterable[Record]) -> None:
         """Write one completed batch durably."""
         records = list(records)
         if not records:
@@ -129,4 +139,4 @@ class RecordStore:
             handle.flush()
             os.fsync(handle.fileno())
         for record in records:
-            self.by_fingerprint[record["fingerprint"]] = record
+            self.by_fingerprint[record_fingerprint(record)] = record

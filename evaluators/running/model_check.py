@@ -17,11 +17,12 @@ The check runs the model in float32 whatever it is served in, so that a structur
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
+from pydantic import JsonValue
 
 from vlgate.evaluators import images, registry
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
@@ -29,6 +30,13 @@ from vlgate.evaluators.genception import prompts as genception_prompts
 from vlgate.evaluators.loaders.dataset import load_dataset
 from vlgate.evaluators.loaders.items import open_image
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_images, lcm_mc_requests, lcm_nb_requests
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+    from vlgate.evaluators.running.suite import Suite
+
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
 
 #: The largest difference from the plain path's probabilities that counts as exact (fp32).
 TOLERANCE = 1e-5
@@ -38,6 +46,28 @@ BATCHED_GENERATION = "batched generation"
 OTHER_ENGINE = "vLLM engine"
 #: Where the check's items come from when no suite is given: the shipped examples.
 EXAMPLES_SUITE = Path(__file__).resolve().parents[1] / "examples" / "data" / "suite.yaml"
+
+
+class PathCheckJson(TypedDict):
+    """A :class:`PathCheck` as JSON."""
+
+    path: str
+    used: bool
+    exact: bool | None
+    largest_difference: float | None
+    tolerance: float
+    compared: int
+    detail: str
+
+
+class ModelCheckJson(TypedDict):
+    """A :class:`ModelCheck` as JSON (``model_check.json``, ``vlgate check-model --json``)."""
+
+    model: str
+    digest: str
+    backend: str
+    trusted: bool
+    paths: list[PathCheckJson]
 
 
 @dataclass(frozen=True)
@@ -58,6 +88,17 @@ class PathCheck:
         """A path vlgate uses must be exact; one it does not use cannot move a number."""
         return not self.used or self.exact is True
 
+    def to_dict(self) -> dict[str, JsonValue]:
+        return {
+            "path": self.path,
+            "used": self.used,
+            "exact": self.exact,
+            "largest_difference": self.largest_difference,
+            "tolerance": self.tolerance,
+            "compared": self.compared,
+            "detail": self.detail,
+        }
+
 
 @dataclass(frozen=True)
 class ModelCheck:
@@ -75,11 +116,12 @@ class ModelCheck:
     def untrusted(self) -> list[PathCheck]:
         return [path for path in self.paths if not path.trusted]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "digest": self.digest, "backend": self.backend, "trusted": self.trusted, "paths": [asdict(path) for path in self.paths]}
+    def to_dict(self) -> dict[str, JsonValue]:
+        """As JSON, in the shape of :class:`ModelCheckJson` (what ``from_dict`` reads)."""
+        return {"model": self.model, "digest": self.digest, "backend": self.backend, "trusted": self.trusted, "paths": [path.to_dict() for path in self.paths]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelCheck:
+    def from_dict(cls, data: ModelCheckJson) -> ModelCheck:
         return cls(data["model"], data["digest"], data["backend"], tuple(PathCheck(**path) for path in data["paths"]))
 
 
@@ -91,7 +133,7 @@ class CheckRequests:
     generations: tuple[GenerateRequest, ...]
 
 
-def suite_requests(suite: Any, items: int = 4, generate_tokens: int = 8) -> CheckRequests:
+def suite_requests(suite: Suite, items: int = 4, generate_tokens: int = 8) -> CheckRequests:
     """Up to ``items`` items of the suite's lcm-mc and lcm-nb data, as their runners ask
     them under the suite's protocols, and one description request per lcm-mc image."""
     choices: list[ChoiceRequest] = []
@@ -118,11 +160,11 @@ def largest_difference(got: Sequence[np.ndarray], expected: Sequence[np.ndarray]
     return max((float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(got, expected, strict=True)), default=0.0)
 
 
-def one_at_a_time(score: Callable[[Sequence[Any]], list[Any]], requests: Sequence[Any]) -> list[Any]:
+def one_at_a_time(score: Callable[[list[Request]], Sequence[Answer]], requests: Sequence[Request]) -> list[Answer]:
     return [score([request])[0] for request in requests]
 
 
-def check_transformers(backend: Any, requests: CheckRequests, engine: VisionLanguageBackend | None = None) -> ModelCheck:
+def check_transformers(backend: TransformersBackend, requests: CheckRequests, engine: VisionLanguageBackend | None = None) -> ModelCheck:
     """Every fast path of a loaded :class:`TransformersBackend` (and of ``engine``, another
     backend of the same model, when given) against its plain path."""
     plain = backend.plain_copy()
@@ -160,7 +202,7 @@ def check_transformers(backend: Any, requests: CheckRequests, engine: VisionLang
     return ModelCheck(backend.info.model, backend.info.digest, backend.info.name, tuple(paths))
 
 
-def check_model(reference: str, suite: Any, items: int = 4, backend: str = "transformers", device: str | None = None, cache_dir: Path | None = None) -> ModelCheck:
+def check_model(reference: str, suite: Suite, items: int = 4, backend: str = "transformers", device: str | None = None, cache_dir: Path | None = None) -> ModelCheck:
     """Load ``reference`` as the suite would (its load policy and batch size) but in
     float32, and check every fast path on ``items`` of the suite's lcm-mc and lcm-nb items;
     ``backend="vllm"`` also loads the model in vLLM (float32, the suite's engine settings)

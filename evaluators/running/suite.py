@@ -24,17 +24,16 @@ same files and metrics as ``run_suite``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import images, protocols, registry
@@ -43,11 +42,26 @@ from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
-from vlgate.evaluators.output import EvaluatorSummary, ShardResult
-from vlgate.evaluators.records import parse_jsonl
-from vlgate.evaluators.runners.base import EvaluatorSettings, ItemProgress, Runner, RunnerContext, RunResult
-from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.metrics.common import Metrics
+from vlgate.evaluators.output import EvaluatorSummary, ShardResult, SummaryJson
+from vlgate.evaluators.records import Record, parse_jsonl
+from vlgate.evaluators.runners.base import EvaluatorSettings, Identified, ItemProgress, Runner, RunnerContext, RunResult
+from vlgate.evaluators.runners.store import RecordStore, record_fingerprint
 from vlgate.evaluators.scoring import score, validate
+
+T = TypeVar("T")
+Item = TypeVar("Item")
+Prepared = TypeVar("Prepared")
+
+
+class SuiteSummary(TypedDict):
+    """What ``run_suite`` returns and writes (``summary.json``): the model, the suite, the
+    backend's description and each evaluator's summary entry (``EvaluatorSummary.as_json``)."""
+
+    model: str
+    suite: str
+    backend: dict[str, JsonValue]
+    evaluators: dict[str, SummaryJson]
 
 
 def _settings_model(known: tuple[tuple[str, type[EvaluatorSettings]], ...]) -> type[BaseModel]:
@@ -87,7 +101,7 @@ class Suite(BaseModel):
 
     @field_validator("evaluators", mode="before")
     @classmethod
-    def _by_registry(cls, value: Any) -> Any:
+    def _by_registry(cls, value: object) -> object:
         """Each entry validated by its evaluator's settings model, in the registry's order."""
         if not isinstance(value, dict) or all(isinstance(v, EvaluatorSettings) for v in value.values()):
             return value
@@ -123,7 +137,7 @@ class Suite(BaseModel):
         return self.model_copy(update={"evaluators": updated})
 
 
-def finish_evaluator(result: RunResult, out: Path) -> dict[str, Any]:
+def finish_evaluator(result: RunResult, out: Path) -> Metrics:
     """Rewrite the records file in item order with only this run's records, validate them
     against the record contract, score them, and write metrics and errors beside them."""
     folder = out / result.evaluator
@@ -210,7 +224,7 @@ class ItemSelection(BaseModel):
     seed: int
     fraction: float = Field(gt=0, le=1)
 
-    def apply(self, items: list[Any], group_field: str | None) -> list[Any]:
+    def apply(self, items: list[T], group_field: str | None) -> list[T]:
         from vlgate.evaluators.metrics.sequential import items_at, stratified_order
 
         strata = [getattr(item, group_field, None) if group_field else None for item in items]
@@ -218,7 +232,9 @@ class ItemSelection(BaseModel):
         return [items[index] for index in order[: items_at(self.fraction, len(items))]]
 
 
-def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS) -> tuple[list[Any], list[ItemError]]:
+def load_items(
+    name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS
+) -> tuple[Sequence[Identified], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
     ``load_items`` where the registry names one, else its data set's loader, told what the
     suite's protocol reads (``Protocol.loader_options``) and the entry's own options; of
@@ -227,13 +243,14 @@ def load_items(name: str, spec: EvaluatorSettings, out: Path, selection: ItemSel
     from vlgate.evaluators.loaders import load_dataset
 
     definition = registry.get(name)
+    items: Sequence[Identified]
     with images.pixel_budget(max_image_pixels):
         if definition.load_items is not None:
             items, errors = definition.load_items(spec, out)
         else:
             # the protocol reads the data as its released code does; the entry's own rules come on top
             options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
-            dataset = load_dataset(name, spec.data, spec.format, **options)
+            dataset = load_dataset(name, spec.data, spec.format, verify_images=True, **options)
             items, errors = dataset.items[: spec.limit], dataset.errors
     return (items if selection is None else selection.apply(list(items), definition.group_field)), errors
 
@@ -257,18 +274,22 @@ def make_runner(name: str, spec: EvaluatorSettings, vlm: VisionLanguageBackend, 
     return runner
 
 
-def _within_budget(prepare: Callable[[Any], Any], max_image_pixels: int) -> Callable[[Any], Any]:
-    def prepare_within_budget(item: Any) -> Any:
+def _within_budget(prepare: Callable[[Item], Prepared], max_image_pixels: int) -> Callable[[Item], Prepared]:
+    def prepare_within_budget(item: Item) -> Prepared:
         with images.pixel_budget(max_image_pixels):
             return prepare(item)
 
     return prepare_within_budget
 
 
-def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: dict[str, Any], protocol: str, shard_workers: list[str] | None = None) -> EvaluatorSummary:
+class _ShardWorkers(TypedDict, total=False):
+    shard_workers: list[str]
+
+
+def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: int, models: Mapping[str, JsonValue], protocol: str, shard_workers: list[str] | None = None) -> EvaluatorSummary:
     """One evaluator's summary entry: its records finished and scored (``finish_evaluator``),
     the counts, and the protocol it ran under."""
-    fields: dict[str, Any] = {"shard_workers": shard_workers} if shard_workers is not None else {}
+    fields: _ShardWorkers = {"shard_workers": shard_workers} if shard_workers is not None else {}
     return EvaluatorSummary(
         protocol=protocol,
         metrics=finish_evaluator(result, out),
@@ -290,7 +311,7 @@ def run_suite(
     cache_dir: Path | None = None,
     only: list[str] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> SuiteSummary:
     """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
     metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
     evaluators run as separate tasks do not overwrite each other's summary).
@@ -304,7 +325,7 @@ def run_suite(
     if only is not None and set(only) - set(selected):
         raise ValueError(f"suite {suite.name!r} has no evaluator {sorted(set(only) - set(selected))}")
     vlm = load_vlm(model, suite, cache_dir)
-    summary: dict[str, Any] = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
+    summary: SuiteSummary = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
     try:
         for name, spec in selected.items():
             try:
@@ -373,8 +394,8 @@ def run_evaluator_shard(
     return ShardResult(
         shard=shard,
         n_shards=n_shards,
-        fingerprints=[record["fingerprint"] for record in result.records],
-        item_errors=[dataclasses.asdict(error) for error in result.errors],
+        fingerprints=[record_fingerprint(record) for record in result.records],
+        item_errors=[{"source": error.source, "item_id": error.item_id, "field": error.field, "message": error.message} for error in result.errors],
         reused=result.reused,
         computed=result.computed,
         models=runner.models,
@@ -391,8 +412,8 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResu
     if len(n_shards) != 1 or sorted(shard.shard for shard in shards) != list(range(next(iter(n_shards), 0))):
         raise ValueError(f"{evaluator}: shards {[(s.shard, s.n_shards) for s in shards]} are not one complete split")
     items, load_errors = load_items(evaluator, _spec(suite, evaluator), out, selection, suite.max_image_pixels)
-    position = {item.id: index for index, item in enumerate(items)}
-    records: list[dict[str, Any]] = []
+    position: dict[JsonValue, int] = {item.id: index for index, item in enumerate(items)}
+    records: list[Record] = []
     for shard in shards:
         store = RecordStore(shard_store_path(out, evaluator, shard.shard, shard.n_shards))
         for key in shard.fingerprints:

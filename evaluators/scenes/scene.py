@@ -7,6 +7,7 @@ drawn from a ``numpy.random.Generator`` so a seed fixes the whole world.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +57,7 @@ class Scene:
         return "There is " + (", ".join(parts) if parts else "nothing") + "."
 
 
-def random_scene(rng: np.random.Generator, n_shapes: int, kinds=SHAPES, colors=tuple(COLORS)) -> Scene:
+def random_scene(rng: np.random.Generator, n_shapes: int, kinds: Sequence[str] = SHAPES, colors: Sequence[str] = tuple(COLORS)) -> Scene:
     cells = rng.choice(GRID * GRID, size=n_shapes, replace=False)
     return Scene(tuple(Shape(str(rng.choice(kinds)), str(rng.choice(colors)), int(cell)) for cell in cells))
 

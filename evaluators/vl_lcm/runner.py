@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from PIL import Image
+from pydantic import JsonValue
 
 from vlgate.evaluators import prompts as shared_prompts
 from vlgate.evaluators.backends.base import ChoiceRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, McItem, NbUnit, open_image
 from vlgate.evaluators.protocols import Protocol
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import EvaluatorSettings, Runner, RunnerContext
 from vlgate.evaluators.vl_lcm import prompts, protocols
 from vlgate.evaluators.vl_lcm.settings import LcmNbSettings
@@ -53,14 +54,14 @@ def lcm_mc_images(item: McItem, asked: prompts.MultipleChoicePrompts = prompts.V
 
 
 def lcm_mc_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.MultipleChoicePrompts] = protocols.LCM_MC[0]) -> Runner[McItem, tuple[Image.Image, ...]]:
-    def compute(batch: list[tuple[McItem, tuple[Image.Image, ...]]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[McItem, tuple[Image.Image, ...]]]) -> list[Record]:
         requests = [request for item, images in batch for request in lcm_mc_requests(item, images, protocol.prompts)]
         probabilities = iter(vlm.choice_probs(requests))
-        records = []
+        records: list[Record] = []
         for item, _ in batch:
             p_mc = next(probabilities)
-            p_yes = [float(next(probabilities)[0]) for _ in item.options]
-            record = {
+            p_yes: list[JsonValue] = [float(next(probabilities)[0]) for _ in item.options]
+            record: Record = {
                 "id": item.id,
                 "p_mc": [float(p) for p in p_mc],
                 "p_yes": p_yes,
@@ -100,12 +101,12 @@ def lcm_nb_runner(vlm: VisionLanguageBackend, protocol: Protocol[prompts.Natural
     def prepare(unit: NbUnit) -> tuple[Image.Image, Image.Image]:
         return (open_image(unit.images[0], unit.id, "images[0]"), open_image(unit.images[1], unit.id, "images[1]"))
 
-    def compute(batch: list[tuple[NbUnit, tuple[Image.Image, Image.Image]]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[NbUnit, tuple[Image.Image, Image.Image]]]) -> list[Record]:
         requests = [request for unit, images in batch for request in lcm_nb_requests(unit, images, protocol.prompts)]
         probabilities = vlm.choice_probs(requests)
-        records = []
+        records: list[Record] = []
         for n, (unit, _) in enumerate(batch):
-            p = [[float(x) for x in probs] for probs in probabilities[8 * n : 8 * n + 8]]
+            p: list[list[JsonValue]] = [[float(x) for x in probs] for probs in probabilities[8 * n : 8 * n + 8]]
             records.append(
                 {
                     "id": unit.id,

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterator
 
-from vlgate.evaluators.records import probability_list_problem, probability_matrix_problem, shown
-from vlgate.evaluators.schemas import Schema, ids_plainly_valid, option_indices, outside, probability_rows, stack
+import numpy as np
+import pyarrow as pa
+from pydantic import JsonValue
+
+from vlgate.evaluators.records import Record, probability_list_problem, probability_matrix_problem, shown
+from vlgate.evaluators.schemas import Arrays, FieldCheck, Problem, Schema, as_list, ids_plainly_valid, option_indices, outside, probability_rows, stack
 
 #: The most options one lcm-mc record may have: one letter each, A–Z, as every MC benchmark's
 #: prompt letters them. Scoring holds the records as K-wide arrays, so one record with
@@ -17,7 +21,7 @@ MAX_OPTIONS = 26
 class LcmMcSchema(Schema):
     """One VL-LCM multiple-choice item: ``{"id", "p_mc": [K], "p_yes": [K], "answer": int|null, "category"?}``, 2 ≤ K ≤ :data:`MAX_OPTIONS`."""
 
-    def plainly_valid(self, record):
+    def plainly_valid(self, record: Record) -> bool:
         p_mc, p_yes, answer = record.get("p_mc"), record.get("p_yes"), record.get("answer")
         return (
             type(p_mc) is list
@@ -26,7 +30,7 @@ class LcmMcSchema(Schema):
             and (answer is None or (type(answer) is int and 0 <= answer < len(p_mc)))
         )
 
-    def structure_problems(self, record):
+    def structure_problems(self, record: Record) -> Iterator[Problem]:
         p_mc, p_yes = record.get("p_mc"), record.get("p_yes")
         if not isinstance(p_mc, list) or len(p_mc) < 2:
             yield ("p_mc", "missing" if p_mc is None else "must be a list of K >= 2 option probabilities")
@@ -44,7 +48,7 @@ class LcmMcSchema(Schema):
         if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(p_mc)):
             yield ("answer", f"unknown label {shown(answer)}: expected an option index 0..{len(p_mc) - 1} or null")
 
-    def columnar_arrays(self, table):
+    def columnar_arrays(self, table: pa.Table) -> Arrays | None:
         if not ids_plainly_valid(table):
             return None
         p_mc, p_yes = probability_rows(table, "p_mc"), probability_rows(table, "p_yes")
@@ -53,17 +57,17 @@ class LcmMcSchema(Schema):
         answer = option_indices(table, "answer", p_mc.shape[1])
         return None if answer is None else {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}
 
-    def arrays(self, records):
-        width = max((len(r["p_mc"]) for r in records), default=2)
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
+        width = max((len(as_list(r["p_mc"])) for r in records), default=2)
         p_mc, p_mc_bad = stack([r["p_mc"] for r in records], width)
         p_yes, p_yes_bad = stack([r["p_yes"] for r in records], width)
         answer = np.array([r.get("answer") if r.get("answer") is not None else -1 for r in records], dtype=np.int64)
-        checks = [("p_mc", probability_list_problem), ("p_yes", probability_list_problem)]
+        checks: list[tuple[str, FieldCheck]] = [("p_mc", probability_list_problem), ("p_yes", probability_list_problem)]
         masks = [p_mc_bad | outside(p_mc, 0, 1), p_yes_bad | outside(p_yes, 0, 1)]
         return {"p_mc": p_mc, "p_yes": p_yes, "answer": answer}, self._numeric_problems(records, checks, masks)
 
 
-NB_LABELS = {"c1": 0, "c2": 1}
+NB_LABELS: dict[JsonValue, int] = {"c1": 0, "c2": 1}
 
 
 class LcmNbSchema(Schema):
@@ -71,7 +75,7 @@ class LcmNbSchema(Schema):
 
     matrices = ("p_yes", "p_text", "p_image")
 
-    def structure_problems(self, record):
+    def structure_problems(self, record: Record) -> Iterator[Problem]:
         for name in self.matrices:
             value = record.get(name)
             if value is None:
@@ -82,8 +86,10 @@ class LcmNbSchema(Schema):
         if answer is not None and (not isinstance(answer, str) or answer not in NB_LABELS):
             yield ("answer", f"unknown label {shown(answer)}: expected 'c1', 'c2' or null")
 
-    def arrays(self, records):
-        arrays, checks, masks = {}, [], []
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
+        arrays: Arrays = {}
+        checks: list[tuple[str, FieldCheck]] = []
+        masks: list[np.ndarray] = []
         for name in self.matrices:
             array, non_numeric = stack([r[name] for r in records])
             arrays[name] = array.reshape(len(records), 2, 2)

@@ -36,6 +36,6 @@ def vlind_funnel_figure(samples: pd.DataFrame, concepts: Sequence[str] | None = 
 
 
 def section(inputs: SectionInputs) -> Section:
-    concepts = lambda: [concept or "all" for concept in inputs.record_field("concept")]
+    concepts = lambda: [str(concept) if concept else "all" for concept in inputs.record_field("concept")]  # a valid record's concept is a string
     funnel = SectionFigure("vlind-funnel", "VLind-Bench pipeline per concept: instances passing each stage", lambda: vlind_funnel_figure(inputs.samples, concepts()))
     return Section(figures=(funnel,))

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from PIL import Image
+from pydantic import JsonValue
 
 from vlgate.evaluators.backends.base import GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError, VlindItem, open_image
 from vlgate.evaluators.protocols import Protocol
+from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.vlind import prompts, protocols
 from vlgate.evaluators.vlind.metrics import parse_true_false
@@ -76,20 +77,21 @@ def vlind_runner(
         best = opened[item.best_image] if item.best_image in opened else open_image(item.best_image, item.id, "best_image")
         return factual, best, counterfactual
 
-    def compute(batch: list[tuple[VlindItem, VlindImages]]) -> list[dict[str, Any]]:
+    def compute(batch: list[tuple[VlindItem, VlindImages]]) -> list[Record]:
         answer_limit = (overrides or {}).get("answer")
         limit = protocol.limit("answer", answer_limit if isinstance(answer_limit, int) else None)
         per_item = [vlind_requests(item, factual, best, counterfactual, protocol.prompts, limit) for item, (factual, best, counterfactual) in batch]
         texts = iter(vlm.generate([request for requests in per_item for _, request in requests]))
-        records = []
+        records: list[Record] = []
         for (item, _), requests in zip(batch, per_item):
             responses = [next(texts) for _ in requests]
-            answers = [parse_true_false(text) for text in responses]
-            record: dict[str, Any] = {"id": item.id, "concept": item.concept, "ck": answers[0:2], "vp": answers[2:4], "cb": answers[4:6]}
+            answers: list[JsonValue] = [parse_true_false(text) for text in responses]
+            record: Record = {"id": item.id, "concept": item.concept, "ck": answers[0:2], "vp": answers[2:4], "cb": answers[4:6]}
             record["lp"] = [answers[i : i + 2] for i in range(6, len(answers), 2)]
-            record["responses"] = {name: [] for name in ("ck", "vp", "cb", "lp")}
+            by_question: dict[str, list[JsonValue]] = {name: [] for name in ("ck", "vp", "cb", "lp")}
             for (name, _), text in zip(requests, responses):
-                record["responses"][name].append(text)
+                by_question[name].append(text)
+            record["responses"] = {name: texts for name, texts in by_question.items()}
             records.append(record)
         return records
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
+from pydantic import JsonValue
 
-from vlgate.evaluators.records import is_number, shown
-from vlgate.evaluators.schemas import Schema
+from vlgate.evaluators.records import Record, is_number, shown
+from vlgate.evaluators.schemas import Arrays, Problem, Schema, as_list
 
 ANSWER_CODES = {True: 1, False: 0, None: -1}
 
 
-def _answer_pair_problem(value: Any) -> str | None:
+def _answer_pair_problem(value: JsonValue) -> str | None:
     if not isinstance(value, list) or len(value) != 2:
         return "must be a pair [answer to the true statement, answer to the false one]"
     if any(v not in (True, False, None) or is_number(v) for v in value):
@@ -24,7 +25,7 @@ class VlindSchema(Schema):
     """docs/metrics.md#vlind: ``{"id", "concept", "ck": [a, b], "vp": [a, b], "cb": [a, b], "lp": [[a, b], ...]}``."""
 
 
-    def structure_problems(self, record):
+    def structure_problems(self, record: Record) -> Iterator[Problem]:
         concept = record.get("concept")
         if not isinstance(concept, str) or not concept:
             yield ("concept", "missing" if concept is None else "must be a non-empty string")
@@ -45,10 +46,11 @@ class VlindSchema(Schema):
                     yield ("lp", f"image {index}: {problem}")
                     break
 
-    def arrays(self, records):
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
         code = lambda pair: [ANSWER_CODES[v] for v in pair]
-        arrays: dict[str, np.ndarray] = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
-        arrays["lp"] = np.array([code(pair) for r in records for pair in r["lp"]], dtype=np.int8).reshape(-1, 2)
-        arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(r["lp"]) for r in records])
+        arrays: Arrays = {name: np.array([code(r[name]) for r in records], dtype=np.int8).reshape(-1, 2) for name in ("ck", "vp", "cb")}
+        lp = [as_list(r["lp"]) for r in records]
+        arrays["lp"] = np.array([code(pair) for pairs in lp for pair in pairs], dtype=np.int8).reshape(-1, 2)
+        arrays["lp_instance"] = np.repeat(np.arange(len(records)), [len(pairs) for pairs in lp])
         return arrays, {}
 

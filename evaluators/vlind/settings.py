@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -27,7 +27,7 @@ class VlindSettings(EvaluatorSettings):
     #: gpt4o_eval.py's API limit)
     answer_max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
 
-    def loader_options(self) -> dict[str, Any]:
+    def loader_options(self) -> dict[str, object]:
         """The inclusion rules this entry sets, for the vlind-bench loader."""
         return {name: value for name, value in (("vote_threshold", self.vote_threshold), ("style", self.style)) if value is not None}
 

@@ -5,7 +5,7 @@ Layout under ``out``::
 
     data/          evaluation data sets of every evaluator (datasets.build_datasets)
     checkpoints/   vlm-steps{N}/ (the version family), vlm-{fault}/ (the best version fine-tuned with one
-                   fault each: language-prior, answer-prior, poor-description, miscount; checkpoints.FAULTS),
+                   fault each: language-prior, answer-prior, poor-description, miscount; faults.FAULTS),
                    llm-agent/ (DeCC's LLM), vit-encoder/, clip/ (briefly contrastive-trained CLIP),
                    diffusion/ (a tiny random-weight StableDiffusionPipeline: the diffusers path of
                    GenCeption's generator; the world's suite uses the scene renderer)
@@ -36,7 +36,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar, cast
 
 from vlgate import __version__
 from vlgate.evaluators.world.datasets import build_datasets
@@ -53,20 +53,21 @@ from vlgate.evaluators.world.datasets import build_datasets
 #:    faulty version per evaluator instead of the language-prior one; 48 px images in 16 px
 #:    patches, one patch per grid cell.
 #: 10: the LLaVA world's VLM checkpoints have their text attention heads zero-padded from 16
-#:    to 32 dimensions after training (the same function: ``checkpoints.pad_attention_heads``),
+#:    to 32 dimensions after training (the same function: ``vllm_padding.pad_attention_heads``),
 #:    so vLLM's CPU attention serves them; ``suite-vllm.yaml`` runs the suite on vLLM.
 WORLD_FORMAT = 10
 #: The default world as built once and committed (see the module docstring).
 SHIPPED_WORLD = Path(__file__).parent / "shipped"
 #: The modules whose code decides what the world is (recorded as the manifest's code digest).
 WORLD_CODE = (
-    "build.py", "checkpoints.py", "datasets.py", "generators.py", "../scenes/renderer.py", "../scenes/scene.py",
+    "build.py", "architectures.py", "curriculum.py", "datasets.py", "faults.py", "generators.py", "tokenizer.py", "training.py",
+    "vllm_padding.py", "../scenes/renderer.py", "../scenes/scene.py",
     "../prompts.py", "../vl_lcm/prompts.py", "../vlind/prompts.py", "../genception/prompts.py", "../decc/prompts.py",
 )  # fmt: skip
 #: Torch's intra-op thread count splits every reduction, so it changes the float sums and,
 #: through training, the weights: the same seed built with 1 and with 2 threads gave
 #: different checkpoints (and different gate decisions). The build pins it, to one: the
-#: training recipe was measured with one thread, and on a 2-core machine that leaves a core
+#: training recipe was measured with one thread, and it leaves the machine's other cores
 #: to everything else.
 BUILD_THREADS = 1
 #: Training is the same whatever the data sets' size: the models learn from a stream of fresh
@@ -78,6 +79,9 @@ VLM_STEPS = (0, 3000, 10000)
 LLM_HEADS = {"llava": 4, "idefics3": 2}
 LLM_STEPS = 300
 FAULT_STEPS = 300
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 #: The suite that runs every evaluator on the world's data (``vlgate evaluate --suite WORLD/suite.yaml``).
@@ -124,12 +128,12 @@ def build_world(
     from_code: bool = False,
     architecture: str = "llava",
     on_phase: Callable[[str, float | None], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The world under ``out``: kept when a manifest there already matches (unless
     ``force``), else copied from the shipped world when that is the one asked for (unless
     ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``fault_steps`` override
     the training lengths (tests use tiny ones); ``architecture`` picks the VLM family's
-    architecture (``checkpoints.ARCHITECTURES``; vLLM's CPU build serves both).
+    architecture (``architectures.ARCHITECTURES``; vLLM's CPU build serves both).
     ``on_phase(phase, seconds)`` is told as each phase of a training starts (seconds None)
     and ends (the manifest's ``seconds`` keys)."""
     out = Path(out)
@@ -170,9 +174,12 @@ def build_world(
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, fault_steps: int, wanted: dict[str, Any], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, Any]:
-    from vlgate.evaluators.world.checkpoints import FAULTS, build_faulty_version, build_llm, build_vit_encoder, build_vlm_versions, pad_attention_heads, world_tokenizer
+def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, fault_steps: int, wanted: dict[str, object], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, object]:
+    from vlgate.evaluators.world.faults import FAULTS
     from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
+    from vlgate.evaluators.world.tokenizer import world_tokenizer
+    from vlgate.evaluators.world.training import build_faulty_version, build_llm, build_vit_encoder, build_vlm_versions
+    from vlgate.evaluators.world.vllm_padding import pad_attention_heads
 
     manifest_path = out / "manifest.json"
     if out.exists():
@@ -180,7 +187,7 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
-    def timed(name, fn, *args, **kwargs):
+    def timed(name: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if on_phase is not None:
             on_phase(name, None)
         t = time.perf_counter()
@@ -192,7 +199,7 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
 
     data = timed("data", build_datasets, out / "data", size, seed)
     tokenizer = world_tokenizer(out / "data", seed)
-    architecture = wanted["architecture"]
+    architecture = cast(str, wanted["architecture"])
     vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed, architecture)
     faults = {fault: timed(f"vlm_{fault}", build_faulty_version, vlms[max(steps)], out / "checkpoints" / f"vlm-{fault}", fault, fault_steps, seed) for fault in FAULTS}
     if architecture == "llava":  # after training, which the 16-wide heads were tuned for
@@ -223,7 +230,7 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
     return manifest | {"cached": False}
 
 
-def resize_shipped_world(out: Path, size: str) -> dict[str, Any]:
+def resize_shipped_world(out: Path, size: str) -> dict[str, object]:
     """The shipped world's models with its data sets drawn at another ``size`` (same seed):
     the models are trained on a stream, never on the evaluation data, and every word of a
     larger draw is in their vocabulary (``tests/test_world_checkpoints.py`` checks), so
@@ -232,7 +239,7 @@ def resize_shipped_world(out: Path, size: str) -> dict[str, Any]:
     manifest says so."""
     manifest = copy_shipped_world(out)
     shutil.rmtree(out / "data")
-    data = build_datasets(out / "data", size, manifest["seed"])
+    data = build_datasets(out / "data", size, cast(int, manifest["seed"]))
     manifest = {k: v for k, v in manifest.items() if k not in ("cached", "shipped", "files")} | {
         "size": size,
         "models": "shipped",
@@ -258,7 +265,7 @@ def world_code_digest() -> str:
     return "sha256:" + hashlib.sha256(b"\0".join((here / name).read_bytes() for name in WORLD_CODE)).hexdigest()
 
 
-def shipped_manifest() -> dict[str, Any]:
+def shipped_manifest() -> dict[str, object]:
     """The shipped world's manifest; empty when this installation has none."""
     path = SHIPPED_WORLD / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -268,7 +275,7 @@ class DamagedWorldError(RuntimeError):
     pass
 
 
-def copy_shipped_world(out: Path) -> dict[str, Any]:
+def copy_shipped_world(out: Path) -> dict[str, object]:
     """The shipped world copied to ``out``, every file checked against its manifest hash."""
     manifest = shipped_manifest()
     if out.exists():
@@ -276,6 +283,6 @@ def copy_shipped_world(out: Path) -> dict[str, Any]:
     shutil.copytree(SHIPPED_WORLD, out, ignore=shutil.ignore_patterns("__pycache__"))
     found = file_hashes(out)
     if found != manifest.get("files"):
-        changed = sorted({name for name, _ in set(found.items()) ^ set(manifest.get("files", {}).items())})
+        changed = sorted({name for name, _ in set(found.items()) ^ set(cast(dict[str, str], manifest.get("files", {})).items())})
         raise DamagedWorldError(f"the shipped world in {SHIPPED_WORLD} does not match its manifest ({len(changed)} files differ, e.g. {changed[0]}); rebuild it with vlgate make-world --from-code")
     return manifest | {"cached": False, "shipped": True}

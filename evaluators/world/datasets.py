@@ -19,14 +19,17 @@ Image paths are relative to the data set's folder. As in VLind-Bench's files,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from vlgate.evaluators.scenes.scene import COLORS, SHAPES, Scene, Shape, random_scene, render
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,59 @@ SIZES = {
 }
 
 
+class McRow(TypedDict):
+    """An MC item's fields (``mc/items.jsonl`` adds ``id`` and ``image``)."""
+
+    question: str
+    options: list[str]
+    answer: int
+    category: str
+
+
+class YesNoRow(TypedDict):
+    """A yes/no item's fields (``yesno/items.jsonl`` adds ``id`` and ``image``)."""
+
+    question: str
+    answer: str
+    category: str
+
+
+class NbRow(TypedDict):
+    """A NaturalBench unit's fields (``nb/units.jsonl`` adds ``id`` and ``images``)."""
+
+    statements: list[str]
+    answer: str
+    category: str
+
+
+class VlindRow(TypedDict):
+    """A VLind item's fields (``vlind/items.jsonl`` adds ``id`` and the image paths)."""
+
+    concept: str
+    context: str
+    true_statement: str
+    false_statement: str
+    existent_noun: str
+    non_existent_noun: str
+
+
+class DeccRow(TypedDict):
+    """A DeCC item's fields (``decc/items.jsonl`` adds ``id`` and ``image``)."""
+
+    question: str
+    options: list[str]
+    answer: str
+    sub_questions: list[str]
+    sub_answers: list[str]
+
+
 class _Writer:
     """Writes one data set's images and JSONL rows under its folder."""
 
-    def __init__(self, root: Path, image_size: int):
+    def __init__(self, root: Path, image_size: int) -> None:
         self.root, self.image_size = root, image_size
         (root / "images").mkdir(parents=True, exist_ok=True)
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, object]] = []
 
     def image(self, name: str, scene: Scene) -> str:
         relative = f"images/{name}.png"
@@ -69,13 +118,13 @@ class _Writer:
 
 #: MC options in a fixed order per question type, as in benchmarks with a fixed answer set.
 #: Why not shuffled: a tiny VLM trained for CPU-minutes does not learn to point from the
-#: image's colour to the letter of the option that names it (measured: chance after 3,000
-#: steps, also with 3-4 layers and a text-only "which option is X" curriculum), while with
-#: a fixed order it reads colour and shape off the image within a few hundred steps.
+#: image's colour to the letter of the option that names it, while with a fixed order it
+#: reads colour and shape off the image early in training (the measurement: docs/world.md,
+#: "How the training recipe was chosen").
 MC_OPTIONS = {"color": ("red", "green", "blue", "yellow"), "shape": ("circle", "square", "triangle", "star"), "count": ("1", "2", "3", "4")}
 
 
-def mc_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]]:
+def mc_item(rng: np.random.Generator, index: int) -> tuple[Scene, McRow]:
     """One four-option question about colour, shape or count, with the scene that answers it."""
     category = ("color", "shape", "count")[index % 3]
     options = list(MC_OPTIONS[category])
@@ -93,7 +142,7 @@ def mc_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]
     return scene, {"question": f"Which shape is {target.color}?", "options": options, "answer": options.index(target.kind), "category": category}
 
 
-def yesno_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]]:
+def yesno_item(rng: np.random.Generator, index: int) -> tuple[Scene, YesNoRow]:
     """"Is there a {color} {shape}?" about a scene of one or two shapes, balanced yes/no;
     a "no" asks for a colour-and-kind pair that is not in the scene."""
     scene = random_scene(rng, 1 if rng.random() < 0.7 else 2)
@@ -109,7 +158,7 @@ def yesno_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, A
     return scene, {"question": f"Is there a {color} {kind} in the image?", "answer": answer, "category": "existence"}
 
 
-def nb_unit(rng: np.random.Generator, index: int) -> tuple[tuple[Scene, Scene], dict[str, Any]]:
+def nb_unit(rng: np.random.Generator, index: int) -> tuple[tuple[Scene, Scene], NbRow]:
     """Two one-shape images differing in colour (or shape) and two statements with alternating answers."""
     cell = int(rng.integers(9))
     if index % 2 == 0:
@@ -150,13 +199,13 @@ def _vlind_scene(draw: str, attribute: str, sky: tuple[int, int, int] = SKIES[0]
     return Scene((), background=sky, props=(("sun", "yellow", attribute),))
 
 
-def vlind_item(rng: np.random.Generator, index: int) -> tuple[Scene, list[Scene], dict[str, Any]]:
+def vlind_item(rng: np.random.Generator, index: int) -> tuple[Scene, list[Scene], VlindRow]:
     concept, noun, fact, counterfactuals, draw = VLIND_FACTS[index % len(VLIND_FACTS)]
     cf = str(rng.choice(counterfactuals))
     word = lambda attribute: f"{attribute}" if concept == "color" else {"circle": "round", "square": "square", "triangle": "triangular"}[attribute]
     n_images = int(rng.integers(1, len(SKIES) + 1))
     absent = str(rng.choice([n for n in ("umbrella", "car", "tree", "house") if n != noun]))
-    row = {
+    row: VlindRow = {
         "concept": concept,
         "context": f"In this world, the {noun} is {word(cf)}. Everyone has always seen the {noun} this way.",
         "true_statement": f"The {noun} is {word(cf)}.",
@@ -167,7 +216,7 @@ def vlind_item(rng: np.random.Generator, index: int) -> tuple[Scene, list[Scene]
     return _vlind_scene(draw, fact), [_vlind_scene(draw, cf, SKIES[i]) for i in range(n_images)], row
 
 
-def decc_item(rng: np.random.Generator, index: int) -> tuple[Scene, dict[str, Any]]:
+def decc_item(rng: np.random.Generator, index: int) -> tuple[Scene, DeccRow]:
     """"Are there more {c1} shapes than {c2} shapes?": the answer follows from two counts."""
     c1, c2 = (str(c) for c in rng.choice(list(COLORS), size=2, replace=False))
     n1, n2 = int(rng.integers(0, 4)), int(rng.integers(0, 4))
@@ -199,6 +248,7 @@ def build_datasets(out: str | Path, size: str = "small", seed: int = 0) -> dict[
     # one child generator per data set, so growing one set never changes another
     rngs = dict(zip(("mc", "yesno", "nb", "vlind", "decc", "genception"), (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(6))))
     paths: dict[str, Path] = {}
+    row: Mapping[str, object]  # each data set's fields (its TypedDict)
 
     for name, count, make in (("mc", sizes.mc, mc_item), ("yesno", sizes.yesno, yesno_item), ("decc", sizes.decc, decc_item)):
         writer = _Writer(out / name, sizes.image_size)
@@ -232,7 +282,7 @@ def build_datasets(out: str | Path, size: str = "small", seed: int = 0) -> dict[
     return paths
 
 
-def _corrupt(image, rng: np.random.Generator, strength: float):
+def _corrupt(image: Image.Image, rng: np.random.Generator, strength: float) -> Image.Image:
     """The shifted batch of the drift demo: images washed out towards grey with pixel noise,
     as from a camera or pipeline change."""
     from PIL import Image
@@ -268,6 +318,7 @@ def build_unlabelled_batch(out: str | Path, checkpoints: Path, n: int = 32, seed
         (_corrupt(image, noise, corruption) if corruption > 0 else image).save(writer.root / relative, format="PNG")
         return relative
 
+    row: Mapping[str, object]  # each data set's fields (its TypedDict), then without the answers
     for name, make in (("yesno", yesno_item), ("decc", decc_item)):
         writer = _Writer(out / name, size)
         for index in range(n):

@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from vlgate.evaluators.scenes.renderer import SKY
 from vlgate.evaluators.scenes.scene import COLORS, SHAPES, Scene, random_scene, render
 
 if TYPE_CHECKING:
+    import torch
     from transformers import CLIPModel, CLIPProcessor, CLIPTokenizer
 
 CLIP_BOS, CLIP_EOS = "<|startoftext|>", "<|endoftext|>"
@@ -134,7 +135,7 @@ def clip_processor(tokenizer: CLIPTokenizer) -> CLIPProcessor:
     return CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
-def clip_batch(processor: CLIPProcessor, scenes: Sequence[Scene]) -> dict[str, Any]:
+def clip_batch(processor: CLIPProcessor, scenes: Sequence[Scene]) -> dict[str, torch.Tensor]:
     """Model inputs for rendered scenes paired with their descriptions."""
     return dict(processor(images=[render(s, RENDER_SIZE) for s in scenes], text=[s.describe() for s in scenes], return_tensors="pt", padding=True))
 
@@ -166,7 +167,7 @@ def build_clip(out: Path, seed: int = 0, steps: int = 300, batch_size: int = 32,
     that records held-out image → text retrieval accuracy next to chance."""
     import torch
 
-    from vlgate.evaluators.world.checkpoints import save_checkpoint, training_card
+    from vlgate.evaluators.world.training import save_checkpoint, training_card
 
     out = Path(out)
     # vocab.json + merges.txt stay beside the tokenizer.json the processor saves

@@ -13,19 +13,22 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
 from vlgate.decisions import DECISIONS_FOLDER, SINGLE_DECISION_FILE, DecisionRecord, decision_file, decision_policy_file
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
-def numbered_records(client: Any, run_id: str) -> list[int]:
+
+def numbered_records(client: MlflowClient, run_id: str) -> list[int]:
     """The numbers of the run's ``decisions/NNNN.json``, in order."""
     names = (Path(entry.path).name for entry in client.list_artifacts(run_id, DECISIONS_FOLDER))
     return sorted(int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit())
 
 
-def single_record(client: Any, run_id: str) -> bool:
+def single_record(client: MlflowClient, run_id: str) -> bool:
     """Whether the run kept its one decision as ``decision.json`` (logged before records were numbered)."""
     return any(entry.path == SINGLE_DECISION_FILE for entry in client.list_artifacts(run_id))
 
@@ -34,7 +37,7 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def append_decision(client: Any, run_id: str, record: DecisionRecord, policy_path: Path) -> DecisionRecord:
+def append_decision(client: MlflowClient, run_id: str, record: DecisionRecord, policy_path: Path) -> DecisionRecord:
     """``record`` as the run's next decision record (its ``sequence`` and ``policy_digest``
     set), with the policy file beside it. Call under the model's gate lock, which makes
     the next number this call's alone."""
@@ -49,7 +52,7 @@ def append_decision(client: Any, run_id: str, record: DecisionRecord, policy_pat
     return numbered
 
 
-def _read_records(client: Any, run_id: str, last_only: bool) -> list[DecisionRecord]:
+def _read_records(client: MlflowClient, run_id: str, last_only: bool) -> list[DecisionRecord]:
     """The run's decision records in order (``last_only``: the latest alone, one download);
     a run that kept one ``decision.json`` gives it as record 1."""
     numbers = numbered_records(client, run_id)
@@ -63,18 +66,18 @@ def _read_records(client: Any, run_id: str, last_only: bool) -> list[DecisionRec
         return [DecisionRecord.read(Path(client.download_artifacts(run_id, decision_file(n), scratch))) for n in wanted]
 
 
-def decision_history(client: Any, run_id: str) -> list[DecisionRecord]:
+def decision_history(client: MlflowClient, run_id: str) -> list[DecisionRecord]:
     """Every decision record of the run, the first first."""
     return _read_records(client, run_id, last_only=False)
 
 
-def latest_decision(client: Any, run_id: str) -> DecisionRecord | None:
+def latest_decision(client: MlflowClient, run_id: str) -> DecisionRecord | None:
     """The run's latest decision record; None when it has none."""
     latest = _read_records(client, run_id, last_only=True)
     return latest[0] if latest else None
 
 
-def baseline_of(client: Any, run_id: str) -> tuple[bool, str | None]:
+def baseline_of(client: MlflowClient, run_id: str) -> tuple[bool, str | None]:
     """The champion the run's validation was first judged against, as its run recorded it:
     ``(True, version)``, ``(True, None)`` (it had none), or ``(False, None)`` (not judged yet)."""
     value = client.get_run(run_id).data.tags.get(tag_keys.BASELINE_CHAMPION)

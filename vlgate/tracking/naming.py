@@ -4,10 +4,14 @@ tables, the reasons tag and the line a version's description gets."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
+from vlgate.evaluators.metrics.common import Metrics, MetricValue, MetricValues
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXPERIMENT_PREFIX = "vlgate/"
 
@@ -33,25 +37,31 @@ def registered_description(description: str | None) -> str:
     return "\n".join(line for line in (description or "").splitlines() if not line.startswith(VALIDATION_LINK)).strip()
 
 
-def split_breakdowns(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def split_breakdowns(metrics: Metrics) -> tuple[Metrics, dict[str, dict[str, MetricValues]]]:
     """A metrics dict as its set-level metrics and its breakdowns (``by_<field>``: group →
     metrics): the first are MLflow metrics, the second MLflow tables (a run with every
     breakdown flattened carries hundreds of metrics)."""
-    top = {key: value for key, value in metrics.items() if not (key.startswith("by_") and isinstance(value, dict))}
-    return top, {key: value for key, value in metrics.items() if key not in top}
+    top: Metrics = {}
+    breakdowns: dict[str, dict[str, MetricValues]] = {}
+    for key, value in metrics.items():
+        if key.startswith("by_") and isinstance(value, dict):
+            breakdowns[key] = value
+        else:
+            top[key] = value
+    return top, breakdowns
 
 
-def breakdown_frame(field: str, groups: dict[str, Any]) -> Any:
+def breakdown_frame(field: str, groups: Mapping[str, Mapping[str, object]]) -> pd.DataFrame:
     """One breakdown as a table: a row per group (the field's value first), a column per metric."""
     import pandas as pd
 
-    def cell(value: Any) -> Any:  # numbers (None where undefined); anything else is not a metric
+    def cell(value: object) -> MetricValue:  # numbers (None where undefined); anything else is not a metric
         return value if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) else None
 
     return pd.DataFrame([{field: str(group), **{key: cell(value) for key, value in values.items()}} for group, values in groups.items() if isinstance(values, dict)])
 
 
-def flatten_metrics(metrics: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
+def flatten_metrics(metrics: Mapping[str, object], prefix: str) -> Iterator[tuple[str, float]]:
     """Every finite number in a metrics dict, nested keys joined by ``/``."""
     for key, value in metrics.items():
         name = f"{prefix}/{key}"

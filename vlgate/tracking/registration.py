@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
 from vlgate.tracking.paging import model_versions
 from vlgate.tracking.runs import create_run_once, experiment_id
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
 
 CHAMPION = "champion"
 
@@ -58,7 +62,7 @@ def check_uploadable(folder: Path) -> None:
         )
 
 
-def register_checkpoint(client, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None):
+def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None) -> ModelVersion:
     """Log a checkpoint folder to a run and register it as a new version of ``model_name``
     (a tracking server refuses a version whose source is a bare local path, so the
     checkpoint goes into the run's artifacts first). Idempotent per checkpoint content:
@@ -91,7 +95,7 @@ def register_checkpoint(client, model_name: str, folder: Path, description: str 
     return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={tag_keys.CHECKPOINT_DIGEST: digest, **(tags or {})})
 
 
-def wait_for_version(client, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> Any:
+def wait_for_version(client: MlflowClient, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> ModelVersion:
     """The registered version, waited for: a webhook can arrive before the registry
     answers for the version it announces, and a tracking server can be away for a
     moment. Retries with doubling waits until ``timeout_s``, then raises the last error
@@ -111,7 +115,7 @@ def wait_for_version(client, model_name: str, version: str, timeout_s: float = 1
         wait *= 2
 
 
-def champion_version(client, model_name: str) -> str | None:
+def champion_version(client: MlflowClient, model_name: str) -> str | None:
     from mlflow.exceptions import MlflowException
 
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
 from vlgate.home import vlgate_home
@@ -14,8 +14,12 @@ from vlgate.tracking.naming import validation_experiment
 from vlgate.tracking.paging import search_all_runs
 from vlgate.tracking.server import embedded
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
-def experiment_id(client, name: str, home: Path | None = None) -> str:
+
+def experiment_id(client: MlflowClient, name: str, home: Path | None = None) -> str:
     """The experiment's id, created on first use (opening on its runs in MLflow's UI: MLflow
     3 opens an experiment on its GenAI overview unless tagged as model development); on
     the embedded store its artifacts go under ``$VLGATE_HOME/mlflow/artifacts`` (not the
@@ -33,10 +37,13 @@ def experiment_id(client, name: str, home: Path | None = None) -> str:
     try:
         return client.create_experiment(name, artifact_location=location, tags={tag_keys.EXPERIMENT_KIND: tag_keys.EXPERIMENT_KIND_VALUE})
     except MlflowException:  # created meanwhile by another process
-        return client.get_experiment_by_name(name).experiment_id
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:  # not created meanwhile: the refusal was something else
+            raise
+        return experiment.experiment_id
 
 
-def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str], token: str | None = None) -> str:
+def create_run_once(client: MlflowClient, experiment: str, run_name: str, tags: dict[str, str], token: str | None = None) -> str:
     """``client.create_run`` that leaves one run. ``create_run`` is not idempotent: when the
     tracking server commits a run and dies before answering, MLflow's client retries the
     POST and a second run appears. The run carries ``token`` (one per logical run; a fresh
@@ -46,7 +53,7 @@ def create_run_once(client, experiment: str, run_name: str, tags: dict[str, str]
     return first_run_with_token(client, experiment, token) or created
 
 
-def first_run_with_token(client, experiment: str, token: str) -> str | None:
+def first_run_with_token(client: MlflowClient, experiment: str, token: str) -> str | None:
     """The earliest active run made under ``token``, deleting any later twin; None if none."""
     runs = client.search_runs([experiment], f"tags.`{tag_keys.RUN_TOKEN}` = '{token}'", max_results=50)
     if not runs:
@@ -57,15 +64,16 @@ def first_run_with_token(client, experiment: str, token: str) -> str | None:
     return first.info.run_id
 
 
-def validation_runs(client, model_name: str, include_run: str | None = None) -> dict[str, Any]:
+def validation_runs(client: MlflowClient, model_name: str, include_run: str | None = None) -> dict[str, Run]:
     """Version → its latest finished validation run (and ``include_run`` even while it is
     still running: the flow correlates the version it is validating)."""
     experiment = client.get_experiment_by_name(validation_experiment(model_name))
     if experiment is None:
         return {}
     runs = search_all_runs(client, [experiment.experiment_id], tag_keys.runs_of_kind(tag_keys.RunKind.VALIDATION))
-    latest = {}
+    latest: dict[str, Run] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):
-        if run.info.status == "FINISHED" or run.info.run_id == include_run:
-            latest[run.data.tags.get(tag_keys.VERSION)] = run
+        version = run.data.tags.get(tag_keys.VERSION)
+        if version is not None and (run.info.status == "FINISHED" or run.info.run_id == include_run):
+            latest[version] = run
     return dict(sorted(latest.items(), key=lambda item: int(item[0]) if str(item[0]).isdigit() else 0))

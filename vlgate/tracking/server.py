@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vlgate.home import vlgate_home
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 #: Every URI :func:`connect` itself exported: ``mlflow.set_tracking_uri`` also sets
 #: ``MLFLOW_TRACKING_URI`` (for subprocesses, e.g. Dask workers, to inherit), and none of
@@ -76,7 +80,7 @@ def require_reachable(uri: str, timeout_s: float = 5.0) -> None:
         raise TrackingUnreachable(f"MLflow tracking server {uri} is unreachable ({type(error).__name__}: {error}); is it running, and is MLFLOW_TRACKING_URI right?") from None
 
 
-def connect(home: Path | None = None):
+def connect(home: Path | None = None) -> MlflowClient:
     """An ``MlflowClient`` on the configured tracking/registry store (also made the
     process default, so ``mlflow.artifacts`` and ``models:/`` URIs resolve against it)."""
     import mlflow

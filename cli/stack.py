@@ -34,12 +34,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+if TYPE_CHECKING:
+    from vlgate.flows.settings import ServiceConfig
 
 STACK_FILE = "stack.json"
 ENV_FILE = "env"
@@ -116,7 +119,7 @@ def database_names(folder: Path) -> dict[str, str]:
     return {role: f"vlgate_{tag}_{role}" for role in ("mlflow", "prefect", "state")}
 
 
-def wait_until(check: Callable[[], bool], seconds: float, what: str, process: subprocess.Popen | None = None, log: Path | None = None) -> None:
+def wait_until(check: Callable[[], bool], seconds: float, what: str, process: subprocess.Popen[bytes] | None = None, log: Path | None = None) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if check():
@@ -152,14 +155,30 @@ def prefect_file() -> Path:
     return path
 
 
-def stack_deployments(template: dict[str, Any], drift: dict[str, str], pull_directory: Path) -> dict[str, Any]:
+class PrefectDeployment(TypedDict, total=False):
+    """A deployment of ``infra/prefect.yaml``: the fields the stack reads or sets (the others
+    are kept as they are)."""
+
+    name: str
+    schedules: list[dict[str, JsonValue]]
+    parameters: dict[str, JsonValue]
+
+
+class PrefectFile(TypedDict, total=False):
+    """``infra/prefect.yaml``: the sections the stack reads or sets (the others are kept)."""
+
+    pull: list[dict[str, JsonValue]]
+    deployments: list[PrefectDeployment]
+
+
+def stack_deployments(template: PrefectFile, drift: dict[str, str], pull_directory: Path) -> PrefectFile:
     """``infra/prefect.yaml`` as the stack deploys it: the validation deployment as it is, the
     drift deployment once per model with a drift entry (``drift``: model → cron), and the
     code pulled from ``pull_directory`` instead of the image's checkout."""
     validate, drift_template = (next(d for d in template["deployments"] if d["name"] == name) for name in ("vlgate-validate", "vlgate-drift"))
-    drifts = []
+    drifts: list[PrefectDeployment] = []
     for model, cron in sorted(drift.items()):
-        schedule = {**drift_template["schedules"][0], "cron": cron}
+        schedule: dict[str, JsonValue] = {**drift_template["schedules"][0], "cron": cron}
         drifts.append({**drift_template, "name": f"vlgate-drift-{model}", "schedules": [schedule], "parameters": {"model_name": model}})
     return {**template, "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": str(pull_directory)}}], "deployments": [validate, *drifts]}
 
@@ -187,12 +206,12 @@ class LocalStack:
             self._stop_started()
             raise
 
-    def _service_config(self) -> Any:
+    def _service_config(self) -> ServiceConfig:
         from vlgate.flows.settings import ServiceConfig
 
         return ServiceConfig.load(self.home)
 
-    def _up(self, workers: int, postgres: str | None, config: Any) -> StackState:
+    def _up(self, workers: int, postgres: str | None, config: ServiceConfig) -> StackState:
         own_cluster = None
         if postgres is None:
             postgres, own_cluster = self._start_cluster()
@@ -306,7 +325,7 @@ class LocalStack:
         webhook = state.webhook_url.rsplit("/webhooks/", 1)[0]
         wait_until(lambda: answers(f"{webhook}/healthz"), 180, "vlgate serve", process, log)
 
-    def _start(self, name: str, command: list[str], env: dict[str, str], state: StackState) -> tuple[subprocess.Popen, Path]:
+    def _start(self, name: str, command: list[str], env: dict[str, str], state: StackState) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.logs / f"{name}.log"
         with open(log, "ab") as out:
             process = subprocess.Popen(command, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder)
@@ -426,7 +445,7 @@ def run(command: list[str], log: Path, env: dict[str, str] | None = None, cwd: P
         raise StackError(f"{' '.join(command[:4])} … failed with status {done.returncode}; {log} ends:\n{tail}")
 
 
-def create_databases(postgres: str, names: Any) -> None:
+def create_databases(postgres: str, names: Iterable[str]) -> None:
     import psycopg2
 
     try:
@@ -444,7 +463,7 @@ def create_databases(postgres: str, names: Any) -> None:
         admin.close()
 
 
-def drop_databases(postgres: str, names: Any) -> None:
+def drop_databases(postgres: str, names: Iterable[str]) -> None:
     import psycopg2
 
     admin = psycopg2.connect(f"{postgres}/postgres", connect_timeout=10)
@@ -477,5 +496,6 @@ def describe(state: StackState) -> list[str]:
     ]
 
 
-def state_json(state: StackState) -> dict[str, Any]:
-    return json.loads(state.model_dump_json()) | {"environment": state.environment()}
+def state_json(state: StackState) -> dict[str, JsonValue]:
+    dumped: dict[str, JsonValue] = json.loads(state.model_dump_json())
+    return dumped | {"environment": dict(state.environment())}

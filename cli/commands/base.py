@@ -1,7 +1,7 @@
 """What a ``vlgate`` command is: a small object naming itself, its help and its arguments
 beside the handler that runs it (:class:`Command`), and what every handler returns
 (:class:`Answer`): the result as JSON values, an optional text rendering of it, and the
-exit status. ``vlgate.flows.cli`` prints every answer the same way (``--json`` or a command
+exit status. ``vlgate.cli.main`` prints every answer the same way (``--json`` or a command
 without a text form: the JSON; otherwise the text) and turns every :class:`UserError` into
 one line on stderr and exit status 2.
 """
@@ -14,7 +14,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
+    from pydantic import JsonValue
 
 EXIT_BAD_INPUT = 2
 #: `vlgate validate` and `vlgate gate`: 0 promoted; the version was judged and rejected;
@@ -52,13 +57,31 @@ class Answer:
     (None: the command printed what it had to itself); ``text`` prints it for a person
     (None: the JSON is the only form)."""
 
-    data: Any
+    data: object
     status: int = 0
     text: Callable[[], None] | None = None
 
 
-def print_json(payload: Any) -> None:
+def print_json(payload: object) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, allow_nan=False) + "\n")
+
+
+def json_object(value: JsonValue) -> dict[str, JsonValue]:
+    """A value of a JSON answer that is an object where the answer's form says so."""
+    assert isinstance(value, dict), f"expected a JSON object, got {type(value).__name__}"
+    return value
+
+
+def json_array(value: JsonValue) -> list[JsonValue]:
+    """A value of a JSON answer that is an array where the answer's form says so."""
+    assert isinstance(value, list), f"expected a JSON array, got {type(value).__name__}"
+    return value
+
+
+def json_int(value: JsonValue) -> int:
+    """A value of a JSON answer that is an integer (a count) where the answer's form says so."""
+    assert isinstance(value, int), f"expected a JSON integer, got {type(value).__name__}"
+    return value
 
 
 class Command:
@@ -78,7 +101,7 @@ class Command:
     def run(self, args: argparse.Namespace) -> Answer:
         raise NotImplementedError
 
-    def add_to(self, commands: Any) -> None:
+    def add_to(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """This command's parser, added to the subparsers ``commands``."""
         parser = commands.add_parser(self.name, help=self.help, description=self.description)
         self.add_arguments(parser)
@@ -112,7 +135,7 @@ def version_number(text: str, what: str = "version") -> str:
         raise UserError(f"{what} {text!r}: {str(error).split(': ', 1)[1]}") from None
 
 
-def registered_version(client: Any, model_name: str, version: str) -> Any:
+def registered_version(client: MlflowClient, model_name: str, version: str) -> ModelVersion:
     """The registry's ``ModelVersion``; a version that does not exist is the user's mistake.
     Anything else (the registry away) is raised as it is."""
     from mlflow.exceptions import MlflowException

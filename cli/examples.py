@@ -11,11 +11,11 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from vlgate.cli.terminal import terminal_console
 from vlgate.evaluators import registry
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.scoring import score_file
 from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
-from vlgate.flows.terminal import terminal_console
 
 
 def run_examples(console: Console | None = None) -> int:

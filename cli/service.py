@@ -9,29 +9,72 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
+from vlgate.cli.prefect_server import local_prefect_server
 from vlgate.config import ConfigError
-from vlgate.flows.prefect_server import local_prefect_server
-from vlgate.flows.settings import ServiceConfig, config_problem, drift_problem, prepare_environment
+from vlgate.flows.settings import DriftConfig, ServiceConfig, config_problem, drift_problem, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+    from rich.table import Table
+
+    from vlgate.registry_hooks.dispatch import Dispatcher
 
 log = logging.getLogger("vlgate.serve")
 
 
-def service_status(home: Path, model: str | None = None, version: str | None = None) -> dict[str, Any]:
+class VersionStatus(TypedDict):
+    """One registered version in ``vlgate status``: its claim, its decision tags and
+    (``vlgate status MODEL VERSION``) every decision record of its run."""
+
+    version: str
+    state: str
+    claimed_via: str | None
+    attempts: int
+    crashes: int
+    detail: str | None
+    flow_run_id: str | None
+    decision: str | None
+    outcome: str | None
+    reasons: list[str]
+    validation_run_id: str | None
+    decision_record: str | None
+    sequential: str | None
+    source: str | None
+    description: str
+    decisions: NotRequired[list[dict[str, JsonValue]]]
+
+
+class ModelStatus(TypedDict):
+    name: str
+    champion: str | None
+    versions: list[VersionStatus]
+
+
+class ServiceStatus(TypedDict):
+    """What ``vlgate status`` shows (``--json``: as it is)."""
+
+    tracking_uri: str
+    models: list[ModelStatus]
+
+
+def service_status(home: Path, model: str | None = None, version: str | None = None) -> ServiceStatus:
     """Every registered model: its champion and each version's validation state, decision
     and reasons (the latest decision record's, as the version's tags show it). With
     ``version`` (of ``model``), that version alone, with every decision record of its run,
     the first first."""
     client = tracking.connect(home)
     claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
-    models = []
+    models: list[ModelStatus] = []
     for registered in sorted(tracking.registered_models(client), key=lambda m: m.name):
         if model is not None and registered.name != model:
             continue
-        versions = []
+        versions: list[VersionStatus] = []
         for registered_version in tracking.model_versions(client, registered.name):
             if version is not None and str(registered_version.version) != version:
                 continue
@@ -67,13 +110,13 @@ def service_status(home: Path, model: str | None = None, version: str | None = N
     return {"tracking_uri": client.tracking_uri, "models": models}
 
 
-def status_table(status: dict[str, Any]):
+def status_table(status: ServiceStatus) -> Table:
     """``service_status`` as a rich table; every cell is data (names, states, reasons read
     back from the registry), shown as written: no markup, control characters escaped."""
     from rich.table import Table
     from rich.text import Text
 
-    from vlgate.flows.terminal import data_text
+    from vlgate.cli.terminal import data_text
 
     table = Table(title=data_text(f"vlgate status ({status['tracking_uri']})"))
     for column in ("model", "version", "state", "decision", "champion", "reasons"):
@@ -154,7 +197,7 @@ def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
     anything is served: a rule the suite is too small to decide is named now, not after
     the GPU time is spent. A warning, not a refusal (the policy may mean it), and a plan
     that cannot be made (data not there yet) says so and stops nothing."""
-    from vlgate.flows.power import configured_power_plan
+    from vlgate.cli.power_plan import configured_power_plan
 
     client = tracking.connect(home)
     for name, model in config.models.items():
@@ -167,7 +210,7 @@ def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
             log.warning("model %r: %s (vlgate plan %s)", name, warning, name)
 
 
-def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, webhook: bool, once: bool) -> int:
+def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConfig], *, webhook: bool, once: bool) -> int:
     # the poller, webhook and flow threads import Prefect, MLflow's stores and the flows
     # lazily; importing them here first keeps those threads from importing the same
     # packages at the same moment as this one (a first poll was seen to hang doing so)
@@ -225,7 +268,7 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, Any], *, 
     return 0
 
 
-def _start_webhook(client, dispatcher, config: ServiceConfig) -> threading.Thread | None:
+def _start_webhook(client: MlflowClient, dispatcher: Dispatcher, config: ServiceConfig) -> threading.Thread | None:
     import uvicorn
 
     from vlgate.registry_hooks.webhook import PATH, create_app, ensure_webhook

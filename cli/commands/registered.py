@@ -1,15 +1,15 @@
 """The commands on registered models and their versions: register a checkpoint, validate a
-version, judge it again, compare two versions item by item, regenerate reports, check the
-champion for drift, see the service's state, release a claim, and run the service."""
+version, judge it again, check the champion for drift, see the service's state, release a
+claim, and run the service (``reading.py`` has those that only read what is recorded)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from vlgate import tag_keys
-from vlgate.flows.commands.base import (
+from vlgate.cli.commands.base import (
     EXIT_CODES,
     EXIT_INCONCLUSIVE,
     EXIT_NOT_JUDGED,
@@ -18,36 +18,46 @@ from vlgate.flows.commands.base import (
     Command,
     UserError,
     exit_status,
+    json_array,
+    json_int,
+    json_object,
     registered_version,
     service_home,
     version_number,
 )
 
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
-def print_decision(summary: dict[str, Any]) -> None:
-    """The verdict and each rule's, one line each; the reasons a rule failed first."""
+
+def print_decision(summary: Mapping[str, JsonValue]) -> None:
+    """The verdict and each rule's, one line each; the reasons a rule failed first
+    (``summary``: a validation's or a judgement's ``as_json``)."""
     print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
     if "error" in summary:
         print(f"  validation failed: {summary['error']}")
         return
-    checks = sorted(summary.get("checks", []), key=lambda check: check["verdict"] == "pass")
+    checks = sorted((json_object(check) for check in json_array(summary.get("checks", []))), key=lambda check: check["verdict"] == "pass")
     for check in checks:
         print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
-    for warning in summary.get("warnings", []):
+    for warning in json_array(summary.get("warnings", [])):
         print(f"  {'warning':<15} {warning}")
     sequential = summary.get("sequential")
     if sequential:  # where a sequential policy stopped, and what it saved
-        for look in sequential["looks"]:
-            where = f"look {look['look']['index'] + 1} of {look['look']['of']} ({look['look']['fraction']:.0%})"
-            items = ", ".join(f"{name} {n}" for name, n in look["items"].items())
-            print(f"  {where}: {look['outcome'] if look['look']['settled'] else 'goes on'} ({items} items)")
-        evaluated, total = sum(sequential["items_evaluated"].values()), sum(sequential["items_total"].values())
+        sequential = json_object(sequential)
+        for look in map(json_object, json_array(sequential["looks"])):
+            at = json_object(look["look"])
+            where = f"look {json_int(at['index']) + 1} of {at['of']} ({at['fraction']:.0%})"
+            items = ", ".join(f"{name} {n}" for name, n in json_object(look["items"]).items())
+            print(f"  {where}: {look['outcome'] if at['settled'] else 'goes on'} ({items} items)")
+        evaluated = sum(json_int(n) for n in json_object(sequential["items_evaluated"]).values())
+        total = sum(json_int(n) for n in json_object(sequential["items_total"]).values())
         print(f"  items evaluated: {evaluated} of {total}; {sequential['saved_fraction']:.0%} saved")
     if summary.get("report"):
         print(f"report: {summary['report']}")
 
 
-def decision_answer(summary: dict[str, Any], outcome: str) -> Answer:
+def decision_answer(summary: Mapping[str, JsonValue], outcome: str) -> Answer:
     return Answer(summary, status=exit_status(outcome), text=lambda: print_decision(summary))
 
 
@@ -62,7 +72,7 @@ class Status(Command):
         parser.add_argument("version", nargs="?", help="only this version of it, with every decision record of its validation (the first first)")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.service import service_status, status_table
+        from vlgate.cli.service import service_status, status_table
 
         if args.version is not None:
             args.version = version_number(args.version)
@@ -73,7 +83,7 @@ class Status(Command):
             raise UserError(f"{args.model} v{args.version}: no such registered version")
 
         def table() -> None:
-            from vlgate.flows.terminal import terminal_console
+            from vlgate.cli.terminal import terminal_console
 
             terminal_console().print(status_table(status))
             for version in status["models"][0]["versions"] if args.version else []:
@@ -83,13 +93,14 @@ class Status(Command):
         return Answer(status, text=table)
 
 
-def decision_record_line(record: dict[str, Any]) -> str:
+def decision_record_line(record: Mapping[str, JsonValue]) -> str:
     """One decision record in a line: its number, which judgement, when, the outcome, the
     champion judged against and who held the alias after it."""
     against = f"v{record['champion_before']}" if record.get("champion_before") else "no champion"
     after = f"v{record['champion_after']}" if record.get("champion_after") else "none"
     moved = ", moved here" if record.get("alias_moved") else ""
-    when = f" {record['judged_at'][:19].replace('T', ' ')} UTC" if record.get("judged_at") else ""
+    judged_at = record.get("judged_at")
+    when = f" {str(judged_at)[:19].replace('T', ' ')} UTC" if judged_at else ""
     return f"  record {record.get('sequence') or 1} ({record.get('kind') or 'validation'}{when}): {record['outcome']} against {against}; champion after: {after}{moved}"
 
 
@@ -175,7 +186,7 @@ class Validate(Command):
         )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.prefect_server import local_prefect_server
+        from vlgate.cli.prefect_server import local_prefect_server
         from vlgate.flows.settings import model_problem, prepare_environment
 
         args.version = version_number(args.version)
@@ -224,9 +235,9 @@ class Gate(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate import tracking
-        from vlgate.flows.gate import GatePolicy
         from vlgate.flows.judgement import ValidationError, judge_again
         from vlgate.flows.settings import ServiceConfig, not_configured
+        from vlgate.gate.policy import GatePolicy
 
         args.version = version_number(args.version)
         home = service_home()
@@ -245,143 +256,6 @@ class Gate(Command):
         except ValidationError as error:
             raise UserError(str(error)) from None
         return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
-
-
-class Diff(Command):
-    name = "diff"
-    help = "the items a version lost and won against another, per evaluator, from their validation runs"
-    description = (
-        "Reads both versions' validation runs back from MLflow and compares each evaluator's item scores on the items both "
-        "hold, joined on the record id as the gate pairs them: a 0/1 score's lost and won items (the discordant pairs of "
-        "the gate's paired comparison), a continuous score's changes; then lists the items lost and won on the "
-        "evaluator's first score with both versions' answers. A version without records of an evaluator is exit 2."
-    )
-    json_help = "one JSON object on stdout"
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("name", help="registered model name")
-        parser.add_argument("version", help="the version looked at (the candidate)")
-        parser.add_argument("other", help="the version it is compared with (the champion it was judged against, say)")
-        parser.add_argument("--evaluator", help="one evaluator (default: every one both runs have)")
-        parser.add_argument("--category", help="only the items of this breakdown category")
-        parser.add_argument("--score", help="the item score whose items are listed (with --evaluator; default: its first, e.g. lcm-mc's correct)")
-        parser.add_argument("--limit", type=int, default=10, help="items listed lost and won, per evaluator (default 10)")
-
-    def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate import tracking
-        from vlgate.evaluators import registry
-        from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
-        from vlgate.flows.recording import run_outputs
-
-        args.version, args.other = version_number(args.version), version_number(args.other, "other version")
-        if args.limit < 0:
-            raise UserError(f"--limit {args.limit}: expected 0 or more items")
-        if args.evaluator is not None and args.evaluator not in registry.names():
-            raise UserError(f"--evaluator {args.evaluator}: not one of {', '.join(registry.names())}")
-        if args.score is not None and args.evaluator is None:
-            raise UserError("--score names an item score of one evaluator: give --evaluator too")
-        client = tracking.connect(service_home())
-        outputs: dict[str, dict[str, Any]] = {}
-        suites: dict[str, str | None] = {}
-        for version in (args.version, args.other):
-            run_id = registered_version(client, args.name, version).tags.get(tag_keys.VALIDATION_RUN)
-            if not run_id:
-                raise UserError(f"{args.name} v{version} has no validation run yet (vlgate validate {args.name} {version})")
-            outputs[version] = run_outputs(client, run_id)
-            suites[version] = client.get_run(run_id).data.params.get("suite")
-        if None not in suites.values() and suites[args.version] != suites[args.other]:
-            raise UserError(f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable")
-        evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]
-        diffs = []
-        for evaluator in evaluators:
-            mine, theirs = outputs[args.version].get(evaluator), outputs[args.other].get(evaluator)
-            for version, output in ((args.version, mine), (args.other, theirs)):
-                if output is None:
-                    raise UserError(f"{args.name} v{version} has no {evaluator} records")
-            assert mine is not None and theirs is not None
-            if mine.protocol != theirs.protocol:
-                raise UserError(f"{args.name} v{args.version} asked {evaluator} under protocol {mine.protocol}, v{args.other} under {theirs.protocol}: their items are not comparable")
-            try:
-                diffs.append(diff_outputs(mine, theirs, args.category, args.score, names=(f"{args.name} v{args.version}", f"{args.name} v{args.other}")))
-            except NothingToCompareError as error:
-                raise UserError(str(error)) from None
-        data = {"model": args.name, "version": str(args.version), "against": str(args.other), "category": args.category, "evaluators": [diff.as_dict(args.limit) for diff in diffs]}
-
-        def text() -> None:
-            print(f"{args.name} v{args.version} against v{args.other}" + (f", category {args.category}" if args.category else ""))
-            for diff in diffs:
-                print_diff(diff, args.limit)
-
-        return Answer(data, text=text)
-
-
-def print_diff(diff: Any, limit: int) -> None:
-    """One evaluator: a line per item score, then the items lost and won on the first; a
-    record field on one line (its newlines and other control characters escaped)."""
-    from vlgate.evaluators.item_diff import field_text as unescaped_field_text
-    from vlgate.text import visible
-
-    def field_text(value: Any) -> str:
-        return visible(unescaped_field_text(value))
-
-    summary = diff.summary()
-    shared = max((entry["n_shared"] for entry in summary.values()), default=0)
-    print(f"\n{diff.evaluator}: {shared} items both versions hold")
-    for name, entry in summary.items():
-        if entry["kind"] == "binary":
-            print(f"  {name}: lost {entry['lost']}, won {entry['won']} (both right {entry['both_right']}, both wrong {entry['both_wrong']})")
-        else:
-            change = "—" if entry["mean_change"] is None else f"{entry['mean_change']:+.3f}"
-            print(f"  {name}: mean change {change}; fell on {entry['lost']}, rose on {entry['won']}")
-    for which in ("lost", "won"):
-        items = diff.listed(which, limit)
-        if not items:
-            continue
-        print(f"  {which} on {diff.listed_score} ({'largest drop' if which == 'lost' else 'largest gain'} first):")
-        for item in items:
-            category = f" [{item['category']}]" if item["category"] is not None else ""
-            print(f"    {item['id']}{category}: {item['champion']:.3g} → {item['candidate']:.3g}")
-            for field, values in item["fields"].items():
-                if values["candidate"] == values["champion"]:
-                    print(f"      {field}: {field_text(values['candidate'])}")
-                else:
-                    print(f"      {field}: {field_text(values['candidate'])}  (was {field_text(values['champion'])})")
-
-
-class Report(Command):
-    name = "report"
-    help = "regenerate a version's HTML report (or every version's) and the model's leaderboard from MLflow"
-    description = (
-        "Read the registry and the validation runs, write self-contained HTML pages (plots embedded) to --out (default $VLGATE_HOME/reports/MODEL) and log each version's report and plots to its run under report/."
-    )
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="registered model name")
-        parser.add_argument("version", nargs="?", help="one version (default: every validated version)")
-        parser.add_argument("--out", help="folder for the pages")
-        parser.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
-
-    def run(self, args: argparse.Namespace) -> Answer:
-        from mlflow.exceptions import MlflowException
-
-        from vlgate import tracking
-        from vlgate.dashboards.report import write_reports
-        from vlgate.flows.settings import report_image_roots
-
-        if args.version is not None:
-            args.version = version_number(args.version)
-        home = service_home()
-        client = tracking.connect(home)
-        try:
-            client.get_registered_model(args.model)
-            if args.version is not None:
-                client.get_model_version(args.model, str(args.version))
-        except MlflowException as error:
-            raise UserError(f"{args.model}{' v' + str(args.version) if args.version else ''}: not in the registry ({error.error_code})") from None
-        out = Path(args.out) if args.out else home / "reports" / args.model
-        versions = [str(args.version)] if args.version is not None else None
-        written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(home, args.model))
-        return Answer({"leaderboard": str(written.leaderboard), "reports": {v: str(p) for v, p in written.versions.items()}})
 
 
 class Drift(Command):
@@ -403,9 +277,9 @@ class Drift(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         """One drift check of the model's champion now, as the schedule runs it."""
         from vlgate import tracking
+        from vlgate.cli.prefect_server import local_prefect_server
         from vlgate.evaluators.running.suite import Suite
         from vlgate.flows.drift import DriftOutcome, DriftResult
-        from vlgate.flows.prefect_server import local_prefect_server
         from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
 
         home = service_home()
@@ -426,60 +300,19 @@ class Drift(Command):
             except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
                 champion = tracking.champion_version(tracking.connect(home), args.name)
                 result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
-        summary = result.as_json()
+        summary: dict[str, JsonValue] = result.as_json()
 
         def text() -> None:
             print(f"{summary['model']} v{summary['version']}: {summary['outcome']}" if summary["version"] else f"{summary['model']}: {summary['outcome']}")
             if "error" in summary:
                 print(f"  {summary['error']}")
-            for check in sorted(summary["checks"], key=lambda check: not check["drifted"]):
+            for check in sorted(map(json_object, json_array(summary["checks"])), key=lambda check: not check["drifted"]):
                 print(f"  {'drifted' if check['drifted'] else 'ok':<8} {check['metric']}: {check['reason']}")
             if summary.get("run_id"):
                 print(f"drift run: {summary['run_id']}")
 
         status = EXIT_REJECTED if result.drifted else EXIT_NOT_JUDGED if result.outcome == DriftOutcome.NOT_CHECKED else 0
         return Answer(summary, status=status, text=text)
-
-
-class Plan(Command):
-    name = "plan"
-    help = "what each rule of a model's policy can decide on its suite's items, before anything runs"
-    description = (
-        "For every rule of the model's gate policy: the items it is judged on, the per-item spread of its statistic (measured on the "
-        "champion, paired with the version validated before it; assumed where there is none), the smallest change it detects with "
-        "80 % power at the policy's level, and the items its margin needs; a warning names each rule the suite is too small for "
-        "(flows/power.py). Exit status 0; 2 for bad input."
-    )
-    json_help = "the plan as one JSON object: every rule's row and the warnings"
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("name")
-
-    def run(self, args: argparse.Namespace) -> Answer:
-        """The model's power plan from its configuration, its suite's items and its champion's records."""
-        from vlgate import tracking
-        from vlgate.flows.power import configured_power_plan
-        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
-
-        home = service_home()
-        config = ServiceConfig.load(home).for_model(args.name)
-        if config is None:
-            raise UserError(f"registered model {args.name!r} is not configured in {home / CONFIG_FILE} (models.NAME: suite, policy)")
-        try:
-            plan = configured_power_plan(tracking.connect(home), args.name, config)
-        except ValueError as error:
-            raise UserError(str(error)) from None
-        summary = plan.model_dump(mode="json") | {"warnings": plan.warnings}
-
-        def text() -> None:
-            from vlgate.flows.power import plan_table
-            from vlgate.flows.terminal import terminal_console
-
-            terminal_console().print(plan_table(plan))
-            for warning in plan.warnings:
-                print(f"warning: {warning}")
-
-        return Answer(summary, text=text)
 
 
 class Serve(Command):
@@ -497,6 +330,6 @@ class Serve(Command):
         parser.add_argument("--once", action="store_true", help="poll once, wait for the flows it started, exit")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.service import serve
+        from vlgate.cli.service import serve
 
         return Answer(None, status=serve(webhook=not args.no_webhook, once=args.once, drift=not args.no_drift))

@@ -1,5 +1,5 @@
 """``vlgate stack up|down|status``: the real deployment's topology on this machine, without
-Docker (``flows/stack.py``)."""
+Docker (``cli/stack.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vlgate.flows.commands.base import Answer, Command, UserError
+from vlgate.cli.commands.base import Answer, Command, UserError
 
 
 class Stack(Command):
@@ -30,8 +30,8 @@ class Stack(Command):
         parser.add_argument("--purge", action="store_true", help="down: also drop the stack's databases and remove its folder")
 
     def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.cli.stack import LocalStack, StackError, alive, describe, state_json
         from vlgate.flows.settings import prepare_environment
-        from vlgate.flows.stack import LocalStack, StackError, alive, describe, state_json
 
         home = prepare_environment()
         folder = Path(args.dir) if args.dir else home / "stack"

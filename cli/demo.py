@@ -27,22 +27,29 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pydantic import JsonValue
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from vlgate import tracking
+from vlgate.cli.displays import display
+from vlgate.cli.terminal import terminal_console
+from vlgate.cli.world_progress import WorldBuildProgress
 from vlgate.flows import progress
-from vlgate.flows.displays import display
 from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
-from vlgate.flows.terminal import terminal_console
-from vlgate.flows.world_progress import WorldBuildProgress
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from vlgate.cli.service import ServiceStatus
 
 MODEL_NAME = "world-vlm"
 #: (checkpoint folder in the world, what the version is, the evaluator built to catch its
 #: fault or None), registered in this order: the family as it trains, then the trained
-#: version fine-tuned with one fault each (evaluators/world/checkpoints.py, FAULTS)
+#: version fine-tuned with one fault each (evaluators/world/faults.py, FAULTS)
 VERSIONS = (
     ("vlm-steps0", "untrained (random weights)", None),
     ("vlm-steps3000", "3,000 training steps", None),
@@ -133,7 +140,7 @@ def run_demo(console: Console | None = None, size: str = "medium") -> int:
     console = console or terminal_console(width=None if sys.stdout.isatty() else 120)
     home = prepare_environment()
     refuse_another_size(home, size)  # before any server starts
-    from vlgate.flows.prefect_server import local_prefect_server
+    from vlgate.cli.prefect_server import local_prefect_server
 
     with local_prefect_server(home):
         return _run_demo(console, home, size)
@@ -189,7 +196,7 @@ def _run_demo(console: Console, home: Path, size: str) -> int:
     champion = tracking.champion_version(client, MODEL_NAME)
     with console.status("reports (plots, HTML, leaderboard)…"):
         reports = write_reports(client, MODEL_NAME, [champion] if champion else [], home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
-    from vlgate.flows.service import service_status
+    from vlgate.cli.service import service_status
 
     status = service_status(home, MODEL_NAME)
     table, rejections = results_table(client, status)
@@ -230,7 +237,7 @@ def build_drift_batches(home: Path) -> dict[str, Path]:
     """The unlabelled batches' suites (built once; a batch folder with its suite is reused)."""
     from vlgate.evaluators.world.datasets import build_unlabelled_batch
 
-    suites = {}
+    suites: dict[str, Path] = {}
     for name, seed, corruption in DRIFT_BATCHES:
         folder = home / "batches" / name
         suite, marker = folder / "suite.yaml", folder / "batch.json"
@@ -243,7 +250,7 @@ def build_drift_batches(home: Path) -> dict[str, Path]:
     return suites
 
 
-def run_drift_checks(home: Path, console: Console) -> list[dict]:
+def run_drift_checks(home: Path, console: Console) -> list[dict[str, JsonValue]]:
     """The scheduled drift flow, run now on the clean and on the shifted batch. The
     champion's records on a batch are fingerprinted, so a second demo run reuses them."""
     from vlgate.flows.drift import drift_check
@@ -253,21 +260,25 @@ def run_drift_checks(home: Path, console: Console) -> list[dict]:
         console.print("  no champion: nothing to check for drift")
         return []
     suites = build_drift_batches(home)
-    checks = []
+    checks: list[dict[str, JsonValue]] = []
     with display(console):  # the champion's items on the reference and on each batch
         for name in ("incoming-clean", "incoming-shifted"):
             checks.append(drift_check(MODEL_NAME, batch=str(suites[name])).as_json() | {"batch_name": name})
     return checks
 
 
-def drift_table(checks: list[dict]) -> Table:
+def drift_table(checks: list[dict[str, JsonValue]]) -> Table:
+    """``checks``: ``run_drift_checks``'s (each drift result's JSON with its batch's name)."""
     table = Table(title="drift checks of the champion (MLflow runs tagged vlgate.drift)", box=box.SIMPLE_HEAD)
     for column in ("batch", "metric", "reference mean", "batch mean", "KS p", "drift"):
         table.add_column(column, justify="left" if column in ("batch", "metric") else "right")
     for check in checks:
-        for result in check["checks"]:
+        results, batch_name = check["checks"], check["batch_name"]
+        assert isinstance(results, list) and isinstance(batch_name, str)
+        for result in results:
+            assert isinstance(result, dict) and isinstance(result["metric"], str)
             table.add_row(
-                check["batch_name"],
+                batch_name,
                 result["metric"],
                 _fmt_plain(result["mean_reference"]),
                 _fmt_plain(result["mean_current"]),
@@ -277,7 +288,7 @@ def drift_table(checks: list[dict]) -> Table:
     return table
 
 
-def results_table(client, status: dict) -> tuple[Table, list[str]]:
+def results_table(client: MlflowClient, status: ServiceStatus) -> tuple[Table, list[str]]:
     """Each version's headline metrics and decision (``status``: ``service_status``'s), and
     the reasons of every rejection."""
     table = Table(title=f"{MODEL_NAME}: every version's validation (★ champion)", box=box.SIMPLE_HEAD)
@@ -312,7 +323,7 @@ def caught_by(reasons: list[str]) -> list[str]:
     return list(dict.fromkeys(name for name in named if name in registry.names()))
 
 
-def fault_table(status: dict) -> Table:
+def fault_table(status: ServiceStatus) -> Table:
     """The story of the faulty versions: each was built for one evaluator to catch; which
     evaluators' checks rejected it (``status``: ``service_status``'s)."""
     built_for = {description: evaluator for _, description, evaluator in VERSIONS if evaluator}
@@ -330,7 +341,7 @@ def fault_table(status: dict) -> Table:
     return table
 
 
-def correlation_table(client) -> Table:
+def correlation_table(client: MlflowClient) -> Table:
     from vlgate.flows.correlations import correlate_across_versions, version_table
 
     frame = version_table(client, MODEL_NAME)
@@ -342,9 +353,9 @@ def correlation_table(client) -> Table:
     return table
 
 
-def _fmt(value) -> str:
+def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:+.3f}"
 
 
-def _fmt_plain(value) -> str:
+def _fmt_plain(value: JsonValue) -> str:
     return "—" if value is None else f"{value:.3g}"

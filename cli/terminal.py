@@ -17,10 +17,11 @@ import io
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import IO, TextIO, TypedDict, Unpack
 
-from rich.console import Console, ConsoleOptions, RenderableType
+from rich.console import Console, ConsoleOptions, HighlighterType, JustifyMethod, OverflowMethod, RenderableType
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 
 from vlgate.text import UNSAFE, visible
@@ -70,8 +71,21 @@ class VisibleConsole(Console):
     it), and every segment rendered (a ``Text`` built elsewhere); the segments rich itself
     marks as control (cursor moves of a live view) pass as they are."""
 
-    def render_str(self, text: str, **options: Any) -> Text:
-        return super().render_str(visible(text, keep="\n"), **options)
+    def render_str(
+        self,
+        text: str,
+        *,
+        style: str | Style = "",
+        justify: JustifyMethod | None = None,
+        overflow: OverflowMethod | None = None,
+        emoji: bool | None = None,
+        markup: bool | None = None,
+        highlight: bool | None = None,
+        highlighter: HighlighterType | None = None,
+    ) -> Text:
+        return super().render_str(
+            visible(text, keep="\n"), style=style, justify=justify, overflow=overflow, emoji=emoji, markup=markup, highlight=highlight, highlighter=highlighter
+        )
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for segment in super().render(renderable, options):
@@ -81,7 +95,20 @@ class VisibleConsole(Console):
                 yield Segment(visible(segment.text, keep="\n"), segment.style)
 
 
-def terminal_console(**options: Any) -> VisibleConsole:
+class ConsoleSettings(TypedDict, total=False):
+    """The ``rich.console.Console`` arguments a command's console is made with."""
+
+    file: IO[str] | None
+    width: int | None
+    height: int | None
+    force_terminal: bool | None
+    record: bool
+    stderr: bool
+    highlight: bool
+    soft_wrap: bool
+
+
+def terminal_console(**options: Unpack[ConsoleSettings]) -> VisibleConsole:
     """The console a command prints rich output through: a :class:`VisibleConsole` on
     stdout (the stream under :func:`visible_stdout`'s, so rich still styles a terminal)."""
     if "file" not in options and isinstance(sys.stdout, VisibleStream):
@@ -89,7 +116,7 @@ def terminal_console(**options: Any) -> VisibleConsole:
     return VisibleConsole(**options)
 
 
-def data_text(value: Any, keep: str = "", style: str = "") -> Text:
+def data_text(value: object, keep: str = "", style: str = "") -> Text:
     """A value from data as a rich cell: shown as written (no markup), control characters
     escaped; ``keep="\\n"`` for a cell of several lines."""
     return Text(visible(str(value), keep=keep), style=style)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from collections.abc import Set as AbstractSet
+from typing import IO
 
 from rich.console import Console
 
 
-def reroute_log_handlers(console: Console, terminal: set[Any]) -> list[Callable[[], None]]:
+def reroute_log_handlers(console: Console, terminal: AbstractSet[IO[str] | None]) -> list[Callable[[], None]]:
     """While the live view runs, a log handler that writes to the ``terminal`` streams
     (Prefect's console handler keeps the stderr it was configured with, and prints through
     a rich console of its own) is replaced on its logger by rich's ``RichHandler`` on the

@@ -38,15 +38,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
-from vlgate.decisions import PowerPlan, Rule, RulePower
-from vlgate.evaluators import registry
+import pandas as pd
+
+from vlgate.decisions import CheckKey, PowerPlan, Rule, RulePower
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
 from vlgate.evaluators.metrics.score_test import paired_score
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.flows.gate import CheckKey, GatePolicy, category_ids, resampled_statistic, set_statistic
+from vlgate.gate.checks import category_ids, resampled_statistic, set_statistic
+from vlgate.gate.policy import GatePolicy, ResolvedMetric
 
 #: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
 #: assumed for a version when there is no champion to measure one on
@@ -60,9 +61,8 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def bounded_unit(qualified: str) -> bool:
-    spec = registry.metric(qualified)
-    return spec is not None and spec.low == 0.0 and spec.high == 1.0
+def bounded_unit(metric: ResolvedMetric) -> bool:
+    return metric.value_range == (0.0, 1.0)
 
 
 class _Spreads:
@@ -74,44 +74,42 @@ class _Spreads:
         self.champion_version, self.baseline_version = champion_version, baseline_version
         self.resamples = resamples
 
-    def _frame(self, outputs: dict[str, EvaluatorOutput] | None, evaluator: str, ids: set[Any] | None) -> Any:
-        output = None if outputs is None else outputs.get(evaluator)
+    def _frame(self, outputs: dict[str, EvaluatorOutput] | None, metric: ResolvedMetric, ids: frozenset[object] | None) -> pd.DataFrame | None:
+        output = None if outputs is None else outputs.get(metric.evaluator)
         frame = None if output is None else output.samples
         if frame is not None and ids is not None:
             frame = frame[frame["id"].isin(ids)]
         return frame
 
-    def single(self, qualified: str, ids: set[Any] | None = None) -> tuple[float | None, float | None, str]:
+    def single(self, metric: ResolvedMetric, ids: frozenset[object] | None = None) -> tuple[float | None, float | None, str]:
         """(the champion's value, the per-item spread, where it came from)."""
-        evaluator, metric = registry.split_metric(qualified)
-        frame = self._frame(self.champion, evaluator, ids)
+        frame = self._frame(self.champion, metric, ids)
         if frame is None or len(frame) < 2:
-            if bounded_unit(qualified):
+            if bounded_unit(metric):
                 return None, LARGEST_UNIT_SPREAD, "assumed: no champion records"
             return None, None, "unknown: no champion records"
-        statistic = set_statistic(evaluator, metric)
-        error = bootstrap_standard_error(frame, statistic, self.resamples, self.policy.seed, resampled_statistic(evaluator, metric, frame))
+        statistic = set_statistic(metric)
+        error = bootstrap_standard_error(frame, statistic, self.resamples, self.policy.seed, resampled_statistic(metric, frame))
         value = statistic(frame)
         spread = None if error is None else error * math.sqrt(len(frame))
         return _finite(value), _finite(spread), f"champion v{self.champion_version}"
 
-    def paired(self, qualified: str, ids: set[Any] | None = None) -> tuple[float | None, str]:
+    def paired(self, metric: ResolvedMetric, ids: frozenset[object] | None = None) -> tuple[float | None, str]:
         """(the per-item spread of candidate − champion, where it came from)."""
-        evaluator, metric = registry.split_metric(qualified)
-        mine, theirs = self._frame(self.champion, evaluator, ids), self._frame(self.baseline, evaluator, ids)
+        mine, theirs = self._frame(self.champion, metric, ids), self._frame(self.baseline, metric, ids)
         if mine is not None and theirs is not None:
             # the spread of the change's jackknife pseudo-values: what the gate's score test sees
-            result = paired_score(mine, theirs, set_statistic(evaluator, metric), resampled_statistic(evaluator, metric, mine))
+            result = paired_score(mine, theirs, set_statistic(metric), resampled_statistic(metric, mine))
             spread = _finite(float(result.pseudo_values.std(ddof=1))) if result.testable else None
             if spread is not None:
                 return spread, f"champion v{self.champion_version} paired with v{self.baseline_version}"
-        _, spread, source = self.single(qualified, ids)
+        _, spread, source = self.single(metric, ids)
         if spread is None:
             return None, source
         return math.sqrt(2) * spread, f"{source}, versions taken as uncorrelated" if source.startswith("champion") else f"{source}, two versions"
 
 
-def _count(items: int | None, ids: set[Any] | None) -> int | None:
+def _count(items: int | None, ids: frozenset[object] | None) -> int | None:
     return len(ids) if ids is not None else items
 
 
@@ -119,8 +117,8 @@ def _no_items(key: CheckKey) -> str:
     return f"{key.name}: no items to judge it on"
 
 
-def _bound_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads, ids: set[Any] | None, power: float) -> RulePower:
-    value, spread, source = spreads.single(key.metric, ids)
+def _bound_row(key: CheckKey, metric: ResolvedMetric, limit: float, items: int | None, spreads: _Spreads, ids: frozenset[object] | None, power: float) -> RulePower:
+    value, spread, source = spreads.single(metric, ids)
     n = _count(items, ids)
     floor = key.rule is Rule.FLOOR
     margin = None if value is None else (value - limit if floor else limit - value)
@@ -136,8 +134,10 @@ def _bound_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads
     return RulePower(check=key.name, rule=key.rule, items=n, spread=spread, spread_from=source, level=ESTIMATE_ITSELF, margin=margin, detectable=detectable, items_needed=needed, warning=warning)
 
 
-def _comparison_row(key: CheckKey, limit: float, items: int | None, spreads: _Spreads, ids: set[Any] | None, alpha: float, fail_level: float, power: float) -> RulePower:
-    spread, source = spreads.paired(key.metric, ids)
+def _comparison_row(
+    key: CheckKey, metric: ResolvedMetric, limit: float, items: int | None, spreads: _Spreads, ids: frozenset[object] | None, alpha: float, fail_level: float, power: float,
+) -> RulePower:  # fmt: skip
+    spread, source = spreads.paired(metric, ids)
     n = _count(items, ids)
     superiority = key.rule is Rule.SUPERIORITY
     level = alpha if superiority else fail_level
@@ -158,10 +158,10 @@ def _comparison_row(key: CheckKey, limit: float, items: int | None, spreads: _Sp
     return RulePower(check=key.name, rule=key.rule, items=n, spread=spread, spread_from=source, level=level, margin=margin, detectable=detectable, items_needed=needed, warning=warning)
 
 
-def _category_ids(champion: dict[str, EvaluatorOutput] | None, evaluator: str, only: Iterable[str] | None) -> dict[str, set[Any]]:
+def _category_ids(champion: dict[str, EvaluatorOutput] | None, metric: ResolvedMetric, only: Iterable[str] | None) -> dict[str, frozenset[object]]:
     """Each category's record ids in the champion's records (the categories a rule names, or all)."""
-    found = category_ids(None if champion is None else champion.get(evaluator), evaluator)
-    return {category: found.get(category, set()) for category in (only or sorted(found))}
+    found = category_ids(None if champion is None else champion.get(metric.evaluator), metric)
+    return {category: found.get(category, frozenset()) for category in (only or sorted(found))}
 
 
 def plan_power(
@@ -181,70 +181,17 @@ def plan_power(
     (the policy's by default)."""
     alpha = 1 - policy.confidence
     spreads = _Spreads(policy, champion, baseline, champion_version, baseline_version, resamples or policy.resamples)
-    categories = {name: _category_ids(champion, registry.split_metric(name)[0], rule.only) for name, rule in policy.categories.items()}
-    comparisons = len(policy.regressions) + len(policy.superiority) + sum(len(categories[name]) for name, rule in policy.categories.items() if rule.max_drop is not None)
+    rules = policy.rules
+    categories = [(category_rules, _category_ids(champion, category_rules.metric, category_rules.only)) for category_rules in rules.categories]
+    comparisons = len(rules.comparisons) + sum(len(ids) for category_rules, ids in categories if category_rules.limit is not None)
     fail_level = alpha / comparisons if policy.correction != "none" and comparisons else alpha
-    rows = []
-    for name, limit in policy.floors.items():
-        rows.append(_bound_row(CheckKey(Rule.FLOOR, name), limit, items.get(registry.split_metric(name)[0]), spreads, None, power))
-    for name, limit in policy.ceilings.items():
-        rows.append(_bound_row(CheckKey(Rule.CEILING, name), limit, items.get(registry.split_metric(name)[0]), spreads, None, power))
-    for name, regression in policy.regressions.items():
-        rows.append(_comparison_row(CheckKey(Rule.REGRESSION, name), -regression.max_drop, items.get(registry.split_metric(name)[0]), spreads, None, alpha, fail_level, power))
-    for name, superiority in policy.superiority.items():
-        rows.append(_comparison_row(CheckKey(Rule.SUPERIORITY, name), superiority.min_gain, items.get(registry.split_metric(name)[0]), spreads, None, alpha, fail_level, power))
-    for name, rule in policy.categories.items():
-        for category, ids in categories[name].items():
-            for kind, bound in ((Rule.FLOOR, rule.floor), (Rule.CEILING, rule.ceiling)):
-                if bound is not None:
-                    rows.append(_bound_row(CheckKey(kind, name, category), bound, None, spreads, ids, power))
-            if rule.max_drop is not None:
-                rows.append(_comparison_row(CheckKey(Rule.REGRESSION, name, category), -rule.max_drop, None, spreads, ids, alpha, fail_level, power))
+    rows = [_bound_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, power) for rule in rules.bounds]
+    rows += [_comparison_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, alpha, fail_level, power) for rule in rules.comparisons]
+    for category_rules, by_category in categories:
+        metric = category_rules.metric
+        for category, ids in by_category.items():
+            for kind, bound in category_rules.bounds:
+                rows.append(_bound_row(CheckKey(kind, metric.qualified, category), metric, bound, None, spreads, ids, power))
+            if category_rules.limit is not None:
+                rows.append(_comparison_row(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, category_rules.limit, None, spreads, ids, alpha, fail_level, power))
     return PowerPlan(model=model, champion=champion_version if champion is not None else None, baseline=baseline_version if baseline is not None else None, alpha=alpha, power=power, rules=rows)
-
-
-def configured_power_plan(client: Any, model: str, config: Any) -> PowerPlan:
-    """The plan of ``model`` under its configuration (``flows/settings.py``'s ModelConfig):
-    its suite's items, its champion's records and those of the version validated last
-    before the champion, read from MLflow. ValueError (the file and what is wrong) for a
-    suite or policy that does not load or data that cannot be counted."""
-    from vlgate import tracking
-    from vlgate.evaluators.running.suite import count_items
-    from vlgate.flows.recording import run_outputs, version_outputs
-    from vlgate.flows.settings import read_model_config
-
-    suite, policy = read_model_config(config)
-    try:
-        items = count_items(suite, policy.evaluators())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"suite {config.suite}: {error}") from None
-    champion_version = tracking.champion_version(client, model)
-    champion = version_outputs(client, model, champion_version) if champion_version else None
-    baseline_version, baseline = None, None
-    if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
-        runs = tracking.validation_runs(client, model)
-        earlier = [int(v) for v in runs if v.isdigit() and int(v) < int(champion_version)]
-        if earlier:
-            baseline_version = str(max(earlier))
-            baseline = run_outputs(client, runs[baseline_version].info.run_id)
-    return plan_power(model, policy, items, champion or None, champion_version, baseline, baseline_version)
-
-
-def _shown(value: float | None, digits: int = 4) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def plan_table(plan: PowerPlan) -> Any:
-    """The plan as a rich table, a row per rule (the warnings are printed under it)."""
-    from rich import box
-    from rich.table import Table
-
-    based_on = f"champion v{plan.champion}" + (f", paired with v{plan.baseline}" if plan.baseline else "") if plan.champion else "no champion: spreads assumed"
-    table = Table(title=f"{plan.model}: what each rule can decide ({plan.power:.0%} power, α = {plan.alpha:g}; {based_on})", box=box.SIMPLE_HEAD)
-    for column in ("check", "items", "spread", "level", "margin", "detectable", "items needed", ""):
-        table.add_column(column, justify="left" if column in ("check", "") else "right")
-    for rule in plan.rules:
-        level = "estimate" if rule.level == ESTIMATE_ITSELF else f"{rule.level:.3g}"
-        needed = "—" if rule.items_needed is None else f"{rule.items_needed:,}"
-        table.add_row(rule.check, "—" if rule.items is None else f"{rule.items:,}", _shown(rule.spread, 3), level, _shown(rule.margin), _shown(rule.detectable), needed, "[bold red]warning[/]" if rule.warning else "ok")
-    return table

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vlgate.flows.displays import duration
+from vlgate.cli.displays import duration
 
 #: make-world's phases (the manifest's ``seconds`` keys), as its progress names them
 BUILD_PHASES = {

@@ -2,12 +2,12 @@
 comes up while the process imports its libraries.
 
 With no ``PREFECT_API_URL``, Prefect itself starts a temporary server the moment the
-first flow runs and waits for it (5 s on a migrated database, 11-14 s on a fresh one
-here, which migrates its SQLite schema first): all of it on the flow's critical path.
+first flow runs and waits for it (longer on a fresh database, which migrates its SQLite
+schema first): all of it on the flow's critical path (benchmarks/RESULTS.md has the times).
 :class:`LocalPrefectServer` starts the same kind of server (``prefect server start`` on
 ``$PREFECT_HOME/prefect.db``) at the top of a command instead, so the server's start
-overlaps the command's own imports (Prefect, MLflow, Great Expectations, torch: several
-seconds on one core while the server uses the other).
+overlaps the command's own imports (Prefect, MLflow, Great Expectations, torch) on
+another core.
 
 A fresh ``VLGATE_HOME``'s database is seeded from an empty, already migrated one kept per
 Prefect version in the user's cache (``$XDG_CACHE_HOME/vlgate``): the schema migrations
@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import version as installed_version
 from pathlib import Path
+from typing import TextIO
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def seed_database_path() -> Path:
     return cache / "vlgate" / f"prefect-{installed_version('prefect')}.db"
 
 
-def ensure_seed_database(log_file) -> Path:
+def ensure_seed_database(log_file: TextIO) -> Path:
     """The seed database, migrated now (``prefect server database upgrade``) if this
     machine has none yet; written to a temporary name and renamed, so processes racing
     to create it never see half of one."""
@@ -92,7 +93,7 @@ class LocalPrefectServer:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         self.log_path = prefect_home / "server.log"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._start_error: BaseException | None = None
         self._starter = threading.Thread(target=self._launch, name="vlgate-prefect-server", daemon=True)
 
@@ -190,7 +191,7 @@ def _without_flow_heartbeats(needless: bool) -> Iterator[None]:
     """Where ``needless``, no flow run heartbeats in this thread's context. A server without
     services reads none (finding crashed runs by their heartbeats is a service), and each
     flow's end waits up to a second for its heartbeat thread, which sleeps in one-second
-    steps: about 0.7 s of every `vlgate validate`."""
+    steps, on every `vlgate validate` (benchmarks/RESULTS.md)."""
     if not needless:
         yield
         return

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from vlgate.cli.terminal import data_text
+from vlgate.cli.terminal_logs import reroute_log_handlers
 from vlgate.flows.progress import Event, Stage, subscribe, unsubscribe
-from vlgate.flows.terminal import data_text
-from vlgate.flows.terminal_logs import reroute_log_handlers
 
 #: what a stage is called where it is shown
 STAGE_WORDS = {

@@ -1,4 +1,4 @@
-"""The ``vlgate`` command line: the commands of ``vlgate.flows.commands``, each parsed,
+"""The ``vlgate`` command line: the commands of ``vlgate.cli.commands``, each parsed,
 run and printed the same way.
 
 Errors a user can fix (bad records, a missing column, a missing file, a configuration that
@@ -6,7 +6,7 @@ does not load) print one line on stderr, ``vlgate COMMAND: what and where``, and
 status 2; no traceback. Every other answer is printed by :func:`render`.
 
 What reaches the terminal as text may quote data (a question, a model's answer, a model
-name): a text answer is printed through ``flows/terminal.py``'s ``visible_stdout`` and an
+name): a text answer is printed through ``cli/terminal.py``'s ``visible_stdout`` and an
 error line through ``vlgate/text.py``'s ``visible``, so control characters and bidi
 overrides in it are shown as escapes, never acted on. ``--json`` is printed as it is.
 """
@@ -18,9 +18,9 @@ import gc
 import sys
 from collections.abc import Sequence
 
+from vlgate.cli.commands import COMMANDS
+from vlgate.cli.commands.base import EXIT_BAD_INPUT, Answer, UserError, print_json
 from vlgate.config import ConfigError
-from vlgate.flows.commands import COMMANDS
-from vlgate.flows.commands.base import EXIT_BAD_INPUT, Answer, UserError, print_json
 from vlgate.text import visible
 
 
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 def render(answer: Answer, as_json: bool) -> int:
     """An answer on stdout: its text form unless ``--json`` was asked or it has none; its exit status."""
     if answer.text is not None and not as_json:
-        from vlgate.flows.terminal import visible_stdout
+        from vlgate.cli.terminal import visible_stdout
 
         with visible_stdout():
             answer.text()
@@ -65,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main() -> int:
     """The ``vlgate`` console script: :func:`main`, then everything the command built is
     left to the operating system. The interpreter's last garbage collection at exit walks
-    every object MLflow, Prefect and Great Expectations made, 1.4 s after `vlgate validate`
-    here; frozen objects are skipped. Exit handlers still run (Prefect's log and event
+    every object MLflow, Prefect and Great Expectations made (benchmarks/RESULTS.md has
+    what it cost `vlgate validate`); frozen objects are skipped. Exit handlers still run (Prefect's log and event
     workers drain in them), and vlgate closes its files and connections itself."""
     status = main()
     gc.freeze()

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vlgate.flows.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
+from vlgate.cli.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
 from vlgate.text import visible
 
 
@@ -41,11 +41,12 @@ class Score(Command):
             raise UserError(f"{args.file}: {lines} invalid record(s); nothing scored (use --skip-invalid to score the rest)", details) from None
         except (ValueError, OSError) as exc:
             raise UserError(str(exc)) from None
+        answer: dict[str, object] = dict(metrics)
         if valid.errors:
             for error in valid.errors:
                 print(visible(f"{args.file}: skipped {error}"), file=sys.stderr)
-            metrics["skipped"] = [error.as_dict() for error in valid.errors]
-        return Answer(metrics)
+            answer["skipped"] = [error.as_dict() for error in valid.errors]
+        return Answer(answer)
 
 
 def _read_csv_strictly(path: Path) -> tuple[list[list[str]], list[str]]:
@@ -127,9 +128,9 @@ class MakeWorld(Command):
         import contextlib
         import time
 
+        from vlgate.cli.displays import duration
+        from vlgate.cli.world_progress import WorldBuildProgress
         from vlgate.evaluators.world.build import build_world
-        from vlgate.flows.displays import duration
-        from vlgate.flows.world_progress import WorldBuildProgress
         from vlgate.home import vlgate_home
 
         out = Path(args.out) if args.out else vlgate_home() / "world"
@@ -231,8 +232,8 @@ class CheckModel(Command):
             )
 
         def table() -> None:
+            from vlgate.cli.terminal import terminal_console
             from vlgate.flows.model_check import check_table
-            from vlgate.flows.terminal import terminal_console
 
             terminal_console().print(check_table(result))
 
@@ -285,7 +286,7 @@ class Init(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         """A commented suite, policy and vlgate.yaml entry for one model, checked as validate checks them."""
-        from vlgate.flows.scaffold import ScaffoldError, write_starting_config
+        from vlgate.cli.scaffold import ScaffoldError, write_starting_config
         from vlgate.flows.settings import model_problem
         from vlgate.home import vlgate_home
 
@@ -316,7 +317,7 @@ class Examples(Command):
     description = "Score the shipped example records of every evaluator and reproduce the VL-LCM paper's Table 1 correlations."
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.examples import run_examples
+        from vlgate.cli.examples import run_examples
 
         return Answer(None, status=run_examples())  # it prints its own tables
 
@@ -332,7 +333,7 @@ class Check(Command):
     json_help = "the evaluators checked, as one JSON object"
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.service import checked_evaluators
+        from vlgate.cli.service import checked_evaluators
 
         checked = checked_evaluators()
         return Answer({"checked": checked}, text=lambda: print("\n".join(f"ok  {name}" for name in checked)))
@@ -355,7 +356,7 @@ class Demo(Command):
         )
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.demo import DemoError, run_demo
+        from vlgate.cli.demo import DemoError, run_demo
 
         try:
             return Answer(None, status=run_demo(size=args.size))  # it prints its own progress and tables

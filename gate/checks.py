@@ -1,0 +1,252 @@
+"""What the fixed-sample and the sequential gate judge alike: that each evaluator ran and
+met its expectations, the bounds on the candidate's values, each comparison with the
+champion made on the shared items (the paired score test, ``evaluators/metrics/score_test.py``),
+waivers, and the decision the checks add up to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from vlgate.decisions import Check, CheckKey, DecisionRecord, LookRecord, Outcome, Rule, Verdict
+from vlgate.evaluators.metrics.common import MetricValues
+from vlgate.evaluators.metrics.score_test import PairedScore, paired_score
+from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.gate import rendering
+from vlgate.gate.policy import EVERY_CATEGORY, CategoryRules, GatePolicy, ResolvedMetric
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.metrics.bootstrap import ResampledStatistic
+
+#: the outputs of one version, by evaluator
+Outputs = dict[str, EvaluatorOutput]
+
+
+def verdict_of(passed: bool, judged: bool = True) -> Verdict:
+    """A check's verdict from whether it held and whether there was anything to judge."""
+    return Verdict.PASS if passed else Verdict.FAIL if judged else Verdict.COULD_NOT_JUDGE
+
+
+def ran_checks(policy: GatePolicy, candidate: Outputs) -> list[Check]:
+    """Every evaluator the suite ran is judged, required or not: an output that crashed or
+    failed its expectations blocks promotion (fail closed: any failed expectation);
+    ``required`` adds that the evaluator must be there at all."""
+    checks = []
+    for evaluator in [*policy.required, *(name for name in candidate if name not in policy.required)]:
+        result = candidate.get(evaluator)
+        ran = CheckKey(Rule.RAN, evaluator)
+        if result is None:
+            checks.append(Check.of(ran, Verdict.COULD_NOT_JUDGE, rendering.NO_RESULT))
+        elif result.error:
+            checks.append(Check.of(ran, Verdict.COULD_NOT_JUDGE, rendering.evaluator_failed(result.error)))
+        else:
+            checks.append(Check.of(ran, Verdict.PASS, rendering.evaluator_ran(len(result.records))))
+            passed = result.expectations_passed
+            listed = (result.expectations or {}).get("failures")
+            failures = [str(line) for line in listed] if isinstance(listed, list) else []
+            detail = rendering.EXPECTATIONS_PASSED if passed else rendering.expectation_failures(evaluator, failures)
+            checks.append(Check.of(CheckKey(Rule.EXPECTATIONS, evaluator), verdict_of(passed), detail))
+    return checks
+
+
+def metric_value(output: EvaluatorOutput | None, metric: ResolvedMetric) -> float | None:
+    value = None if output is None or output.metrics is None else output.metrics.get(metric.name)
+    return None if value is None or isinstance(value, dict) else float(value)
+
+
+def bound_check(key: CheckKey, limit: float, value: float | None) -> Check:
+    """A floor or ceiling judged on the candidate's estimate itself."""
+    if value is None:
+        return Check.of(key, Verdict.COULD_NOT_JUDGE, rendering.METRIC_MISSING, limit=limit)
+    floor = key.rule is Rule.FLOOR
+    passed = value >= limit if floor else value <= limit
+    return Check.of(key, verdict_of(passed), rendering.bound(value, limit, floor, passed), candidate=value, limit=limit)
+
+
+def _category_metrics(output: EvaluatorOutput | None, metric: ResolvedMetric) -> dict[str, MetricValues] | None:
+    """The candidate's per-category metrics (scoring's ``by_<group field>``), None if absent."""
+    breakdown = None if output is None or output.metrics is None else output.metrics.get(f"by_{metric.group_field}")
+    return breakdown if isinstance(breakdown, dict) else None
+
+
+def category_bound_checks(rules: CategoryRules, candidate: Outputs) -> list[Check]:
+    """Each category's floors and ceilings on the candidate's per-category metrics."""
+    if not rules.bounds:
+        return []
+    metric = rules.metric
+    breakdown = _category_metrics(candidate.get(metric.evaluator), metric)
+    if breakdown is None:
+        return [Check.of(CheckKey(kind, metric.qualified, EVERY_CATEGORY), Verdict.COULD_NOT_JUDGE, rendering.NO_CATEGORY_METRICS, limit=limit) for kind, limit in rules.bounds]
+    checks = []
+    for category in rules.only or sorted(breakdown):
+        values = breakdown.get(category)
+        for kind, limit in rules.bounds:
+            key = CheckKey(kind, metric.qualified, category)
+            records = int(values.get("n") or 0) if values is not None else None
+            if records is not None and records < rules.min_samples:
+                checks.append(Check.of(key, Verdict.PASS, rendering.too_few_records(records, rules.min_samples), limit=limit))
+                continue
+            value = None if values is None else values.get(metric.name)
+            checks.append(bound_check(key, limit, None if value is None else float(value)))
+    return checks
+
+
+def bound_checks(policy: GatePolicy, candidate: Outputs) -> list[Check]:
+    """Every floor and ceiling judged on the candidate's estimates, per-category ones too."""
+    checks = [bound_check(rule.key, rule.limit, metric_value(candidate.get(rule.metric.evaluator), rule.metric)) for rule in policy.rules.bounds]
+    for rules in policy.rules.categories:
+        checks.extend(category_bound_checks(rules, candidate))
+    return checks
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison with the champion before it is judged: its check's key (a regression
+    or superiority rule, its metric and category), metric and margin; ``ids`` the
+    category's sample ids (None: every sample); ``too_few`` the category's records when
+    fewer than the rule's ``min_samples`` (skipped); ``no_categories``: the candidate has
+    none to compare by (fail closed)."""
+
+    key: CheckKey
+    metric: ResolvedMetric
+    limit: float
+    ids: frozenset[object] | None = None
+    too_few: tuple[int, int] | None = None
+    no_categories: bool = False
+
+    def check(self, verdict: Verdict, detail: str, **numbers: object) -> Check:
+        """A check of this comparison made without a test (nothing to compare, skipped, fail closed)."""
+        return Check.of(self.key, verdict, detail, limit=self.limit, **numbers)
+
+
+def set_statistic(metric: ResolvedMetric) -> Callable[[pd.DataFrame], float | None]:
+    """The set-level metric of a per-sample frame (with ``id``), by the evaluator's own aggregate."""
+    aggregate = metric.definition.aggregate
+
+    def statistic(frame: pd.DataFrame) -> float | None:
+        value = aggregate(frame.drop(columns="id")).get(metric.name)
+        return None if value is None else float(value)
+
+    return statistic
+
+
+def resampled_statistic(metric: ResolvedMetric, frame: pd.DataFrame) -> ResampledStatistic | None:
+    """The metric of many resamples of a per-sample frame (with ``id``) at once, where the
+    evaluator's definition computes it so (``EvaluatorDefinition.resampled``); None otherwise."""
+    resampled = metric.definition.resampled
+    if resampled is None or metric.name not in resampled(frame.drop(columns="id"), np.zeros((0, len(frame)))):
+        return None
+
+    def statistic(frame: pd.DataFrame, counts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return resampled(frame.drop(columns="id"), counts)[metric.name]
+
+    return statistic
+
+
+def category_ids(output: EvaluatorOutput | None, metric: ResolvedMetric) -> dict[str, frozenset[object]]:
+    """Each category's record ids (by the evaluator's group field); uncategorised records
+    belong to no category's rule."""
+    group_field = metric.group_field or ""
+    by_category: dict[str, set[object]] = {}
+    for record in output.records if output is not None else []:
+        if record.get(group_field) is not None:
+            by_category.setdefault(str(record[group_field]), set()).add(record.get("id"))
+    return {category: frozenset(ids) for category, ids in by_category.items()}
+
+
+def comparisons(policy: GatePolicy, candidate: Outputs, champion: Outputs | None) -> list[Comparison]:
+    """Every comparison with the champion the policy makes, before it is judged."""
+    made = [Comparison(rule.key, rule.metric, rule.limit) for rule in policy.rules.comparisons]
+    for rules in policy.rules.categories:
+        if rules.limit is not None:
+            made += _category_comparisons(rules, rules.limit, candidate, champion)
+    return made
+
+
+def _category_comparisons(rules: CategoryRules, limit: float, candidate: Outputs, champion: Outputs | None) -> list[Comparison]:
+    metric = rules.metric
+    by_category = category_ids(candidate.get(metric.evaluator), metric)
+    if champion is not None and not by_category:
+        return [Comparison(CheckKey(Rule.REGRESSION, metric.qualified, EVERY_CATEGORY), metric, limit, no_categories=True)]
+    made = []
+    for category in rules.only or sorted(by_category):
+        ids = by_category.get(category, frozenset())
+        too_few = (len(ids), rules.min_samples) if len(ids) < rules.min_samples else None
+        made.append(Comparison(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, limit, ids, too_few))
+    return made
+
+
+def paired_comparison(comparison: Comparison, candidate: Outputs, champion: Outputs | None) -> Check | PairedScore:
+    """A comparison's paired change on the shared samples, better positive, with its
+    jackknife pseudo-values (``evaluators/metrics/score_test.py``), or the check that says
+    why it cannot be made (skipped, no champion, records missing, other protocols, an
+    undefined metric)."""
+    if comparison.too_few is not None:
+        return comparison.check(Verdict.PASS, rendering.too_few_records(*comparison.too_few))
+    if comparison.no_categories:
+        return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.NO_CATEGORY_RECORDS)
+    if champion is None:
+        return comparison.check(Verdict.PASS, rendering.NO_CHAMPION)
+    metric = comparison.metric
+    mine, theirs = candidate.get(metric.evaluator), champion.get(metric.evaluator)
+    if mine is None or mine.samples is None or theirs is None or theirs.samples is None:
+        return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.RECORDS_MISSING)
+    if mine.protocol != theirs.protocol:
+        return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.protocols_differ(metric.evaluator, _protocol(mine.protocol), _protocol(theirs.protocol)))
+    mine_samples, their_samples = mine.samples, theirs.samples
+    if comparison.ids is not None:
+        mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
+    result = paired_score(mine_samples, their_samples, set_statistic(metric), resampled_statistic(metric, mine_samples), metric.value_range)
+    if not result.testable:
+        return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.cannot_compare(result.n_shared), candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
+    return result.improvement(metric.lower_is_better)
+
+
+def _protocol(value: object) -> str | None:
+    """A records' protocol as it is named (records carry it as JSON)."""
+    return None if value is None else str(value)
+
+
+def apply_waivers(checks: Sequence[Check], policy: GatePolicy, today: date) -> list[Check]:
+    """A failing check named by a waiver whose day has not passed is let through, on record."""
+    judged = []
+    for check in checks:
+        waiver = policy.waiver(check.key)
+        if waiver is not None and not check.passed:
+            if waiver.until < today:
+                check = check.model_copy(update={"detail": rendering.waiver_expired(check.detail, waiver)})
+            else:
+                check = check.model_copy(update={"waiver": waiver, "verdict": Verdict.WAIVED, "detail": rendering.waived(check.detail, waiver)})
+        judged.append(check)
+    return judged
+
+
+def outcome_of(checks: Sequence[Check], settled: bool) -> Outcome:
+    """promoted when every check passed and the decision stands; rejected when a rule
+    failed on the numbers; could not judge when something to judge was missing (the
+    version may be fine: rerun once fixed); inconclusive when the only failures are
+    comparisons too uncertain to decide (more shared samples would)."""
+    if settled and all(check.passed for check in checks):
+        return Outcome.PROMOTED
+    verdicts = {check.verdict for check in checks}
+    if Verdict.FAIL in verdicts:
+        return Outcome.REJECTED
+    return Outcome.COULD_NOT_JUDGE if Verdict.COULD_NOT_JUDGE in verdicts else Outcome.INCONCLUSIVE
+
+
+def concluded(checks: Sequence[Check], policy: dict[str, object], look: LookRecord | None = None) -> DecisionRecord:
+    """The decision ``checks`` add up to, with the policy judged with (as loaded) and the
+    look of a sequential validation it was taken at."""
+    outcome = outcome_of(checks, look is None or look.settled)
+    return DecisionRecord(outcome=outcome, reasons=rendering.reasons(checks, look, outcome is Outcome.PROMOTED), checks=list(checks), policy=policy, look=look)
+
+
+def with_check(decision: DecisionRecord, check: Check) -> DecisionRecord:
+    """``decision`` with one more check (one the judgement adds, such as the alias's), concluded again."""
+    return concluded([*decision.checks, check], decision.policy, decision.look).model_copy(update={"policy_path": decision.policy_path})
