@@ -29,13 +29,14 @@ from pathlib import Path
 
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.encoders import VitClsEncoder
-from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator
+from vlgate.evaluators.backends.image_generators import DiffusersGenerator
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.decc.runner import decc_runner
 from vlgate.evaluators.genception.runner import genception_runner
 from vlgate.evaluators.loaders import load_dataset
 from vlgate.evaluators.loaders.items import open_image
 from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.scenes.generator import SceneRendererGenerator
 from vlgate.home import vlgate_home
 
 

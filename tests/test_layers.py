@@ -268,3 +268,11 @@ def test_at_most_five_percent_of_the_packages_signatures_say_any():
     counts = [signatures_mentioning_any(path) for folder in sorted(set(FOLDERS.values())) for path in (ROOT / folder).rglob("*.py") if "shipped" not in path.parts]
     functions, with_any = sum(c[0] for c in counts), sum(c[1] for c in counts)
     assert functions > 1000 and with_any / functions <= 0.05, (with_any, functions)
+
+
+def test_the_backends_never_import_the_world_or_its_scenes():
+    """The world's generator registers itself as a kind (entry point ``vlgate.image_generators``):
+    the backends it registers with know nothing of it."""
+    found = {name for path in (ROOT / "evaluators" / "backends").rglob("*.py") for name in imported_names(path)}
+    assert not {name for name in found if name.startswith(("vlgate.evaluators.scenes", "vlgate.evaluators.world"))}
+    assert "vlgate.evaluators.backends.base" in found  # imports are read

@@ -301,9 +301,9 @@ def test_a_runner_closes_the_helper_models_it_loaded_last_first_and_once():
 @pytest.mark.world
 def test_genception_and_decc_runners_own_and_release_their_helper_models(tmp_path):
     from vlgate.evaluators.backends.encoders import VitClsEncoder
-    from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
     from vlgate.evaluators.backends.loading import LoadPolicy
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
+    from vlgate.evaluators.scenes.generator import SceneRendererGenerator
     from vlgate.evaluators.world.build import SHIPPED_WORLD, shipped_manifest
 
     checkpoints = shipped_manifest()["checkpoints"]

@@ -18,7 +18,6 @@ from PIL import Image
 from vlgate.evaluators import prompts
 from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest, ImageEncoder, ImageGenerator, VisionLanguageBackend
 from vlgate.evaluators.backends.encoders import VitClsEncoder
-from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.decc import prompts as decc_prompts
 from vlgate.evaluators.decc.metrics import normalise_answer
@@ -28,6 +27,7 @@ from vlgate.evaluators.genception.runner import genception_runner, item_folder_n
 from vlgate.evaluators.loaders.items import DeccItem, GenceptionItem
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
+from vlgate.evaluators.scenes.generator import SceneRendererGenerator
 from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.world.architectures import build_vlm
 from vlgate.evaluators.world.curriculum import reasoning_prompt_text

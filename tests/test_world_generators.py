@@ -12,10 +12,11 @@ from transformers import AutoProcessor, CLIPModel, CLIPTokenizer
 
 from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
-from vlgate.evaluators.backends.image_generators import DiffusersGenerator, SceneRendererGenerator, truncate_prompt
+from vlgate.evaluators.backends.image_generators import DiffusersGenerator, truncate_prompt
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
 from vlgate.evaluators.genception.prompts import genception_generate
 from vlgate.evaluators.scenes import renderer
+from vlgate.evaluators.scenes.generator import SceneRendererGenerator
 from vlgate.evaluators.scenes.scene import BACKGROUND, COLORS, GRID, SHAPES, Scene, Shape, random_scene, render
 from vlgate.evaluators.world import generators as gen
 from vlgate.evaluators.world.datasets import GENCEPTION_CATEGORIES

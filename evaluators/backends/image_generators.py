@@ -1,11 +1,10 @@
 """Text-to-image backends: GenCeption's Gen.
 
-- :class:`SceneRendererGenerator` — the synthetic world's generator: reads the scene a
-  description names (:func:`~vlgate.evaluators.scenes.renderer.scene_from_description`)
-  and draws it. Deterministic, instant, and exact: a perfect description regenerates the
-  seed image, so GenCeption's score measures the describer alone.
 - :class:`DiffusersGenerator` — any diffusers text-to-image pipeline folder
   (``DiffusionPipeline.from_pretrained``), seeded per prompt.
+
+Other generators register themselves as a kind (``kinds.py``): the synthetic world's scene
+renderer (``evaluators/scenes/generator.py``) is one, and this module knows nothing of it.
 
 Generators take the finished text-to-image prompt; the runner builds it (GenCeption's
 "Generate an image that fully and precisely reflects this description: <Q_t>").
@@ -22,8 +21,6 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageGenerator, default_device
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
-from vlgate.evaluators.scenes.renderer import renderer_digest, scene_from_description
-from vlgate.evaluators.scenes.scene import render
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -44,18 +41,6 @@ def is_diffusers_pipeline_module(library: object) -> bool:
 
     module = getattr(pipelines, library, None)
     return getattr(module, "__name__", "").startswith("diffusers.pipelines.")
-
-
-class SceneRendererGenerator(ImageGenerator):
-    """Description → scene → rendered image, ``image_size`` pixels square. ``seed`` is
-    accepted and ignored: the renderer has no randomness."""
-
-    def __init__(self, image_size: int = 64):
-        self.image_size = image_size
-        self.info = BackendInfo(name="scene-renderer", model="vlgate.evaluators.scenes.scene.render", digest=renderer_digest(), extra={"image_size": str(image_size)})
-
-    def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
-        return [render(scene_from_description(prompt), self.image_size) for prompt in prompts]
 
 
 def check_pipeline_index(path: Path, policy: LoadPolicy = LoadPolicy()) -> None:

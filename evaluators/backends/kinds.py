@@ -143,12 +143,6 @@ def _load_clip(model: str, options: BackendOptions) -> ImageEncoder:
     return ClipImageEncoder.load(model, options.policy, cache_dir=options.cache_dir)
 
 
-def _scene_renderer(_model: str, _options: BackendOptions) -> ImageGenerator:
-    from vlgate.evaluators.backends.image_generators import SceneRendererGenerator
-
-    return SceneRendererGenerator()
-
-
 def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
     from vlgate.evaluators.backends.image_generators import DiffusersGenerator
 
@@ -157,14 +151,30 @@ def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
 
 #: GenCeption's image encoders: ViT's CLS token (the paper's) or CLIP's image embedding
 IMAGE_ENCODERS: dict[str, HelperKind[ImageEncoder]] = {kind.name: kind for kind in (HelperKind("vit", _load_vit), HelperKind("clip", _load_clip))}
-#: GenCeption's image generators: one vlgate draws itself by name, else a diffusers pipeline folder
-IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {
-    kind.name: kind for kind in (HelperKind("scene-renderer", _scene_renderer, needs_model=False), HelperKind("diffusers", _load_diffusers))
-}
+#: The entry-point group where a package registers an image generator kind (a ``HelperKind``):
+#: the synthetic world's scene renderer is one (``evaluators/scenes/generator.py``).
+IMAGE_GENERATOR_ENTRY_POINTS = "vlgate.image_generators"
+#: GenCeption's image generators: a diffusers pipeline folder, and the kinds registered by entry point
+IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {"diffusers": HelperKind("diffusers", _load_diffusers)}
+
+
+def registered_image_generators() -> dict[str, HelperKind[ImageGenerator]]:
+    """The image generator kinds: the built-in ones, then those registered by entry point,
+    resolved on first use (nothing is imported until a suite names a generator)."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=IMAGE_GENERATOR_ENTRY_POINTS):
+        if point.name not in IMAGE_GENERATORS:
+            kind = point.load()
+            if not isinstance(kind, HelperKind) or kind.name != point.name:
+                raise BackendError(f"entry point {point.name} = {point.value} ({IMAGE_GENERATOR_ENTRY_POINTS}) is not the HelperKind named {point.name!r}")
+            IMAGE_GENERATORS[point.name] = kind
+    return IMAGE_GENERATORS
 
 
 def image_generator(generator: str) -> HelperKind[ImageGenerator]:
     """The kind behind a suite's ``generator:``: a generator that needs no model, by its name;
     anything else is a diffusers pipeline's folder or id."""
-    named = IMAGE_GENERATORS.get(generator)
-    return named if named is not None and not named.needs_model else IMAGE_GENERATORS["diffusers"]
+    kinds = registered_image_generators()
+    named = kinds.get(generator)
+    return named if named is not None and not named.needs_model else kinds["diffusers"]
