@@ -23,7 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from vlgate.cli.stack import LocalStack, free_port
+from vlgate.cli.processes import free_port
+from vlgate.cli.stack import LocalStack
 from vlgate.home import vlgate_home
 
 CHECKPOINTS = ("vlm-steps0", "vlm-steps3000", "vlm-steps10000", "vlm-language-prior", "vlm-answer-prior", "vlm-miscount", "vlm-poor-description")

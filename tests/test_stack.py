@@ -22,7 +22,8 @@ import yaml
 from test_service_postgres import _postgres_up
 
 from vlgate import tag_keys
-from vlgate.cli.stack import LocalStack, StackState, database_names, free_port, stack_deployments
+from vlgate.cli.processes import free_port
+from vlgate.cli.stack import LocalStack, StackState, database_names, stack_deployments
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -30,7 +30,8 @@ class Stack(Command):
         parser.add_argument("--purge", action="store_true", help="down: also drop the stack's databases and remove its folder")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.cli.stack import LocalStack, StackError, alive, describe, state_json
+        from vlgate.cli.processes import StackError, alive
+        from vlgate.cli.stack import LocalStack, describe, state_json
         from vlgate.flows.settings import prepare_environment
 
         home = prepare_environment()
