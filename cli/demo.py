@@ -64,7 +64,7 @@ FAULT_EVALUATORS = {folder.removeprefix("vlm-"): evaluator for folder, _, evalua
 
 #: The demo's rules, judged once on every item (the fixed-sample gate)
 DEMO_RULES = """\
-# The demo's gate for world-vlm (flows/gate.py documents every field).
+# The demo's gate for world-vlm (gate/policy.py documents every field).
 required: [lcm-mc, lcm-nb, vlind, genception, decc]
 floors:                      # what a version must reach at all: the early versions do not
   lcm-mc/lcm: 0.75

@@ -4,7 +4,7 @@ Writes, under the home (``$VLGATE_HOME``, or ``--dir``):
 
 * ``NAME/suite.yaml``: which evaluators run on which data, with the backend; every
   evaluator's data format is named where it is configured (``evaluators/loaders/``);
-* ``NAME/gate.yaml``: the promotion policy (``flows/gate.py``), lenient floors and
+* ``NAME/gate.yaml``: the promotion policy (``gate/``), lenient floors and
   non-inferiority on logical consistency and accuracy, the stricter rules commented out;
 * ``vlgate.yaml``: created with the model's entry, or the entry added under an existing
   ``models:`` block, the rest of the file (and its comments) left as it was.
@@ -54,7 +54,7 @@ evaluators:
 """
 
 POLICY = """\
-# When a version of {name} becomes the champion (vlgate init; format: flows/gate.py).
+# When a version of {name} becomes the champion (vlgate init; format: gate/policy.py).
 # Metric names are EVALUATOR/METRIC as `vlgate score` prints them; a mistake here is
 # refused when the policy is loaded, before anything is evaluated.
 required: [lcm-mc, lcm-nb, vlind, genception, decc]

@@ -14,8 +14,8 @@ Every other part of vlgate reads the definitions instead of keeping its own tabl
 * Great Expectations (``flows/expectations.py``): ``columns``, ``ordered_columns`` and
   every metric's range, ``required`` and ``count``, and where output turns unusable
   (``max_share``, ``usable_low``/``usable_high``, ``unusable``);
-* the gate's bootstrap (``flows/gate.py``): ``resampled``;
-* the gate (``flows/gate.py``): a policy may name only metrics listed here, and a
+* the gate's bootstrap (``gate/``): ``resampled``;
+* the gate (``gate/``): a policy may name only metrics listed here, and a
   regression rule follows the metric's ``direction``;
 * correlations (``flows/correlations.py``): ``correlate_with`` across versions and
   ``champion_correlated`` per sample against the champion;

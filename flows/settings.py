@@ -5,7 +5,7 @@
     models:
       demo-vlm:
         suite: world/suite.yaml          # evaluators and data every version is validated on
-        policy: gate.yaml                # the promotion gate (flows/gate.py)
+        policy: gate.yaml                # the promotion gate (gate/policy.py)
         drift:                           # unlabelled batches: label-free evaluators only
           reference: drift/reference/suite.yaml
           batch: drift/incoming/suite.yaml

@@ -7,7 +7,7 @@ gated.
         check every evaluator's records and metrics      (Great Expectations; records parsed once into an EvaluatorOutput)
         log everything to the version's validation run   (flows/recording.py: MLflow, retried while the server is away)
         correlate label-free with labelled metrics       (flows/correlations.py: across validated versions; P_LC vs champion)
-        judge against the policy and the champion        (flows/judgement.py, flows/gate.py): the run's next decision record, `champion` moved if it passes
+        judge against the policy and the champion        (flows/judgement.py, gate/): the run's next decision record, `champion` moved if it passes
         publish the report                               (dashboards/: plots, HTML page, leaderboard; logged to the run)
 
 A restarted flow resumes: the claim row keeps the MLflow run id (the same run is

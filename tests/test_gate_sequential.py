@@ -1,4 +1,4 @@
-"""The group-sequential gate (flows/gate.py: decide_at_look): rules decided at interim
+"""The group-sequential gate (gate/sequential.py: decide_at_look): rules decided at interim
 looks on the records of a look, what settles a decision, the last look as the fixed gate
 judges floors, and the same statistic the simulated error rates were measured on."""
 
