@@ -34,6 +34,7 @@ from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.history import ModelHistory, model_history
 
 if TYPE_CHECKING:
     import matplotlib.figure
@@ -362,8 +363,11 @@ def leaderboard_groups(metrics: list[str]) -> list[LeaderboardGroup]:
     return [{"evaluator": name, "title": titles.get(name, name), "metrics": columns} for name, columns in groups.items()]
 
 
-def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None) -> RenderedReport:
-    """Every version of the model side by side: decision, champion, the key metrics."""
+def render_leaderboard(
+    model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None, history: ModelHistory | None = None,
+) -> RenderedReport:  # fmt: skip
+    """Every version of the model side by side: decision, champion, the key metrics; and
+    the champion's timeline from the decision records (``history``)."""
     headline = leaderboard_metrics([str(c) for c in board.columns])
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     groups = leaderboard_groups(headline or other[:12])
@@ -375,6 +379,7 @@ def render_leaderboard(model: str, board: pd.DataFrame, shared: ModelFigures, tr
         groups=groups,
         figures=figures,
         links=report_links or {},
+        history=history,
         tracking_uri=tracking_uri,
         mlflow_ui=mlflow_ui_command(tracking_uri),
         generated=datetime.now(timezone.utc),
@@ -422,7 +427,8 @@ def write_reports(
             if log_to_mlflow and data.run_id:
                 log_report(client, data.run_id, path, rendered.figures)
         links = {v: report_file_name(v) for v in board.index if (out / report_file_name(v)).is_file()}
-        board_page = render_leaderboard(model, board, shared, client.tracking_uri, links)
+        history = model_history(model, tracking.version_histories(client, model), tracking.champion_version(client, model))
+        board_page = render_leaderboard(model, board, shared, client.tracking_uri, links, history)
         board_path = out / "leaderboard.html"
         board_path.write_text(board_page.html, encoding="utf-8")
         if log_to_mlflow:

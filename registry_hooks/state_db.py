@@ -1,5 +1,6 @@
 """vlgate's own state database: the claims (``claims.py``), the webhook deliveries seen
-(``deliveries.py``) and the named locks (``locks.py``), in one SQL database whose schema is
+(``deliveries.py``), the named locks (``locks.py``) and the notification outbox
+(``outbox.py``), in one SQL database whose schema is
 built by the Alembic migrations of ``registry_hooks/migrations``.
 
 ``VLGATE_STATE_DB`` picks the database (``postgresql://...`` in a real deployment);
@@ -59,6 +60,26 @@ locks_table = sa.Table(
     sa.Column("name", sa.String(256), primary_key=True),
     sa.Column("owner", sa.String(256), nullable=False),
     sa.Column("expires", sa.DateTime(timezone=True), nullable=False),
+)
+
+#: Notifications to send (``outbox.py``): one row per notification and channel, written in the
+#: transaction of what it reports and delivered after it commits, at least once.
+outbox_table = sa.Table(
+    "vlgate_outbox",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("idempotency_key", sa.String(128), nullable=False),
+    sa.Column("channel", sa.String(64), nullable=False),  # the channel's name (vlgate.yaml notify: channels:)
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),  # the notification's JSON (vlgate.notification/1)
+    sa.Column("state", sa.String(16), nullable=False),  # pending | delivered | failed
+    sa.Column("attempts", sa.Integer, nullable=False, default=0, server_default="0"),
+    sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),  # also a deliverer's lease while it sends
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("delivered_at", sa.DateTime(timezone=True)),
+    sa.UniqueConstraint("idempotency_key", "channel", name="uq_vlgate_outbox_key_channel"),
+    sa.Index("ix_vlgate_outbox_due", "state", "next_attempt_at"),
 )
 
 

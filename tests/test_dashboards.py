@@ -527,6 +527,9 @@ def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(repo
     for version, row in rows:
         assert f'href="v{version}.html"' in row
         assert ('class="champion"' in row) == (version == "2")
+    # the champion's timeline, from the decision records: v1 until v2's promotion, v2 since
+    spells = re.findall(r'<tr data-spell="(\d+)"><td>v\d+</td><td>([^<]+)</td><td>([^<]+)</td>', page)
+    assert [(version, until) for version, _, until in spells] == [("1", spells[1][1]), ("2", "holds it")] and 'id="moved-outside"' not in page
     # every evaluator's headline metrics, grouped per evaluator, each number the logged one
     from vlgate.dashboards.report import leaderboard_metrics
 

@@ -421,7 +421,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert (first.champion_before, first.kind, first.alias_moved) == ("1", DecisionKind.VALIDATION, True)
 
     again = validate_model_version("r", "2", rerun=True)  # what `vlgate validate r 2` runs
-    assert (again.kind, again.sequence, again.champion_before, again.champion_after, again.outcome) == (DecisionKind.REVALIDATION, 2, "1", "2", "promoted")
+    assert again.record is not None and (again.record.kind, again.record.sequence, again.record.champion_before, again.record.champion_after, again.outcome) == (DecisionKind.REVALIDATION, 2, "1", "2", "promoted")
     assert again.run_id == run_id and not again.waited_for_another
     kept, second = tracking.decision_history(client, run_id)
     assert kept == first and second.alias_moved is False
@@ -429,7 +429,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert regression.champion is not None and regression.n_shared == 4  # compared with v1's records, not with nothing
     assert client.get_model_version("r", "2").tags[tag_keys.DECISION_RECORD] == "decisions/0002.json"
     assert ClaimStore.for_home(home).get("r", "2").attempts == 2
-    assert validate_model_version("r", "2").sequence == 2  # a flow run the service sends reports the decision as it stands
+    assert validate_model_version("r", "2").record.sequence == 2  # a flow run the service sends reports the decision as it stands
 
     # a gate task retried after it recorded: the same request appends nothing twice
     from vlgate.flows.judgement import judge
@@ -457,7 +457,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     first_request.join(timeout=300)
     second_request.join(timeout=300)
     assert sorted(result.waited_for_another for result in results) == [False, True]
-    assert {(r.sequence, r.outcome, r.champion_before, r.run_id) for r in results} == {(1, results[0].outcome, "2", results[0].run_id)}
+    assert {(r.record.sequence, r.outcome, r.record.champion_before, r.run_id) for r in results} == {(1, results[0].outcome, "2", results[0].run_id)}
     assert len(tracking.decision_history(client, results[0].run_id)) == 1 and claims.get("r", "3").attempts == 1
 
     capsys.readouterr()

@@ -200,3 +200,42 @@ class Plan(Command):
                 print(f"warning: {warning}")
 
         return Answer(summary, text=text)
+
+
+class History(Command):
+    name = "history"
+    help = "a model's decisions over time: every version's decision records and the champion alias's moves"
+    description = (
+        "Reads the registry and each version's validation run: every decision record (which judgement made it, its outcome, the "
+        "champion before and after, whether it moved the alias, when and by whom), and the champion's timeline (which version held "
+        "the alias from when to when, and the record that moved it). An alias moved outside vlgate has no record: the history says "
+        "so. With VERSION, that version's records alone. Exit status 0; 2 for a model or version not in the registry."
+    )
+    json_help = "the history as one JSON object: versions with their records, the timeline, today's champion"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="registered model name")
+        parser.add_argument("version", nargs="?", help="one version (default: every version)")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from mlflow.exceptions import MlflowException
+
+        from vlgate import tracking
+        from vlgate.history import model_history
+
+        version = str(version_number(args.version)) if args.version is not None else None
+        client = tracking.connect(service_home())
+        try:
+            client.get_registered_model(args.model)
+            if version is not None:
+                client.get_model_version(args.model, version)
+        except MlflowException as error:
+            raise UserError(f"{args.model}{' v' + version if version else ''}: not in the registry ({error.error_code})") from None
+        history = model_history(args.model, tracking.version_histories(client, args.model, version), tracking.champion_version(client, args.model))
+
+        def text() -> None:
+            from vlgate.cli.history_tables import print_history
+
+            print_history(history)
+
+        return Answer(history.as_json(), text=text)

@@ -14,7 +14,7 @@ checkpoint, the champion), ``decisions`` (a run's decision records, appended onl
 ``tracking.connect()``.
 """
 
-from vlgate.tracking.decisions import append_decision, baseline_of, decision_history, latest_decision
+from vlgate.tracking.decisions import append_decision, baseline_of, decision_history, latest_decision, version_histories
 from vlgate.tracking.naming import (
     EXPERIMENT_PREFIX,
     VALIDATION_LINK,
@@ -78,6 +78,7 @@ __all__ = [
     "transient",
     "validation_experiment",
     "validation_runs",
+    "version_histories",
     "version_number",
     "wait_for_version",
 ]

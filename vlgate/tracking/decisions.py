@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
 from vlgate.decisions import DECISIONS_FOLDER, SINGLE_DECISION_FILE, DecisionRecord, decision_file, decision_policy_file
+from vlgate.history import VersionHistory
+from vlgate.tracking.paging import model_versions
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -84,3 +86,16 @@ def baseline_of(client: MlflowClient, run_id: str) -> tuple[bool, str | None]:
     if value is None:
         return False, None
     return True, None if value == tag_keys.NO_CHAMPION else value
+
+
+def version_histories(client: MlflowClient, model_name: str, version: str | None = None) -> list[VersionHistory]:
+    """Every registered version of the model (or ``version`` alone) with its validation
+    run's decision records, oldest version first."""
+    histories = []
+    for registered in model_versions(client, model_name):
+        if version is not None and str(registered.version) != version:
+            continue
+        run_id = registered.tags.get(tag_keys.VALIDATION_RUN)
+        records = decision_history(client, run_id) if run_id else []
+        histories.append(VersionHistory(version=str(registered.version), run_id=run_id, records=records))
+    return histories

@@ -1,0 +1,80 @@
+"""``vlgate history``: a model's decision records over time and the champion alias's moves,
+read from the records alone (vlgate/history.py), and the command on a real embedded MLflow."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from vlgate.decisions import DecisionKind, DecisionRecord, Judge, Outcome
+from vlgate.history import VersionHistory, champion_timeline, model_history
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+def record(sequence: int, outcome: Outcome, at: datetime, moved: bool, before: str | None, after: str | None, kind: DecisionKind = DecisionKind.VALIDATION) -> DecisionRecord:
+    return DecisionRecord(
+        outcome=outcome, sequence=sequence, kind=kind, judged_at=at, alias_moved=moved, champion_before=before, champion_after=after,
+        judged_by=Judge(process="host pid 1", user="ci"), policy_path="gate.yaml",
+    )  # fmt: skip
+
+
+def demo_like() -> list[VersionHistory]:
+    """v1 promoted (first champion), v2 rejected, v3 promoted over v1, v1 validated again
+    and rejected (the alias stays with v3), v4 not judged yet."""
+    return [
+        VersionHistory(version="1", run_id="r1", records=[
+            record(1, Outcome.PROMOTED, T0, True, None, "1"),
+            record(2, Outcome.REJECTED, T0 + timedelta(hours=3), False, None, "3", DecisionKind.REVALIDATION),
+        ]),
+        VersionHistory(version="2", run_id="r2", records=[record(1, Outcome.REJECTED, T0 + timedelta(hours=1), False, "1", "1")]),
+        VersionHistory(version="3", run_id="r3", records=[record(1, Outcome.PROMOTED, T0 + timedelta(hours=2), True, "1", "3")]),
+        VersionHistory(version="4", run_id=None, records=[]),
+    ]  # fmt: skip
+
+
+def test_the_timeline_is_the_recorded_moves_each_held_until_the_next():
+    spells = champion_timeline(demo_like())
+    assert [(s.version, s.since, s.until, s.record, s.kind, s.outcome) for s in spells] == [
+        ("1", T0, T0 + timedelta(hours=2), 1, DecisionKind.VALIDATION, Outcome.PROMOTED),
+        ("3", T0 + timedelta(hours=2), None, 1, DecisionKind.VALIDATION, Outcome.PROMOTED),
+    ]
+    assert champion_timeline([]) == [] and champion_timeline(demo_like()[1:2]) == []  # rejections move nothing
+
+
+def test_an_alias_moved_outside_vlgate_is_said_not_invented():
+    assert not model_history("m", demo_like(), "3").moved_outside
+    moved = model_history("m", demo_like(), "2")  # someone set the alias to v2 by hand
+    assert moved.moved_outside and [s.version for s in moved.timeline] == ["1", "3"]
+    assert model_history("m", [], None).moved_outside is False and model_history("m", [], "1").moved_outside is True
+
+
+def test_vlgate_history_lists_what_mlflow_holds(tmp_path, monkeypatch, capsys):
+    """The command on a real embedded MLflow: records appended to two versions' runs, the
+    alias moved by one of them; ``--json`` equals the records as MLflow holds them, and the
+    text names the champion's spell."""
+    from vlgate import tag_keys, tracking
+    from vlgate.cli.main import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    client = tracking.connect(tmp_path)
+    client.create_registered_model("m")
+    experiment = tracking.experiment_id(client, tracking.validation_experiment("m"), tmp_path)
+    policy = tmp_path / "gate.yaml"
+    policy.write_text("required: []\n")
+    written: dict[str, list[DecisionRecord]] = {}
+    for version, records in (("1", [record(1, Outcome.PROMOTED, T0, True, None, "1")]), ("2", [record(1, Outcome.REJECTED, T0 + timedelta(hours=1), False, "1", "1")])):
+        run = client.create_run(experiment)
+        client.create_model_version("m", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id, tags={tag_keys.VALIDATION_RUN: run.info.run_id})
+        written[version] = [tracking.append_decision(client, run.info.run_id, r.model_copy(update={"sequence": None}), policy) for r in records]
+    client.set_registered_model_alias("m", tracking.CHAMPION, "1")
+
+    assert main(["history", "m", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(v["version"], [DecisionRecord.model_validate(r) for r in v["records"]]) for v in shown["versions"]] == list(written.items())
+    assert [(s["version"], s["until"], s["record"]) for s in shown["timeline"]] == [("1", None, 1)] and shown["champion"] == "1" and not shown["moved_outside"]
+    assert main(["history", "m", "2", "--json"]) == 0
+    assert [v["version"] for v in json.loads(capsys.readouterr().out)["versions"]] == ["2"]
+    assert main(["history", "m"]) == 0
+    assert "holds it" in capsys.readouterr().out
+    assert main(["history", "nope"]) == 2 and "nope: not in the registry" in capsys.readouterr().err
