@@ -18,6 +18,8 @@ from vlgate.cli.prefect_server import local_prefect_server
 from vlgate.config import ConfigError
 from vlgate.flows.settings import DriftConfig, ServiceConfig, config_problem, drift_problem, prepare_environment
 from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.registry_hooks.outbox import Outbox
+from vlgate.registry_hooks.state_db import StateDatabase
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -56,11 +58,28 @@ class ModelStatus(TypedDict):
     versions: list[VersionStatus]
 
 
+class DeliveryCounts(TypedDict):
+    pending: int
+    failed: int
+    delivered: int
+
+
+class FailedDelivery(TypedDict):
+    channel: str
+    event: str
+    attempts: int
+    last_error: str | None
+    created_at: str
+
+
 class ServiceStatus(TypedDict):
-    """What ``vlgate status`` shows (``--json``: as it is)."""
+    """What ``vlgate status`` shows (``--json``: as it is): the models, and the notifications'
+    deliveries per channel with those that failed for good (the latest first)."""
 
     tracking_uri: str
     models: list[ModelStatus]
+    notifications: dict[str, DeliveryCounts]
+    failed_deliveries: list[FailedDelivery]
 
 
 def service_status(home: Path, model: str | None = None, version: str | None = None) -> ServiceStatus:
@@ -107,7 +126,12 @@ def service_status(home: Path, model: str | None = None, version: str | None = N
             if version is not None:
                 versions[-1]["decisions"] = [record.as_json() for record in tracking.decision_history(client, run_id)] if run_id else []
         models.append({"name": registered.name, "champion": tracking.champion_version(client, registered.name), "versions": versions})
-    return {"tracking_uri": client.tracking_uri, "models": models}
+    outbox = Outbox(StateDatabase.for_home(home))
+    counts: dict[str, DeliveryCounts] = {name: {"pending": c.pending, "failed": c.failed, "delivered": c.delivered} for name, c in outbox.counts().items()}
+    failed: list[FailedDelivery] = [
+        {"channel": row.channel, "event": row.event, "attempts": row.attempts, "last_error": row.last_error, "created_at": row.created_at.isoformat()} for row in outbox.failed_rows()
+    ]
+    return {"tracking_uri": client.tracking_uri, "models": models, "notifications": counts, "failed_deliveries": failed}
 
 
 def status_table(status: ServiceStatus) -> Table:
@@ -218,8 +242,10 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
     from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
 
     from vlgate.flows import drift as _drift  # noqa: F401
-    from vlgate.flows.validation import record_failure, validate_model_version
+    from vlgate.flows.notifying import deliver_now, outbox_at
+    from vlgate.flows.validation import validate_model_version
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
+    from vlgate.registry_hooks.outbox import deliver_forever
 
     # in the Prefect server's context: the plan reads MLflow through modules that import
     # Prefect, whose settings must be the started server's
@@ -235,15 +261,20 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
         start=None if deployment else validate_model_version,
         configured=lambda name: config.for_model(name) is not None,
         max_crashes=config.max_crashes,
-        give_up=lambda name, version, reason: record_failure(name, version, claims, reason),
+        give_up=lambda name, version, reason: gave_up(home, config, claims, name, version, reason),
     )
     client = tracking.connect(home)
+    channels = config.all_channels()
     if once:
         claimed = poll_once(client, dispatcher)
         dispatcher.recover()
         dispatcher.wait()
         log.info("validated %d version(s): %s", len(claimed), claimed)
+        deliver_now(home, channels)
         return 0
+    stop_delivering = threading.Event()
+    if channels:  # the deliverer: the outbox's notifications sent, retried with backoff
+        threading.Thread(target=deliver_forever, args=(outbox_at(home), channels, stop_delivering), name="vlgate-notify", daemon=True).start()
     poller = Poller(home, dispatcher, config.poll_interval_s).start()
     if webhook:
         _start_webhook(client, dispatcher, config)
@@ -263,9 +294,22 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
     except KeyboardInterrupt:
         pass
     finally:
+        stop_delivering.set()
         poller.stop()
         dispatcher.close()
     return 0
+
+
+def gave_up(home: Path, config: ServiceConfig, claims: ClaimStore, model: str, version: str, reason: str) -> None:
+    """Crash recovery gave up on a version: failed closed on record, and the team told."""
+    from vlgate.flows.notifying import failure_notification, tell
+    from vlgate.flows.validation import record_failure
+    from vlgate.registry_hooks.notifications import NotifyEvent
+
+    record_failure(model, version, claims, reason)
+    claim = claims.get(model, version)
+    attempts = claim.attempts if claim is not None else 0
+    tell(home, failure_notification(model, version, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), config.notify_channels(model))
 
 
 def _start_webhook(client: MlflowClient, dispatcher: Dispatcher, config: ServiceConfig) -> threading.Thread | None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
 from vlgate.evaluators.running.suite import Suite, SuiteSummary
-from vlgate.flows import progress
+from vlgate.flows import notifying, progress
 from vlgate.flows.recording import where_it_runs
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
@@ -156,7 +156,8 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
 
     logger = get_run_logger()
     home = prepare_environment()
-    config = ServiceConfig.load(home).for_model(model_name)
+    service_config = ServiceConfig.load(home)
+    config = service_config.for_model(model_name)
     if config is None or config.drift is None:
         raise ValueError(f"registered model {model_name!r} has no drift section in {home / 'vlgate.yaml'}")
     drift = config.drift
@@ -198,5 +199,9 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     if drifted:
         emit_drift_event(model_name, str(champion), run_id, drifted)
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
+    if outcome is not DriftOutcome.NO_DRIFT:  # drift found, or a champion that could not be checked: the team is told
+        page = notifying.run_url(client.tracking_uri, client.get_run(run_id).info.experiment_id, run_id)
+        reasons = [r.reason for r in (drifted or results)] or ["no evaluator of the suites has a label-free score to test"]
+        notifying.tell(home, notifying.drift_notification(model_name, str(champion), run_id, bool(drifted), reasons, page), service_config.notify_channels(model_name))
     progress.stage(shown_as, progress.Stage.DONE, detail=outcome)
     return summary

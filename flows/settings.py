@@ -23,6 +23,10 @@
       workers: 1                         # threads at once, or the local Dask cluster's worker processes
       address: null                      # dask: an existing scheduler, e.g. tcp://dask-scheduler:8786
       shards: 1                          # each evaluator's items split into this many tasks
+    notify:                              # where decisions, drift and failures are told (docs/notifications.md);
+      channels:                          #   a model's own notify: replaces this one for it
+        - {kind: webhook, name: ci, url: "https://ci.example.com/vlgate", secret_env: VLGATE_NOTIFY_SECRET}
+        - {kind: apprise, name: team-chat, url_env: VLGATE_SLACK_URL, events: [decision-rejected, drift-found]}
 
 A registered model with no entry and no default is not validated: the poller says so
 once and leaves it alone (vlgate cannot guess which data a model should be judged on).
@@ -40,12 +44,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
 from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
+from vlgate.registry_hooks.notifications import ChannelConfig, NotifyConfig
 
 if TYPE_CHECKING:
     from prefect.task_runners import TaskRunner
@@ -89,6 +94,8 @@ class ModelConfig(BaseModel):
     suite: Path
     policy: Path
     drift: DriftConfig | None = None
+    #: where this model's notifications go; unset: the file's ``notify:``
+    notify: NotifyConfig | None = None
 
 
 class WebhookConfig(BaseModel):
@@ -130,7 +137,7 @@ class EvaluationConfig(BaseModel):
 
 
 class ServiceConfig(BaseModel):
-    model_config = CONFIG_MODEL
+    model_config = CONFIG_MODEL | ConfigDict(hide_input_in_errors=True)
 
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     default: ModelConfig | None = None
@@ -146,6 +153,31 @@ class ServiceConfig(BaseModel):
     )
     max_crashes: int = Field(default=DEFAULT_MAX_CRASHES, ge=1, description="attempts of one version lost with their process before it is failed closed")
     evaluation: EvaluationConfig = EvaluationConfig()
+    #: where notifications go, for every model without its own ``notify:`` (docs/notifications.md)
+    notify: NotifyConfig = NotifyConfig()
+
+    @model_validator(mode="after")
+    def _one_channel_per_name(self) -> ServiceConfig:
+        """A channel name means one channel across the file: the outbox keeps rows by name."""
+        seen: dict[str, ChannelConfig] = {}
+        sections = [("notify", self.notify), *((f"models.{name}.notify", m.notify) for name, m in self.models.items() if m.notify is not None)]
+        for section, config in [*sections, *([("default.notify", self.default.notify)] if self.default and self.default.notify else [])]:
+            for n, channel in enumerate(config.channels):
+                if seen.setdefault(channel.name, channel) != channel:
+                    raise ValueError(f"{section}.channels.{n}: the name {channel.name!r} is another channel elsewhere in the file; give it its own name")
+        return self
+
+    def notify_channels(self, model_name: str) -> list[ChannelConfig]:
+        """The channels ``model_name``'s notifications go to (its own ``notify:``, else the file's)."""
+        config = self.for_model(model_name)
+        return list((config.notify if config is not None and config.notify is not None else self.notify).channels)
+
+    def all_channels(self) -> list[ChannelConfig]:
+        """Every channel of the file, once each: what a deliverer sends to."""
+        found = {c.name: c for c in self.notify.channels}
+        for config in [*self.models.values(), *([self.default] if self.default else [])]:
+            found.update({c.name: c for c in (config.notify.channels if config.notify else [])})
+        return list(found.values())
 
     @classmethod
     def load(cls, home: Path | None = None) -> ServiceConfig:

@@ -33,7 +33,7 @@ from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome,
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.running.suite import count_items
-from vlgate.flows import progress
+from vlgate.flows import notifying, progress
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.judgement import Superseded, ValidationError, judge
@@ -41,7 +41,7 @@ from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import ensure_validation_run, link_validation_run, log_evaluator, run_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
-from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
+from vlgate.registry_hooks.claims import Also, Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
 
 if TYPE_CHECKING:
@@ -193,12 +193,29 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
             delay = claims.defer(model_name, str(version), message, service_config.retry_after_s, attempt=attempt)  # the configuration the flow started with
             get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
             raise
-        if claims.fail(model_name, version, message, attempt=attempt):  # not when a later attempt holds the claim
+        told = notifying.in_transaction(notifying.outbox_at(home), notifying.failure_notification(model_name, version, message, attempt), service_config.notify_channels(model_name))
+        if claims.fail(model_name, version, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
             record_failure(model_name, str(version), claims, message)
         raise
-    claims.finish(model_name, version, summary.label, attempt=attempt)
+    claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(home, service_config, summary))
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
     return summary
+
+
+def decision_told(home: Path, service_config: ServiceConfig, result: ValidationResult) -> Also | None:
+    """The decision's notification, written with the claim's final state (none without a record)."""
+    channels = service_config.notify_channels(result.model)
+    if result.record is None or result.run_id is None or not channels:
+        return None
+    try:
+        client = tracking.connect()
+        page = notifying.run_url(client.tracking_uri, client.get_run(result.run_id).info.experiment_id, result.run_id)
+    except Exception as error:  # the link is a convenience: the notification goes without it
+        log.warning("no MLflow link for the notification of %s v%s: %s", result.model, result.version, error)
+        page = None
+    saved = result.sequential.saved_fraction if result.sequential is not None else None
+    told = notifying.decision_notification(result.model, result.version, result.run_id, result.record, saved, page, result.report)
+    return notifying.in_transaction(notifying.outbox_at(home), told, channels)
 
 
 def reported_decision(model_name: str, version: str, claim: Claim) -> ValidationResult:

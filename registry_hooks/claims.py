@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -42,6 +42,9 @@ from sqlalchemy.exc import IntegrityError
 
 from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, utc_now
 from vlgate.versions import canonical_version
+
+#: more writes made in the transaction that sets a claim's final state
+Also = Callable[[sa.Connection], object]
 
 log = logging.getLogger("vlgate.claims")
 
@@ -255,15 +258,17 @@ class ClaimStore:
         """The validation run the flow logs to, so that a flow run again finds it."""
         self._set(model_name, version, run_id=run_id)
 
-    def finish(self, model_name: str, version: str, decision: str | None = None, attempt: int | None = None) -> bool:
+    def finish(self, model_name: str, version: str, decision: str | None = None, attempt: int | None = None, also: Also | None = None) -> bool:
         """Decided: ``done``, with the decision as the claim's detail. ``attempt``: only while
-        the claim is at that attempt; False when it was taken over meanwhile."""
-        return self._set(model_name, version, state=ClaimState.DONE, detail=decision, attempt=attempt)
+        the claim is at that attempt; False when it was taken over meanwhile. ``also``: more
+        writes in the same transaction, made only when the claim was finished here (the
+        decision's notifications: ``outbox.py``)."""
+        return self._set(model_name, version, state=ClaimState.DONE, detail=decision, attempt=attempt, also=also)
 
-    def fail(self, model_name: str, version: str, reason: str, attempt: int | None = None) -> bool:
+    def fail(self, model_name: str, version: str, reason: str, attempt: int | None = None, also: Also | None = None) -> bool:
         """The validation errored: ``failed`` (final until an operator releases it), with why.
-        ``attempt`` as for :meth:`finish`."""
-        return self._set(model_name, version, state=ClaimState.FAILED, detail=reason, attempt=attempt)
+        ``attempt`` and ``also`` as for :meth:`finish`."""
+        return self._set(model_name, version, state=ClaimState.FAILED, detail=reason, attempt=attempt, also=also)
 
     def holds(self, model_name: str, version: str, attempt: int) -> bool:
         """Whether the claim is still live at ``attempt`` (nobody took it over)."""
@@ -276,7 +281,7 @@ class ClaimStore:
 
     def _set(
         self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None,
-        renew: bool = False, flow_run_id: str | None = None, attempt: int | None = None,
+        renew: bool = False, flow_run_id: str | None = None, attempt: int | None = None, also: Also | None = None,
     ) -> bool:  # fmt: skip
         values: dict[str, object] = {"updated_at": utc_now()}
         if state is not None:
@@ -290,7 +295,10 @@ class ClaimStore:
         if renew:
             values["lease_expires"] = utc_now() + self.lease
         with self.engine.begin() as connection:
-            return connection.execute(self._where(model_name, version, attempt).values(**values)).rowcount == 1
+            changed = connection.execute(self._where(model_name, version, attempt).values(**values)).rowcount == 1
+            if changed and also is not None:
+                also(connection)
+            return changed
 
     @contextlib.contextmanager
     def heartbeat(self, model_name: str, version: str, interval_s: float | None = None) -> Iterator[None]:

@@ -41,7 +41,8 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from vlgate.registry_hooks.notifications import ChannelConfig, DeliveryError, Notification, Sender, config_problem, one_line, send_notification
+from vlgate.registry_hooks.notifications import ChannelConfig, Notification, config_problem
+from vlgate.registry_hooks.senders import DeliveryError, Sender, one_line, send_notification
 from vlgate.registry_hooks.state_db import StateDatabase, aware, outbox_table, utc_now
 
 log = logging.getLogger("vlgate.outbox")

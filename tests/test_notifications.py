@@ -18,24 +18,9 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from vlgate.config import ConfigError, load_yaml_model
-from vlgate.registry_hooks.notifications import (
-    DELIVERY_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    AppriseChannel,
-    DeliveryError,
-    Notification,
-    NotificationRejected,
-    NotifyConfig,
-    NotifyEvent,
-    WebhookChannel,
-    apprise_url,
-    notification_key,
-    signature,
-    signed_headers,
-    verify_notification,
-)
+from vlgate.registry_hooks.notifications import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, AppriseChannel, Notification, NotifyConfig, NotifyEvent, WebhookChannel, notification_key
 from vlgate.registry_hooks.outbox import Outbox, OutboxState, backoff_s
+from vlgate.registry_hooks.senders import DeliveryError, NotificationRejected, apprise_url, signature, signed_headers, verify_notification
 from vlgate.registry_hooks.state_db import StateDatabase, metadata
 
 SECRET = "hmac-shared-s3cret-value"

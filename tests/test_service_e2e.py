@@ -668,3 +668,65 @@ def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_
     assert main(["diff", "d", "2", "1", "--evaluator", "decc"]) == 2
     assert main(["diff", "d", "2", "3"]) == 2
     assert main(["diff", "d", "2", "1", "--category", "no-such-category"]) == 2
+
+
+def test_every_decision_is_told_once_through_the_outbox(home, tiny_world, monkeypatch, capsys):
+    """Validations through the service's own path put each decision's notification in the
+    outbox with the claim's final state; the deliverer sends it signed to a real receiver on
+    127.0.0.1 and through an Apprise json:// URL. A receiver that is down gets nothing lost:
+    once back, each message arrives once. ``vlgate status`` counts the deliveries and
+    ``vlgate notify test`` reaches every channel."""
+    from test_notifications import Receiver
+
+    from vlgate.flows.notifying import deliver_now
+    from vlgate.flows.settings import ServiceConfig
+    from vlgate.registry_hooks.notifications import Notification
+    from vlgate.registry_hooks.senders import verify_notification
+
+    world, _ = tiny_world
+    receiver = Receiver().start()
+    monkeypatch.setenv("VLGATE_TEST_NOTIFY_SECRET", "s3cret-for-the-test")
+    monkeypatch.setenv("VLGATE_TEST_CHAT_URL", f"json://127.0.0.1:{receiver.port}/chat")
+    suite = home / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "smoke", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
+    configure(home, {"n": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
+    written = yaml.safe_load((home / "vlgate.yaml").read_text())
+    written["notify"] = {"channels": [
+        {"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_NOTIFY_SECRET"},
+        {"kind": "apprise", "name": "chat", "url_env": "VLGATE_TEST_CHAT_URL", "events": ["decision-promoted", "decision-rejected"]},
+    ]}  # fmt: skip
+    (home / "vlgate.yaml").write_text(yaml.safe_dump(written))
+    channels = ServiceConfig.load(home).all_channels()
+    client = tracking.connect(home)
+    receiver.stop()  # the receiver is down when the decisions are made
+    tracking.register_checkpoint(client, "n", world / "checkpoints" / "vlm-steps0", home=home)
+    tracking.register_checkpoint(client, "n", world / "checkpoints" / "vlm-steps3", home=home)
+    assert validate_pending(home, "n") == [("n", "1"), ("n", "2")]
+    report = deliver_now(home, channels)
+    assert report is not None and report.delivered == 0 and report.retried == 4 and receiver.requests == []
+    assert main(["status", "n", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notifications"] == {"ci": {"pending": 2, "failed": 0, "delivered": 0}, "chat": {"pending": 2, "failed": 0, "delivered": 0}}
+
+    receiver = Receiver(receiver.port).start()  # back up (a later deliverer: the backoff's wait is over)
+    from datetime import UTC, datetime, timedelta
+
+    from vlgate.flows.notifying import outbox_at
+
+    outbox_at(home).deliver_due(channels, now=datetime.now(UTC) + timedelta(hours=2))
+    outbox_at(home).deliver_due(channels, now=datetime.now(UTC) + timedelta(hours=4))  # nothing twice
+    signed = [(path, headers, body) for path, headers, body in receiver.requests if path == "/hooks/vlgate"]
+    told = [verify_notification("s3cret-for-the-test", headers, body) for _, headers, body in signed]
+    records = {v: tracking.latest_decision(client, client.get_model_version("n", v).tags[tag_keys.VALIDATION_RUN]) for v in ("1", "2")}
+    assert sorted((n.version, n.outcome, n.champion_after) for n in told) == sorted((v, r.outcome.value, r.champion_after) for v, r in records.items())
+    assert len({n.idempotency_key for n in told}) == 2 and all(n.event == f"decision-{n.outcome}" for n in told)
+    chat = [json.loads(body) for path, _, body in receiver.requests if path == "/chat"]
+    assert len(chat) == len([r for r in records.values() if r.outcome.value in ("promoted", "rejected")]) and all("vlgate: n v" in c["title"] for c in chat)
+    assert main(["status", "n", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notifications"]["ci"] == {"pending": 0, "failed": 0, "delivered": 2}
+
+    assert main(["notify", "test", "n", "--json"]) == 0
+    probe = json.loads(capsys.readouterr().out)
+    assert {name: entry["state"] for name, entry in probe["channels"].items()} == {"ci": "delivered", "chat": "delivered"}
+    (test_body,) = [body for _, headers, body in receiver.requests if headers.get("X-Vlgate-Delivery") == probe["idempotency_key"]]
+    assert Notification.from_json(test_body).event == "test"
+    receiver.stop()

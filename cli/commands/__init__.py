@@ -6,7 +6,7 @@ from __future__ import annotations
 from vlgate.cli.commands.base import Command
 from vlgate.cli.commands.local import Check, CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
 from vlgate.cli.commands.reading import Diff, History, Plan, Report
-from vlgate.cli.commands.registered import Drift, Gate, Register, Release, Serve, Status, Validate
+from vlgate.cli.commands.registered import Drift, Gate, Notify, Register, Release, Serve, Status, Validate
 from vlgate.cli.commands.stack import Stack
 
 COMMANDS: tuple[Command, ...] = (
@@ -30,6 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     Init(),
     Plan(),
     Drift(),
+    Notify(),
     Serve(),
     Stack(),
 )

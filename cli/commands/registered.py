@@ -25,6 +25,7 @@ from vlgate.cli.commands.base import (
     service_home,
     version_number,
 )
+from vlgate.text import visible
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -89,6 +90,10 @@ class Status(Command):
             for version in status["models"][0]["versions"] if args.version else []:
                 for record in version["decisions"]:  # the history, the first first
                     print(decision_record_line(record))
+            for channel, counts in status["notifications"].items():
+                print(visible(f"notifications to {channel}: {counts['delivered']} delivered, {counts['pending']} pending, {counts['failed']} failed"))
+            for failed in status["failed_deliveries"][:5]:
+                print(visible(f"  failed: {failed['event']} to {failed['channel']} after {failed['attempts']} attempts: {failed['last_error']}"))
 
         return Answer(status, text=table)
 
@@ -187,7 +192,8 @@ class Validate(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.cli.prefect_server import local_prefect_server
-        from vlgate.flows.settings import model_problem, prepare_environment
+        from vlgate.flows.notifying import deliver_now
+        from vlgate.flows.settings import ServiceConfig, model_problem, prepare_environment
 
         args.version = version_number(args.version)
         home = prepare_environment()
@@ -211,6 +217,7 @@ class Validate(Command):
                 result = validate_model_version(args.name, args.version, complete=args.complete, rerun=True, against_current=args.against_current)
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
                 result = ValidationResult.failed(args.name, str(args.version), error)
+        deliver_now(home, ServiceConfig.load(home).all_channels())  # no service may run: its notifications go now
         return decision_answer(result.as_json(), result.outcome)
 
 
@@ -280,6 +287,7 @@ class Drift(Command):
         from vlgate.cli.prefect_server import local_prefect_server
         from vlgate.evaluators.running.suite import Suite
         from vlgate.flows.drift import DriftOutcome, DriftResult
+        from vlgate.flows.notifying import deliver_now
         from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
 
         home = service_home()
@@ -300,6 +308,7 @@ class Drift(Command):
             except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
                 champion = tracking.champion_version(tracking.connect(home), args.name)
                 result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
+        deliver_now(home, ServiceConfig.load(home).all_channels())
         summary: dict[str, JsonValue] = result.as_json()
 
         def text() -> None:
@@ -333,3 +342,43 @@ class Serve(Command):
         from vlgate.cli.service import serve
 
         return Answer(None, status=serve(webhook=not args.no_webhook, once=args.once, drift=not args.no_drift))
+
+
+class Notify(Command):
+    name = "notify"
+    help = "send a test notification to a model's channels now and say what each did"
+    description = (
+        "vlgate notify test NAME: a test notification for NAME's channels (its own notify: in vlgate.yaml, else the file's) put in the "
+        "outbox and delivered at once, as the service delivers every other one. Exit status 0 when every channel took it, 1 when one "
+        "did not (its error is printed; the outbox retries it), 2 for a model with no channels."
+    )
+    json_help = "each channel's delivery as one JSON object"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=["test"])
+        parser.add_argument("name", help="registered model name (its channels)")
+
+    def run(self, args: argparse.Namespace) -> Answer:
+        from vlgate.flows.notifying import outbox_at
+        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+        from vlgate.registry_hooks.notifications import probe_notification
+
+        home = service_home()
+        config = ServiceConfig.load(home)
+        channels = config.notify_channels(args.name)
+        if not channels:
+            raise UserError(f"{args.name}: no notification channels in {home / CONFIG_FILE} (notify: channels, or models.{args.name}.notify)")
+        outbox = outbox_at(home)
+        probe = probe_notification(args.name)
+        outbox.notify(probe, channels)
+        outbox.deliver_due(config.all_channels())
+        rows = {row.channel: row for row in outbox.rows(probe.idempotency_key)}
+        result = {name: {"state": row.state.value, "attempts": row.attempts, "last_error": row.last_error} for name, row in rows.items()}
+        delivered = all(row.state.value == "delivered" for row in rows.values())
+
+        def text() -> None:
+            for name, entry in result.items():
+                error = f": {entry['last_error']}" if entry["last_error"] else ""
+                print(visible(f"{name}: {entry['state']}{error}"))
+
+        return Answer({"idempotency_key": probe.idempotency_key, "channels": result}, status=0 if delivered else 1, text=text)
