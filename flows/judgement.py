@@ -19,7 +19,7 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRecord, Rule, Verdict
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
-from vlgate.flows.recording import judge_identity, log_item_diffs, log_metric_dict, run_outputs, version_outputs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, log_metric_dict, run_note, run_outputs, version_outputs, write_decision_tags
 from vlgate.flows.settings import prepare_environment
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
@@ -115,6 +115,8 @@ def judge(
             judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
             judged = tracking.append_decision(client, run_id, judged, policy_path)
             write_decision_tags(client, model_name, version, run_id, judged.outcome, judged.reasons, record=judged.sequence)
+            if kind is DecisionKind.REJUDGEMENT:  # a validation writes the run's description once its report is there
+                client.set_tag(run_id, RUN_NOTE, run_note(judged, None, report_logged=False))
     return judged
 
 

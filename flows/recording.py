@@ -20,13 +20,15 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import Judge, Outcome, decision_file
+from vlgate.decisions import DecisionRecord, Judge, Outcome, decision_file
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+    from vlgate.evaluators.running.suite import Suite
 
 
 def where_it_runs() -> dict[str, str]:
@@ -209,3 +211,51 @@ def run_outputs(client: MlflowClient, run_id: str) -> dict[str, EvaluatorOutput]
                 output = EvaluatorOutput.from_folder(folder.name, folder, expectations_passed=passed)
                 outputs[folder.name] = dataclasses.replace(output, folder=None)  # the download is temporary
     return outputs
+
+
+#: MLflow's tag holding a run's description (the run page's "Description")
+RUN_NOTE = "mlflow.note.content"
+
+
+def run_note(record: DecisionRecord, items_saved: float | None, report_logged: bool) -> str:
+    """The validation run's description in MLflow's UI (markdown): the latest decision, its
+    first reasons, the items a sequential design saved, and where the report is."""
+    judged = f"record {record.sequence}, {record.kind.value}" if record.sequence and record.kind else "not recorded"
+    against = f"v{record.champion_before}" if record.champion_before else "no champion"
+    lines = [f"**{record.outcome.value}** ({judged}) against {against}; champion after it: {'v' + record.champion_after if record.champion_after else 'none'}."]
+    shown = record.reasons[:5]
+    if shown and not record.promote:
+        lines += ["", "Reasons:", *(f"- {tag_keys.cut(reason)}" for reason in shown)]
+        if len(record.reasons) > len(shown):
+            lines.append(f"- … {len(record.reasons) - len(shown)} more in `decisions/{record.sequence or 1:04d}.json`")
+    if items_saved is not None:
+        lines += ["", f"A sequential design saved {items_saved:.0%} of the item evaluations."]
+    if report_logged:
+        lines += ["", "The report: artifacts, `report/report.html`."]
+    return "\n".join(lines)
+
+
+def data_digest(data: str) -> str:
+    """A data set's digest for MLflow's dataset inputs: its files' names and sizes (a folder
+    or a file), or the reference itself where it is not a local path. 16 hex digits."""
+    path = Path(data)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
+    listing = [(str(p.relative_to(path) if path.is_dir() else p.name), p.stat().st_size) for p in files]
+    return hashlib.sha256(repr(listing or data).encode()).hexdigest()[:16]
+
+
+def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite) -> None:
+    """Each evaluator's data set as an input of the validation run (the run page's
+    "Datasets"), named ``EVALUATOR: FOLDER``, its source the data path, tagged as the
+    validation context."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = []
+    for name, settings in suite.evaluators.items():
+        data = str(settings.data)
+        dataset = Dataset(name=f"{name}: {Path(data).name or data}", digest=data_digest(data), source_type="local", source=json.dumps({"uri": data}))
+        inputs.append(DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "validation")]))
+    client.log_inputs(run_id, datasets=inputs)

@@ -39,7 +39,7 @@ from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.judgement import Superseded, ValidationError, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import ensure_validation_run, link_validation_run, log_evaluator, run_outputs, where_it_runs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_evaluator, log_suite_datasets, run_note, run_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
@@ -339,6 +339,7 @@ def _validate(
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
         client.log_dict(run_id, plan.as_logged(), "config/plan.json")
+        log_suite_datasets(client, run_id, suite)
     if backends.get(suite.backend).other_engine:  # another engine is checked first: if it is not exact, nothing it scored would count
         engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None
@@ -387,6 +388,8 @@ def _validate(
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
+    saved = sequential.saved_fraction if sequential is not None else None
+    client.set_tag(run_id, RUN_NOTE, run_note(decision, saved, report_logged=report is not None))
     result = ValidationResult(model=model_name, version=version, run_id=run_id, record=decision, correlations=across, report=report)
     # set only for a sequential policy: a fixed-sample result prints as before
     return result if sequential is None else result.model_copy(update={"sequential": sequential})

@@ -717,6 +717,12 @@ def test_every_decision_is_told_once_through_the_outbox(home, tiny_world, monkey
     signed = [(path, headers, body) for path, headers, body in receiver.requests if path == "/hooks/vlgate"]
     told = [verify_notification("s3cret-for-the-test", headers, body) for _, headers, body in signed]
     records = {v: tracking.latest_decision(client, client.get_model_version("n", v).tags[tag_keys.VALIDATION_RUN]) for v in ("1", "2")}
+    # and MLflow's run page says it too: the data set as an input with its digest, the decision as the description
+    from vlgate.flows.recording import RUN_NOTE, data_digest
+
+    run = client.get_run(client.get_model_version("n", "2").tags[tag_keys.VALIDATION_RUN])
+    assert [(i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs] == [("lcm-mc: mc", data_digest(str(world / "data" / "mc")))]
+    assert run.data.tags[RUN_NOTE].startswith(f"**{records['2'].outcome.value}** (record 1, validation) against v1")
     assert sorted((n.version, n.outcome, n.champion_after) for n in told) == sorted((v, r.outcome.value, r.champion_after) for v, r in records.items())
     assert len({n.idempotency_key for n in told}) == 2 and all(n.event == f"decision-{n.outcome}" for n in told)
     chat = [json.loads(body) for path, _, body in receiver.requests if path == "/chat"]
