@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from vlgate.decisions import DecisionRecord, Outcome
+from vlgate.decisions import DecisionKind, DecisionRecord, Outcome
 from vlgate.registry_hooks.claims import Also
 from vlgate.registry_hooks.notifications import ChannelConfig, Notification, NotifyEvent, notification_key
 from vlgate.registry_hooks.outbox import DeliveryReport, Outbox
@@ -28,6 +28,8 @@ DECISION_EVENTS = {
     Outcome.REJECTED: NotifyEvent.DECISION_REJECTED,
     Outcome.INCONCLUSIVE: NotifyEvent.DECISION_INCONCLUSIVE,
     Outcome.COULD_NOT_JUDGE: NotifyEvent.DECISION_COULD_NOT_JUDGE,
+    Outcome.AWAITING_APPROVAL: NotifyEvent.AWAITING_APPROVAL,
+    Outcome.APPROVAL_EXPIRED: NotifyEvent.APPROVAL_EXPIRED,
 }
 
 
@@ -47,11 +49,17 @@ def decision_notification(
 ) -> Notification:  # fmt: skip
     """A recorded decision: its outcome, first reasons, the champion before and after, and where to read more."""
     event = DECISION_EVENTS[record.outcome]
+    if record.kind is DecisionKind.APPROVAL and record.outcome is Outcome.PROMOTED:
+        event = NotifyEvent.APPROVED
+    elif record.kind is DecisionKind.REJECTION:
+        event = NotifyEvent.REJECTED_BY_PERSON
+    waiting = record.outcome is Outcome.AWAITING_APPROVAL
     return Notification(
         idempotency_key=notification_key(event, model, version, run_id, str(record.sequence)),
         event=event, model=model, version=version, outcome=record.outcome.value, reasons=record.reasons,
         items_saved=items_saved, champion_before=record.champion_before, champion_after=record.champion_after,
         run_url=run_page, report_url=Path(report).resolve().as_uri() if report else None,
+        command=f'vlgate approve {model} {version} --reason "..."  (or vlgate reject)' if waiting else None,
         occurred_at=record.judged_at or datetime.now(UTC),
     )  # fmt: skip
 

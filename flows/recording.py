@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DecisionRecord, Judge, Outcome, decision_file
+from vlgate.decisions import DecisionRecord, Judge, Outcome, decision_file, outcome_label
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
@@ -126,7 +126,7 @@ def write_decision_tags(client: MlflowClient, model_name: str, version: str, run
     rejected, inconclusive or could not judge) and ``vlgate.reasons`` on the version (and its run):
     always written, the latest judgement's; ``record``: the number of the decision record
     they show (``vlgate.decision_record``; a validation that failed makes none)."""
-    label = "promoted" if outcome is Outcome.PROMOTED else "rejected"
+    label = outcome_label(outcome)
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
         tags[tag_keys.DECISION_RECORD] = decision_file(record)

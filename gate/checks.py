@@ -247,6 +247,13 @@ def concluded(checks: Sequence[Check], policy: dict[str, object], look: LookReco
     return DecisionRecord(outcome=outcome, reasons=rendering.reasons(checks, look, outcome is Outcome.PROMOTED), checks=list(checks), policy=policy, look=look)
 
 
+def signed_off_when_required(decision: DecisionRecord, policy: GatePolicy) -> DecisionRecord:
+    """A promotion under a policy that wants a person's sign-off waits for it (awaiting approval)."""
+    if decision.outcome is Outcome.PROMOTED and policy.needs_approval:
+        return decision.model_copy(update={"outcome": Outcome.AWAITING_APPROVAL})
+    return decision
+
+
 def with_check(decision: DecisionRecord, check: Check) -> DecisionRecord:
     """``decision`` with one more check (one the judgement adds, such as the alias's), concluded again."""
     return concluded([*decision.checks, check], decision.policy, decision.look).model_copy(update={"policy_path": decision.policy_path})

@@ -13,7 +13,7 @@ from vlgate.decisions import Check, DecisionRecord, Rule, Verdict
 from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, holm_adjusted, samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
-from vlgate.gate.checks import Comparison, Outputs, apply_waivers, bound_checks, comparisons, concluded, paired_comparison, ran_checks
+from vlgate.gate.checks import Comparison, Outputs, apply_waivers, bound_checks, comparisons, concluded, paired_comparison, ran_checks, signed_off_when_required
 from vlgate.gate.policy import GatePolicy
 from vlgate.gate.sequential import decide_at_look
 
@@ -27,7 +27,7 @@ def decide(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, tod
         return decide_at_look(policy, candidate, champion, look, today)
     checks = [*ran_checks(policy, candidate), *bound_checks(policy, candidate)]
     checks += judge_comparisons(policy, comparisons(policy, candidate, champion), candidate, champion)
-    return concluded(apply_waivers(checks, policy, today or datetime.now(UTC).date()), policy.model_dump(mode="json"))
+    return signed_off_when_required(concluded(apply_waivers(checks, policy, today or datetime.now(UTC).date()), policy.model_dump(mode="json")), policy)
 
 
 def judge_comparisons(policy: GatePolicy, made: list[Comparison], candidate: Outputs, champion: Outputs | None) -> list[Check]:

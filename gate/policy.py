@@ -67,8 +67,10 @@ otherwise the next look follows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal, Self
 
@@ -231,6 +233,32 @@ class SequentialPolicy(BaseModel):
         return [float(t) for t in validated_fractions(value)]
 
 
+class ApprovalPolicy(BaseModel):
+    """A person's sign-off before the alias moves: a candidate that passes every rule ends
+    awaiting approval (``vlgate approve`` or ``vlgate reject``)."""
+
+    model_config = CONFIG_MODEL
+
+    required: bool = True
+    approvers: list[str] = Field(default_factory=list, description="who may approve or reject; empty: anyone who can run vlgate approve")
+    expires_after: timedelta = Field(default=timedelta(days=7), description="an approval later than this after the decision is recorded as expired: 7d, 12h, 30m or seconds")
+
+    @field_validator("expires_after", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        """``7d``, ``12h``, ``30m``, ``45s`` (or what pydantic reads as a duration: seconds, ISO 8601)."""
+        if isinstance(value, str) and (match := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms])\s*", value)):
+            return timedelta(seconds=float(match[1]) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[match[2]])
+        return value
+
+    @field_validator("expires_after")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration, e.g. 7d")
+        return value
+
+
 #: The category of a per-category check made when the candidate has no categories at all.
 EVERY_CATEGORY = "*"
 
@@ -250,6 +278,7 @@ class GatePolicy(BaseModel):
     resamples: int = Field(default=2000, ge=100)
     seed: int = Field(default=0, ge=0, description="the bootstraps' seed (numpy's generators take none below 0)")
     sequential: SequentialPolicy | None = None
+    approval: ApprovalPolicy | None = None
     #: each waiver by the key of the check it names, resolved when the policy is read
     _waived: dict[CheckKey, Waiver] = PrivateAttr(default_factory=dict)
     #: the rules resolved against the evaluator registry, when the policy is read
@@ -293,6 +322,10 @@ class GatePolicy(BaseModel):
         if not update:
             return super().model_copy(deep=deep)
         return self.model_validate(self.model_dump() | dict(update))
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.approval is not None and self.approval.required
 
     @property
     def rules(self) -> CompiledRules:

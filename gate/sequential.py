@@ -16,7 +16,7 @@ from vlgate.evaluators.metrics import sequential
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
-from vlgate.gate.checks import Outputs, apply_waivers, bound_checks, category_ids, comparisons, concluded, paired_comparison, ran_checks, resampled_statistic, set_statistic
+from vlgate.gate.checks import Outputs, apply_waivers, bound_checks, category_ids, comparisons, concluded, paired_comparison, ran_checks, resampled_statistic, set_statistic, signed_off_when_required
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
 
 
@@ -144,7 +144,7 @@ def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | N
     passed = all(check.passed for check in checks)
     stops = any(check.verdict is Verdict.FAIL for check in checks) or any(c.verdict is Verdict.COULD_NOT_JUDGE and c.rule in (Rule.RAN, Rule.EXPECTATIONS) for c in checks)
     settled = last or stops or (passed and design.promote_early)
-    return concluded(checks, policy.model_dump(mode="json"), where.model_copy(update={"settled": settled}))
+    return signed_off_when_required(concluded(checks, policy.model_dump(mode="json"), where.model_copy(update={"settled": settled})), policy)
 
 
 def look_check(test: LookTest, failed: bool, pass_level: float, last: bool, where: str) -> Check:

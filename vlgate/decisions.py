@@ -87,6 +87,16 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     COULD_NOT_JUDGE = "could not judge"
     INCONCLUSIVE = "inconclusive"
+    #: every rule passed and the policy wants a person's sign-off: the alias waits for ``vlgate approve``
+    AWAITING_APPROVAL = "awaiting approval"
+    #: an approval that came after the policy's ``expires_after``: nothing moved
+    APPROVAL_EXPIRED = "approval expired"
+
+
+def outcome_label(outcome: Outcome) -> str:
+    """How the ``vlgate.decision`` tag says an outcome: promoted, awaiting approval, or rejected
+    (fail closed: anything but those two)."""
+    return outcome.value if outcome in (Outcome.PROMOTED, Outcome.AWAITING_APPROVAL) else "rejected"
 
 
 class DecisionKind(StrEnum):
@@ -97,6 +107,10 @@ class DecisionKind(StrEnum):
     VALIDATION = "validation"
     REVALIDATION = "re-validation"
     REJUDGEMENT = "gate --apply"
+    #: a person's sign-off on a version awaiting approval (``vlgate approve``), or one too late
+    APPROVAL = "approval"
+    #: a person's refusal of a version awaiting approval (``vlgate reject``)
+    REJECTION = "rejection"
 
 
 class Baseline(StrEnum):
@@ -118,6 +132,8 @@ class Judge(BaseModel):
     user: str | None = None
     #: the request that made it (the gate's task run): a retried request appends nothing twice
     request_id: str | None = None
+    #: ``user`` is an authenticated identity; False: the operating-system user or a declared ``--by``
+    verified: bool = False
 
 
 class Waiver(BaseModel):
@@ -274,6 +290,8 @@ class DecisionRecord(BaseModel):
     #: who held the champion alias once the record was made, and whether this record moved it
     champion_after: str | None = None
     alias_moved: bool = False
+    #: why a person approved or rejected it (``vlgate approve|reject --reason``)
+    note: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -295,8 +313,9 @@ class DecisionRecord(BaseModel):
 
     @property
     def label(self) -> str:
-        """promoted or rejected (fail closed: anything but a promotion): the ``vlgate.decision`` tag."""
-        return "promoted" if self.promote else "rejected"
+        """The ``vlgate.decision`` tag: promoted, awaiting approval, or rejected (fail closed:
+        anything else)."""
+        return outcome_label(self.outcome)
 
     @property
     def settled(self) -> bool:

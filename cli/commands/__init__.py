@@ -3,6 +3,7 @@ order ``vlgate --help`` lists them."""
 
 from __future__ import annotations
 
+from vlgate.cli.commands.approvals import Approve, Reject
 from vlgate.cli.commands.base import Command
 from vlgate.cli.commands.local import Check, CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
 from vlgate.cli.commands.reading import Diff, History, Plan, Report
@@ -24,6 +25,8 @@ COMMANDS: tuple[Command, ...] = (
     Register(),
     Validate(),
     Gate(),
+    Approve(),
+    Reject(),
     History(),
     Diff(),
     Report(),

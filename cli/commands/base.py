@@ -29,6 +29,8 @@ EXIT_BAD_INPUT = 2
 EXIT_REJECTED = 3
 EXIT_NOT_JUDGED = 4
 EXIT_INCONCLUSIVE = 5
+#: every rule passed and the policy wants a person's sign-off (``vlgate approve``)
+EXIT_AWAITING_APPROVAL = 6
 #: `vlgate check-model`: a fast path vlgate would use on this model is not exact
 EXIT_NOT_EXACT = 1
 EXIT_CODES = f"0 promoted, {EXIT_REJECTED} rejected (a rule failed on the numbers), {EXIT_NOT_JUDGED} could not judge"
@@ -38,7 +40,7 @@ def exit_status(outcome: str) -> int:
     """A decision's outcome as ``validate``'s and ``gate``'s exit status."""
     from vlgate.decisions import Outcome
 
-    codes: dict[str, int] = {Outcome.PROMOTED: 0, Outcome.COULD_NOT_JUDGE: EXIT_NOT_JUDGED, Outcome.INCONCLUSIVE: EXIT_INCONCLUSIVE}
+    codes: dict[str, int] = {Outcome.PROMOTED: 0, Outcome.COULD_NOT_JUDGE: EXIT_NOT_JUDGED, Outcome.INCONCLUSIVE: EXIT_INCONCLUSIVE, Outcome.AWAITING_APPROVAL: EXIT_AWAITING_APPROVAL}
     return codes.get(outcome, EXIT_REJECTED)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vlgate.cli.commands.base import (
+    EXIT_AWAITING_APPROVAL,
     EXIT_CODES,
     EXIT_INCONCLUSIVE,
     EXIT_NOT_JUDGED,
@@ -174,6 +175,7 @@ class Validate(Command):
         "record (docs/service.md, 'Decisions are records'). "
         f"Exit status: {EXIT_CODES} (an evaluator, a metric or the champion's records missing, or the flow failed), "
         f"{EXIT_INCONCLUSIVE} inconclusive (a comparison with the champion too uncertain: more shared samples would decide), "
+        f"{EXIT_AWAITING_APPROVAL} awaiting approval (the policy wants a person's sign-off: vlgate approve), "
         "2 bad input (the config, suite or policy; checked before anything runs)."
     )
     json_help = "the decision as one JSON object: outcome, reasons, every rule's structured check"
