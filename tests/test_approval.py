@@ -40,6 +40,18 @@ def test_a_candidate_that_passes_every_rule_awaits_approval_and_one_that_fails_i
     assert outcome_label(Outcome.APPROVAL_EXPIRED) == "rejected" and outcome_label(Outcome.PROMOTED) == "promoted"
 
 
+def approval_home(tmp_path, monkeypatch, world, model: str, approval: dict) -> None:
+    """VLGATE_HOME at ``tmp_path`` with ``model`` configured: the tiny world's lcm-mc suite and a
+    lenient policy that wants ``approval``."""
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
+    (tmp_path / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "approval": approval}))
+    (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {model: {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+
+
 @pytest.mark.world
 @pytest.mark.service
 @pytest.mark.slow
@@ -50,14 +62,7 @@ def test_approve_reject_expire_and_judge_again_when_the_alias_moved(tmp_path, mo
     from vlgate.cli.main import main
 
     world, _ = tiny_world
-    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
-    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
-        monkeypatch.delenv(name, raising=False)
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "s", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
-    policy = {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "approval": {"approvers": ["alice", "bob"], "expires_after": "7d"}}
-    (tmp_path / "gate.yaml").write_text(yaml.safe_dump(policy))
-    (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"a": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+    approval_home(tmp_path, monkeypatch, world, "a", {"approvers": ["alice", "bob"], "expires_after": "7d"})
     client = tracking.connect(tmp_path)
     for checkpoint in ("vlm-steps0", "vlm-steps3", "vlm-language-prior"):
         tracking.register_checkpoint(client, "a", world / "checkpoints" / checkpoint, home=tmp_path)
@@ -106,13 +111,7 @@ def test_an_approval_after_the_policy_s_time_is_recorded_as_expired_and_moves_no
     from vlgate.flows.approval import sign_off
 
     world, _ = tiny_world
-    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
-    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
-        monkeypatch.delenv(name, raising=False)
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "s", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
-    (tmp_path / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "approval": {"expires_after": "1h"}}))
-    (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"e": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+    approval_home(tmp_path, monkeypatch, world, "e", {"expires_after": "1h"})
     client = tracking.connect(tmp_path)
     tracking.register_checkpoint(client, "e", world / "checkpoints" / "vlm-steps3", home=tmp_path)
     assert validate_pending(tmp_path, "e") == [("e", "1")]
