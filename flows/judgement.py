@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from vlgate import tag_keys, tracking
 from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRecord, Rule, Verdict
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.flows import notifying
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
 from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, log_metric_dict, run_note, run_outputs, version_outputs, write_decision_tags
-from vlgate.flows.settings import prepare_environment
+from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
 from vlgate.gate.fixed import decide
@@ -115,8 +116,11 @@ def judge(
             judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
             judged = tracking.append_decision(client, run_id, judged, policy_path)
             write_decision_tags(client, model_name, version, run_id, judged.outcome, judged.reasons, record=judged.sequence)
-            if kind is DecisionKind.REJUDGEMENT:  # a validation writes the run's description once its report is there
+            if kind is DecisionKind.REJUDGEMENT:  # a validation writes its description and tells the team with its claim's end
                 client.set_tag(run_id, RUN_NOTE, run_note(judged, None, report_logged=False))
+                home = prepare_environment()
+                told = notifying.decision_notification(model_name, version, run_id, judged, None, None, None)
+                notifying.tell(home, told, ServiceConfig.load(home).notify_channels(model_name))
     return judged
 
 

@@ -264,6 +264,10 @@ class Gate(Command):
             rejudged = judge_again(args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:
             raise UserError(str(error)) from None
+        if rejudged.recorded:
+            from vlgate.flows.notifying import deliver_now
+
+            deliver_now(home, service_config.all_channels())
         return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
 
 
