@@ -102,7 +102,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
         assert client.get_experiment(run.info.experiment_id).tags[tag_keys.EXPERIMENT_KIND] == "custom_model_development"
     assert tracking.champion_version(client, "tiny") == "2"
     decision = json.loads(Path(client.download_artifacts(client.get_model_version("tiny", "2").tags[tag_keys.VALIDATION_RUN], "decisions/0001.json", str(home / "dl"))).read_text())
-    assert decision["champion_before"] == "1" and decision["promote"] is True
+    assert decision["champion_before"] == "1" and decision["outcome"] == "promoted" and "promote" not in decision
     per_sample = decision["per_sample_correlations"]["lcm-mc/p_lc~champion"]
     assert per_sample["n"] == 48 and -1 <= per_sample["spearman"] <= 1
 
