@@ -90,6 +90,9 @@ STATUS = {
             ],
         }
     ],
+    "notifications": {"ci": {"pending": 1, "failed": 1, "delivered": 3}},
+    # a receiver's answer, kept as the row's last error: data, shown escaped
+    "failed_deliveries": [{"channel": "ci", "event": "decision-rejected", "attempts": 10, "last_error": f"HTTP 500: {CLEAR_SCREEN}", "created_at": "2026-11-28T04:00:00+00:00"}],
 }
 
 
@@ -103,7 +106,7 @@ def test_status_shows_names_and_reasons_with_their_escapes_and_brackets(monkeypa
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
-    assert "m\\x1b[2J" in out and "second\\u202ereason" in out
+    assert "m\\x1b[2J" in out and "second\\u202ereason" in out and "HTTP 500: \\x1b[2J" in out
     # a category in brackets is the reason's text, not rich markup
     assert "lcm-mc/acc[red]" in out
 
