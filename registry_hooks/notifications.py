@@ -1,4 +1,5 @@
-"""What a notification is, where it may go, and how one is sent (docs/notifications.md).
+"""What a notification is and where it may go (docs/notifications.md); ``senders.py`` sends
+it and verifies one on a receiver's side.
 
 A notification is a versioned, typed payload (:class:`Notification`, schema
 ``vlgate.notification/1``) carrying an idempotency key: the outbox (``outbox.py``) delivers
@@ -16,19 +17,18 @@ Two kinds of channel:
   idempotency key), ``X-Vlgate-Timestamp`` (Unix seconds) and ``X-Vlgate-Signature``:
   ``v1,`` + base64(HMAC-SHA256(secret, "{delivery}.{timestamp}.{body}")), MLflow's webhook
   signature construction (the one ``webhook.py`` verifies on the way in). A receiver checks
-  one with :func:`verify_notification`.
+  one with ``senders.verify_notification``.
 - ``apprise``: any service Apprise reaches (Slack, Teams, e-mail, ``json://`` ...), sent a
   plain-text title and body (:meth:`Notification.title`, :meth:`Notification.body`). The
   Apprise URL lives in the environment, so it is checked when a notification is sent: one
   Apprise does not understand makes that delivery fail with a clear error. Apprise's own log
   lines are stripped of the URL's secret parts while vlgate sends through it.
 
-Sending raises :class:`DeliveryError` (one line, never a secret) on every problem; the
+Sending raises ``senders.DeliveryError`` (one line, never a secret) on every problem; the
 outbox records it and tries again later.
 
 This module imports neither the receiver nor MLflow: flows, the CLI and the service all
-build notifications, and the signature helper here is the pure one (``webhook.signature``
-computes the same bytes).
+build notifications.
 """
 
 from __future__ import annotations
