@@ -18,6 +18,7 @@ from vlgate.cli.commands.base import (
 )
 
 if TYPE_CHECKING:
+    from mlflow import MlflowClient
     from pydantic import JsonValue
 
     from vlgate.evaluators.item_diff import EvaluatorDiff
@@ -139,7 +140,6 @@ class Report(Command):
         parser.add_argument("--no-log", action="store_true", help="write the pages only; do not log them to MLflow")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from mlflow.exceptions import MlflowException
 
         from vlgate import tracking
         from vlgate.dashboards.report import write_reports
@@ -149,12 +149,7 @@ class Report(Command):
             args.version = version_number(args.version)
         home = service_home()
         client = tracking.connect(home)
-        try:
-            client.get_registered_model(args.model)
-            if args.version is not None:
-                client.get_model_version(args.model, str(args.version))
-        except MlflowException as error:
-            raise UserError(f"{args.model}{' v' + str(args.version) if args.version else ''}: not in the registry ({error.error_code})") from None
+        in_the_registry(client, args.model, str(args.version) if args.version is not None else None)
         out = Path(args.out) if args.out else home / "reports" / args.model
         versions = [str(args.version)] if args.version is not None else None
         written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(home, args.model))
@@ -218,19 +213,13 @@ class History(Command):
         parser.add_argument("version", nargs="?", help="one version (default: every version)")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from mlflow.exceptions import MlflowException
 
         from vlgate import tracking
         from vlgate.history import model_history
 
         version = str(version_number(args.version)) if args.version is not None else None
         client = tracking.connect(service_home())
-        try:
-            client.get_registered_model(args.model)
-            if version is not None:
-                client.get_model_version(args.model, version)
-        except MlflowException as error:
-            raise UserError(f"{args.model}{' v' + version if version else ''}: not in the registry ({error.error_code})") from None
+        in_the_registry(client, args.model, version)
         history = model_history(args.model, tracking.version_histories(client, args.model, version), tracking.champion_version(client, args.model))
 
         def text() -> None:
@@ -239,3 +228,15 @@ class History(Command):
             print_history(history)
 
         return Answer(history.as_json(), text=text)
+
+
+def in_the_registry(client: MlflowClient, model: str, version: str | None) -> None:
+    """A model (and ``version`` of it) that the registry does not hold is bad input: one line, exit 2."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(model)
+        if version is not None:
+            client.get_model_version(model, version)
+    except MlflowException as error:
+        raise UserError(f"{model}{' v' + version if version else ''}: not in the registry ({error.error_code})") from None
