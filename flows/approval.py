@@ -8,7 +8,17 @@ champion the version was judged against; when another version took the alias mea
 the version is judged again against today's champion first, and the approval applies only
 if that judgement passes too. An approval later than the policy's ``expires_after`` is
 recorded as expired and moves nothing. The policy whose sign-off rules apply is the one the
-awaiting decision was judged with (its record keeps it).
+awaiting decision was judged with (its record keeps it). A sign-off the person may not give
+(not among the approvers) is recorded as refused and changes nothing else.
+
+In the deployment the validation flow does not end at "awaiting approval": it suspends
+(Prefect's ``suspend_flow_run(wait_for_input=SignOffInput)``, so the Prefect UI shows an
+approve/reject form and the flow holds no worker slot while it waits) until a person answers
+in that form or with ``vlgate approve|reject``, which resumes that same flow run. Prefect's
+``pause_flow_run`` would keep the flow's process, and its worker's slot, for days; a
+suspended run is started again from the top when resumed, finds its decision made, and only
+applies the answer. Each answer is applied once: its record carries the request id of the
+suspension it answered, and a run started again skips answers already on record.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from prefect.input import RunInput
+from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate import tag_keys, tracking
 from vlgate.decisions import DecisionKind, DecisionRecord, Outcome
@@ -29,6 +40,7 @@ from vlgate.flows.judgement import ValidationError, judge_again
 from vlgate.flows.recording import judge_identity, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate.policy import ApprovalPolicy, GatePolicy
+from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
 
@@ -37,7 +49,17 @@ if TYPE_CHECKING:
 
 
 class ApprovalRefused(ValidationError):
-    """The person is not among the policy's approvers: nothing is recorded."""
+    """The person may not sign off: recorded as a refused sign-off, nothing else changes."""
+
+
+class SignOffInput(RunInput):
+    """A person's answer to a flow suspended for sign-off: the form the Prefect UI shows, and
+    what ``vlgate approve|reject`` resumes the flow run with."""
+
+    approve: bool = Field(description="approve (the champion alias moves to this version) or reject")
+    reason: str = Field(min_length=1, description="why: kept in the decision record")
+    by: str = Field(default="", description="who signs; recorded as unverified (the deployment's MLflow identity, where it authenticates, is recorded by vlgate approve)")
+    verified: bool = Field(default=False, description="set by vlgate approve when the deployment authenticated the person; leave unset in the form")
 
 
 class SignOff(BaseModel):
@@ -64,20 +86,31 @@ def default_person() -> str:
         return "unknown"
 
 
-def sign_off(model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None) -> SignOff:
+def sign_off(
+    model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None,
+    verified: bool = False, request_id: str | None = None,
+) -> SignOff:  # fmt: skip
     """Approve (``approve``) or reject the version awaiting approval, as ``by`` (the
-    operating-system user by default, recorded as unverified)."""
+    operating-system user by default, recorded as unverified unless ``verified``). With
+    ``request_id``, an answer already on record (a resumed flow run replaying it) is
+    returned as recorded instead of applied twice."""
     home = prepare_environment()
     client = tracking.connect()
     run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model} v{version} has no validation run yet (vlgate validate {model} {version})")
+    if request_id is not None:
+        answered = [record for record in tracking.decision_history(client, run_id) if record.judged_by is not None and record.judged_by.request_id == request_id]
+        if answered:
+            return SignOff(model=model, version=version, run_id=run_id, record=answered[-1])
     person = by or default_person()
     rejudged = None
     awaiting = _awaiting(client, model, version, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
     if approval is not None and approval.approvers and person not in approval.approvers:
-        raise ApprovalRefused(f"{person} is not among the policy's approvers ({', '.join(approval.approvers)}): nothing recorded")
+        refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
+        _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, request_id, now)
+        raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
     current = tracking.champion_version(client, model)
     if approve and current not in (awaiting.champion_before, version) and not _expired(awaiting, approval, now):
         # judged against a champion that no longer holds the alias: against today's first
@@ -91,7 +124,7 @@ def sign_off(model: str, version: str, approve: bool, reason: str, by: str | Non
     with NamedLocks(StateDatabase.for_home(home)).hold(f"gate:{model}"):
         awaiting = _awaiting(client, model, version, run_id)  # under the lock: nobody judged it meanwhile
         current = tracking.champion_version(client, model)
-        identity = judge_identity().model_copy(update={"user": person, "verified": False})
+        identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
         moment = now or datetime.now(UTC)
         update: dict[str, object] = {"judged_at": moment, "judged_by": identity, "note": reason, "sequence": None, "alias_moved": False, "champion_after": current}
         if _expired(awaiting, approval, now):
@@ -106,19 +139,138 @@ def sign_off(model: str, version: str, approve: bool, reason: str, by: str | Non
                 client.set_registered_model_alias(model, tracking.CHAMPION, version)
             update |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.PROMOTED, "reasons": [f"approved by {person}: {reason}"], "champion_after": version, "alias_moved": moves}
         record = _append(client, run_id, awaiting.model_copy(update=update))
-        write_decision_tags(client, model, version, run_id, record.outcome, record.reasons, record=record.sequence)
+        write_decision_tags(client, model, version, run_id, record.outcome, record.reasons, record=record.sequence, checks=record.checks)
     channels = ServiceConfig.load(home).notify_channels(model)
     notifying.tell(home, notifying.decision_notification(model, version, run_id, record, None, None, None), channels)
     notifying.deliver_now(home, ServiceConfig.load(home).all_channels())
     return SignOff(model=model, version=version, run_id=run_id, record=record, rejudged=rejudged)
 
 
+def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
+    """In a deployment's flow run: suspend until a person signs off, apply the answer, and
+    again while the version still awaits (a refused sign-off); the decision it ends on.
+    Suspended, the flow holds no worker slot; resumed, Prefect starts it again from the top
+    and each earlier answer comes back from its suspension: already on record, it is
+    skipped by its request id. The suspension times out when the policy's
+    ``expires_after`` does."""
+    from prefect import suspend_flow_run
+    from prefect.runtime import flow_run
+
+    awaiting = _awaiting(tracking.connect(), model, version, run_id)
+    approval = GatePolicy.model_validate(awaiting.policy).approval
+    record, answered = awaiting, 0
+    while record.outcome is Outcome.AWAITING_APPROVAL:
+        answered += 1
+        timeout = None
+        if approval is not None and awaiting.judged_at is not None:
+            timeout = max(1, int((awaiting.judged_at + approval.expires_after - datetime.now(UTC)).total_seconds()))
+        answer = suspend_flow_run(wait_for_input=SignOffInput.with_initial_data(description=_form_text(model, version, awaiting)), timeout=timeout, key=f"sign-off-{answered}")
+        request_id = f"{flow_run.id}/sign-off-{answered}"
+        try:
+            record = sign_off(model, version, answer.approve, answer.reason, answer.by or "prefect-ui", verified=answer.verified, request_id=request_id).record
+        except ApprovalRefused:  # on record; the version still awaits a sign-off it can take
+            continue
+    return record
+
+
+def _form_text(model: str, version: str, awaiting: DecisionRecord) -> str:
+    """What the Prefect UI shows above the sign-off form (markdown)."""
+    reasons = "\n".join(f"- {reason}" for reason in awaiting.reasons[:5])
+    command = f"`vlgate approve|reject {model} {version} --reason TEXT`"
+    return f"**{model} v{version}** passed every rule and awaits a sign-off (champion: {awaiting.champion_before or 'none'}).\n\n{reasons}\n\nApprove moves the champion alias; {command} answers this form too."
+
+
+def suspended_flow_run(model: str, version: str) -> str | None:
+    """The deployment's flow run suspended for this version's sign-off, if one is (its id)."""
+    from uuid import UUID
+
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    claim = ClaimStore.for_home(prepare_environment()).get(model, version)
+    if claim is None or not claim.flow_run_id or not PREFECT_API_URL.value():
+        return None  # no Prefect server: the flow ran in this machine's own process, not suspended
+    try:
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(UUID(claim.flow_run_id))
+    except Exception:  # no Prefect server, or it never knew this run: a local flow decided it
+        return None
+    return claim.flow_run_id if run.state is not None and run.state.is_paused() else None
+
+
+def resume_sign_off(
+    model: str, version: str, flow_run_id: str, approve: bool, reason: str, by: str | None = None, verified: bool = False, wait_s: float = 900,
+) -> SignOff | None:  # fmt: skip
+    """Answer the suspended flow run with this sign-off and wait until it has applied it (it
+    runs again on a worker); the record it appended. None when the run can no longer be
+    resumed (its suspension timed out): the caller signs off directly, which records expiry.
+    A person who may not sign off is refused here, on record, without resuming anything."""
+    import time
+    from uuid import UUID
+
+    from prefect import get_client
+    from prefect.exceptions import FlowPauseTimeout, NotPausedError
+    from prefect.flow_runs import resume_flow_run
+
+    home = prepare_environment()
+    client = tracking.connect()
+    run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
+    if not run_id:
+        raise ValidationError(f"{model} v{version} has no validation run yet")
+    awaiting = _awaiting(client, model, version, run_id)
+    person = by or default_person()
+    approval = GatePolicy.model_validate(awaiting.policy).approval
+    if approval is not None and approval.approvers and person not in approval.approvers:
+        refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
+        _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, None, None)
+        raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
+    known = len(tracking.decision_history(client, run_id))
+    answer = SignOffInput(approve=approve, reason=reason, by=person, verified=verified)
+    try:
+        resume_flow_run(UUID(flow_run_id), run_input=answer.model_dump(mode="json"))
+    except (FlowPauseTimeout, NotPausedError):
+        return None
+    deadline = time.monotonic() + wait_s
+    with get_client(sync_client=True) as prefect:
+        while True:
+            state = prefect.read_flow_run(UUID(flow_run_id)).state
+            if state is not None and (state.is_final() or (state.is_paused() and len(tracking.decision_history(client, run_id)) > known)):
+                break
+            if time.monotonic() > deadline:
+                raise ValidationError(f"flow run {flow_run_id} was resumed with the sign-off but has not applied it after {wait_s:g} s (is a worker running?)")
+            time.sleep(1.0)
+    added = tracking.decision_history(client, run_id)[known:]
+    if not added:
+        shown = state.name if state is not None else "unknown"
+        raise ValidationError(f"flow run {flow_run_id} ended {shown} without applying the sign-off (see its logs in Prefect)")
+    rejudged = next((record for record in added if record.kind is DecisionKind.REJUDGEMENT), None)
+    return SignOff(model=model, version=version, run_id=run_id, record=added[-1], rejudged=rejudged)
+
+
+def _refuse(
+    client: MlflowClient, home: Path, model: str, version: str, run_id: str, awaiting: DecisionRecord, person: str, verified: bool,
+    refusal: str, reason: str, request_id: str | None, now: datetime | None,
+) -> DecisionRecord:  # fmt: skip
+    """A sign-off the person may not give, on record: the version still awaits approval (the
+    record keeps the awaiting decision's outcome, champion and policy) and nothing moves."""
+    identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
+    with NamedLocks(StateDatabase.for_home(home)).hold(f"gate:{model}"):
+        update: dict[str, object] = {
+            "kind": DecisionKind.REFUSED_SIGN_OFF, "judged_at": now or datetime.now(UTC), "judged_by": identity, "note": reason, "sequence": None,
+            "alias_moved": False, "reasons": [f"sign-off refused: {refusal}"],
+        }  # fmt: skip
+        return _append(client, run_id, awaiting.model_copy(update=update))
+
+
 def _awaiting(client: MlflowClient, model: str, version: str, run_id: str) -> DecisionRecord:
-    latest = tracking.latest_decision(client, run_id)
+    """The decision that left the version awaiting approval (refused sign-offs since then
+    change nothing: its time, champion and policy are the ones that count)."""
+    history = tracking.decision_history(client, run_id)
+    latest = history[-1] if history else None
     if latest is None or latest.outcome is not Outcome.AWAITING_APPROVAL:
         shown = latest.outcome.value if latest is not None else "none yet"
         raise ValidationError(f"{model} v{version} is not awaiting approval (its latest decision: {shown})")
-    return latest
+    return next(record for record in reversed(history) if record.kind is not DecisionKind.REFUSED_SIGN_OFF)
 
 
 def _expired(awaiting: DecisionRecord, approval: ApprovalPolicy | None, now: datetime | None) -> bool:

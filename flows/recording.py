@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DecisionRecord, Judge, Outcome, decision_file, outcome_label
+from vlgate.decisions import Check, DecisionRecord, Judge, Outcome, Rule, decision_file, outcome_label
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
@@ -121,11 +121,16 @@ def log_metric_dict(client: MlflowClient, run_id: str, metrics: dict[str, float]
         client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
 
 
-def write_decision_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None = None) -> None:
+def write_decision_tags(
+    client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None = None,
+    checks: Sequence[Check] = (),
+) -> None:  # fmt: skip
     """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
     rejected, inconclusive or could not judge) and ``vlgate.reasons`` on the version (and its run):
     always written, the latest judgement's; ``record``: the number of the decision record
-    they show (``vlgate.decision_record``; a validation that failed makes none)."""
+    they show (``vlgate.decision_record``; a validation that failed makes none). ``checks``:
+    the decision's, whose judged metrics become the version's headline tags
+    (:func:`headline_metrics`), replacing the last decision's."""
     label = outcome_label(outcome)
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
@@ -134,6 +139,21 @@ def write_decision_tags(client: MlflowClient, model_name: str, version: str, run
         client.set_model_version_tag(model_name, version, key, value)
         if run_id:
             client.set_tag(run_id, key, value)
+    if checks:
+        headline = headline_metrics(checks)
+        stale = [key for key in client.get_model_version(model_name, version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
+        for key in stale:
+            client.delete_model_version_tag(model_name, version, key)
+        for key, value in headline.items():
+            client.set_model_version_tag(model_name, version, key, value)
+
+
+def headline_metrics(checks: Sequence[Check]) -> dict[str, str]:
+    """The version's headline tags: each metric a floor, ceiling or comparison judged, over
+    all items (per-category rules are in the record), as the candidate's value to four
+    significant digits: ``vlgate.metric.lcm-mc/acc`` → ``0.8125``."""
+    judged = (Rule.FLOOR, Rule.CEILING, Rule.REGRESSION, Rule.SUPERIORITY)
+    return {f"{tag_keys.HEADLINE_METRIC_PREFIX}{check.metric}": f"{check.candidate:.4g}" for check in checks if check.rule in judged and check.category is None and check.candidate is not None}
 
 
 def log_item_diffs(client: MlflowClient, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:

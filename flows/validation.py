@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.runtime import flow_run
+from prefect.runtime import deployment, flow_run
 from prefect.tasks import exponential_backoff
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -34,6 +34,7 @@ from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import notifying, progress
+from vlgate.flows.approval import await_sign_off
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.judgement import Superseded, ValidationError, judge
@@ -175,7 +176,9 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
             break
         settled = claims.wait(model_name, version)  # another flow run validates it, or it stands decided
         if settled is not None and settled.state in (ClaimState.DONE, ClaimState.FAILED):
-            return reported_decision(model_name, version, settled)
+            reported = reported_decision(model_name, version, settled)
+            # this very flow run decided it and was suspended for a sign-off: resumed, it applies the answer
+            return signed_off(reported) if flow_run_id is not None and settled.flow_run_id == flow_run_id else reported
     attempt = begun.attempt
     shown_as = progress.subject(model_name, version)
     progress.stage(shown_as, progress.Stage.STARTED)
@@ -199,7 +202,16 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         raise
     claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(home, service_config, summary))
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
-    return summary
+    return signed_off(summary)
+
+
+def signed_off(result: ValidationResult) -> ValidationResult:
+    """A decision awaiting approval, in a deployment's flow run: the flow suspends for the
+    sign-off and reports the decision it ends on (flows/approval.py). Run outside a
+    deployment (``vlgate validate``) it ends awaiting; ``vlgate approve`` signs off then."""
+    if result.record is None or result.run_id is None or result.record.outcome is not Outcome.AWAITING_APPROVAL or deployment.id is None:
+        return result
+    return result.model_copy(update={"record": await_sign_off(result.model, result.version, result.run_id)})
 
 
 def decision_told(home: Path, service_config: ServiceConfig, result: ValidationResult) -> Also | None:

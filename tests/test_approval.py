@@ -74,12 +74,16 @@ def test_approve_reject_expire_and_judge_again_when_the_alias_moved(tmp_path, mo
     assert {v: record(v).outcome for v in "123"} == dict.fromkeys("123", Outcome.AWAITING_APPROVAL)
     assert tracking.champion_version(client, "a") is None and client.get_model_version("a", "1").tags[tag_keys.DECISION] == "awaiting approval"
 
-    assert main(["approve", "a", "1", "--reason", "looks right", "--by", "mallory"]) == 2  # not an approver: nothing recorded
-    assert "not among the policy's approvers" in capsys.readouterr().err and record("1").outcome is Outcome.AWAITING_APPROVAL
+    assert main(["approve", "a", "1", "--reason", "looks right", "--by", "mallory"]) == 2  # not an approver: refused, on record
+    assert "not among the policy's approvers" in capsys.readouterr().err
+    refused = record("1")
+    assert (refused.kind, refused.outcome, refused.judged_by.user, refused.alias_moved, refused.sequence) == (DecisionKind.REFUSED_SIGN_OFF, Outcome.AWAITING_APPROVAL, "mallory", False, 2)
+    assert tracking.champion_version(client, "a") is None and client.get_model_version("a", "1").tags[tag_keys.DECISION] == "awaiting approval"
     assert main(["approve", "a", "1", "--reason", "looks right", "--by", "alice", "--json"]) == 0
     approved = json.loads(capsys.readouterr().out)
     assert (approved["kind"], approved["outcome"], approved["note"], approved["judged_by"]["user"], approved["judged_by"]["verified"]) == ("approval", "promoted", "looks right", "alice", False)
-    assert approved["alias_moved"] and tracking.champion_version(client, "a") == "1" and approved["sequence"] == 2
+    assert approved["alias_moved"] and tracking.champion_version(client, "a") == "1" and approved["sequence"] == 3
+    assert approved["champion_before"] is None  # the awaiting decision's champion, not the refusal's
 
     # v2 and v3 were judged against no champion; v1 took the alias since: v3 is judged again against v1 first
     assert main(["approve", "a", "3", "--reason", "ok", "--by", "bob", "--json"]) in (0, 3, 4, 5)
@@ -115,6 +119,9 @@ def test_an_approval_after_the_policy_s_time_is_recorded_as_expired_and_moves_no
     client = tracking.connect(tmp_path)
     tracking.register_checkpoint(client, "e", world / "checkpoints" / "vlm-steps3", home=tmp_path)
     assert validate_pending(tmp_path, "e") == [("e", "1")]
-    late = sign_off("e", "1", approve=True, reason="back from leave", by="carol", now=datetime.now(UTC) + timedelta(hours=2))
+    late = sign_off("e", "1", approve=True, reason="back from leave", by="carol", now=datetime.now(UTC) + timedelta(hours=2), request_id="flow-run/sign-off-1")
     assert (late.record.kind, late.record.outcome, late.record.alias_moved) == (DecisionKind.APPROVAL, Outcome.APPROVAL_EXPIRED, False)
+    # the same answer again (a resumed flow run replaying its suspension's input): applied once
+    again = sign_off("e", "1", approve=True, reason="back from leave", by="carol", request_id="flow-run/sign-off-1")
+    assert again.record == late.record and len(tracking.decision_history(client, late.run_id)) == 2
     assert tracking.champion_version(client, "e") is None and client.get_model_version("e", "1").tags[tag_keys.OUTCOME] == "approval expired"

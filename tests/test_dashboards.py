@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -192,7 +193,13 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
         recording.log_evaluator.fn(run_id, outcomes[name])
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    judgement.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
+    decision = judgement.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
+    # the run page's data sets and description, as the validation flow writes them
+    from vlgate.evaluators.running.suite import Suite
+
+    suite = Suite.model_validate({"name": "shapes", "evaluators": {"lcm-mc": {"data": str(home / "validations" / model / str(version) / "lcm-mc")}}})
+    recording.log_suite_datasets(client, run_id, suite)
+    client.set_tag(run_id, recording.RUN_NOTE, recording.run_note(decision, None, report_logged=False))
     client.set_terminated(run_id, "FINISHED")
     return str(version)
 
@@ -621,3 +628,65 @@ def test_report_and_leaderboard_render_in_headless_chromium(reports):
             assert page.url.endswith("v3.html#against-the-champion") and page.locator("#against-the-champion h2").is_visible()
         finally:
             browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(chromium() is None and not os.environ.get("VLGATE_REQUIRE_CHROMIUM"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+def test_mlflow_s_own_pages_show_the_decision_its_data_sets_and_the_headline_numbers(validated_store):
+    """A real ``mlflow server`` on the store, its UI in headless Chromium: the validation
+    run's page has the decision as its description and the suite's data sets as inputs (not
+    "No description" and "Datasets: None"), and the version's page shows the decision and
+    its headline metrics."""
+    import subprocess
+    import sys
+
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    from vlgate.cli.processes import free_port
+
+    client, home = validated_store
+    assert chromium(), "VLGATE_REQUIRE_CHROMIUM is set but Debian's chromium is not installed"
+    version = client.get_model_version("shapes", "3")
+    run = client.get_run(version.tags[tag_keys.VALIDATION_RUN])
+    headline = {k: v for k, v in version.tags.items() if k.startswith(tag_keys.HEADLINE_METRIC_PREFIX)}
+    assert headline == {"vlgate.metric.lcm-mc/lcm": f"{run.data.metrics['lcm-mc/lcm']:.4g}"}
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", client.tracking_uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        ARTEFACTS.mkdir(exist_ok=True)
+        # the server on loopback only: anything else the page asks for goes to a dead proxy
+        arguments = ["--no-sandbox", "--headless", "--disable-gpu", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=127.0.0.1", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(), args=arguments)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
+                description = run.data.tags["mlflow.note.content"].splitlines()[0].replace("**", "")
+                page.get_by_text(description.split(";")[0], exact=False).first.wait_for(timeout=60_000)
+                body = page.inner_text("body")
+                assert "No description" not in body
+                dataset = run.inputs.dataset_inputs[0].dataset.name
+                assert dataset.startswith("lcm-mc: ") and dataset in body, body[:3000]
+                page.screenshot(path=str(ARTEFACTS / "mlflow-run-page.png"), full_page=True)
+                page.goto(f"{url}/#/models/shapes/versions/3")
+                page.get_by_text("vlgate.metric.lcm-mc/lcm").first.wait_for(timeout=60_000)
+                body = page.inner_text("body")
+                assert headline["vlgate.metric.lcm-mc/lcm"] in body and "rejected" in body
+                page.screenshot(path=str(ARTEFACTS / "mlflow-version-page.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

@@ -86,6 +86,19 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
     # the answer-prior version: its probes stopped agreeing with its choices
     assert any(re.fullmatch(r"lcm-mc/lcm vs champion: .* on 100 shared samples: .* shown beyond -0\.1 at look 1 of 4, 25% of the items", r) for r in versions["5"]["reasons"])
     assert v5["lcm-mc/lcm"] < v3["lcm-mc/lcm"] - 0.1
+    # vlgate history lists every version's records as MLflow holds them, and v3's spell as champion
+    from vlgate import tracking
+    from vlgate.decisions import DecisionRecord
+
+    history = vlgate(home, "history", "world-vlm", "--json", timeout=300)
+    assert history.returncode == 0, history.stderr[-2000:]
+    shown = json.loads(history.stdout)
+    held = {v: tracking.decision_history(client, versions[v]["validation_run_id"]) for v in versions}
+    assert {v["version"]: [DecisionRecord.model_validate(r) for r in v["records"]] for v in shown["versions"]} == held
+    assert [(spell["version"], spell["until"]) for spell in shown["timeline"]] == [("3", None)] and shown["champion"] == "3"
+    # the registry's version page carries the decision's headline numbers beside it
+    v3_tags = client.get_model_version("world-vlm", "3").tags
+    assert v3_tags["vlgate.metric.lcm-nb/lcm"] == f"{v3['lcm-nb/lcm']:.4g}" and v3_tags["vlgate.decision"] == "promoted"
     drift_runs = client.search_runs([experiment], "tags.`vlgate.kind` = 'drift'")
     by_batch = {Path(run.data.tags["vlgate.batch"]).parent.name: run.data.tags["vlgate.drift"] for run in drift_runs}
     assert by_batch == {"incoming-clean": "false", "incoming-shifted": "true"}

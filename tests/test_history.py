@@ -78,3 +78,17 @@ def test_vlgate_history_lists_what_mlflow_holds(tmp_path, monkeypatch, capsys):
     assert main(["history", "m"]) == 0
     assert "holds it" in capsys.readouterr().out
     assert main(["history", "nope"]) == 2 and "nope: not in the registry" in capsys.readouterr().err
+
+
+def test_the_version_s_headline_tags_are_the_metrics_its_rules_judged_over_all_items():
+    from vlgate.decisions import Check, Rule, Verdict
+    from vlgate.flows.recording import headline_metrics
+
+    checks = [
+        Check(rule=Rule.RAN, metric="lcm-mc", verdict=Verdict.PASS, detail="ran"),
+        Check(rule=Rule.FLOOR, metric="lcm-mc/acc", verdict=Verdict.PASS, detail="-", candidate=0.8125, limit=0.5),
+        Check(rule=Rule.REGRESSION, metric="lcm-nb/lcm", verdict=Verdict.FAIL, detail="-", candidate=0.712345678, champion=0.8, limit=-0.05),
+        Check(rule=Rule.FLOOR, metric="lcm-mc/acc", category="count", verdict=Verdict.PASS, detail="-", candidate=0.1),  # per category: in the record only
+        Check(rule=Rule.CEILING, metric="decc/unreliable", verdict=Verdict.COULD_NOT_JUDGE, detail="-"),  # no value: no tag
+    ]
+    assert headline_metrics(checks) == {"vlgate.metric.lcm-mc/acc": "0.8125", "vlgate.metric.lcm-nb/lcm": "0.7123"}

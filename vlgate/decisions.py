@@ -111,6 +111,9 @@ class DecisionKind(StrEnum):
     APPROVAL = "approval"
     #: a person's refusal of a version awaiting approval (``vlgate reject``)
     REJECTION = "rejection"
+    #: a sign-off refused because the person may not give it (not among the policy's
+    #: approvers, or without MANAGE on the registered model): the version still awaits
+    REFUSED_SIGN_OFF = "refused sign-off"
 
 
 class Baseline(StrEnum):

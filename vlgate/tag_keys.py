@@ -51,6 +51,10 @@ REASONS = "vlgate.reasons"
 #: on the version and its run: the latest decision record's artifact path on the run
 #: (``decisions/0002.json``); the earlier ones stay beside it
 DECISION_RECORD = "vlgate.decision_record"
+#: on the version: ``vlgate.metric.EVALUATOR/METRIC``, the candidate's value of each metric a
+#: rule of the latest decision judged (its headline numbers, beside the decision, on the
+#: registry's version page)
+HEADLINE_METRIC_PREFIX = "vlgate.metric."
 #: on the run: the champion its validation was first judged against (:data:`NO_CHAMPION`:
 #: the model had none), set once; every later judgement compares with it unless today's
 #: champion is asked for

@@ -21,7 +21,7 @@ class _SignOff(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from mlflow.exceptions import MlflowException
 
-        from vlgate.flows.approval import sign_off
+        from vlgate.flows.approval import resume_sign_off, sign_off, suspended_flow_run
         from vlgate.flows.judgement import ValidationError
 
         version = str(version_number(args.version))
@@ -29,7 +29,10 @@ class _SignOff(Command):
             raise UserError("--reason: say why (it is kept in the record)")
         service_home()
         try:
-            signed = sign_off(args.name, version, self.approve, args.reason.strip(), args.by)
+            # in the deployment the version's flow run is suspended for this answer: it applies it
+            waiting = suspended_flow_run(args.name, version)
+            resumed = resume_sign_off(args.name, version, waiting, self.approve, args.reason.strip(), args.by) if waiting is not None else None
+            signed = resumed or sign_off(args.name, version, self.approve, args.reason.strip(), args.by)
         except ValidationError as error:
             raise UserError(str(error)) from None
         except MlflowException as error:
@@ -53,6 +56,7 @@ class Approve(_SignOff):
         "Appends an approval record (who, when, why) to the version's validation run and moves the champion alias under the gate "
         "lock. If another version took the alias since it was judged, it is judged again against today's champion first, and the "
         "approval applies only if that passes too. Too late (the policy's approval.expires_after) is recorded as expired. "
+        "In the deployment, the version's flow run, suspended for the sign-off, is resumed with it and applies it. "
         f"Exit status: {EXIT_CODES}, 6 awaiting approval again, 2 not awaiting approval or not an approver."
     )
     approve = True
