@@ -201,7 +201,7 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
         logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
     if outcome is not DriftOutcome.NO_DRIFT:  # drift found, or a champion that could not be checked: the team is told
         page = notifying.run_url(client.tracking_uri, client.get_run(run_id).info.experiment_id, run_id)
-        reasons = [r.reason for r in (drifted or results)] or ["no evaluator of the suites has a label-free score to test"]
+        reasons = [f"{r.metric}: {r.reason}" for r in (drifted or results)] or ["no evaluator of the suites has a label-free score to test"]  # each names its score
         notifying.tell(home, notifying.drift_notification(model_name, str(champion), run_id, bool(drifted), reasons, page), service_config.notify_channels(model_name))
     progress.stage(shown_as, progress.Stage.DONE, detail=outcome)
     return summary

@@ -586,6 +586,14 @@ def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny
     config = yaml.safe_load((home / "vlgate.yaml").read_text())
     # the tiny world's barely trained champion moves little: GenCeption's GC falls by about 0.05 on the corrupted batch
     config["models"]["d"]["drift"] = {"reference": str(reference), "batch": str(clean), "max_mean_drop": 0.02}
+    # and the team hears of drift: a signed webhook to a real receiver, for the drift events only
+    from test_notifications import Receiver
+
+    from vlgate.registry_hooks.senders import verify_notification
+
+    receiver = Receiver().start()
+    os.environ["VLGATE_TEST_DRIFT_SECRET"] = "drift-s3cret"
+    config["notify"] = {"channels": [{"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_DRIFT_SECRET", "events": ["drift-found", "drift-not-checked"]}]}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "d", world / "checkpoints" / "vlm-steps3", home=home)
@@ -606,9 +614,18 @@ def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny
     run = client.get_run(result["run_id"])
     assert run.data.tags["vlgate.kind"] == "drift" and run.data.tags["vlgate.batch"] == str(clean)
 
+    told_before = len(receiver.requests)
     status = main(["drift", "d", "--batch", str(shifted)])
     printed = capsys.readouterr().out
     assert status == 3 and printed.startswith("d v1: drifted") and "\n  drifted  " in printed, printed
+    # each drift found was told once, signed, the shifted batch's last; the validation's decision was not (not subscribed)
+    told = [verify_notification("drift-s3cret", headers, body) for _, headers, body in receiver.requests]
+    receiver.stop()
+    del os.environ["VLGATE_TEST_DRIFT_SECRET"]
+    assert len(told) == told_before + 1 == (2 if result["outcome"] == "drifted" else 1), [n.event for n in told]
+    assert {(n.event, n.model, n.version) for n in told} == {("drift-found", "d", "1")} and len({n.idempotency_key for n in told}) == len(told)
+    scores = ("lcm-nb/lcm", "genception/gc", "decc/reliable_rate/multi")
+    assert told[-1].outcome == "drifted" and told[-1].reasons and all(reason.startswith(scores) for reason in told[-1].reasons), told[-1].reasons
 
 
 def test_diff_lists_the_items_a_version_lost_and_won_against_another_from_their_runs(home, default_world, capsys):
