@@ -49,7 +49,7 @@ import pandas as pd
 from vlgate.evaluators import protocols as protocol_tables
 from vlgate.evaluators import schemas
 from vlgate.evaluators.features import load_features
-from vlgate.evaluators.metrics.common import MetricValues
+from vlgate.evaluators.metrics.common import LeaveOneOut, MetricValues, Weights
 from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.base import EvaluatorSettings
 from vlgate.evaluators.schemas import Arrays
@@ -228,10 +228,12 @@ class EvaluatorDefinition:
     feature_metrics: Callable[[pd.DataFrame, list[np.ndarray]], MetricValues] | None = None
     #: the example records' features file (``evaluators/features.py``), where it has ``feature_metrics``
     example_features: Path | None = None
-    #: (per-sample frame without ``id``, B × n row weights) → ``aggregate``'s metrics of B
-    #: reweighted copies at once, for the metrics it covers: the gate's bootstrap resamples
-    #: in one pass; None (or a metric it leaves out): each resample is aggregated
-    resampled: Callable[[pd.DataFrame, np.ndarray], dict[str, np.ndarray]] | None = None
+    #: (per-sample frame without ``id``, B × n row weights or ``LeaveOneOut(n)``) →
+    #: ``aggregate``'s metrics of B reweighted copies at once, for the metrics it covers:
+    #: the gate's bootstrap resamples in one pass, and its jackknife leaves each row out in
+    #: O(n) (built on ``weighted_mean``/``weighted_ratio``, which take both); None (or a
+    #: metric it leaves out): each resample and leave-one-out frame is aggregated
+    resampled: Callable[[pd.DataFrame, Weights], dict[str, np.ndarray]] | None = None
     #: the per-sample columns that are scores, each with its direction and the metrics it
     #: is behind, compared item by item between two versions (``vlgate diff``, the
     #: report); the first is the one whose items ``vlgate diff`` lists
@@ -284,8 +286,9 @@ class EvaluatorDefinition:
         :class:`DefinitionError` naming every disagreement. ``per_sample``'s columns are the
         declared ``columns``; the metrics ``aggregate`` (and ``feature_metrics``) return are
         the declared ``metrics`` and nothing else; ``resampled`` covers exactly those of
-        ``aggregate``'s metrics that have a direction, and equals ``aggregate`` on the records
-        as they are (each row weighted once). Checking all this when an evaluator is
+        ``aggregate``'s metrics that have a direction, equals ``aggregate`` on the records
+        as they are (each row weighted once) and takes ``LeaveOneOut`` weights (the gate's
+        jackknife) as it takes them written out. Checking all this when an evaluator is
         registered is what lets one definition be the only place a metric is named."""
         problems: list[str] = []
         valid = schemas.validate_file(self.schema, self.name, self.example)
@@ -322,8 +325,29 @@ class EvaluatorDefinition:
                 plain = math.nan if value is None else float(value)  # undefined: None here, NaN there
                 if not (math.isclose(once, plain, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(once) and math.isnan(plain))):
                     problems.append(f"resampled gives {name} = {once!r} on the records weighted once, aggregate {aggregated[name]!r}")
+            problems += self._leave_one_out_problems(frame, set(resampled) & set(directed))
         if problems:
             raise DefinitionError(f"evaluator {self.name!r} (checked on {self.example.name}): " + "; ".join(problems))
+
+    def _leave_one_out_problems(self, frame: pd.DataFrame, names: set[str]) -> list[str]:
+        """``resampled`` on ``LeaveOneOut`` weights (the gate's jackknife) against the same
+        n × n weights written out, for the metrics in ``names``."""
+        assert self.resampled is not None
+        n = len(frame)
+        try:
+            left_out = self.resampled(frame, LeaveOneOut(n))
+        except (TypeError, AttributeError, ValueError) as error:
+            return [f"resampled does not take LeaveOneOut weights ({type(error).__name__}: {error}); weighted_mean and weighted_ratio take them"]
+        written_out = self.resampled(frame, 1.0 - np.eye(n))
+        problems = []
+        for name in sorted(names):
+            if name not in left_out:
+                problems.append(f"resampled gives no {name} on LeaveOneOut weights")
+                continue
+            fast, dense = np.asarray(left_out[name], dtype=float), np.asarray(written_out[name], dtype=float)
+            if fast.shape != dense.shape or not np.allclose(fast, dense, rtol=1e-9, atol=1e-12, equal_nan=True):
+                problems.append(f"resampled gives {name} on LeaveOneOut weights {fast!r}, on the same weights written out {dense!r}")
+        return problems
 
 
 def imported_when_called(module: str, name: str) -> Callable[..., Any]:

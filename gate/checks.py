@@ -6,23 +6,20 @@ waivers, and the decision the checks add up to."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
-from typing import TYPE_CHECKING
+from functools import cached_property
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from vlgate.decisions import Check, CheckKey, DecisionRecord, LookRecord, Outcome, Rule, Verdict
-from vlgate.evaluators.metrics.common import MetricValues
-from vlgate.evaluators.metrics.score_test import PairedScore, paired_score
+from vlgate.evaluators.definition import EvaluatorDefinition
+from vlgate.evaluators.metrics.common import LeaveOneOut, MetricValues, Weights
+from vlgate.evaluators.metrics.score_test import PairedScore, Reweighting, paired_change, shared_samples
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.gate import rendering
 from vlgate.gate.policy import EVERY_CATEGORY, CategoryRules, GatePolicy, ResolvedMetric
-
-if TYPE_CHECKING:
-    from vlgate.evaluators.metrics.bootstrap import ResampledStatistic
 
 #: the outputs of one version, by evaluator
 Outputs = dict[str, EvaluatorOutput]
@@ -105,13 +102,98 @@ def bound_checks(policy: GatePolicy, candidate: Outputs) -> list[Check]:
     return checks
 
 
+class _PairedItems:
+    """Two versions' records of one evaluator on the items both hold (of ``ids``; None:
+    all), row by row, with what every metric's paired score is built from, each computed
+    the first time a metric asks: ``aggregate`` of each version, and the leave-one-out
+    values of each, by ``resampled`` on :class:`LeaveOneOut` weights (every metric it
+    covers in one O(n) pass) or, for the metrics it does not cover, by ``aggregate``
+    without each row in turn."""
+
+    def __init__(self, definition: EvaluatorDefinition, candidate: pd.DataFrame, champion: pd.DataFrame, ids: frozenset[object] | None):
+        if ids is not None:
+            candidate, champion = candidate[candidate["id"].isin(ids)], champion[champion["id"].isin(ids)]
+        mine, theirs = shared_samples(candidate, champion)
+        self.definition, self.n = definition, len(mine)
+        self.versions = (mine.drop(columns="id"), theirs.drop(columns="id"))
+
+    @cached_property
+    def values(self) -> tuple[MetricValues, MetricValues]:
+        mine, theirs = self.versions
+        return self.definition.aggregate(mine), self.definition.aggregate(theirs)
+
+    @cached_property
+    def reweighted(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        resampled = self.definition.resampled
+        if resampled is None:
+            return {}, {}
+        mine, theirs = self.versions
+        return resampled(mine, LeaveOneOut(self.n)), resampled(theirs, LeaveOneOut(self.n))
+
+    @cached_property
+    def dropped(self) -> tuple[list[MetricValues], list[MetricValues]]:
+        mine, theirs = self.versions
+        return self._without_each_row(mine), self._without_each_row(theirs)
+
+    def _without_each_row(self, frame: pd.DataFrame) -> list[MetricValues]:
+        return [self.definition.aggregate(frame.drop(index=frame.index[row])) for row in range(self.n)]
+
+    def leave_one_out(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The metric without each item in turn, each version's (NaN where undefined)."""
+        mine, theirs = self.reweighted
+        if name in mine:
+            return np.asarray(mine[name], dtype=float), np.asarray(theirs[name], dtype=float)
+        return _metric_values(self.dropped[0], name), _metric_values(self.dropped[1], name)
+
+    def score(self, metric: ResolvedMetric) -> PairedScore:
+        """``score_test.paired_score`` of the metric's statistic on these items."""
+        if not self.n:
+            return PairedScore(0, None, None, None)
+        mine, theirs = (_metric_value(values, metric.name) for values in self.values)
+        return paired_change(self.n, mine, theirs, lambda: self.leave_one_out(metric.name), metric.value_range)
+
+
+def _metric_value(values: MetricValues, name: str) -> float | None:
+    value = values.get(name)
+    return None if value is None else float(value)
+
+
+def _metric_values(aggregated: list[MetricValues], name: str) -> np.ndarray:
+    return np.asarray([np.nan if (value := _metric_value(values, name)) is None else value for values in aggregated])
+
+
+class PairedScores:
+    """The paired scores of one judgement (a decision, a look, a power plan), each made
+    once: the rules on one metric and items share its score, and the metrics of one
+    evaluator on the same items share one pairing of the two versions' records, their
+    aggregates and one leave-one-out pass of each (:class:`_PairedItems`). The numbers
+    are those of ``score_test.paired_score`` with the metric's statistic and
+    :func:`resampled_statistic`. Keyed by the frames' identity: a judgement's records do
+    not change while it is made (the frames are held here, so no identity is reused)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[int, int, frozenset[object] | None], tuple[pd.DataFrame, pd.DataFrame, _PairedItems]] = {}
+        self._scores: dict[tuple[int, int, frozenset[object] | None, str], PairedScore] = {}
+
+    def score(self, metric: ResolvedMetric, candidate: pd.DataFrame, champion: pd.DataFrame, ids: frozenset[object] | None = None) -> PairedScore:
+        """``metric``'s change from ``champion`` to ``candidate`` (per-sample frames with
+        ``id``) on the items both hold of ``ids`` (None: all), with its pseudo-values."""
+        key = (id(candidate), id(champion), ids)
+        if key not in self._items:
+            self._items[key] = (candidate, champion, _PairedItems(metric.definition, candidate, champion, ids))
+        if (*key, metric.name) not in self._scores:
+            self._scores[(*key, metric.name)] = self._items[key][2].score(metric)
+        return self._scores[(*key, metric.name)]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One comparison with the champion before it is judged: its check's key (a regression
     or superiority rule, its metric and category), metric and margin; ``ids`` the
     category's sample ids (None: every sample); ``too_few`` the category's records when
     fewer than the rule's ``min_samples`` (skipped); ``no_categories``: the candidate has
-    none to compare by (fail closed)."""
+    none to compare by (fail closed); ``scores``: the paired scores of the judgement it is
+    made in, shared by every comparison :func:`comparisons` makes at once."""
 
     key: CheckKey
     metric: ResolvedMetric
@@ -119,6 +201,7 @@ class Comparison:
     ids: frozenset[object] | None = None
     too_few: tuple[int, int] | None = None
     no_categories: bool = False
+    scores: PairedScores = field(default_factory=PairedScores, compare=False, repr=False)
 
     def check(self, verdict: Verdict, detail: str, **numbers: object) -> Check:
         """A check of this comparison made without a test (nothing to compare, skipped, fail closed)."""
@@ -136,17 +219,18 @@ def set_statistic(metric: ResolvedMetric) -> Callable[[pd.DataFrame], float | No
     return statistic
 
 
-def resampled_statistic(metric: ResolvedMetric, frame: pd.DataFrame) -> ResampledStatistic | None:
-    """The metric of many resamples of a per-sample frame (with ``id``) at once, where the
-    evaluator's definition computes it so (``EvaluatorDefinition.resampled``); None otherwise."""
+def resampled_statistic(metric: ResolvedMetric, frame: pd.DataFrame) -> Reweighting | None:
+    """The metric of many resamples (or leave-one-out copies) of a per-sample frame (with
+    ``id``) at once, where the evaluator's definition computes it so
+    (``EvaluatorDefinition.resampled``); None otherwise."""
     resampled = metric.definition.resampled
     if resampled is None or metric.name not in resampled(frame.drop(columns="id"), np.zeros((0, len(frame)))):
         return None
 
-    def statistic(frame: pd.DataFrame, counts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def statistic(frame: pd.DataFrame, counts: Weights) -> np.ndarray:
         return resampled(frame.drop(columns="id"), counts)[metric.name]
 
-    return statistic
+    return Reweighting(statistic)
 
 
 def category_ids(output: EvaluatorOutput | None, metric: ResolvedMetric) -> dict[str, frozenset[object]]:
@@ -161,24 +245,26 @@ def category_ids(output: EvaluatorOutput | None, metric: ResolvedMetric) -> dict
 
 
 def comparisons(policy: GatePolicy, candidate: Outputs, champion: Outputs | None) -> list[Comparison]:
-    """Every comparison with the champion the policy makes, before it is judged."""
-    made = [Comparison(rule.key, rule.metric, rule.limit) for rule in policy.rules.comparisons]
+    """Every comparison with the champion the policy makes, before it is judged; they share
+    one :class:`PairedScores`."""
+    scores = PairedScores()
+    made = [Comparison(rule.key, rule.metric, rule.limit, scores=scores) for rule in policy.rules.comparisons]
     for rules in policy.rules.categories:
         if rules.limit is not None:
-            made += _category_comparisons(rules, rules.limit, candidate, champion)
+            made += _category_comparisons(rules, rules.limit, candidate, champion, scores)
     return made
 
 
-def _category_comparisons(rules: CategoryRules, limit: float, candidate: Outputs, champion: Outputs | None) -> list[Comparison]:
+def _category_comparisons(rules: CategoryRules, limit: float, candidate: Outputs, champion: Outputs | None, scores: PairedScores) -> list[Comparison]:
     metric = rules.metric
     by_category = category_ids(candidate.get(metric.evaluator), metric)
     if champion is not None and not by_category:
-        return [Comparison(CheckKey(Rule.REGRESSION, metric.qualified, EVERY_CATEGORY), metric, limit, no_categories=True)]
+        return [Comparison(CheckKey(Rule.REGRESSION, metric.qualified, EVERY_CATEGORY), metric, limit, no_categories=True, scores=scores)]
     made = []
     for category in rules.only or sorted(by_category):
         ids = by_category.get(category, frozenset())
         too_few = (len(ids), rules.min_samples) if len(ids) < rules.min_samples else None
-        made.append(Comparison(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, limit, ids, too_few))
+        made.append(Comparison(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, limit, ids, too_few, scores=scores))
     return made
 
 
@@ -199,10 +285,7 @@ def paired_comparison(comparison: Comparison, candidate: Outputs, champion: Outp
         return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.RECORDS_MISSING)
     if mine.protocol != theirs.protocol:
         return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.protocols_differ(metric.evaluator, _protocol(mine.protocol), _protocol(theirs.protocol)))
-    mine_samples, their_samples = mine.samples, theirs.samples
-    if comparison.ids is not None:
-        mine_samples, their_samples = mine_samples[mine_samples["id"].isin(comparison.ids)], their_samples[their_samples["id"].isin(comparison.ids)]
-    result = paired_score(mine_samples, their_samples, set_statistic(metric), resampled_statistic(metric, mine_samples), metric.value_range)
+    result = comparison.scores.score(metric, mine.samples, theirs.samples, comparison.ids)
     if not result.testable:
         return comparison.check(Verdict.COULD_NOT_JUDGE, rendering.cannot_compare(result.n_shared), candidate=result.candidate, champion=result.champion, n_shared=result.n_shared)
     return result.improvement(metric.lower_is_better)

@@ -43,10 +43,9 @@ import pandas as pd
 
 from vlgate.decisions import CheckKey, PowerPlan, Rule, RulePower
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
-from vlgate.evaluators.metrics.score_test import paired_score
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.gate.checks import category_ids, resampled_statistic, set_statistic
+from vlgate.gate.checks import PairedScores, category_ids, resampled_statistic, set_statistic
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
 
 #: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
@@ -67,12 +66,15 @@ def bounded_unit(metric: ResolvedMetric) -> bool:
 
 class _Spreads:
     """Per-item spreads of metrics, measured on the champion (and paired with the
-    baseline version), or assumed where there is nothing to measure."""
+    baseline version), or assumed where there is nothing to measure; each measured once
+    per metric and items, the paired ones sharing the gate's :class:`PairedScores`."""
 
     def __init__(self, policy: GatePolicy, champion: dict[str, EvaluatorOutput] | None, baseline: dict[str, EvaluatorOutput] | None, champion_version: str | None, baseline_version: str | None, resamples: int):
         self.policy, self.champion, self.baseline = policy, champion, baseline
         self.champion_version, self.baseline_version = champion_version, baseline_version
         self.resamples = resamples
+        self.scores = PairedScores()
+        self._singles: dict[tuple[str, frozenset[object] | None], tuple[float | None, float | None, str]] = {}
 
     def _frame(self, outputs: dict[str, EvaluatorOutput] | None, metric: ResolvedMetric, ids: frozenset[object] | None) -> pd.DataFrame | None:
         output = None if outputs is None else outputs.get(metric.evaluator)
@@ -83,6 +85,11 @@ class _Spreads:
 
     def single(self, metric: ResolvedMetric, ids: frozenset[object] | None = None) -> tuple[float | None, float | None, str]:
         """(the champion's value, the per-item spread, where it came from)."""
+        if (metric.qualified, ids) not in self._singles:
+            self._singles[(metric.qualified, ids)] = self._measure_single(metric, ids)
+        return self._singles[(metric.qualified, ids)]
+
+    def _measure_single(self, metric: ResolvedMetric, ids: frozenset[object] | None) -> tuple[float | None, float | None, str]:
         frame = self._frame(self.champion, metric, ids)
         if frame is None or len(frame) < 2:
             if bounded_unit(metric):
@@ -96,10 +103,10 @@ class _Spreads:
 
     def paired(self, metric: ResolvedMetric, ids: frozenset[object] | None = None) -> tuple[float | None, str]:
         """(the per-item spread of candidate − champion, where it came from)."""
-        mine, theirs = self._frame(self.champion, metric, ids), self._frame(self.baseline, metric, ids)
+        mine, theirs = self._frame(self.champion, metric, None), self._frame(self.baseline, metric, None)
         if mine is not None and theirs is not None:
             # the spread of the change's jackknife pseudo-values: what the gate's score test sees
-            result = paired_score(mine, theirs, set_statistic(metric), resampled_statistic(metric, mine))
+            result = self.scores.score(metric, mine, theirs, ids)
             spread = _finite(float(result.pseudo_values.std(ddof=1))) if result.testable else None
             if spread is not None:
                 return spread, f"champion v{self.champion_version} paired with v{self.baseline_version}"

@@ -58,26 +58,39 @@ class LookTest:
         return float(stats.t.sf(self.z, df=max(self.items - 1, 1))) if not np.isnan(self.z) else 1.0
 
 
-def _bound_test(key: CheckKey, metric: ResolvedMetric, limit: float, frame: pd.DataFrame | None, policy: GatePolicy) -> LookTest | Check:
-    """A floor or ceiling as a test at an interim look: the candidate's value and its
-    bootstrap standard error (ratio metrics as aggregated); a check when it cannot be made yet."""
-    if frame is None or len(frame) < 2:
-        return Check.of(key, Verdict.INCONCLUSIVE, rendering.TOO_FEW_TO_TEST, limit=limit)
+def _bound_test(key: CheckKey, limit: float, items: int, value: float | None, error: float | None) -> LookTest | Check:
+    """A floor or ceiling as a test at an interim look, from the candidate's value on its
+    ``items`` and the value's bootstrap standard error (:func:`_measure`); a check when
+    it cannot be made yet."""
+    if value is None or error is None or not np.isfinite(value):
+        return Check.of(key, Verdict.INCONCLUSIVE, rendering.UNDEFINED_AT_LOOK, candidate=value, limit=limit, n_shared=items)
+    floor = key.rule is Rule.FLOOR
+    return LookTest(key, limit if floor else -limit, float(value) if floor else -float(value), error, items, float(value), None)
+
+
+def _measure(metric: ResolvedMetric, frame: pd.DataFrame, policy: GatePolicy) -> tuple[float | None, float | None]:
+    """The candidate's value of a metric and its bootstrap standard error (ratio metrics as aggregated)."""
     statistic = set_statistic(metric)
     value = statistic(frame)
-    error = bootstrap_standard_error(frame, statistic, policy.resamples, policy.seed, resampled_statistic(metric, frame))
-    if value is None or error is None or not np.isfinite(value):
-        return Check.of(key, Verdict.INCONCLUSIVE, rendering.UNDEFINED_AT_LOOK, candidate=value, limit=limit, n_shared=len(frame))
-    floor = key.rule is Rule.FLOOR
-    return LookTest(key, limit if floor else -limit, float(value) if floor else -float(value), error, len(frame), float(value), None)
+    return value, bootstrap_standard_error(frame, statistic, policy.resamples, policy.seed, resampled_statistic(metric, frame))
 
 
 def _look_bound_tests(policy: GatePolicy, candidate: Outputs) -> list[LookTest | Check]:
-    """Every floor and ceiling (per-category ones too) as a test at an interim look."""
+    """Every floor and ceiling (per-category ones too) as a test at an interim look; the
+    rules on one metric and items (a floor and a ceiling) share its measurement."""
+    measurements: dict[tuple[str, str | None], tuple[float | None, float | None]] = {}
+
+    def test(key: CheckKey, metric: ResolvedMetric, limit: float, frame: pd.DataFrame | None, category: str | None = None) -> LookTest | Check:
+        if frame is None or len(frame) < 2:
+            return Check.of(key, Verdict.INCONCLUSIVE, rendering.TOO_FEW_TO_TEST, limit=limit)
+        if (metric.qualified, category) not in measurements:
+            measurements[(metric.qualified, category)] = _measure(metric, frame, policy)
+        return _bound_test(key, limit, len(frame), *measurements[(metric.qualified, category)])
+
     tests: list[LookTest | Check] = []
     for rule in policy.rules.bounds:
         output = candidate.get(rule.metric.evaluator)
-        tests.append(_bound_test(rule.key, rule.metric, rule.limit, None if output is None else output.samples, policy))
+        tests.append(test(rule.key, rule.metric, rule.limit, None if output is None else output.samples))
     for rules in policy.rules.categories:
         output = candidate.get(rules.metric.evaluator)
         frame = None if output is None else output.samples
@@ -86,7 +99,7 @@ def _look_bound_tests(policy: GatePolicy, candidate: Outputs) -> list[LookTest |
             ids = by_category.get(category, frozenset())
             subset = None if frame is None else frame[frame["id"].isin(ids)]
             for kind, limit in rules.bounds:
-                tests.append(_bound_test(CheckKey(kind, rules.metric.qualified, category), rules.metric, limit, subset, policy))
+                tests.append(test(CheckKey(kind, rules.metric.qualified, category), rules.metric, limit, subset, category))
     return tests
 
 

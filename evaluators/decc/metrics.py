@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import mean_or_none, weighted_mean
+from vlgate.evaluators.metrics.common import Weights, mean_or_none, weighted_mean
 
 SETTINGS = ("vlm", "llm", "multi", "vlm2", "llm2")
 _NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
@@ -103,10 +103,11 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     return metrics
 
 
-def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+def resampled(samples: pd.DataFrame, counts: Weights) -> dict[str, np.ndarray]:
     """:func:`aggregate`'s rates, Brier scores and effective reliabilities on B reweighted
-    copies of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws), NaN
-    where a setting has no weighted sample left."""
+    copies of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws, or
+    :class:`LeaveOneOut`, the jackknife's n copies in O(n)), NaN where a setting has no
+    weighted sample left."""
     correct = samples["correct"].to_numpy(dtype=np.float64)
     labelled = ~np.isnan(correct)
     metrics: dict[str, np.ndarray] = {"acc": weighted_mean(correct, counts, labelled)}

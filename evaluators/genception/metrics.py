@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy import linalg
 
-from vlgate.evaluators.metrics.common import json_number, weighted_mean
+from vlgate.evaluators.metrics.common import Weights, json_number, weighted_mean
 
 
 def iteration_weights(n_iterations: int) -> np.ndarray:
@@ -120,11 +120,12 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     return metrics
 
 
-def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+def resampled(samples: pd.DataFrame, counts: Weights) -> dict[str, np.ndarray]:
     """:func:`aggregate`'s ``gc@T``, ``gc_image_mean@T`` and ``s@t`` on B reweighted copies
-    of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws). Like
-    pandas' means, missing scores are skipped and a category no weighted image is left in
-    drops out of the mean over categories."""
+    of ``samples`` at once (``counts``: B × n row weights, a bootstrap's draws, or
+    :class:`LeaveOneOut`, the jackknife's n copies: B × categories means, O(n) each).
+    Like pandas' means, missing scores are skipped and a category no weighted image is
+    left in drops out of the mean over categories."""
     n_iterations = iterations(samples)
     scores = samples["gc"].to_numpy(dtype=np.float64)
     scored = ~np.isnan(scores)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
@@ -73,20 +74,47 @@ def by_group(
     return result
 
 
-def weighted_ratio(numerator: ArrayLike, denominator: ArrayLike, counts: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """The jackknife's row weights over ``n`` samples, the n × n matrix of ones with a zero
+    diagonal (copy i leaves sample i out), without its n² cells: :func:`weighted_ratio`
+    answers it in O(n), each sum over the other rows being the total less row i's term.
+    Wherever :func:`weighted_ratio` takes B × n weights it takes this too, so a ratio
+    metric built on it (an evaluator's ``resampled``) gives the n leave-one-out values
+    in one pass."""
+
+    n: int
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Σ_{j ≠ i} values_j for each i: the weighted sums of the n copies."""
+        if values.shape[0] != self.n:
+            raise ValueError(f"leave-one-out weights over {self.n} samples applied to {values.shape[0]} values")
+        return np.sum(values, axis=0) - values
+
+
+#: row weights of B reweighted copies of n samples: a B × n array (a bootstrap's draw
+#: counts) or the jackknife's :class:`LeaveOneOut` (B = n)
+Weights = np.ndarray | LeaveOneOut
+
+
+def weighted_ratio(numerator: ArrayLike, denominator: ArrayLike, counts: Weights) -> np.ndarray:
     """Σ w·numerator / Σ w·denominator for each row of ``counts`` (B × n row weights, e.g. a
-    bootstrap resample's draw counts), NaN where the denominator sums to 0: a ratio metric
-    such as :func:`ratio_or_none`'s on B reweighted copies of the samples at once."""
-    numerator_sums = counts @ np.asarray(numerator, dtype=np.float64)
-    denominator_sums = counts @ np.asarray(denominator, dtype=np.float64)
+    bootstrap resample's draw counts, or :class:`LeaveOneOut`), NaN where the denominator
+    sums to 0: a ratio metric such as :func:`ratio_or_none`'s on B reweighted copies of the
+    samples at once."""
+    terms, bases = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    if isinstance(counts, LeaveOneOut):
+        numerator_sums, denominator_sums = counts.sums(terms), counts.sums(bases)
+    else:
+        numerator_sums, denominator_sums = counts @ terms, counts @ bases
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(denominator_sums != 0, numerator_sums / np.where(denominator_sums != 0, denominator_sums, 1.0), np.nan)
 
 
-def weighted_mean(values: ArrayLike, counts: np.ndarray, rows: ArrayLike | None = None) -> np.ndarray:
+def weighted_mean(values: ArrayLike, counts: Weights, rows: ArrayLike | None = None) -> np.ndarray:
     """The mean of ``values`` over ``rows`` (a mask; None: all) for each row of ``counts``
-    (B × n row weights), NaN where no weighted row is left: :func:`mean_or_none` of B
-    reweighted copies at once. Values outside ``rows`` may be NaN."""
+    (B × n row weights, or :class:`LeaveOneOut`), NaN where no weighted row is left:
+    :func:`mean_or_none` of B reweighted copies at once. Values outside ``rows`` may be NaN."""
     values = np.asarray(values, dtype=np.float64)
     keep = np.ones(values.shape, dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
     return weighted_ratio(np.where(keep, values, 0.0), keep, counts)

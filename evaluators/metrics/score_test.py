@@ -57,7 +57,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-#: jackknife weights (leave-one-out rows × samples) held at once: 16 MB
+from vlgate.evaluators.metrics.common import LeaveOneOut, Weights
+
+#: jackknife weights (leave-one-out rows × samples) held at once by a reweighting that
+#: takes arrays only (a :class:`Reweighting` takes :class:`LeaveOneOut`): 16 MB
 JACKKNIFE_CELLS = 2_000_000
 
 
@@ -261,11 +264,28 @@ def jackknife_pseudo_values(full: float, leave_one_out: np.ndarray) -> np.ndarra
     return n * full - (n - 1) * leave_one_out
 
 
+@dataclass(frozen=True)
+class Reweighting:
+    """A statistic of reweighted copies of a frame that takes any :data:`Weights`, B × n
+    weights or :class:`LeaveOneOut` (an evaluator's ``resampled`` metric, built on
+    ``weighted_mean``): the jackknife hands it :class:`LeaveOneOut`, n copies in O(n),
+    where a plain reweighting function, which takes arrays only, gets the n × n weights in
+    batches. Called with draw counts it is the bootstrap's ``ResampledStatistic``."""
+
+    statistic: Callable[[pd.DataFrame, Weights], np.ndarray]
+
+    def __call__(self, frame: pd.DataFrame, counts: Weights) -> np.ndarray:
+        return self.statistic(frame, counts)
+
+
 def leave_one_out(frame: pd.DataFrame, statistic: Callable[[pd.DataFrame], float | None], resampled: Callable[[pd.DataFrame, np.ndarray], np.ndarray] | None) -> np.ndarray:
     """The statistic of the frame without each of its rows in turn (NaN where undefined):
-    by the evaluator's reweighting in one pass (weights 1, the left-out row 0) where it
-    has one, else by aggregating each leave-one-out frame."""
+    by the evaluator's reweighting in one pass where it has one (:class:`LeaveOneOut`
+    weights where it takes them, O(n); else weights 1 with the left-out row 0, the n × n
+    matrix in batches), else by aggregating each leave-one-out frame."""
     n = len(frame)
+    if isinstance(resampled, Reweighting):
+        return np.asarray(resampled(frame, LeaveOneOut(n)), dtype=float)
     if resampled is not None:
         batch = max(1, JACKKNIFE_CELLS // n)
         parts = []
@@ -282,6 +302,12 @@ def leave_one_out(frame: pd.DataFrame, statistic: Callable[[pd.DataFrame], float
     return np.asarray(values)
 
 
+def shared_samples(candidate: pd.DataFrame, champion: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of the ids both frames hold, in the candidate's order: row i of each is one item."""
+    shared = candidate[["id"]].merge(champion[["id"]], on="id")["id"]
+    return candidate.set_index("id").loc[shared].reset_index(), champion.set_index("id").loc[shared].reset_index()
+
+
 def paired_score(
     candidate: pd.DataFrame,
     champion: pd.DataFrame,
@@ -293,19 +319,31 @@ def paired_score(
     change's jackknife pseudo-values (both frames left one shared id out at a time: paired).
     A statistic undefined on the full data, or on a leave-one-out frame, gives no
     pseudo-values: the gate then cannot judge and fails closed."""
-    shared = candidate[["id"]].merge(champion[["id"]], on="id")["id"]
-    a = candidate.set_index("id").loc[shared].reset_index()
-    b = champion.set_index("id").loc[shared].reset_index()
-    n = len(shared)
-    if n == 0:
+    a, b = shared_samples(candidate, champion)
+    if not len(a):
         return PairedScore(0, None, None, None)
-    value_a, value_b = (_finite_or_none(statistic(frame)) for frame in (a, b))
+    return paired_change(len(a), statistic(a), statistic(b), lambda: (leave_one_out(a, statistic, resampled), leave_one_out(b, statistic, resampled)), metric_range)
+
+
+def paired_change(
+    n: int,
+    candidate: float | None,
+    champion: float | None,
+    leave_one_out_values: Callable[[], tuple[np.ndarray, np.ndarray]],
+    metric_range: tuple[float | None, float | None] = (0.0, 1.0),
+) -> PairedScore:
+    """:func:`paired_score` from a statistic's values on the two versions' ``n`` ≥ 1 shared
+    items and, asked only where the change is defined on two items or more, its values
+    without each item in turn (candidate's, champion's): what a caller that computes
+    those once for many rules (``gate/checks.py``) builds the score from."""
+    value_a, value_b = _finite_or_none(candidate), _finite_or_none(champion)
     if value_a is None or value_b is None:
         return PairedScore(n, value_a, value_b, None)
     difference = value_a - value_b
     if n == 1:
         return PairedScore(n, value_a, value_b, difference)
-    dropped = leave_one_out(a, statistic, resampled) - leave_one_out(b, statistic, resampled)
+    dropped_a, dropped_b = leave_one_out_values()
+    dropped = dropped_a - dropped_b
     if not np.all(np.isfinite(dropped)):
         return PairedScore(n, value_a, value_b, difference)
     pseudo = jackknife_pseudo_values(difference, dropped)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, tied_at_top, undecided, weighted_mean
+from vlgate.evaluators.metrics.common import Weights, f1_of_accuracies, mean_or_none, tied_at_top, undecided, weighted_mean
 
 
 def sufficient_probability(p_yes: np.ndarray) -> np.ndarray:
@@ -121,10 +121,11 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     return metrics
 
 
-def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+def resampled(samples: pd.DataFrame, counts: Weights) -> dict[str, np.ndarray]:
     """:func:`aggregate`'s rate metrics on B reweighted copies of ``samples`` at once
-    (``counts``: B × n row weights, a bootstrap's draws), NaN where one is undefined; the
-    gate's paired bootstrap reads these instead of aggregating each resample."""
+    (``counts``: B × n row weights, a bootstrap's draws, or :class:`LeaveOneOut`, the
+    jackknife's n copies in O(n)), NaN where one is undefined; the gate's bootstrap and
+    jackknife read these instead of aggregating each copy."""
     n_yes = samples["n_yes"].to_numpy()
     labelled = samples["correct"].notna().to_numpy()
     acc = weighted_mean(samples["correct"], counts, labelled)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import f1_of_accuracies, mean_or_none, undecided, weighted_mean
+from vlgate.evaluators.metrics.common import Weights, f1_of_accuracies, mean_or_none, undecided, weighted_mean
 
 #: The four MC tests as (name, x, x', s, n): x is the option c1 makes correct, x'
 #: the other one, s the sufficient and n the necessary yes/no test for c1. Each
@@ -129,9 +129,10 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     return metrics
 
 
-def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+def resampled(samples: pd.DataFrame, counts: Weights) -> dict[str, np.ndarray]:
     """:func:`aggregate`'s rate metrics on B reweighted copies of ``samples`` at once
-    (``counts``: B × n row weights, a bootstrap's draws), NaN where one is undefined."""
+    (``counts``: B × n row weights, a bootstrap's draws, or :class:`LeaveOneOut`, the
+    jackknife's n copies in O(n)), NaN where one is undefined."""
     labelled = samples["yn_correct"].notna().to_numpy()
 
     def labelled_mean(column: str) -> np.ndarray:

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from vlgate.evaluators.metrics.common import ratio_or_none, weighted_ratio
+from vlgate.evaluators.metrics.common import Weights, ratio_or_none, weighted_ratio
 
 TRUE, FALSE, UNPARSED = 1, 0, -1
 
@@ -142,10 +142,10 @@ def aggregate(samples: pd.DataFrame) -> dict[str, float | int | None]:
     }
 
 
-def resampled(samples: pd.DataFrame, counts: np.ndarray) -> dict[str, np.ndarray]:
+def resampled(samples: pd.DataFrame, counts: Weights) -> dict[str, np.ndarray]:
     """:func:`aggregate`'s pipeline scores (Eq. 5) on B reweighted copies of ``samples`` at
-    once (``counts``: B × n row weights, a bootstrap's draws), NaN where no instance
-    reached a test."""
+    once (``counts``: B × n row weights, a bootstrap's draws, or :class:`LeaveOneOut`,
+    the jackknife's n copies in O(n)), NaN where no instance reached a test."""
     every = np.ones(len(samples))
     return {
         "s_ck": weighted_ratio(samples["ck"], every, counts),
