@@ -1,4 +1,4 @@
-"""How the gate's cost grows with the items (issue 47): the paired score of one metric (the
+"""How the gate's cost grows with the items: the paired score of one metric (the
 jackknife's pseudo-values of the change, what every comparison with the champion is
 tested on) at a small and a large number of items, for a metric of each evaluator, and a
 whole judgement by the gate's public function (``gate.fixed.decide``) under the demo's

@@ -1,4 +1,4 @@
-"""The gate's jackknife in O(n) (issue 47): every evaluator's ``resampled`` on
+"""The gate's jackknife in O(n): every evaluator's ``resampled`` on
 ``LeaveOneOut`` weights gives each metric without each row in turn, as ``aggregate`` gives
 it on the frame without that row (NaN where it is undefined); the paired score made so
 equals the one made with the n × n weights written out; and the gate's paired scores,
