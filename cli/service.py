@@ -202,18 +202,55 @@ def checked_evaluators() -> list[str]:
 
 def preflight(home: Path, config: ServiceConfig, *, webhook: bool) -> None:
     """What the service will need, checked before it starts anything (one line, exit 2,
-    when not): the tracking server answering, and the webhook port free to bind."""
+    when not): the tracking server answering; with MLflow's authentication on, its account
+    able to do what the service does (``vlgate/tracking/permissions.py``: read the configured
+    models, set their tags and champion alias, write runs); the Prefect API taking its
+    credentials; and the webhook port free to bind."""
+    from vlgate.tracking import permissions
+
+    uri = tracking.tracking_uri(home)
     try:
-        tracking.require_reachable(tracking.tracking_uri(home))
+        tracking.require_reachable(uri)
     except tracking.TrackingUnreachable as error:
         raise ConfigError(str(error)) from None
-    if webhook and os.environ.get("VLGATE_WEBHOOK_SECRET"):
+    try:
+        permissions.check_service_account(config.models, config.default is not None, uri)
+    except permissions.AuthError as error:
+        raise ConfigError(str(error)) from None
+    prefect_refusal = prefect_auth_problem()
+    if prefect_refusal:
+        raise ConfigError(prefect_refusal)
+    if webhook and config.webhook.secret():
         host, port = config.webhook.host, config.webhook.port
         try:
             with socket.create_server((host, port)):  # bound and closed: uvicorn binds it again at once
                 pass
         except OSError as error:
             raise ConfigError(f"webhook {host}:{port}: cannot listen there ({error.strerror or error}); free the port or set webhook: port in vlgate.yaml") from None
+
+
+def prefect_auth_problem() -> str | None:
+    """Why the Prefect API at ``PREFECT_API_URL`` refuses this process's credentials
+    (``PREFECT_API_AUTH_STRING``, what its server's ``PREFECT_SERVER_API_AUTH_STRING`` must
+    equal), or None (accepted, no server named, or none answering: the flows report that)."""
+    import base64
+
+    import httpx
+
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return None
+    auth_string = os.environ.get("PREFECT_API_AUTH_STRING")
+    headers = {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()} if auth_string else {}
+    try:
+        answer = httpx.get(f"{url.rstrip('/')}/admin/version", headers=headers, timeout=5)
+    except httpx.HTTPError:
+        return None
+    if answer.status_code != 401:
+        return None
+    if not auth_string:
+        return f"the Prefect API {url} requires authentication: set PREFECT_API_AUTH_STRING (vlgate stack: source FOLDER/env)"
+    return f"the Prefect API {url} refused PREFECT_API_AUTH_STRING (401): it must equal the server's PREFECT_SERVER_API_AUTH_STRING"
 
 
 def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
@@ -316,16 +353,23 @@ def _start_webhook(client: MlflowClient, dispatcher: Dispatcher, config: Service
     import uvicorn
 
     from vlgate.registry_hooks.webhook import PATH, create_app, ensure_webhook
+    from vlgate.tracking import permissions
 
-    secret = os.environ.get("VLGATE_WEBHOOK_SECRET", "")
+    secret = config.webhook.secret()
     if not secret:
-        log.warning("VLGATE_WEBHOOK_SECRET is not set: no webhook receiver (the poller still finds every version)")
+        log.warning("%s (vlgate.yaml webhook.secret_env) is not set: no webhook receiver (the poller still finds every version)", config.webhook.secret_env)
         return None
     app = create_app(dispatcher, secret, config.webhook.max_age_s, config.webhook.max_body_bytes)
     server = uvicorn.Server(uvicorn.Config(app, host=config.webhook.host, port=config.webhook.port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="vlgate-webhook", daemon=True)
     thread.start()
     if not tracking.embedded(client.tracking_uri):
+        user = permissions.current_user(client.tracking_uri)
+        if user is not None and not user.is_admin:
+            # MLflow lets only admins manage webhooks, and this account is none (least privilege):
+            # the admin registers it, with this secret (vlgate stack at start and restart; compose: mlflow-init)
+            log.info("webhook: the MLflow account %r is no admin; an admin registers MLflow's webhook (vlgate stack, mlflow-init)", user.username)
+            return thread
         url = os.environ.get("VLGATE_WEBHOOK_URL", f"http://{config.webhook.host}:{config.webhook.port}{PATH}")
         log.info("webhook %s registered with %s", ensure_webhook(client, url, secret), client.tracking_uri)
     else:

@@ -2,11 +2,16 @@
 what ``infra/compose.yaml`` runs, as processes on 127.0.0.1 under one folder.
 
 - PostgreSQL: the machine's cluster (``--postgres URL``), or a throw-away cluster made with
-  ``initdb`` in the stack's folder. Three databases on it, named after the folder: MLflow's
-  backend store, the Prefect server's, and vlgate's state (claims, deliveries, locks).
+  ``initdb`` in the stack's folder. Four databases on it, named after the folder: MLflow's
+  backend store, the Prefect server's, vlgate's state (claims, deliveries, locks) and
+  MLflow's users and grants (beside the rest: one place to back up, and ``down --purge``
+  drops it with them);
 - ``mlflow server`` on PostgreSQL with its artifacts in the folder, webhooks allowed to
-  loopback;
-- ``prefect server start`` on PostgreSQL (API, UI, scheduler);
+  loopback, and (unless ``--no-auth``) MLflow's basic-auth app: an admin, the service
+  account ``vlgate`` every stack process uses and a read-only account, each with the least
+  grants its work needs (``vlgate/tracking/permissions.py``, infra/README.md's table);
+- ``prefect server start`` on PostgreSQL (API, UI, scheduler), behind Prefect's one shared
+  auth string unless ``--no-auth`` (Prefect's open-source server has no per-user accounts);
 - the work pool ``vlgate-gpu`` (process workers) and the deployments of ``infra/prefect.yaml``,
   deployed with ``prefect deploy``: ``vlgate-validate`` as it is there, and the drift
   deployment once per model that has a ``drift:`` entry in ``vlgate.yaml`` (its cron and
@@ -19,15 +24,23 @@ what ``infra/compose.yaml`` runs, as processes on 127.0.0.1 under one folder.
 Every process runs in its own process group with its log in ``FOLDER/logs/``; what was
 started is written to ``FOLDER/stack.json``, which ``down`` reads to stop it all (the
 databases stay unless ``--purge``). The stack's settings for other shells (``vlgate
-register``, ``vlgate status``) are in ``FOLDER/env``.
+register``, ``vlgate status``) are in ``FOLDER/env``, the service account's credentials
+included. The servers bind to ``--host`` (127.0.0.1); another address without
+authentication is refused.
+
+Secrets are generated with :mod:`secrets` and kept in the folder in files only their owner
+reads (0600, :data:`SECRET_FILES`; ``vlgate stack status`` warns about any that is not):
+never in a log, a command line, MLflow or what ``up`` prints.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,9 +49,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, field_serializer
 
 from vlgate.cli.processes import StackError, alive, answers, free_port, run, stop_group, wait_until
+from vlgate.tracking.permissions import ADMIN, READONLY, SERVICE, Account
 
 if TYPE_CHECKING:
     from vlgate.flows.settings import ServiceConfig
@@ -50,6 +64,113 @@ VALIDATE_DEPLOYMENT = "vlgate-validate/vlgate-validate"
 #: the webhook encryption key MLflow stores webhook secrets under (any Fernet key, fixed per
 #: stack: a new one at each start could not decrypt what the last one stored)
 KEY_FILE = "mlflow-webhook-key"
+#: the webhook's shared secret, unless vlgate.yaml's webhook.secret_env names a variable set
+#: where the stack is started
+WEBHOOK_SECRET_FILE = "webhook-secret"
+#: the accounts' passwords, Prefect's auth string and the MLflow auth app's session key
+CREDENTIALS_FILE = "credentials.json"
+#: MLflow's basic-auth config (MLFLOW_AUTH_CONFIG_PATH): its database and admin
+AUTH_CONFIG_FILE = "mlflow-auth.ini"
+#: every file of the folder that holds a secret: written 0600, checked by ``stack status``
+SECRET_FILES = (STACK_FILE, ENV_FILE, WEBHOOK_SECRET_FILE, KEY_FILE, CREDENTIALS_FILE, AUTH_CONFIG_FILE)
+DEFAULT_HOST = "127.0.0.1"
+#: the variables of :meth:`StackState.environment` that hold a secret (shown as ``<secret>``)
+SECRET_VARIABLES = frozenset({"MLFLOW_TRACKING_PASSWORD", "PREFECT_API_AUTH_STRING"})
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by its owner only: created 0600 (never readable by
+    others, not even for a moment), and an existing file made 0600 before it is written."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        os.fchmod(out.fileno(), 0o600)
+        out.write(text)
+
+
+def loose_secret_files(folder: Path) -> list[tuple[Path, int]]:
+    """The stack's secret files that others may read or write (path, mode)."""
+    found = []
+    for name in SECRET_FILES:
+        path = folder / name
+        if path.is_file() and path.stat().st_mode & 0o077:
+            found.append((path, path.stat().st_mode & 0o777))
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (a name other than localhost counts as not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_problem(host: str, auth: bool) -> str | None:
+    """Why binding the servers to ``host`` with ``auth`` is refused: a server others can reach
+    without authentication lets anyone register versions, move the champion alias and read
+    every artifact."""
+    if auth or is_loopback(host):
+        return None
+    return f"--host {host} --no-auth: servers reachable from other machines without authentication are refused; drop --no-auth, or bind to 127.0.0.1"
+
+
+def client_host(host: str) -> str:
+    """The address this machine's clients use for servers bound to ``host``."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+class StackCredentials(BaseModel):
+    """``FOLDER/credentials.json`` (0600): the secrets the stack generated at its first start
+    and keeps for the next (the accounts live on in the auth database)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    admin: Account
+    service: Account
+    readonly: Account
+    #: Prefect's one shared credential, ``user:password`` (PREFECT_SERVER_API_AUTH_STRING / PREFECT_API_AUTH_STRING)
+    prefect_auth_string: SecretStr
+    #: MLflow's auth app signs its CSRF tokens with it (MLFLOW_FLASK_SERVER_SECRET_KEY): fixed across restarts
+    flask_secret_key: SecretStr
+
+    @field_serializer("prefect_auth_string", "flask_secret_key", when_used="json")
+    def _reveal(self, value: SecretStr) -> str:
+        return value.get_secret_value()
+
+    @classmethod
+    def generate(cls) -> StackCredentials:
+        def password() -> SecretStr:
+            return SecretStr(secrets.token_urlsafe(24))
+
+        return cls(
+            admin=Account(username=ADMIN.username, password=password()),
+            service=Account(username=SERVICE.username, password=password()),
+            readonly=Account(username=READONLY.username, password=password()),
+            prefect_auth_string=SecretStr(f"vlgate:{secrets.token_urlsafe(24)}"),
+            flask_secret_key=SecretStr(secrets.token_hex(32)),
+        )
+
+    @classmethod
+    def read(cls, folder: Path) -> StackCredentials:
+        path = folder / CREDENTIALS_FILE
+        try:
+            return cls.model_validate_json(path.read_text())
+        except (OSError, ValueError) as error:
+            raise StackError(f"{path}: the stack's credentials cannot be read ({error.__class__.__name__}); vlgate stack down --purge and up again makes new ones") from None
+
+
+def service_environment(credentials: StackCredentials) -> dict[str, str]:
+    """How a client authenticates as the service account, with the standard variables: MLflow's
+    client sends MLFLOW_TRACKING_USERNAME/PASSWORD, Prefect's PREFECT_API_AUTH_STRING."""
+    return {
+        "MLFLOW_TRACKING_USERNAME": credentials.service.username,
+        "MLFLOW_TRACKING_PASSWORD": credentials.service.password.get_secret_value(),
+        "PREFECT_API_AUTH_STRING": credentials.prefect_auth_string.get_secret_value(),
+    }
 
 
 class StackProcess(BaseModel):
@@ -80,20 +201,36 @@ class StackState(BaseModel):
     prefect_url: str
     webhook_url: str
     workers: int
+    #: MLflow's basic-auth app and Prefect's auth string on (False: --no-auth, or a stack.json
+    #: from before authentication)
+    auth: bool = False
+    #: the address the servers bind to
+    host: str = DEFAULT_HOST
     processes: list[StackProcess] = Field(default_factory=list)
 
     @property
     def prefect_api(self) -> str:
         return f"{self.prefect_url}/api"
 
+    def credentials(self) -> StackCredentials:
+        return StackCredentials.read(Path(self.folder))
+
     def environment(self) -> dict[str, str]:
-        """What a process needs to be part of the stack (every vlgate command included)."""
+        """What a process needs to be part of the stack (every vlgate command included): where
+        each server is and, with authentication, the service account's credentials."""
+        return self.public_environment() | (service_environment(self.credentials()) if self.auth else {})
+
+    def public_environment(self) -> dict[str, str]:
+        """:meth:`environment` as it may be shown: the secrets as ``<secret>`` (read from nothing,
+        so it can be shown after ``down --purge`` removed them)."""
+        shown = {"MLFLOW_TRACKING_USERNAME": SERVICE.username, **{name: "<secret>" for name in sorted(SECRET_VARIABLES)}} if self.auth else {}
         return {
             "VLGATE_HOME": self.home,
             "MLFLOW_TRACKING_URI": self.mlflow_url,
             "MLFLOW_REGISTRY_URI": self.mlflow_url,
             "PREFECT_API_URL": self.prefect_api,
             "VLGATE_STATE_DB": f"{sqlalchemy_url(self.postgres, 'psycopg2')}/{self.databases['state']}",
+            **shown,
         }
 
 
@@ -105,7 +242,7 @@ def sqlalchemy_url(postgres: str, driver: str) -> str:
 def database_names(folder: Path) -> dict[str, str]:
     """The stack's databases, named after its folder: two stacks on one cluster never share one."""
     tag = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:8]
-    return {role: f"vlgate_{tag}_{role}" for role in ("mlflow", "prefect", "state")}
+    return {role: f"vlgate_{tag}_{role}" for role in ("mlflow", "prefect", "state", "auth")}
 
 
 def code_root() -> Path:
@@ -160,16 +297,27 @@ class LocalStack:
 
     # --- up ---------------------------------------------------------------------------
 
-    def up(self, workers: int, postgres: str | None) -> StackState:
+    def up(self, workers: int, postgres: str | None, *, auth: bool = True, host: str = DEFAULT_HOST) -> StackState:
+        """Start everything; ``auth`` False (``--no-auth``) only for a throw-away stack on loopback."""
         if workers < 1:
             raise StackError(f"--workers {workers}: a stack needs at least one worker")
+        problem = exposure_problem(host, auth)
+        if problem:
+            raise StackError(problem)
         running = self.read_state()
         if running is not None and any(alive(p.pid) for p in running.processes):
             raise StackError(f"a stack is already up in {self.folder} (vlgate stack down --dir {self.folder} first)")
         config = self._service_config()  # a broken vlgate.yaml is refused before anything starts
+        if not auth:
+            print(
+                f"stack: authentication is OFF (--no-auth): anyone who reaches MLflow or Prefect on {host} can register versions, move the champion alias, "
+                "delete runs and read every artifact; for a throw-away local stack only",
+                file=sys.stderr,
+            )
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.folder.chmod(0o700)  # the folder holds the secrets, the artifacts and the logs
         try:
-            return self._up(workers, postgres, config)
+            return self._up(workers, postgres, config, auth, host)
         except BaseException:
             self._stop_started()
             raise
@@ -179,24 +327,27 @@ class LocalStack:
 
         return ServiceConfig.load(self.home)
 
-    def _up(self, workers: int, postgres: str | None, config: ServiceConfig) -> StackState:
+    def _up(self, workers: int, postgres: str | None, config: ServiceConfig, auth: bool, host: str) -> StackState:
         own_cluster = None
         if postgres is None:
             postgres, own_cluster = self._start_cluster()
         databases = database_names(self.folder)
-        mlflow_url, prefect_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        address = client_host(host)
+        mlflow_url, prefect_url = f"http://{address}:{free_port()}", f"http://{address}:{free_port()}"
         webhook_url = f"http://{config.webhook.host}:{config.webhook.port}/webhooks/mlflow"
+        if auth:
+            self._credentials()
         state = StackState(
             folder=str(self.folder), home=str(self.home), postgres=postgres, own_cluster=own_cluster, databases=databases,
-            mlflow_url=mlflow_url, prefect_url=prefect_url, webhook_url=webhook_url, workers=workers,
+            mlflow_url=mlflow_url, prefect_url=prefect_url, webhook_url=webhook_url, workers=workers, auth=auth, host=host,
         )  # fmt: skip
         self._write(state)  # from here on, `down` can stop what was started, whatever fails next
         create_databases(postgres, databases.values())
         self.echo(f"stack: PostgreSQL {postgres}, databases {', '.join(databases.values())}")
         self._start_mlflow(state)
-        self.echo(f"stack: MLflow {state.mlflow_url}")
+        self.echo(f"stack: MLflow {state.mlflow_url}" + (f" (basic-auth; credentials in {self.folder / CREDENTIALS_FILE})" if auth else " (no authentication)"))
         self._start_prefect(state)
-        self.echo(f"stack: Prefect {state.prefect_url}")
+        self.echo(f"stack: Prefect {state.prefect_url}" + (" (auth string)" if auth else " (no authentication)"))
         self._deploy(state, {name: model.drift.cron for name, model in config.models.items() if model.drift is not None})
         self.echo(f"stack: work pool {WORK_POOL} and its deployments; starting {workers} worker(s) and vlgate serve")
         for index in range(workers):
@@ -208,6 +359,16 @@ class LocalStack:
             )
         self._start_serve(state)
         return self.read_state() or state
+
+    def _credentials(self) -> StackCredentials:
+        """The stack's credentials: those of an earlier start (its accounts live on in the auth
+        database), or new ones, written 0600 before anything uses them."""
+        path = self.folder / CREDENTIALS_FILE
+        if path.is_file():
+            return StackCredentials.read(self.folder)
+        credentials = StackCredentials.generate()
+        write_private(path, credentials.model_dump_json(indent=2))
+        return credentials
 
     def _start_cluster(self) -> tuple[str, str]:
         """A throw-away PostgreSQL cluster in the folder, trusting local connections. As root
@@ -230,6 +391,7 @@ class LocalStack:
             data.mkdir(parents=True, exist_ok=True)
             run([*as_owner, initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"], self.logs / "initdb.log")
         port = free_port()
+        # loopback only whatever --host says: the cluster trusts every local connection
         options = f"-p {port} -c listen_addresses=127.0.0.1 -k {data} -c fsync=off"  # throw-away: durability is not its job
         run([*as_owner, pg_ctl, "-D", str(data), "-o", options, "-l", str(data / "server.log"), "-w", "start"], self.logs / "pg_ctl.log")
         return f"postgresql://postgres@127.0.0.1:{port}", str(data)
@@ -239,22 +401,43 @@ class LocalStack:
         if not key_file.is_file():
             from cryptography.fernet import Fernet
 
-            key_file.write_bytes(Fernet.generate_key())
-            key_file.chmod(0o600)
+            write_private(key_file, Fernet.generate_key().decode())
         port = state.mlflow_url.rsplit(":", 1)[1]
         command = [
             sys.executable, "-m", "mlflow", "server",
             "--backend-store-uri", f"{sqlalchemy_url(state.postgres, 'psycopg2')}/{state.databases['mlflow']}",
             "--artifacts-destination", (self.folder / "artifacts").as_uri(), "--serve-artifacts",
-            "--host", "127.0.0.1", "--port", port, "--workers", "1",
+            "--host", state.host, "--port", port, "--workers", "1",
         ]  # fmt: skip
         env = {
             "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
             "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
             "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": key_file.read_text().strip(),
         }
+        if state.auth:
+            from vlgate.tracking.permissions import auth_config_text
+
+            credentials = state.credentials()
+            config = self.folder / AUTH_CONFIG_FILE
+            write_private(config, auth_config_text(f"{sqlalchemy_url(state.postgres, 'psycopg2')}/{state.databases['auth']}", credentials.admin))
+            command += ["--app-name", "basic-auth"]
+            env |= {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_FLASK_SERVER_SECRET_KEY": credentials.flask_secret_key.get_secret_value()}
         process, log = self._start("mlflow", command, env, state)
         wait_until(lambda: answers(f"{state.mlflow_url}/health"), 180, "MLflow server", process, log)
+        if state.auth:
+            self._provision(state)
+
+    def _provision(self, state: StackState) -> None:
+        """The service and read-only accounts and their grants, made by the admin."""
+        from vlgate.tracking.permissions import AuthError, provision_accounts
+
+        credentials = state.credentials()
+        try:
+            provision_accounts(state.mlflow_url, credentials.admin, {"service": credentials.service, "readonly": credentials.readonly})
+        except AuthError as error:
+            raise StackError(
+                f"{error}; if the auth database {state.databases['auth']} was made with other credentials than {self.folder / CREDENTIALS_FILE}, vlgate stack down --purge and up again"
+            ) from None
 
     def _start_prefect(self, state: StackState) -> None:
         port = state.prefect_url.rsplit(":", 1)[1]
@@ -264,7 +447,11 @@ class LocalStack:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_UI_API_URL": state.prefect_api,
         }
-        process, log = self._start("prefect-server", [prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", port], env, state)
+        if state.auth:  # the server checks it; its own services call the API with it too
+            auth_string = state.credentials().prefect_auth_string.get_secret_value()
+            env |= {"PREFECT_SERVER_API_AUTH_STRING": auth_string, "PREFECT_API_AUTH_STRING": auth_string}
+        command = [prefect_cli(), "server", "start", "--host", state.host, "--port", port]
+        process, log = self._start("prefect-server", command, env, state)
         wait_until(lambda: answers(f"{state.prefect_api}/health"), 240, "Prefect server", process, log)
 
     def _deploy(self, state: StackState, drift: dict[str, str]) -> None:
@@ -279,19 +466,42 @@ class LocalStack:
         # entrypoints are paths in the installed vlgate: deploy from there, naming the stack's file
         run([prefect_cli(), "--no-prompt", "deploy", "--all", "--prefect-file", str(deployments)], self.logs / "deploy.log", env=env, cwd=code_root())
 
-    def _start_serve(self, state: StackState) -> None:
-        secret_file = self.folder / "webhook-secret"
-        if not secret_file.is_file():
-            secret_file.write_text(secrets.token_hex(32))
-            secret_file.chmod(0o600)
-        env = state.environment() | {
-            "VLGATE_VALIDATE_DEPLOYMENT": VALIDATE_DEPLOYMENT,
-            "VLGATE_WEBHOOK_SECRET": secret_file.read_text().strip(),
-            "VLGATE_WEBHOOK_URL": state.webhook_url,
-        }
-        process, log = self._start("serve", [vlgate_cli(), "serve", "--no-drift"], env, state)
+    def _serve_env(self, state: StackState) -> dict[str, str]:
+        """``vlgate serve``'s environment, made anew at each (re)start: the webhook's secret is
+        read from the variable vlgate.yaml's ``webhook.secret_env`` names, where the stack is
+        started (a rotated secret), else from ``FOLDER/webhook-secret`` (generated once)."""
+        from vlgate.flows.settings import DEFAULT_WEBHOOK_SECRET_ENV
+
+        webhook = self._service_config().webhook
+        secret = os.environ.get(webhook.secret_env, "")
+        if not secret:
+            if webhook.secret_env != DEFAULT_WEBHOOK_SECRET_ENV:
+                raise StackError(f"vlgate.yaml's webhook.secret_env names {webhook.secret_env}, which is not set here: export it with the webhook secret first")
+            secret_file = self.folder / WEBHOOK_SECRET_FILE
+            if not secret_file.is_file():
+                write_private(secret_file, secrets.token_hex(32))
+            secret = secret_file.read_text().strip()
+        return state.environment() | {"VLGATE_VALIDATE_DEPLOYMENT": VALIDATE_DEPLOYMENT, webhook.secret_env: secret, "VLGATE_WEBHOOK_URL": state.webhook_url}
+
+    def _start_serve(self, state: StackState, command: list[str] | None = None) -> StackProcess:
+        """``vlgate serve`` started and answering; with authentication, its webhook then
+        registered by the admin with the secret serve got (the service account may not manage
+        webhooks: MLflow leaves that to admins)."""
+        env = self._serve_env(state)
+        process, log = self._start("serve", command or [vlgate_cli(), "serve", "--no-drift"], env, state)
         webhook = state.webhook_url.rsplit("/webhooks/", 1)[0]
         wait_until(lambda: answers(f"{webhook}/healthz"), 180, "vlgate serve", process, log)
+        if state.auth:
+            from mlflow.exceptions import MlflowException
+
+            from vlgate.tracking.permissions import AuthError, register_webhook
+
+            secret = env[self._service_config().webhook.secret_env]
+            try:
+                register_webhook(state.mlflow_url, state.credentials().admin, state.webhook_url, secret)
+            except (AuthError, MlflowException) as error:
+                raise StackError(f"registering MLflow's webhook as {state.credentials().admin.username!r}: {str(error).splitlines()[0]}") from None
+        return next(p for p in (self.read_state() or state).processes if p.name == "serve")
 
     def _start(self, name: str, command: list[str], env: dict[str, str], state: StackState) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.logs / f"{name}.log"
@@ -304,13 +514,19 @@ class LocalStack:
 
     def restart(self, name: str) -> StackProcess:
         """Stop one of the stack's processes and start it again as it was (a server
-        restarted under running flows); returns it as started again."""
+        restarted under running flows); returns it as started again. ``serve`` gets its
+        environment anew: a webhook secret rotated in vlgate.yaml (``webhook.secret_env``)
+        is the one it checks from now on, and the one MLflow's webhook is signed with."""
         state = self.read_state()
         if state is None:
             raise StackError(f"no stack in {self.folder}")
         old = next((p for p in state.processes if p.name == name), None)
         if old is None:
             raise StackError(f"the stack runs no {name!r} (it runs {', '.join(p.name for p in state.processes)})")
+        if name == "serve":
+            self._serve_env(state)  # a secret_env that names nothing is refused before serve is stopped
+            stop_group(old.pid)
+            return self._start_serve(state, old.command)
         stop_group(old.pid)
         process, log = self._start(name, old.command, old.env, state)
         url = {"mlflow": f"{state.mlflow_url}/health", "prefect-server": f"{state.prefect_api}/health"}.get(name)
@@ -319,11 +535,10 @@ class LocalStack:
         return next(p for p in (self.read_state() or state).processes if p.name == name)
 
     def _write(self, state: StackState) -> None:
-        path = self.folder / STACK_FILE
-        path.touch(mode=0o600)  # it holds the webhook secret and MLflow's key, as the processes got them
-        path.write_text(state.model_dump_json(indent=2))
-        lines = [f"export {name}={value}" for name, value in state.environment().items()]
-        (self.folder / ENV_FILE).write_text("\n".join(lines) + "\n")
+        # stack.json holds the webhook secret, MLflow's key and the credentials, as the processes got them
+        write_private(self.folder / STACK_FILE, state.model_dump_json(indent=2))
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in state.environment().items()]
+        write_private(self.folder / ENV_FILE, "\n".join(lines) + "\n")
 
     def _stop_started(self) -> None:
         state = self.read_state()
@@ -405,18 +620,30 @@ def vlgate_cli() -> str:
 
 
 def describe(state: StackState) -> list[str]:
-    """What ``vlgate stack up`` prints: where each UI is, and how another shell joins."""
+    """What ``vlgate stack up`` prints: where each UI is, how another shell joins, and where
+    the credentials are (never the credentials themselves)."""
+    folder = Path(state.folder)
+    if state.auth:
+        auth = (
+            f"MLflow basic-auth (accounts {ADMIN.username}, {SERVICE.username}, {READONLY.username}) and Prefect's auth string; "
+            f"passwords in {folder / CREDENTIALS_FILE}, the service account's in {folder / ENV_FILE}"
+        )
+    else:
+        auth = "OFF (--no-auth): anyone who reaches these ports can change everything"
     return [
         f"MLflow      {state.mlflow_url}",
         f"Prefect     {state.prefect_url}  (pool {WORK_POOL}: {state.workers} worker(s), one flow each)",
         f"webhook     {state.webhook_url}",
         f"PostgreSQL  {state.postgres}  (databases {', '.join(state.databases.values())})",
-        f"logs        {Path(state.folder) / 'logs'}",
-        f"other shells: source {Path(state.folder) / ENV_FILE}",
+        f"auth        {auth}",
+        f"logs        {folder / 'logs'}",
+        f"other shells: source {folder / ENV_FILE}",
         f"stop: vlgate stack down --dir {state.folder}",
     ]
 
 
 def state_json(state: StackState) -> dict[str, JsonValue]:
-    dumped: dict[str, JsonValue] = json.loads(state.model_dump_json())
-    return dumped | {"environment": dict(state.environment())}
+    """The state as ``--json`` prints it: no secret (the processes' environments are left
+    out, the environment's credentials shown as ``<secret>``: they are in FOLDER/env)."""
+    dumped: dict[str, JsonValue] = json.loads(state.model_dump_json(exclude={"processes": {"__all__": {"env"}}}))
+    return dumped | {"environment": dict(state.public_environment())}

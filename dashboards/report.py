@@ -33,7 +33,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
-from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.history import ModelHistory, model_history
 
 if TYPE_CHECKING:
@@ -290,6 +290,13 @@ class RenderedReport:
     figures: list[Figure]
 
 
+def _records_from_cache(data: ValidationReportData, evaluator: str) -> int | None:
+    """How many of the evaluator's records the run took from the shared record cache (its
+    ``records_from_cache/EVALUATOR`` metric); None for a run that logged none."""
+    value = data.metrics.get(f"{RECORDS_FROM_CACHE}/{evaluator}")
+    return int(value) if value is not None else None
+
+
 def render_version_report(data: ValidationReportData, shared: ModelFigures, drift: pd.DataFrame, tracking_uri: str, correlations: list[Figure] | None = None) -> RenderedReport:
     """The report page of one validated version; ``correlations``: its correlation figures
     (``version_correlation_figures``; the model's current ones when not given)."""
@@ -311,6 +318,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
                 "examples": examples,
                 "error": output.error,
                 "against": against_champion(data, name, shared.image_roots),
+                "from_cache": _records_from_cache(data, name),
             }
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):

@@ -47,6 +47,13 @@ _Metrics = Annotated[Metrics, _AS_JSON_OBJECT]
 _Models = Annotated[Mapping[str, JsonValue], _AS_JSON_OBJECT]
 
 
+#: the metrics a validation run logs per evaluator (``records_from_cache/EVALUATOR``): its
+#: records taken from the shared record cache (``runners/cache.py``). Not under the
+#: evaluator's own ``EVALUATOR/`` names: those are measurements of the model, equal for
+#: equal weights, and this count is not
+RECORDS_FROM_CACHE = "records_from_cache"
+
+
 class SummaryJson(TypedDict, total=False):
     """An :class:`EvaluatorSummary` as JSON (``EvaluatorSummary.as_json``): the fields that were set."""
 
@@ -56,6 +63,7 @@ class SummaryJson(TypedDict, total=False):
     n_load_errors: int
     reused: int
     computed: int
+    from_cache: int
     item_errors: list[str]
     models: dict[str, JsonValue]
     shard_workers: list[str] | None
@@ -78,6 +86,8 @@ class EvaluatorSummary(BaseModel):
     #: records found in the store and records computed by this run
     reused: int = 0
     computed: int = 0
+    #: records copied from the shared record cache (``runners/cache.py``): computed once, for another version, model or run
+    from_cache: int = 0
     item_errors: list[str] = Field(default_factory=list)
     #: the models the evaluator ran (role → reference and digest)
     models: _Models = Field(default_factory=dict)
@@ -116,6 +126,7 @@ class ShardResult(BaseModel):
     models: _Models
     protocol: str
     worker: str
+    from_cache: int = 0
 
 
 class VerdictFields(TypedDict, total=False):

@@ -14,16 +14,20 @@ awaiting decision was judged with (its record keeps it). A sign-off the person m
 In the deployment the validation flow does not end at "awaiting approval": it suspends
 (Prefect's ``suspend_flow_run(wait_for_input=SignOffInput)``, so the Prefect UI shows an
 approve/reject form and the flow holds no worker slot while it waits) until a person answers
-in that form or with ``vlgate approve|reject``, which resumes that same flow run. Prefect's
-``pause_flow_run`` would keep the flow's process, and its worker's slot, for days; a
-suspended run is started again from the top when resumed, finds its decision made, and only
-applies the answer. Each answer is applied once: its record carries the request id of the
-suspension it answered, and a run started again skips answers already on record.
+in that form or with ``vlgate approve|reject``. Prefect's ``pause_flow_run`` would keep the
+flow's process, and its worker's slot, for days; a suspended run is started again from the
+top when resumed, finds its decision made, and only applies the answer. Each answer is
+applied once: its record carries the request id of the suspension it answered (flow run and
+pause key), and a run started again skips answers already on record. ``vlgate
+approve|reject`` applies the sign-off itself, as the person running it, under that request
+id, then resumes the flow run, which finds it on record and ends: the identity and the
+permission checked are the person's, never the service's.
 """
 
 from __future__ import annotations
 
 import getpass
+import logging
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +51,8 @@ from vlgate.registry_hooks.state_db import StateDatabase
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+log = logging.getLogger("vlgate.approval")
+
 
 class ApprovalRefused(ValidationError):
     """The person may not sign off: recorded as a refused sign-off, nothing else changes."""
@@ -58,8 +64,7 @@ class SignOffInput(RunInput):
 
     approve: bool = Field(description="approve (the champion alias moves to this version) or reject")
     reason: str = Field(min_length=1, description="why: kept in the decision record")
-    by: str = Field(default="", description="who signs; recorded as unverified (the deployment's MLflow identity, where it authenticates, is recorded by vlgate approve)")
-    verified: bool = Field(default=False, description="set by vlgate approve when the deployment authenticated the person; leave unset in the form")
+    by: str = Field(default="", description="who signs; recorded as unverified (vlgate approve|reject records the person's authenticated MLflow identity, where the deployment has one)")
 
 
 class SignOff(BaseModel):
@@ -86,14 +91,45 @@ def default_person() -> str:
         return "unknown"
 
 
+class Signer(BaseModel):
+    """Who signs off, and whether the deployment vouches for it: the MLflow user of the
+    credentials where the tracking server authenticates (``verified``), else the declared
+    ``--by`` or the operating-system user. ``refusal``: why this person may not sign."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    person: str
+    verified: bool
+    refusal: str | None = None
+
+
+def signer(model: str, by: str | None, from_form: bool = False) -> Signer:
+    """The signer of a sign-off on ``model``. With authentication on, the identity is the
+    credentials' MLflow user, who must hold MANAGE on the registered model (``--by`` may only
+    name that same user); an answer from Prefect's form, which cannot say who gave it, is
+    refused then. Without authentication, ``by`` (or the operating-system user), unverified."""
+    from vlgate.tracking.permissions import authenticated_user, can_manage_registered_model
+
+    user = authenticated_user()
+    if user is None:
+        return Signer(person=by or default_person(), verified=False)
+    if from_form:
+        return Signer(person=by or "prefect-ui", verified=False, refusal="with authentication on, a sign-off comes from an authenticated MLflow user (vlgate approve|reject); Prefect's form cannot say who answered")
+    if by and by != user:
+        raise ValidationError(f"--by {by}: with authentication on, the signer is the MLflow user of the credentials ({user}); nothing recorded")
+    if not can_manage_registered_model(model, user):
+        return Signer(person=user, verified=True, refusal=f"{user} does not hold MANAGE on the registered model {model}")
+    return Signer(person=user, verified=True)
+
+
 def sign_off(
     model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None,
-    verified: bool = False, request_id: str | None = None,
+    request_id: str | None = None, from_form: bool = False,
 ) -> SignOff:  # fmt: skip
-    """Approve (``approve``) or reject the version awaiting approval, as ``by`` (the
-    operating-system user by default, recorded as unverified unless ``verified``). With
-    ``request_id``, an answer already on record (a resumed flow run replaying it) is
-    returned as recorded instead of applied twice."""
+    """Approve (``approve``) or reject the version awaiting approval, as :func:`signer`
+    says who signs (``from_form``: an answer given in Prefect's form). With ``request_id``,
+    an answer already on record (a resumed flow run replaying it) is returned as recorded
+    instead of applied twice."""
     home = prepare_environment()
     client = tracking.connect()
     run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
@@ -103,13 +139,25 @@ def sign_off(
         answered = [record for record in tracking.decision_history(client, run_id) if record.judged_by is not None and record.judged_by.request_id == request_id]
         if answered:
             return SignOff(model=model, version=version, run_id=run_id, record=answered[-1])
-    person = by or default_person()
+    who = signer(model, by, from_form)
+    person, verified = who.person, who.verified
     rejudged = None
     awaiting = _awaiting(client, model, version, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
-    if approval is not None and approval.approvers and person not in approval.approvers:
+    refusal = who.refusal
+    if refusal is None and approval is not None and approval.approvers and person not in approval.approvers:
         refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
-        _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, request_id, now)
+    if refusal is not None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            # a refused form answer used up its suspension (the flow waits on the next); a
+            # refused command leaves the suspension to the answer that may be given
+            _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, request_id if from_form else None, now)
+        except MlflowException as error:  # credentials that may write nothing cannot leave the refusal on record either
+            if error.error_code != "PERMISSION_DENIED":
+                raise
+            raise ApprovalRefused(f"{refusal}: nothing changed (MLflow lets these credentials write nothing to the validation run, so the refusal is not recorded)") from None
         raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
     current = tracking.champion_version(client, model)
     if approve and current not in (awaiting.champion_before, version) and not _expired(awaiting, approval, now):
@@ -167,7 +215,7 @@ def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
         answer = suspend_flow_run(wait_for_input=SignOffInput.with_initial_data(description=_form_text(model, version, awaiting)), timeout=timeout, key=f"sign-off-{answered}")
         request_id = f"{flow_run.id}/sign-off-{answered}"
         try:
-            record = sign_off(model, version, answer.approve, answer.reason, answer.by or "prefect-ui", verified=answer.verified, request_id=request_id).record
+            record = sign_off(model, version, answer.approve, answer.reason, answer.by or "prefect-ui", request_id=request_id, from_form=True).record
         except ApprovalRefused:  # on record; the version still awaits a sign-off it can take
             continue
     return record
@@ -180,8 +228,22 @@ def _form_text(model: str, version: str, awaiting: DecisionRecord) -> str:
     return f"**{model} v{version}** passed every rule and awaits a sign-off (champion: {awaiting.champion_before or 'none'}).\n\n{reasons}\n\nApprove moves the champion alias; {command} answers this form too."
 
 
-def suspended_flow_run(model: str, version: str) -> str | None:
-    """The deployment's flow run suspended for this version's sign-off, if one is (its id)."""
+class SuspendedRun(BaseModel):
+    """A deployment's flow run suspended for a version's sign-off: its id, and the key of
+    the suspension (the answer's request id is both)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flow_run_id: str
+    pause_key: str
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.flow_run_id}/{self.pause_key}"
+
+
+def suspended_flow_run(model: str, version: str) -> SuspendedRun | None:
+    """The deployment's flow run suspended for this version's sign-off, if one is."""
     from uuid import UUID
 
     from prefect import get_client
@@ -195,56 +257,30 @@ def suspended_flow_run(model: str, version: str) -> str | None:
             run = client.read_flow_run(UUID(claim.flow_run_id))
     except Exception:  # no Prefect server, or it never knew this run: a local flow decided it
         return None
-    return claim.flow_run_id if run.state is not None and run.state.is_paused() else None
+    if run.state is None or not run.state.is_paused() or not run.state.state_details.pause_key:
+        return None
+    return SuspendedRun(flow_run_id=claim.flow_run_id, pause_key=run.state.state_details.pause_key)
 
 
-def resume_sign_off(
-    model: str, version: str, flow_run_id: str, approve: bool, reason: str, by: str | None = None, verified: bool = False, wait_s: float = 900,
-) -> SignOff | None:  # fmt: skip
-    """Answer the suspended flow run with this sign-off and wait until it has applied it (it
-    runs again on a worker); the record it appended. None when the run can no longer be
-    resumed (its suspension timed out): the caller signs off directly, which records expiry.
-    A person who may not sign off is refused here, on record, without resuming anything."""
-    import time
+def sign_off_suspended(suspended: SuspendedRun, model: str, version: str, approve: bool, reason: str, by: str | None = None) -> SignOff:
+    """The sign-off applied here, as the person running the command (their identity and
+    credentials, not the service's), under the suspension's request id; then the suspended
+    flow run resumed with the same answer, which finds it on record and ends. A refusal
+    resumes nothing (the flow waits on); a suspension that timed out is left to Prefect
+    (the record says expired)."""
     from uuid import UUID
 
-    from prefect import get_client
     from prefect.exceptions import FlowPauseTimeout, NotPausedError
     from prefect.flow_runs import resume_flow_run
 
-    home = prepare_environment()
-    client = tracking.connect()
-    run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
-    if not run_id:
-        raise ValidationError(f"{model} v{version} has no validation run yet")
-    awaiting = _awaiting(client, model, version, run_id)
-    person = by or default_person()
-    approval = GatePolicy.model_validate(awaiting.policy).approval
-    if approval is not None and approval.approvers and person not in approval.approvers:
-        refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
-        _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, None, None)
-        raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
-    known = len(tracking.decision_history(client, run_id))
-    answer = SignOffInput(approve=approve, reason=reason, by=person, verified=verified)
-    try:
-        resume_flow_run(UUID(flow_run_id), run_input=answer.model_dump(mode="json"))
-    except (FlowPauseTimeout, NotPausedError):
-        return None
-    deadline = time.monotonic() + wait_s
-    with get_client(sync_client=True) as prefect:
-        while True:
-            state = prefect.read_flow_run(UUID(flow_run_id)).state
-            if state is not None and (state.is_final() or (state.is_paused() and len(tracking.decision_history(client, run_id)) > known)):
-                break
-            if time.monotonic() > deadline:
-                raise ValidationError(f"flow run {flow_run_id} was resumed with the sign-off but has not applied it after {wait_s:g} s (is a worker running?)")
-            time.sleep(1.0)
-    added = tracking.decision_history(client, run_id)[known:]
-    if not added:
-        shown = state.name if state is not None else "unknown"
-        raise ValidationError(f"flow run {flow_run_id} ended {shown} without applying the sign-off (see its logs in Prefect)")
-    rejudged = next((record for record in added if record.kind is DecisionKind.REJUDGEMENT), None)
-    return SignOff(model=model, version=version, run_id=run_id, record=added[-1], rejudged=rejudged)
+    signed = sign_off(model, version, approve, reason, by, request_id=suspended.request_id)
+    if signed.record.outcome is not Outcome.AWAITING_APPROVAL:
+        answer = SignOffInput(approve=approve, reason=reason, by=signed.record.judged_by.user if signed.record.judged_by and signed.record.judged_by.user else "")
+        try:
+            resume_flow_run(UUID(suspended.flow_run_id), run_input=answer.model_dump(mode="json"))
+        except (FlowPauseTimeout, NotPausedError) as error:  # the record stands either way
+            log.info("flow run %s not resumed: %s", suspended.flow_run_id, error)
+    return signed
 
 
 def _refuse(

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators import registry
+from vlgate.evaluators.runners.cache import RecordCacheSettings  # a task parameter: resolved at run time
 from vlgate.evaluators.running.suite import Suite, SuiteSummary
 from vlgate.flows import notifying, progress
 from vlgate.flows.recording import where_it_runs
@@ -43,14 +44,22 @@ if TYPE_CHECKING:
 
 
 @task(name="score-batch", retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5))
-def score_batch(model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "") -> SuiteSummary:
-    """The champion's records on one batch (resumable: fingerprinted records are reused);
-    its items are published as ``part`` of ``shown_as`` (``flows/progress.py``)."""
+def score_batch(
+    model_uri: str, suite: Suite, out: str, cache_dir: str, shown_as: str = "", part: str = "", record_cache: RecordCacheSettings | None = None
+) -> SuiteSummary:
+    """The champion's records on one batch (resumable: fingerprinted records are reused,
+    from the batch's folder or from the shared record cache, so that the reference batch
+    is scored once for the same weights, whichever champion version or worker checks);
+    its items are published as ``part``
+    of ``shown_as`` (``flows/progress.py``). ``record_cache``: the cache's settings
+    (default: ``vlgate.yaml``'s ``record_cache``)."""
     from vlgate.evaluators.running.suite import run_suite
+    from vlgate.registry_hooks.record_cache import open_record_cache
 
     progress.stage(shown_as, progress.Stage.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)
-    return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done)
+    cache = open_record_cache(record_cache or ServiceConfig.load().record_cache.settings())
+    return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done, record_cache=cache)
 
 
 def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
@@ -174,9 +183,10 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     cache = str(home / "model-cache")
     reference_suite, current_suite = Suite.from_file(drift.reference), Suite.from_file(batch_suite)  # read once, here
     reference_out = folder / f"reference-{_suite_key(reference_suite)}"
-    reference = score_batch(model_uri, reference_suite, str(reference_out), cache, shown_as, "reference")
+    records = service_config.record_cache.settings(home)
+    reference = score_batch(model_uri, reference_suite, str(reference_out), cache, shown_as, "reference", records)
     current_out = folder / f"batch-{_suite_key(current_suite)}"
-    current = score_batch(model_uri, current_suite, str(current_out), cache, shown_as, "new batch")
+    current = score_batch(model_uri, current_suite, str(current_out), cache, shown_as, "new batch", records)
     progress.stage(shown_as, progress.Stage.TESTING)
 
     scores = {}

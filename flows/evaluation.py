@@ -20,6 +20,7 @@ from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary, ShardResult
+from vlgate.evaluators.runners.cache import RecordCacheSettings  # a parameter of the flow and its tasks: resolved at run time
 from vlgate.flows import progress
 from vlgate.flows.plan import ValidationPlan  # a flow's and a task's parameters are validated against it
 
@@ -106,12 +107,17 @@ def retry_unless_timed_out(_task: Task[..., object], _run: TaskRun, state: State
     persist_result=True,
     result_serializer="json",
 )
-def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None) -> ShardResult:
+def evaluate_shard(
+    plan: ValidationPlan, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None, record_cache: RecordCacheSettings | None = None
+) -> ShardResult:
     """One shard of one evaluator on the plan's version; raises (so Prefect retries) when it
     fails. Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
-    ``time_limit_s`` it stops for good (:func:`within_time_limit`)."""
+    ``time_limit_s`` it stops for good (:func:`within_time_limit`). ``record_cache``: the
+    shared record cache's settings, opened here (in a Dask worker, its own process: the
+    folder the settings name, or the state database its environment names)."""
     from vlgate.evaluators.running.suite import run_evaluator_shard
+    from vlgate.registry_hooks.record_cache import open_record_cache
 
     # a Dask worker is a process of its own: its registry is the MLflow that vlgate's
     # settings name (MLFLOW_TRACKING_URI, or VLGATE_HOME's), as the flow's, not an
@@ -120,7 +126,8 @@ def evaluate_shard(plan: ValidationPlan, evaluator: str, shard: int, n_shards: i
     subject = progress.subject(plan.model, plan.version)
     progress.stage(subject, progress.Stage.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
     items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
-    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done, selection=plan.items)
+    cache = open_record_cache(record_cache) if record_cache is not None else None
+    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done, selection=plan.items, record_cache=cache)
 
 
 @task(name="merge-shards", retries=1)
@@ -131,20 +138,26 @@ def merge_evaluator(plan: ValidationPlan, evaluator: str, out: str, shards: list
 
 
 @flow(name="vlgate-evaluate")
-def evaluate_version(plan: ValidationPlan, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None) -> dict[str, EvaluatorSummary]:
+def evaluate_version(
+    plan: ValidationPlan, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None, record_cache: RecordCacheSettings | None = None
+) -> dict[str, EvaluatorSummary]:
     """Every evaluator of the plan's suite on its version, each split into ``n_shards`` tasks
     on this flow's task runner (threads, or a Dask cluster) and merged back into one result.
     An evaluator that still fails after its retries, or runs past ``task_timeout_s`` (a
     hung model, a template that loops), is an ``error`` entry; one stopped by a server that
     did not answer (``tracking.transient``) fails the flow instead, so that the claim is
-    retried later rather than judged."""
+    retried later rather than judged. ``record_cache``: the shared record cache's settings
+    (default: ``vlgate.yaml``'s ``record_cache``, read here once and handed to every shard)."""
     from vlgate.evaluators.running.suite import holding_models
+    from vlgate.flows.settings import ServiceConfig
 
+    if record_cache is None:
+        record_cache = ServiceConfig.load().record_cache.settings()
     merged, shards = {}, {}
     entries: dict[str, EvaluatorSummary] = {}
     with holding_models():  # one load of the candidate per task thread, not one per evaluator
         for name in plan.suite.evaluators:
-            shards[name] = [evaluate_shard.submit(plan, name, shard, n_shards, out, cache_dir, task_timeout_s) for shard in range(n_shards)]
+            shards[name] = [evaluate_shard.submit(plan, name, shard, n_shards, out, cache_dir, task_timeout_s, record_cache) for shard in range(n_shards)]
             merged[name] = merge_evaluator.submit(plan, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
         for name, future in merged.items():
             try:

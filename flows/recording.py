@@ -22,7 +22,7 @@ from prefect.tasks import exponential_backoff
 from vlgate import tag_keys, tracking
 from vlgate.decisions import Check, DecisionRecord, Judge, Outcome, Rule, decision_file, outcome_label
 from vlgate.evaluators import registry
-from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ def fingerprint_digest(records: Sequence[Mapping[str, object]]) -> str:
 def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
     """Set-level metrics ``EVALUATOR/METRIC``, each breakdown as an MLflow table
     (``tables/EVALUATOR.by_FIELD.json``: a row per group), the per-sample table, the raw
-    outputs, the GX result and the fingerprints' digest (a tag: no compare-view axis);
+    outputs, the GX result and the fingerprints' digest (a tag: no compare-view axis),
+    and how many records came from the shared record cache (``records_from_cache/EVALUATOR``);
     retried while the tracking server is unreachable."""
     from mlflow.entities import Metric
 
@@ -62,6 +63,8 @@ def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
             client.log_batch(run_id, metrics=metrics[start : start + 500])
         for by, groups in breakdowns.items():
             client.log_table(run_id, data=tracking.breakdown_frame(by.removeprefix("by_"), groups), artifact_file=f"tables/{evaluator}.{by}.json")
+    if output.error is None:
+        client.log_batch(run_id, metrics=[Metric(tracking.mlflow_metric_name(f"{RECORDS_FROM_CACHE}/{evaluator}"), float(output.summary.from_cache), now, 0)])
     if output.records:
         client.set_tag(run_id, tag_keys.fingerprints(evaluator), fingerprint_digest(output.records))
         if output.samples is not None:

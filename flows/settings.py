@@ -14,7 +14,7 @@
       suite: ...
       policy: ...
     poll_interval_s: 30
-    webhook: {host: 127.0.0.1, port: 8765}
+    webhook: {host: 127.0.0.1, port: 8765, secret_env: VLGATE_WEBHOOK_SECRET}   # the variable holding its secret
     workers: 1                           # validation flows at once; 0 = one per configured model
     lease_s: 90                          # a running flow renews its claim every lease_s / 3; lost once it runs out
     max_crashes: 3                       # attempts lost with their process before the version fails closed
@@ -23,6 +23,10 @@
       workers: 1                         # threads at once, or the local Dask cluster's worker processes
       address: null                      # dask: an existing scheduler, e.g. tcp://dask-scheduler:8786
       shards: 1                          # each evaluator's items split into this many tasks
+    record_cache:                        # records shared across versions and runs by fingerprint (docs/record-cache.md)
+      kind: auto                         # folder ($VLGATE_HOME/record-cache), database (the state database), off;
+                                         #   auto: database when VLGATE_STATE_DB is PostgreSQL (the stack), else folder
+      max_size: 20GB                     # least recently used records evicted beyond it
     notify:                              # where decisions, drift and failures are told (docs/notifications.md);
       channels:                          #   a model's own notify: replaces this one for it
         - {kind: webhook, name: ci, url: "https://ci.example.com/vlgate", secret_env: VLGATE_NOTIFY_SECRET}
@@ -50,11 +54,12 @@ from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.home import vlgate_home
 from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
-from vlgate.registry_hooks.notifications import ChannelConfig, NotifyConfig
+from vlgate.registry_hooks.notifications import ENV_NAME, ChannelConfig, NotifyConfig
 
 if TYPE_CHECKING:
     from prefect.task_runners import TaskRunner
 
+    from vlgate.evaluators.runners.cache import RecordCacheSettings
     from vlgate.evaluators.running.suite import Suite
     from vlgate.gate.policy import GatePolicy
 
@@ -98,13 +103,32 @@ class ModelConfig(BaseModel):
     notify: NotifyConfig | None = None
 
 
+#: the variable holding the webhook's shared secret unless vlgate.yaml names another
+DEFAULT_WEBHOOK_SECRET_ENV = "VLGATE_WEBHOOK_SECRET"
+
+
 class WebhookConfig(BaseModel):
-    model_config = CONFIG_MODEL
+    model_config = CONFIG_MODEL | ConfigDict(hide_input_in_errors=True)  # a refused secret_env may be the secret
 
     host: str = "127.0.0.1"
     port: int = 8765
+    #: the environment variable holding the webhook's shared secret (never the secret itself):
+    #: a leaked secret is rotated by naming another variable, or giving this one a new value,
+    #: and restarting vlgate serve, which uses it and has MLflow's webhook signed with it
+    secret_env: str = DEFAULT_WEBHOOK_SECRET_ENV
     max_age_s: float = Field(default=300, gt=0, le=7 * 24 * 3600, description="older X-MLflow-Timestamp values are refused (at most a week)")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="larger request bodies are refused (413) before they are read")
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, value: str) -> str:
+        if not ENV_NAME.fullmatch(value):  # the value is not repeated: it may be the secret itself
+            raise ValueError("secret_env must name the environment variable holding the webhook secret (upper case, digits, _), not hold the secret itself")
+        return value
+
+    def secret(self) -> str:
+        """The shared secret, from the environment variable ``secret_env`` ("" when unset)."""
+        return os.environ.get(self.secret_env, "")
 
 
 class EvaluationConfig(BaseModel):
@@ -136,6 +160,46 @@ class EvaluationConfig(BaseModel):
         return ThreadPoolTaskRunner(max_workers=self.workers)
 
 
+#: the record cache's kind where ``vlgate.yaml`` leaves it ``auto`` (folder, database, off):
+#: e.g. ``off`` for a test session, whose tests count what they compute
+RECORD_CACHE_ENV = "VLGATE_RECORD_CACHE"
+
+
+class RecordCacheConfig(BaseModel):
+    """The shared record cache (``evaluators/runners/cache.py``, docs/record-cache.md): which
+    store, and its bound. ``auto`` is ``$VLGATE_RECORD_CACHE`` when set, else the state
+    database's table when that database is PostgreSQL (the stack: every worker reaches it)
+    and the folder under ``VLGATE_HOME`` otherwise (one machine)."""
+
+    model_config = CONFIG_MODEL
+
+    kind: Literal["auto", "folder", "database", "off"] = "auto"
+    max_size: str = Field(default="20GB", description="the cache's bound (e.g. 20GB, 500MB): least recently used records are evicted beyond it")
+
+    @field_validator("max_size", mode="before")
+    @classmethod
+    def _a_size(cls, value: object) -> object:
+        from vlgate.evaluators.runners.cache import parse_size
+
+        parse_size(value if isinstance(value, (str, int)) else str(value))  # ValueError names what a size looks like
+        return str(value)
+
+    def settings(self, home: Path | None = None) -> RecordCacheSettings:
+        """The cache a run uses, resolved (``auto`` decided) for ``home``: what crosses to the workers."""
+        from vlgate.evaluators.runners.cache import RecordCacheSettings, parse_size
+        from vlgate.registry_hooks.state_db import StateDatabase
+
+        home = (home or vlgate_home()).resolve()
+        kind = self.kind
+        if kind == "auto":
+            chosen = os.environ.get(RECORD_CACHE_ENV) or ("database" if StateDatabase.url_for_home(home).startswith("postgresql") else "folder")
+            if chosen not in ("folder", "database", "off"):
+                raise ValueError(f"{RECORD_CACHE_ENV}={chosen!r}: folder, database or off")
+            kind = "folder" if chosen == "folder" else "database" if chosen == "database" else "off"
+        assert kind != "auto"
+        return RecordCacheSettings(kind=kind, max_bytes=parse_size(self.max_size), folder=home / "record-cache" if kind == "folder" else None)
+
+
 class ServiceConfig(BaseModel):
     model_config = CONFIG_MODEL | ConfigDict(hide_input_in_errors=True)
 
@@ -155,6 +219,8 @@ class ServiceConfig(BaseModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     #: where notifications go, for every model without its own ``notify:`` (docs/notifications.md)
     notify: NotifyConfig = NotifyConfig()
+    #: records shared by fingerprint across versions, models and runs (docs/record-cache.md)
+    record_cache: RecordCacheConfig = RecordCacheConfig()
 
     @model_validator(mode="after")
     def _one_channel_per_name(self) -> ServiceConfig:

@@ -73,6 +73,10 @@ class ValidationResult(BaseModel):
     error: str | None = None
     #: another request was validating the version: this one waited and reports its decision
     waited_for_another: bool = False
+    #: per evaluator, the records of the last look taken from the shared record cache (computed
+    #: before, for another version, model or run with the same fingerprint), and in all
+    records_from_cache: dict[str, int] = Field(default_factory=dict)
+    records_total: dict[str, int] = Field(default_factory=dict)
 
     @property
     def outcome(self) -> Outcome:
@@ -402,6 +406,10 @@ def _validate(
         report = None
     saved = sequential.saved_fraction if sequential is not None else None
     client.set_tag(run_id, RUN_NOTE, run_note(decision, saved, report_logged=report is not None))
-    result = ValidationResult(model=model_name, version=version, run_id=run_id, record=decision, correlations=across, report=report)
+    from_cache = {name: entry.from_cache for name, entry in entries.items() if entry.error is None}
+    records = {name: entry.reused + entry.from_cache + entry.computed for name, entry in entries.items() if entry.error is None}
+    result = ValidationResult(
+        model=model_name, version=version, run_id=run_id, record=decision, correlations=across, report=report, records_from_cache=from_cache, records_total=records,
+    )  # fmt: skip
     # set only for a sequential policy: a fixed-sample result prints as before
     return result if sequential is None else result.model_copy(update={"sequential": sequential})

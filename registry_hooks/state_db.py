@@ -1,6 +1,6 @@
 """vlgate's own state database: the claims (``claims.py``), the webhook deliveries seen
-(``deliveries.py``), the named locks (``locks.py``) and the notification outbox
-(``outbox.py``), in one SQL database whose schema is
+(``deliveries.py``), the named locks (``locks.py``), the notification outbox
+(``outbox.py``) and the shared record cache (``record_cache.py``), in one SQL database whose schema is
 built by the Alembic migrations of ``registry_hooks/migrations``.
 
 ``VLGATE_STATE_DB`` picks the database (``postgresql://...`` in a real deployment);
@@ -82,6 +82,20 @@ outbox_table = sa.Table(
     sa.Index("ix_vlgate_outbox_due", "state", "next_attempt_at"),
 )
 
+
+#: Records by fingerprint, shared by every worker (``record_cache.py``): a record computed
+#: once is not computed again for another version, model or run that asks for the same key.
+record_cache_table = sa.Table(
+    "vlgate_record_cache",
+    metadata,
+    sa.Column("fingerprint", sa.String(128), primary_key=True),
+    sa.Column("record", sa.Text, nullable=False),  # the record's JSON, as its checksum covers it
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("bytes", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("used_at", sa.DateTime(timezone=True), nullable=False),  # last hit: least recently used evicted first
+    sa.Index("ix_vlgate_record_cache_used_at", "used_at"),
+)
 
 #: The revision of each schema a state database had before its schema was versioned,
 #: told apart by the one column the second added: such a database is stamped with it once,

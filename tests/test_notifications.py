@@ -376,7 +376,7 @@ def test_channel_names_are_unique_and_configs_hold_no_secret(receiver, env, monk
     assert [channel.name for channel in config.channels] == ["hook", "chat"] and config.named("chat").accepts(NotifyEvent.TEST)
 
 
-def test_the_outbox_table_is_what_migration_0004_builds(db):
+def test_the_state_tables_are_what_the_migrations_build(db):
     inspector = sa.inspect(db.engine)
     assert set(inspector.get_table_names()) == {*metadata.tables, "vlgate_schema_version"}
     for table in metadata.tables.values():
@@ -386,7 +386,7 @@ def test_the_outbox_table_is_what_migration_0004_builds(db):
     assert {tuple(unique["column_names"]) for unique in inspector.get_unique_constraints("vlgate_outbox")} == {("idempotency_key", "channel")}
     assert "ix_vlgate_outbox_due" in {index["name"] for index in inspector.get_indexes("vlgate_outbox")}
     with db.engine.connect() as connection:
-        assert connection.exec_driver_sql("SELECT version_num FROM vlgate_schema_version").scalar() == "0004"
+        assert connection.exec_driver_sql("SELECT version_num FROM vlgate_schema_version").scalar() == "0005"
 
 
 PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
@@ -424,7 +424,7 @@ def postgres_db():
 
 
 def test_on_postgresql_enqueue_is_idempotent_and_racing_deliverers_send_each_once(postgres_db, receiver, env):
-    test_the_outbox_table_is_what_migration_0004_builds(postgres_db)
+    test_the_state_tables_are_what_the_migrations_build(postgres_db)
     outbox, channel = Outbox(postgres_db), webhook(receiver)
     with postgres_db.engine.begin() as connection:
         for i in range(16):

@@ -1,12 +1,14 @@
 """The real deployment's topology run for real on this machine (``vlgate stack``, cli/stack.py):
 MLflow and a Prefect server on PostgreSQL, the deployments of infra/prefect.yaml on the work
 pool ``vlgate-gpu``, process workers, and ``vlgate serve`` dispatching each new version to the
-pool through MLflow's own webhook.
+pool through MLflow's own webhook. The stacks run with authentication on (their default):
+every call here authenticates as the stack's service account, as its processes do.
 
 Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth), as test_service_postgres.py."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -71,10 +73,25 @@ def showing_logs(state: StackState) -> Iterator[None]:
         raise
 
 
+def prefect_headers(state: StackState) -> dict[str, str]:
+    """What a Prefect client sends for the stack's auth string (none without authentication)."""
+    auth_string = state.environment().get("PREFECT_API_AUTH_STRING")
+    return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()} if auth_string else {}
+
+
+def as_service_account(patch: pytest.MonkeyPatch, state: StackState) -> None:
+    """This process's MLflow calls authenticated as the stack's service account."""
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        if name in state.environment():
+            patch.setenv(name, state.environment()[name])
+
+
 def flow_runs(state: StackState) -> list[dict]:
     """The validation deployment's flow runs, as Prefect's API has them."""
     filter_ = {"deployments": {"name": {"any_": ["vlgate-validate"]}}, "limit": 200}
-    return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, timeout=30).json()
+    response = httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, headers=prefect_headers(state), timeout=30)
+    response.raise_for_status()
+    return response.json()
 
 
 def test_the_stack_file_deploys_infra_s_validation_and_a_drift_check_per_model(tmp_path):
@@ -88,7 +105,7 @@ def test_the_stack_file_deploys_infra_s_validation_and_a_drift_check_per_model(t
     assert deployed["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(tmp_path)}}]
     assert [d["name"] for d in stack_deployments(template, {}, tmp_path)["deployments"]] == ["vlgate-validate"]
     names = database_names(tmp_path / "one")
-    assert names != database_names(tmp_path / "two") and set(names) == {"mlflow", "prefect", "state"}
+    assert names != database_names(tmp_path / "two") and set(names) == {"mlflow", "prefect", "state", "auth"}
 
 
 def test_six_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as_validate(tiny_world, tmp_path, monkeypatch):
@@ -101,10 +118,15 @@ def test_six_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as
     home = tmp_path / "home"
     write_home(home, world)
     stack = LocalStack(tmp_path / "stack", home)
-    state = stack.up(workers=2, postgres=POSTGRES)
+    state = stack.up(workers=2, postgres=POSTGRES)  # with authentication: every process, and this test, as the service account
+    environment = state.environment()
     try:
-        for name, value in state.environment().items():
+        assert state.auth and environment["MLFLOW_TRACKING_USERNAME"] == "vlgate"
+        for name, value in environment.items():
             monkeypatch.setenv(name, value)
+        from vlgate.tracking import permissions
+
+        assert permissions.authenticated_user() == "vlgate" and not permissions.current_user().is_admin
         client = MlflowClient(state.mlflow_url, state.mlflow_url)
         client.create_registered_model("stacked")
         registered = {name: tracking.register_checkpoint(client, f"source-{name}", world / "checkpoints" / name, home=home) for name in CHECKPOINTS}
@@ -141,6 +163,8 @@ def test_six_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as
             intervals.sort()
             assert all(earlier[1] <= later[0] for earlier, later in zip(intervals, intervals[1:])), intervals
         decisions = {checkpoint_of[v]: client.get_model_version("stacked", v).tags[tag_keys.DECISION] for v in checkpoint_of}
+        # the service account moved the alias: the champion is a promoted version
+        assert decisions[checkpoint_of[client.get_model_version_by_alias("stacked", "champion").version]] == "promoted"
         print(f"6 versions decided by 2 workers in {elapsed:.0f} s: {decisions}")
     except BaseException:
         logs_on_failure(state)
@@ -149,7 +173,7 @@ def test_six_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as
         stack.down(purge=True)
     assert not (tmp_path / "stack").exists()
     # the same versions validated one by one by `vlgate validate` on the embedded default
-    for name in list(state.environment()):
+    for name in environment:
         monkeypatch.delenv(name, raising=False)
     alone = tmp_path / "alone"
     write_home(alone, world)
@@ -170,7 +194,7 @@ def test_down_stops_every_process_and_a_second_up_is_refused_while_one_runs(tmp_
     home.mkdir()
     (home / "vlgate.yaml").write_text(yaml.safe_dump({"webhook": {"port": free_port()}}))
     stack = LocalStack(tmp_path / "stack", home)
-    state = stack.up(workers=1, postgres=None)  # a throw-away cluster made with initdb
+    state = stack.up(workers=1, postgres=None, auth=False)  # a throw-away cluster made with initdb; --no-auth
     try:
         assert state.own_cluster is not None and state.postgres != POSTGRES
         assert {p.name for p in state.processes} == {"mlflow", "prefect-server", "worker-0", "serve"}
@@ -191,7 +215,8 @@ def test_down_stops_every_process_and_a_second_up_is_refused_while_one_runs(tmp_
 
 #: the fault stack's service settings: a short lease and a quick poller, so that a test sees
 #: recovery within seconds (the defaults, 90 s and 30 s, bound it at 2 minutes)
-FAULT_SERVICE = {"lease_s": 20, "poll_interval_s": 3}
+#: the versions share their weights: without the record cache each computes its records, and can be killed doing it
+FAULT_SERVICE = {"lease_s": 20, "poll_interval_s": 3, "record_cache": {"kind": "off"}}
 LONG_ITEMS = 240
 
 
@@ -212,8 +237,10 @@ def fault_stack(tiny_world, tmp_path_factory):
     state = stack.up(workers=2, postgres=POSTGRES)
     from mlflow import MlflowClient
 
-    MlflowClient(state.mlflow_url, state.mlflow_url).create_registered_model("stacked")
-    yield stack, state, world, home
+    with pytest.MonkeyPatch.context() as patch:
+        as_service_account(patch, state)
+        MlflowClient(state.mlflow_url, state.mlflow_url).create_registered_model("stacked")
+        yield stack, state, world, home
     stack.down(purge=True)
 
 
@@ -385,6 +412,7 @@ def test_the_drift_cron_runs_on_the_pool_once_a_slot(tiny_world, tmp_path, monke
     state = stack.up(workers=2, postgres=POSTGRES)
     try:
         with showing_logs(state):
+            as_service_account(monkeypatch, state)
             stacked = Stacked(stack, state, world, home)
             stacked.client.create_registered_model("stacked")
             version = stacked.register("vlm-language-prior")  # above the floor: the first champion
@@ -393,7 +421,7 @@ def test_the_drift_cron_runs_on_the_pool_once_a_slot(tiny_world, tmp_path, monke
 
             def drift_runs() -> list[dict]:
                 filter_ = {"deployments": {"name": {"any_": ["vlgate-drift-stacked"]}}, "limit": 200}
-                return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, timeout=30).json()
+                return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, headers=prefect_headers(state), timeout=30).json()
 
             def checked() -> list:
                 experiment = stacked.client.get_experiment_by_name("vlgate/stacked").experiment_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vlgate.cli.commands.approvals import Approve, Reject
 from vlgate.cli.commands.base import Command
+from vlgate.cli.commands.cache import Cache
 from vlgate.cli.commands.local import Check, CheckModel, Correlate, Demo, Evaluate, Examples, Init, MakeWorld, Score, VllmLayout
 from vlgate.cli.commands.reading import Diff, History, Plan, Report
 from vlgate.cli.commands.registered import Drift, Gate, Notify, Register, Release, Serve, Status, Validate
@@ -36,4 +37,5 @@ COMMANDS: tuple[Command, ...] = (
     Notify(),
     Serve(),
     Stack(),
+    Cache(),
 )

@@ -21,19 +21,22 @@ class _SignOff(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from mlflow.exceptions import MlflowException
 
-        from vlgate.flows.approval import resume_sign_off, sign_off, suspended_flow_run
+        from vlgate.flows.approval import sign_off, sign_off_suspended, suspended_flow_run
         from vlgate.flows.judgement import ValidationError
+        from vlgate.tracking.permissions import AuthError
 
         version = str(version_number(args.version))
         if not args.reason.strip():
             raise UserError("--reason: say why (it is kept in the record)")
         service_home()
         try:
-            # in the deployment the version's flow run is suspended for this answer: it applies it
+            # in the deployment the version's flow run is suspended for this answer: resumed once it is on record
             waiting = suspended_flow_run(args.name, version)
-            resumed = resume_sign_off(args.name, version, waiting, self.approve, args.reason.strip(), args.by) if waiting is not None else None
-            signed = resumed or sign_off(args.name, version, self.approve, args.reason.strip(), args.by)
-        except ValidationError as error:
+            if waiting is not None:
+                signed = sign_off_suspended(waiting, args.name, version, self.approve, args.reason.strip(), args.by)
+            else:
+                signed = sign_off(args.name, version, self.approve, args.reason.strip(), args.by)
+        except (ValidationError, AuthError) as error:
             raise UserError(str(error)) from None
         except MlflowException as error:
             raise UserError(f"{args.name} v{version}: not in the registry ({error.error_code})") from None
@@ -56,7 +59,7 @@ class Approve(_SignOff):
         "Appends an approval record (who, when, why) to the version's validation run and moves the champion alias under the gate "
         "lock. If another version took the alias since it was judged, it is judged again against today's champion first, and the "
         "approval applies only if that passes too. Too late (the policy's approval.expires_after) is recorded as expired. "
-        "In the deployment, the version's flow run, suspended for the sign-off, is resumed with it and applies it. "
+        "In the deployment, the version's flow run, suspended for the sign-off, is resumed once the sign-off is on record. "
         f"Exit status: {EXIT_CODES}, 6 awaiting approval again, 2 not awaiting approval or not an approver."
     )
     approve = True

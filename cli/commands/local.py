@@ -162,14 +162,17 @@ class Evaluate(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.evaluators.backends.base import BackendError
         from vlgate.evaluators.running.suite import Suite, run_suite
+        from vlgate.flows.settings import ServiceConfig
         from vlgate.home import vlgate_home
+        from vlgate.registry_hooks.record_cache import open_record_cache
 
         try:
             suite = Suite.from_file(args.suite)
         except ValueError as exc:
             raise UserError(str(exc)) from None
+        record_cache = open_record_cache(ServiceConfig.load().record_cache.settings())  # vlgate.yaml's record_cache (docs/record-cache.md)
         try:
-            summary = run_suite(args.model, suite, Path(args.out), progress=not args.quiet, cache_dir=vlgate_home() / "model-cache")
+            summary = run_suite(args.model, suite, Path(args.out), progress=not args.quiet, cache_dir=vlgate_home() / "model-cache", record_cache=record_cache)
         except BackendError as exc:
             raise UserError(str(exc)) from None
         failed = {name: entry["error"] for name, entry in summary["evaluators"].items() if "error" in entry}
@@ -178,6 +181,9 @@ class Evaluate(Command):
                 print(visible(f"{name}: skipped {error}"), file=sys.stderr)
         for name, message in failed.items():
             print(visible(f"vlgate evaluate: {name} failed: {message} (records computed so far are kept; rerun to resume)"), file=sys.stderr)
+        for name, entry in summary["evaluators"].items():
+            if entry.get("from_cache"):
+                print(visible(f"{name}: {entry['from_cache']} of {entry.get('n_items', 0)} records from the record cache, {entry.get('computed', 0)} computed"), file=sys.stderr)
         metrics = {name: entry.get("metrics", {"error": entry.get("error")}) for name, entry in summary["evaluators"].items()}
         return Answer(metrics, status=1 if failed else 0)
 
@@ -327,7 +333,7 @@ class Check(Command):
     help = "every registered evaluator (plugins included) checked on its example records, as vlgate serve checks them at start-up"
     description = (
         "Each evaluator's definition is run on its own example records: per_sample's columns are the declared ones, "
-        "aggregate's metrics the declared metrics, resampled equals aggregate on the records weighted once. "
+        "aggregate's metrics the declared metrics, resampled equals aggregate on the records weighted once and takes leave-one-out weights. "
         "Exit status 0; 2 naming the evaluator and every disagreement."
     )
     json_help = "the evaluators checked, as one JSON object"

@@ -55,6 +55,10 @@ def print_decision(summary: Mapping[str, JsonValue]) -> None:
         evaluated = sum(json_int(n) for n in json_object(sequential["items_evaluated"]).values())
         total = sum(json_int(n) for n in json_object(sequential["items_total"]).values())
         print(f"  items evaluated: {evaluated} of {total}; {sequential['saved_fraction']:.0%} saved")
+    cached = json_object(summary.get("records_from_cache") or {})
+    if any(json_int(n) for n in cached.values()):  # work done before, for another version or run, not paid again
+        totals = json_object(summary.get("records_total") or {})
+        print("  records from the cache: " + ", ".join(f"{name} {json_int(n)} of {json_int(totals.get(name, n))}" for name, n in cached.items()))
     if summary.get("report"):
         print(f"report: {summary['report']}")
 

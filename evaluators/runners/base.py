@@ -87,13 +87,16 @@ class RunnerContext:
 
 @dataclass
 class RunResult:
-    """Records in item order (reused and new alike), the items that failed, and counts."""
+    """Records in item order (reused and new alike), the items that failed, and counts:
+    ``reused`` from the run's own store, ``from_cache`` copied from the shared record cache
+    (``runners/cache.py``), ``computed`` by this run."""
 
     evaluator: str
     records: list[Record]
     errors: list[ItemError] = field(default_factory=list)
     reused: int = 0
     computed: int = 0
+    from_cache: int = 0
 
 
 class Identified(typing.Protocol):
@@ -135,16 +138,18 @@ class Runner(Generic[Item, Prepared]):
         return fingerprint(self.models, self.evaluator, self.protocol, item, self.settings)
 
     def run(self, items: Sequence[Item], store: RecordStore, batch_size: int = 8, progress: bool = True, on_progress: ItemProgress | None = None) -> RunResult:
-        """Every item's record (reused from ``store`` or computed); ``progress``: a tqdm bar;
+        """Every item's record (reused from ``store``, taken from its cache, or computed); ``progress``: a tqdm bar;
         ``on_progress(done, total)``: told the items done (reused, computed or failed to
         load) out of all, before the first batch and after each one, in this thread."""
         keys = [self.key(item) for item in items]
+        local = sum(key in store for key in keys)
+        store.take_from_cache(keys)  # what the store lacks and the shared cache has, copied into it
         todo = [i for i, key in enumerate(keys) if key not in store]
-        result = RunResult(self.evaluator, [], reused=len(items) - len(todo))
+        result = RunResult(self.evaluator, [], reused=local, from_cache=len(items) - len(todo) - local)
         failed: set[int] = set()
         bar = tqdm(total=len(todo), desc=self.evaluator, unit="item", disable=not progress or not todo, leave=False)
         if on_progress is not None:
-            on_progress(result.reused, len(items))
+            on_progress(result.reused + result.from_cache, len(items))
         for start in range(0, len(todo), batch_size):
             batch: list[tuple[int, Item, Prepared]] = []
             for index in todo[start : start + batch_size]:
@@ -161,7 +166,7 @@ class Runner(Generic[Item, Prepared]):
                 result.computed += len(records)
             bar.update(len(todo[start : start + batch_size]))
             if on_progress is not None:
-                on_progress(result.reused + min(start + batch_size, len(todo)), len(items))
+                on_progress(result.reused + result.from_cache + min(start + batch_size, len(todo)), len(items))
         bar.close()
         result.records = [store.get(key) for i, key in enumerate(keys) if i not in failed]  # type: ignore[misc]
         return result

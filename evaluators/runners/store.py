@@ -7,6 +7,12 @@ completes (flushed and fsync'd), and on start reads back what is there, so a run
 at any moment (kill -9 included) resumes and recomputes at most the batch that was in
 flight. A torn last line from a kill is ignored; a record whose fingerprint no longer
 matches (other model, other prompt version, edited item) is not reused.
+
+A store may be given a :class:`~vlgate.evaluators.runners.cache.RecordCache` shared across
+versions and runs: what the file lacks is looked up there by exact fingerprint
+(:meth:`RecordStore.take_from_cache`) and copied into the file, so that a version's output
+folder stays complete on its own; what is computed is put there too. A cache that does not
+answer is a miss (logged), never the run's failure.
 """
 
 from __future__ import annotations
@@ -14,13 +20,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
 from vlgate.evaluators.records import Record
+
+if TYPE_CHECKING:
+    from vlgate.evaluators.runners.cache import RecordCache
+
+logger = logging.getLogger(__name__)
 
 PARSER_VERSION = "parsers-1"
 
@@ -87,10 +100,11 @@ def record_fingerprint(record: Mapping[str, JsonValue]) -> str:
 
 
 class RecordStore:
-    """Append-only JSON Lines of records keyed by fingerprint."""
+    """Append-only JSON Lines of records keyed by fingerprint, backed by an optional shared ``cache``."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, cache: RecordCache | None = None):
         self.path = Path(path)
+        self.cache = cache
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.by_fingerprint: dict[str, Record] = {}
         self.torn_lines = 0
@@ -128,9 +142,31 @@ class RecordStore:
     def __contains__(self, key: str) -> bool:
         return key in self.by_fingerprint
 
+    def take_from_cache(self, keys: Sequence[str]) -> int:
+        """Copy the records of ``keys`` this file lacks and the cache holds into the file;
+        how many were copied."""
+        missing = [key for key in dict.fromkeys(keys) if key not in self.by_fingerprint]
+        if self.cache is None or not missing:
+            return 0
+        try:
+            found = self.cache.get_many(missing)
+        except Exception as error:  # a cache that does not answer: the records are computed instead
+            logger.warning("record cache (%s) did not answer; computing instead: %s: %s", self.cache.kind, type(error).__name__, error)
+            return 0
+        self._write(list(found.values()))
+        return len(found)
+
     def append(self, records: Iterable[Record]) -> None:
-        """Write one completed batch durably."""
+        """Write one completed batch durably, and share it through the cache."""
         records = list(records)
+        self._write(records)
+        if self.cache is not None and records:
+            try:
+                self.cache.put(records)
+            except Exception as error:  # the records are in the file: only other runs miss them
+                logger.warning("record cache (%s) did not take %d records: %s: %s", self.cache.kind, len(records), type(error).__name__, error)
+
+    def _write(self, records: list[Record]) -> None:
         if not records:
             return
         with open(self.path, "a", encoding="utf-8") as handle:

@@ -46,6 +46,7 @@ from vlgate.evaluators.metrics.common import Metrics
 from vlgate.evaluators.output import EvaluatorSummary, ShardResult, SummaryJson
 from vlgate.evaluators.records import Record, parse_jsonl
 from vlgate.evaluators.runners.base import EvaluatorSettings, Identified, ItemProgress, Runner, RunnerContext, RunResult
+from vlgate.evaluators.runners.cache import RecordCache
 from vlgate.evaluators.runners.store import RecordStore, record_fingerprint
 from vlgate.evaluators.scoring import score, validate
 
@@ -297,6 +298,7 @@ def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: in
         n_load_errors=n_load_errors,
         reused=result.reused,
         computed=result.computed,
+        from_cache=result.from_cache,
         item_errors=[str(error) for error in result.errors],
         models=models,
         **fields,
@@ -311,11 +313,14 @@ def run_suite(
     cache_dir: Path | None = None,
     only: list[str] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
+    record_cache: RecordCache | None = None,
 ) -> SuiteSummary:
     """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
     metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
     evaluators run as separate tasks do not overwrite each other's summary).
     ``on_progress(evaluator, done, total)``: each runner's items as they complete.
+    ``record_cache``: the shared cache records are looked up in before they are computed
+    (and put in after), beside ``out``'s own records files.
 
     An evaluator that fails is reported in the summary (``error``) and the others still
     run; records already written stay in its records file for the next attempt."""
@@ -333,7 +338,7 @@ def run_suite(
                 runner = make_runner(name, spec, vlm, out, suite, cache_dir)
                 try:
                     counter = functools.partial(on_progress, name) if on_progress is not None else None
-                    result = runner.run(items, RecordStore(out / name / "records.jsonl"), suite.batch_size, progress, on_progress=counter)
+                    result = runner.run(items, RecordStore(out / name / "records.jsonl", record_cache), suite.batch_size, progress, on_progress=counter)
                 finally:
                     runner.close()
                 result.errors = load_errors + result.errors
@@ -370,12 +375,14 @@ def run_evaluator_shard(
     progress: bool = False,
     on_progress: ItemProgress | None = None,
     selection: ItemSelection | None = None,
+    record_cache: RecordCache | None = None,
 ) -> ShardResult:
     """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model`` (of a look's
     ``selection``). Raises when the evaluator fails (the caller retries; records already
     written are kept). Returns what ``merge_shards`` needs: the records' fingerprints in
     item order, the item errors and the counts. ``on_progress(done, total)``: the shard's
-    items as they complete."""
+    items as they complete. ``record_cache``: as ``run_suite``'s (a worker process builds
+    its own from the run's settings)."""
     if not 0 <= shard < n_shards:
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     spec = _spec(suite, evaluator)
@@ -385,7 +392,7 @@ def run_evaluator_shard(
     try:
         runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
         try:
-            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards)), suite.batch_size, progress, on_progress=on_progress)
+            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards), record_cache), suite.batch_size, progress, on_progress=on_progress)
         finally:
             runner.close()
     finally:
@@ -398,6 +405,7 @@ def run_evaluator_shard(
         item_errors=[{"source": error.source, "item_id": error.item_id, "field": error.field, "message": error.message} for error in result.errors],
         reused=result.reused,
         computed=result.computed,
+        from_cache=result.from_cache,
         models=runner.models,
         protocol=runner.protocol,
         worker=f"{socket.gethostname()}:{os.getpid()}",
@@ -423,7 +431,7 @@ def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResu
             records.append(record)
     records.sort(key=lambda record: position[record["id"]])
     item_errors = [ItemError(**error) for shard in shards for error in shard.item_errors]
-    reused, computed = sum(shard.reused for shard in shards), sum(shard.computed for shard in shards)
-    result = RunResult(evaluator, records, errors=load_errors + item_errors, reused=reused, computed=computed)
+    reused, computed, from_cache = sum(shard.reused for shard in shards), sum(shard.computed for shard in shards), sum(shard.from_cache for shard in shards)
+    result = RunResult(evaluator, records, errors=load_errors + item_errors, reused=reused, computed=computed, from_cache=from_cache)
     workers = [shard.worker for shard in sorted(shards, key=lambda shard: shard.shard)]
     return finished_entry(result, out, len(items), len(load_errors), shards[0].models, shards[0].protocol, shard_workers=workers)
