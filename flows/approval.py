@@ -148,14 +148,12 @@ def sign_off(
     if refusal is None and approval is not None and approval.approvers and person not in approval.approvers:
         refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
     if refusal is not None:
-        from mlflow.exceptions import MlflowException
-
         try:
             # a refused form answer used up its suspension (the flow waits on the next); a
             # refused command leaves the suspension to the answer that may be given
             _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, request_id if from_form else None, now)
-        except MlflowException as error:  # credentials that may write nothing cannot leave the refusal on record either
-            if error.error_code != "PERMISSION_DENIED":
+        except Exception as error:  # credentials that may write nothing cannot leave the refusal on record either
+            if not _permission_denied(error):
                 raise
             raise ApprovalRefused(f"{refusal}: nothing changed (MLflow lets these credentials write nothing to the validation run, so the refusal is not recorded)") from None
         raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
@@ -281,6 +279,17 @@ def sign_off_suspended(suspended: SuspendedRun, model: str, version: str, approv
         except (FlowPauseTimeout, NotPausedError) as error:  # the record stands either way
             log.info("flow run %s not resumed: %s", suspended.flow_run_id, error)
     return signed
+
+
+def _permission_denied(error: BaseException) -> bool:
+    """MLflow refused the credentials a write: its REST API says PERMISSION_DENIED, its
+    artifact proxy answers 403."""
+    from mlflow.exceptions import MlflowException
+    from requests import HTTPError
+
+    if isinstance(error, MlflowException):
+        return error.error_code == "PERMISSION_DENIED"
+    return isinstance(error, HTTPError) and error.response is not None and error.response.status_code == 403
 
 
 def _refuse(

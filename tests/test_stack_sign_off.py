@@ -109,6 +109,9 @@ def test_a_version_awaiting_approval_suspends_its_flow_without_holding_the_worke
         assert service.returncode == 2 and "vlgate does not hold MANAGE on the registered model stacked" in service.stderr
         claimed = vlgate(mallory, "approve", "stacked", "1", "--reason", "ship it", "--by", "alice")  # nobody signs as another
         assert claimed.returncode == 2 and "the signer is the MLflow user of the credentials (mallory)" in claimed.stderr
+        readonly = state.credentials().readonly
+        looking = vlgate(env | {"MLFLOW_TRACKING_USERNAME": readonly.username, "MLFLOW_TRACKING_PASSWORD": readonly.password.get_secret_value()}, "approve", "stacked", "1", "--reason", "ship it")
+        assert looking.returncode == 2 and "vlgate-readonly does not hold MANAGE" in looking.stderr and "the refusal is not recorded" in looking.stderr  # it may write nothing
         refused = vlgate(mallory, "approve", "stacked", "1", "--reason", "ship it")
         assert refused.returncode == 2 and "mallory does not hold MANAGE on the registered model stacked" in refused.stderr
         history = tracking.decision_history(client, run_1)
