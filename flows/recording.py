@@ -154,9 +154,10 @@ def write_decision_tags(
 def headline_metrics(checks: Sequence[Check]) -> dict[str, str]:
     """The version's headline tags: each metric a floor, ceiling or comparison judged, over
     all items (per-category rules are in the record), as the candidate's value to four
-    significant digits: ``vlgate.metric.lcm-mc/acc`` → ``0.8125``."""
+    significant digits: ``vlgate.metric.lcm-mc/acc`` → ``0.8125`` (named as MLflow's metric is: ``genception/gc_at_3``)."""
     judged = (Rule.FLOOR, Rule.CEILING, Rule.REGRESSION, Rule.SUPERIORITY)
-    return {f"{tag_keys.HEADLINE_METRIC_PREFIX}{check.metric}": f"{check.candidate:.4g}" for check in checks if check.rule in judged and check.category is None and check.candidate is not None}
+    prefix = tag_keys.HEADLINE_METRIC_PREFIX
+    return {f"{prefix}{tracking.mlflow_metric_name(check.metric)}": f"{check.candidate:.4g}" for check in checks if check.rule in judged and check.category is None and check.candidate is not None}
 
 
 def log_item_diffs(client: MlflowClient, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:

@@ -90,5 +90,6 @@ def test_the_version_s_headline_tags_are_the_metrics_its_rules_judged_over_all_i
         Check(rule=Rule.REGRESSION, metric="lcm-nb/lcm", verdict=Verdict.FAIL, detail="-", candidate=0.712345678, champion=0.8, limit=-0.05),
         Check(rule=Rule.FLOOR, metric="lcm-mc/acc", category="count", verdict=Verdict.PASS, detail="-", candidate=0.1),  # per category: in the record only
         Check(rule=Rule.CEILING, metric="decc/unreliable", verdict=Verdict.COULD_NOT_JUDGE, detail="-"),  # no value: no tag
+        Check(rule=Rule.FLOOR, metric="genception/gc@3", verdict=Verdict.PASS, detail="-", candidate=0.25),  # '@' is no tag key character
     ]
-    assert headline_metrics(checks) == {"vlgate.metric.lcm-mc/acc": "0.8125", "vlgate.metric.lcm-nb/lcm": "0.7123"}
+    assert headline_metrics(checks) == {"vlgate.metric.lcm-mc/acc": "0.8125", "vlgate.metric.lcm-nb/lcm": "0.7123", "vlgate.metric.genception/gc_at_3": "0.25"}
