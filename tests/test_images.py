@@ -222,4 +222,5 @@ def test_evaluate_with_a_bomb_among_normal_items_scores_the_others_and_names_the
     assert (error["id"], error["field"]) == (rows[3]["id"], "image")
     assert "12000×12000 = 144,000,000 pixels, over the pixel budget of 4,096" in error["message"]
     summary = json.loads((out / "summary.json").read_text())["evaluators"]["lcm-mc"]
-    assert summary["computed"] == 7 and any(rows[3]["id"] in line and "12000×12000" in line for line in summary["item_errors"])
+    assert summary["computed"] + summary.get("from_cache", 0) == 7 and any(  # another test may have scored some of these items with this model: the record cache has them
+        rows[3]["id"] in line and "12000×12000" in line for line in summary["item_errors"])
