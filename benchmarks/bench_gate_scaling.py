@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=16000)
     parser.add_argument("--judgement", type=int, default=20000, help="items per evaluator of the whole judgement")
     parser.add_argument("--before", action="store_true", help="also time the O(n²) path the gate took before")
-    parser.add_argument("--before-max", type=int, default=16000, help="the largest size the path before is timed at (a run at 16,000 items takes 4-12 s a metric)")
+    parser.add_argument("--before-max", type=int, default=16000, help="the largest size the dense path is timed at (it is quadratic: benchmarks/RESULTS.md has its times)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
