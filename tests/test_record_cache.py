@@ -16,22 +16,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from test_service_postgres import PG, _postgres_up
 
 from vlgate.evaluators.runners.cache import FolderRecordCache, RecordCache, RecordCacheSettings, parse_age, parse_size, record_text
 from vlgate.registry_hooks.record_cache import DatabaseRecordCache, open_record_cache
 from vlgate.registry_hooks.state_db import StateDatabase, record_cache_table
-
-PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
-
-
-def _postgres_up() -> bool:
-    try:
-        import psycopg2
-
-        psycopg2.connect("postgresql://postgres@127.0.0.1:5432/postgres", connect_timeout=3).close()
-        return True
-    except Exception:
-        return False
 
 
 def record(n: int, payload: str = "") -> dict:
