@@ -73,7 +73,8 @@ def test_demo_registers_validates_gates_and_checks_drift_then_reuses_everything(
 
     from vlgate.cli.demo import VERSIONS, caught_by
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow' / 'mlflow.db'}")
+    store = f"sqlite:///{home / 'mlflow' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=store, registry_uri=store)  # not the process's registry: a test before may have set it
     experiment = client.get_experiment_by_name("vlgate/world-vlm").experiment_id
     # each faulty version is rejected by the evaluator built to catch its fault, and only by it,
     # and the demo prints that story
