@@ -15,7 +15,7 @@ import pytest
 import yaml
 from transformers import AutoProcessor, AutoTokenizer
 
-from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, TemplateLimitError, TemplateRenderError, template_variables
+from vlgate.evaluators.backends.chat_templates import ChatTemplateRenderer, RenderingChild, TemplateLimitError, TemplateRenderError, template_variables
 
 REPO = Path(__file__).parents[1]
 CHECKPOINTS = REPO / "evaluators" / "world" / "shipped" / "checkpoints"
@@ -108,6 +108,34 @@ def test_a_template_that_loops_is_stopped_at_its_time_limit_and_the_next_render_
         assert renderer.render([{"role": "user", "content": "fine"}]) == "fine"  # a new child
     finally:
         renderer.close()
+
+
+def test_every_template_of_the_process_is_rendered_by_one_child_which_outlives_a_closed_one_and_a_stopped_render():
+    """One child per memory limit, started once: each template in it renders what it
+    renders alone; a closed renderer's template is dropped; a render stopped at its time
+    limit takes the child down, and the next render of another template starts one and
+    defines its template there again."""
+    llama, strict = (ChatTemplateRenderer(name, TEMPLATES[style], {"bos_token": "<s>", "eos_token": "</s>"}, memory_mb=200) for name, style in (("a", "llama-3 style"), ("b", "strict roles")))
+    looping = ChatTemplateRenderer("looping-vlm", LOOPING, {}, timeout_s=1.0, memory_mb=200)
+    child = RenderingChild.for_limit(200)
+    messages = conversation(PROMPTS[0], 1)
+    try:
+        expected = {renderer.model: renderer.render(messages) for renderer in (llama, strict)}
+        first = child.pid
+        assert first is not None and expected["a"].startswith("<s><|start_header_id|>user") and expected["b"].endswith("</s>")
+        assert looping.render([{"role": "user", "content": "warm"}]) == "warm" and child.pid == first  # the same process
+        strict.close()
+        assert child.pid == first and llama.render(messages) == expected["a"]
+        assert child.defined == {llama.template_id, looping.template_id}
+        with pytest.raises(TemplateLimitError, match="did not finish within 1 s"):
+            looping.render([{"role": "user", "content": "please loop"}])
+        assert child.pid is None
+        assert llama.render(messages) == expected["a"] and child.pid not in (None, first)  # started again, the template defined again
+        assert child.defined == {llama.template_id}
+    finally:
+        for renderer in (llama, strict, looping):
+            renderer.close()
+        child.stop()
 
 
 def test_a_template_that_builds_a_huge_string_is_stopped_at_its_memory_limit():

@@ -296,11 +296,16 @@ def test_vlgate_cache_stats_and_prune(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.world
-def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whole_runs_and_shards(tiny_world, tmp_path):
+def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whole_runs_and_shards(tiny_world, tmp_path, monkeypatch):
     """run_suite and the shards (run_evaluator_shard + merge_shards) of another version with the
-    same weights compute nothing; the counts say so in the summary, and the version's folder
-    holds every record without the cache."""
+    same weights compute nothing and load no model; the counts say so in the summary, and the
+    version's folder holds every record without the cache."""
+    from vlgate.evaluators.backends.transformers_backend import TransformersBackend
     from vlgate.evaluators.running.suite import Suite, merge_shards, run_evaluator_shard, run_suite
+
+    loads: list[str] = []
+    load = TransformersBackend.load.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(TransformersBackend, "load", classmethod(lambda cls, reference, *args, **kwargs: loads.append(str(reference)) or load(cls, reference, *args, **kwargs)))
 
     world, manifest = tiny_world
     suite_path = tmp_path / "suite.yaml"
@@ -310,8 +315,10 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
     cache = FolderRecordCache(tmp_path / "record-cache")
     first = run_suite(model, suite, tmp_path / "v1", progress=False, record_cache=cache)
     assert {name: (e["reused"], e["from_cache"], e["computed"]) for name, e in first["evaluators"].items()} == {"lcm-mc": (0, 0, 8), "vlind": (0, 0, 3)}
+    assert loads == [model] and first["backend"]["device"] == "cpu"
     second = run_suite(model, suite, tmp_path / "v2", progress=False, record_cache=cache)
     assert {name: (e["reused"], e["from_cache"], e["computed"]) for name, e in second["evaluators"].items()} == {"lcm-mc": (0, 8, 0), "vlind": (0, 3, 0)}
+    assert loads == [model] and second["backend"] == first["backend"] | {"device": "not loaded", "extra": {}}  # described by its digest only
     assert second["evaluators"]["lcm-mc"]["metrics"] == first["evaluators"]["lcm-mc"]["metrics"]
     assert (tmp_path / "v2" / "lcm-mc" / "records.jsonl").read_text() == (tmp_path / "v1" / "lcm-mc" / "records.jsonl").read_text()
     assert json.loads((tmp_path / "v2" / "summary.json").read_text())["evaluators"]["vlind"]["from_cache"] == 3
@@ -319,6 +326,7 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
     assert [(s.from_cache, s.computed) for s in shards] == [(4, 0), (4, 0)]
     merged = merge_shards(suite, tmp_path / "v3", "lcm-mc", shards)
     assert (merged.from_cache, merged.computed, merged.metrics) == (8, 0, first["evaluators"]["lcm-mc"]["metrics"])
+    assert loads == [model]
 
 
 def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
@@ -404,6 +412,7 @@ def test_vlgate_validate_of_identical_weights_under_another_model_takes_every_re
     client = tracking.connect(tmp_path)
     for model in ("a", "b"):  # the same weights, registered by two teams
         tracking.register_checkpoint(client, model, world / "checkpoints" / "vlm-steps3", home=tmp_path)
+
     def validate(*args: str) -> subprocess.CompletedProcess[str]:  # each its own process, as a shell runs it
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "PREFECT_API_URL", "VLGATE_RECORD_CACHE")}
         return subprocess.run([str(Path(sys.executable).parent / "vlgate"), "validate", *args], env=env | {"VLGATE_HOME": str(tmp_path)}, capture_output=True, text=True, timeout=600)

@@ -5,7 +5,7 @@ transformers renders it in Jinja's sandbox, which keeps it away from Python's in
 but not from looping, or from building a string of gigabytes: rendered in the evaluating
 process, such a template hangs a worker thread that nothing can stop (a task's time limit
 abandons the thread, it does not end it) or takes the machine's memory. So vlgate renders
-it in a child process of its own, where the limits are the operating system's:
+it in a child process, where the limits are the operating system's:
 
 * time: each render must finish within ``timeout_s``, else the child is killed;
 * memory: the child's address space may grow by ``memory_mb`` past what it holds once it
@@ -21,16 +21,18 @@ The child renders with transformers' own ``render_jinja_template``, given what
 ``apply_chat_template`` gives it (the resolved template string, the conversation, and the
 tokenizer's special tokens as variables), so the text is the same as in process;
 ``tests/test_chat_templates.py`` pins that on the world's checkpoints. The child imports
-only transformers' chat-template module (far less than the whole library), and starts on the first
-render.
+only transformers' chat-template module (far less than the whole library), starts on the first
+render, and serves every template of the process (``RenderingChild``).
 
-Protocol (JSON Lines on the child's stdin and stdout): first ``{"template", "variables",
-"memory_mb", "max_chars"}``; then one ``{"conversation"}`` per render, answered by
-``{"text"}`` or ``{"error", "kind"}`` (kind ``template``, ``memory`` or ``size``).
+Protocol (JSON Lines on the child's stdin and stdout): first ``{"memory_mb"}``; then
+``{"define": ID, "template", "variables", "max_chars"}`` and ``{"forget": ID}``, unanswered,
+and ``{"render": ID, "conversation", "add_generation_prompt"}``, answered by ``{"text"}`` or
+``{"error", "kind"}`` (kind ``template``, ``memory`` or ``size``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -39,7 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NotRequired, Required, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, Required, TypedDict
 
 from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.loading import LoadPolicy
@@ -156,8 +158,13 @@ def adds_special_tokens(text: str, bos_token: str | None, has_vision: bool, temp
 
 
 class ChatTemplateRenderer:
-    """Renders conversations through one template in a limited child process (started on
-    first use, started again after a kill). Thread-safe: renders are serialised."""
+    """Renders conversations through one template in a limited child process. Thread-safe.
+
+    The child is shared by every renderer of this process with the same memory limit
+    (:class:`RenderingChild`): started on the first render of any of them and kept, so that
+    its start (a Python process importing transformers' template module, seconds on a busy
+    machine) is paid once per process, not once per model loaded. Each render still gets
+    its own time limit, and a child stopped at one is started again for the next render."""
 
     def __init__(
         self,
@@ -172,41 +179,104 @@ class ChatTemplateRenderer:
         self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
         #: how this template takes a text-only user turn ("string" or "parts"), once known (``user_turn``)
         self.text_content: str | None = None
-        self._child: subprocess.Popen[bytes] | None = None
-        self._pending = b""
-        self._starting = False  # a new child's first answer also waits for its imports
-        self._lock = threading.Lock()
+        self.template_id = next(_template_ids)
 
     def render(self, conversation: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        request = {"conversation": conversation, "add_generation_prompt": add_generation_prompt}
-        with self._lock:
-            child = self._start()
-            assert child.stdin is not None
-            try:
-                child.stdin.write(json.dumps(request).encode() + b"\n")
-                child.stdin.flush()
-            except BrokenPipeError:
-                pass  # the child died; reading says how
-            answer = self._read_line(child)
+        request = {"render": self.template_id, "conversation": conversation, "add_generation_prompt": add_generation_prompt}
+        answer = RenderingChild.for_limit(self.memory_mb).render(self, request)
         if "text" in answer:
             return str(answer["text"])
         if answer.get("kind") == "template":
             raise TemplateRenderError(f"model {self.model}: its chat template raised: {answer['error']}")
         raise TemplateLimitError(f"model {self.model}: its chat template {answer['error']}")
 
+    def definition(self) -> dict[str, object]:
+        """What the child needs to render this template (sent before its first render there)."""
+        return {"define": self.template_id, "template": self.template, "variables": self.variables, "max_chars": self.max_chars}
+
     def close(self) -> None:
+        """Let the child drop this template (the child itself serves others, and stays)."""
+        RenderingChild.forget_everywhere(self.template_id)
+
+
+_template_ids = itertools.count()
+
+
+class RenderingChild:
+    """The child process rendering the templates of this process under one memory limit.
+
+    Requests are serialised; a template is defined in a child before its first render
+    there, again after the child was started again. A render past its time limit, or a
+    child that ended, stops the child: the next render of any template starts a new one.
+    A process forked from this one starts children of its own (it must not write into
+    its parent's pipes)."""
+
+    _lock = threading.Lock()
+    _children: dict[tuple[int, int], RenderingChild] = {}
+
+    def __init__(self, memory_mb: int):
+        self.memory_mb = memory_mb
+        self._process: subprocess.Popen[bytes] | None = None
+        self._defined: set[int] = set()
+        self._pending = b""
+        self._starting = False  # a new child's first answer also waits for its imports
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_limit(cls, memory_mb: int) -> RenderingChild:
+        with cls._lock:
+            key = (os.getpid(), memory_mb)
+            if key not in cls._children:
+                cls._children[key] = cls(memory_mb)
+            return cls._children[key]
+
+    @classmethod
+    def forget_everywhere(cls, template_id: int) -> None:
+        with cls._lock:
+            children = [child for (pid, _), child in cls._children.items() if pid == os.getpid()]
+        for child in children:
+            child.forget(template_id)
+
+    @property
+    def defined(self) -> frozenset[int]:
+        """The templates the running child holds."""
+        return frozenset(self._defined)
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None: none running)."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+    def render(self, renderer: ChatTemplateRenderer, request: Mapping[str, object]) -> RenderAnswer:
+        with self._lock:
+            child = self._start()
+            lines = [] if renderer.template_id in self._defined else [renderer.definition()]
+            self._defined.add(renderer.template_id)
+            self._write(child, [*lines, request])
+            return self._read_line(child, renderer)
+
+    def forget(self, template_id: int) -> None:
+        with self._lock:
+            if template_id in self._defined and self._process is not None and self._process.poll() is None:
+                self._write(self._process, [{"forget": template_id}])
+            self._defined.discard(template_id)
+
+    def stop(self) -> None:
         with self._lock:
             self._stop()
 
-    def __del__(self) -> None:
-        if getattr(self, "_child", None) is not None:
-            self._stop()
-
-    # -- the child -------------------------------------------------------------------------
+    def _write(self, child: subprocess.Popen[bytes], messages: Sequence[Mapping[str, object]]) -> None:
+        assert child.stdin is not None
+        try:
+            child.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in messages))
+            child.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child died; reading says how
 
     def _start(self) -> subprocess.Popen[bytes]:
-        if self._child is not None and self._child.poll() is None:
-            return self._child
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        self._stop()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
         child = subprocess.Popen(
             [sys.executable, "-m", "vlgate.evaluators.backends.chat_templates"],
@@ -215,35 +285,32 @@ class ChatTemplateRenderer:
             stderr=subprocess.DEVNULL,
             env=env,
         )
-        assert child.stdin is not None
-        setup = {"template": self.template, "variables": self.variables, "memory_mb": self.memory_mb, "max_chars": self.max_chars}
-        child.stdin.write(json.dumps(setup).encode() + b"\n")
-        child.stdin.flush()
-        self._child, self._pending, self._starting = child, b"", True
+        self._write(child, [{"memory_mb": self.memory_mb}])
+        self._process, self._pending, self._starting, self._defined = child, b"", True, set()
         return child
 
     def _stop(self) -> None:
-        child, self._child = self._child, None
+        child, self._process, self._defined = self._process, None, set()
         if child is not None and child.poll() is None:
             child.kill()
             child.wait()
 
-    def _read_line(self, child: subprocess.Popen[bytes]) -> RenderAnswer:
+    def _read_line(self, child: subprocess.Popen[bytes], renderer: ChatTemplateRenderer) -> RenderAnswer:
         """The child's next answer; the first render's wait also covers the child's start."""
         assert child.stdout is not None
-        deadline = time.monotonic() + self.timeout_s + (STARTUP_S if self._starting else 0.0)
+        deadline = time.monotonic() + renderer.timeout_s + (STARTUP_S if self._starting else 0.0)
         descriptor = child.stdout.fileno()
         while b"\n" not in self._pending:
             remaining = deadline - time.monotonic()
             ready = select.select([descriptor], [], [], max(remaining, 0.0))[0] if remaining > 0 else []
             if not ready:
                 self._stop()
-                raise TemplateLimitError(f"model {self.model}: its chat template did not finish within {self.timeout_s:g} s and was stopped")
+                raise TemplateLimitError(f"model {renderer.model}: its chat template did not finish within {renderer.timeout_s:g} s and was stopped")
             chunk = os.read(descriptor, 1 << 16)
             if not chunk:
                 code = child.wait()
                 self._stop()
-                raise TemplateLimitError(f"model {self.model}: the process rendering its chat template ended (exit {code}) before answering")
+                raise TemplateLimitError(f"model {renderer.model}: the process rendering its chat template ended (exit {code}) before answering")
             self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
         self._starting = False
@@ -256,7 +323,8 @@ STARTUP_S = 60.0
 
 
 def _serve() -> None:
-    """The child: read the set-up, cap the address space, then answer renders until stdin closes."""
+    """The child: read its memory limit, cap the address space, then take definitions,
+    forgets and renders until stdin closes (one answer per render)."""
     import resource
 
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -266,20 +334,28 @@ def _serve() -> None:
         held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     limit = held + int(setup["memory_mb"]) * (1 << 20)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    templates: dict[int, dict[str, Any]] = {}
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        if "define" in request:
+            templates[request["define"]] = request
+            continue
+        if "forget" in request:
+            templates.pop(request["forget"], None)
+            continue
         try:
+            template = templates[request["render"]]
             # (rendered texts, generation indices); transformers annotates it as str
             rendered = render_jinja_template(
                 conversations=[request["conversation"]],
-                chat_template=setup["template"],
+                chat_template=template["template"],
                 add_generation_prompt=request["add_generation_prompt"],
-                **setup["variables"],
+                **template["variables"],
             )
             text = rendered[0][0]
-            if len(text) > setup["max_chars"]:
-                answer: RenderAnswer = {"error": f"rendered {len(text):,} characters (limit {setup['max_chars']:,})", "kind": "size"}
+            if len(text) > template["max_chars"]:
+                answer: RenderAnswer = {"error": f"rendered {len(text):,} characters (limit {template['max_chars']:,})", "kind": "size"}
             else:
                 answer = {"text": text}
         except MemoryError:

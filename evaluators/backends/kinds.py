@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from vlgate.evaluators.backends.base import BackendError, ImageEncoder, ImageGenerator, VisionLanguageBackend
-from vlgate.evaluators.backends.loading import LoadPolicy
+from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageEncoder, ImageGenerator, VisionLanguageBackend
+from vlgate.evaluators.backends.deferred import NOT_LOADED, DeferredBackend, DeferredEncoder, DeferredGenerator
+from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,30 @@ class BackendOptions:
 class BackendKind:
     """One backend: ``load(model, options)``; ``local``: it runs the weights on this
     machine (they have a digest and can be checked); ``other_engine``: its numbers must be
-    proven equal to the transformers plain path before they count."""
+    proven equal to the transformers plain path before they count; ``describe(model,
+    options)``: its info without loading it, when it can say so (the digest: ``deferred.py``)."""
 
     name: str
     load: Callable[[str, BackendOptions], VisionLanguageBackend]
     local: bool = True
     other_engine: bool = False
+    describe: Callable[[str, BackendOptions], BackendInfo] | None = None
+
+
+def local_checkpoint(name: str, check: Callable[[Path, LoadPolicy], None] | None = None) -> Callable[[str, BackendOptions], BackendInfo]:
+    """How a backend loading a checkpoint folder describes it: the folder resolved (from
+    MLflow into the model cache, as a load does) and checked against the load policy (and by
+    ``check``), its files hashed; loading it gives the same digest."""
+
+    def describe(model: str, options: BackendOptions) -> BackendInfo:
+        with MODEL_LOAD_LOCK:
+            path = resolve_model(model, options.cache_dir, options.policy)
+            check_checkpoint(path, options.policy)
+            if check is not None:
+                check(path, options.policy)
+        return BackendInfo(name=name, model=model, digest=model_digest(path), device=NOT_LOADED)
+
+    return describe
 
 
 def transformers_batch_size(batch_size: int) -> int:
@@ -109,11 +128,16 @@ def get(name: str) -> BackendKind:
 
 
 def load(name: str, model: str, options: BackendOptions) -> VisionLanguageBackend:
-    """``model`` behind the backend called ``name``."""
-    return get(name).load(model, options)
+    """``model`` behind the backend called ``name``: described now and loaded on first use
+    where the backend can describe it (``deferred.py``), else loaded now."""
+    kind = get(name)
+    if kind.describe is None:
+        return kind.load(model, options)
+    return DeferredBackend(kind.describe(model, options), lambda: kind.load(model, options))
 
 
-register(BackendKind("transformers", _load_transformers))
+# vLLM's engine is loaded now: its start checks what it can score exactly (attention_gap)
+register(BackendKind("transformers", _load_transformers, describe=local_checkpoint("transformers")))
 register(BackendKind("vllm", _load_vllm, other_engine=True))
 register(BackendKind("openai", _load_openai, local=False))
 
@@ -129,6 +153,17 @@ class HelperKind(Generic[Helper]):
     name: str
     load: Callable[[str, BackendOptions], Helper]
     needs_model: bool = True
+    #: how it is described without loading it, and the type standing for it until it is
+    #: loaded (``deferred.py``); None: loaded when opened
+    describe: Callable[[str, BackendOptions], BackendInfo] | None = None
+    deferred: Callable[[BackendInfo, Callable[[], Helper]], Helper] | None = None
+
+    def open(self, model: str, options: BackendOptions) -> Helper:
+        """``model``, described now and loaded on first use where the kind can describe it,
+        else loaded now (as :func:`load`)."""
+        if self.describe is None or self.deferred is None:
+            return self.load(model, options)
+        return self.deferred(self.describe(model, options), lambda: self.load(model, options))
 
 
 def _load_vit(model: str, options: BackendOptions) -> ImageEncoder:
@@ -143,6 +178,12 @@ def _load_clip(model: str, options: BackendOptions) -> ImageEncoder:
     return ClipImageEncoder.load(model, options.policy, cache_dir=options.cache_dir)
 
 
+def _check_pipeline(path: Path, policy: LoadPolicy) -> None:
+    from vlgate.evaluators.backends.image_generators import check_pipeline_index
+
+    check_pipeline_index(path, policy)
+
+
 def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
     from vlgate.evaluators.backends.image_generators import DiffusersGenerator
 
@@ -150,17 +191,29 @@ def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
 
 
 #: GenCeption's image encoders: ViT's CLS token (the paper's) or CLIP's image embedding
-IMAGE_ENCODERS: dict[str, HelperKind[ImageEncoder]] = {kind.name: kind for kind in (HelperKind("vit", _load_vit), HelperKind("clip", _load_clip))}
+IMAGE_ENCODERS: dict[str, HelperKind[ImageEncoder]] = {
+    kind.name: kind
+    for kind in (
+        HelperKind("vit", _load_vit, describe=local_checkpoint("vit-cls"), deferred=DeferredEncoder),
+        HelperKind("clip", _load_clip, describe=local_checkpoint("clip-image"), deferred=DeferredEncoder),
+    )
+}
 #: The entry-point group where a package registers an image generator kind (a ``HelperKind``):
 #: the synthetic world's scene renderer is one (``evaluators/scenes/generator.py``).
 IMAGE_GENERATOR_ENTRY_POINTS = "vlgate.image_generators"
 #: GenCeption's image generators: a diffusers pipeline folder, and the kinds registered by entry point
-IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {"diffusers": HelperKind("diffusers", _load_diffusers)}
+IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {"diffusers": HelperKind("diffusers", _load_diffusers, describe=local_checkpoint("diffusers", _check_pipeline), deferred=DeferredGenerator)}
+
+
+_entry_points_read = False
 
 
 def registered_image_generators() -> dict[str, HelperKind[ImageGenerator]]:
     """The image generator kinds: the built-in ones, then those registered by entry point,
     resolved on first use (nothing is imported until a suite names a generator)."""
+    global _entry_points_read
+    if _entry_points_read:  # reading the installed packages' metadata takes 0.05-0.1 s: once a process
+        return IMAGE_GENERATORS
     from importlib.metadata import entry_points
 
     for point in entry_points(group=IMAGE_GENERATOR_ENTRY_POINTS):
@@ -169,6 +222,7 @@ def registered_image_generators() -> dict[str, HelperKind[ImageGenerator]]:
             if not isinstance(kind, HelperKind) or kind.name != point.name:
                 raise BackendError(f"entry point {point.name} = {point.value} ({IMAGE_GENERATOR_ENTRY_POINTS}) is not the HelperKind named {point.name!r}")
             IMAGE_GENERATORS[point.name] = kind
+    _entry_points_read = True
     return IMAGE_GENERATORS
 
 

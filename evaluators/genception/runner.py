@@ -266,13 +266,13 @@ def write_features(records: Sequence[Mapping[str, JsonValue]], path: Path, root:
 
 
 def build_genception_runner(settings: GenceptionSettings, context: RunnerContext) -> Runner[GenceptionItem, Image.Image]:
-    """The runner with its encoder and generator loaded (and owned: ``runner.close()``
-    releases them); seed features and drawings are cached beside the model cache, so every
+    """The runner with its encoder and generator opened (loaded on first use, and owned:
+    ``runner.close()`` releases them); seed features and drawings are cached beside the model cache, so every
     candidate evaluated on this machine reuses them."""
     options = BackendOptions(policy=context.policy, cache_dir=context.cache_dir)
-    encoder: ImageEncoder = backends.IMAGE_ENCODERS[settings.encoder_kind].load(settings.encoder, options)
+    encoder: ImageEncoder = backends.IMAGE_ENCODERS[settings.encoder_kind].open(settings.encoder, options)
     try:
-        generator: ImageGenerator = backends.image_generator(settings.generator).load(settings.generator, options)
+        generator: ImageGenerator = backends.image_generator(settings.generator).open(settings.generator, options)
     except BaseException:
         encoder.close()
         raise

@@ -39,6 +39,7 @@ from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import images, protocols, registry
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.backends.base import VisionLanguageBackend
+from vlgate.evaluators.backends.deferred import Deferred
 from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.loaders.items import ItemError
@@ -166,7 +167,8 @@ def transformers_batch_size(suite: Suite) -> int:
 
 
 def load_vlm(model: str, suite: Suite, cache_dir: Path | None = None) -> VisionLanguageBackend:
-    """The candidate model behind the suite's backend."""
+    """The candidate model behind the suite's backend (loaded on first use where the backend
+    can describe it first: ``backends/deferred.py``)."""
     return backends.load(suite.backend, model, suite.backend_options(cache_dir))
 
 
@@ -203,8 +205,9 @@ def _shard_vlm(model: str, suite: Suite, cache_dir: Path | None) -> tuple[Vision
     """(the candidate model for one shard, whether it is held: then the shard must not close it)."""
     key = (model, suite.backend, suite.policy.model_dump_json(), json.dumps(suite.vllm, sort_keys=True, default=str), suite.batch_size, str(cache_dir), threading.get_ident())
     with _hold_lock:
-        if _holders and key in _held:
-            return _held[key], True
+        held = _held.get(key) if _holders else None
+        if held is not None and not (isinstance(held, Deferred) and held.load_error is not None):  # a failed load is tried again
+            return held, True
     vlm = load_vlm(model, suite, cache_dir)
     with _hold_lock:
         if _holders:
@@ -330,7 +333,7 @@ def run_suite(
     if only is not None and set(only) - set(selected):
         raise ValueError(f"suite {suite.name!r} has no evaluator {sorted(set(only) - set(selected))}")
     vlm = load_vlm(model, suite, cache_dir)
-    summary: SuiteSummary = {"model": model, "suite": suite.name, "backend": vars(vlm.info), "evaluators": {}}
+    summary: SuiteSummary = {"model": model, "suite": suite.name, "backend": {}, "evaluators": {}}
     try:
         for name, spec in selected.items():
             try:
@@ -344,8 +347,11 @@ def run_suite(
                 result.errors = load_errors + result.errors
                 entry = finished_entry(result, out, len(items), len(load_errors), runner.models, runner.protocol)
             except Exception as error:  # one evaluator's failure must not discard the others' results
+                if isinstance(vlm, Deferred) and vlm.load_error is error:
+                    raise  # the candidate itself does not load: nothing can be evaluated (as a load before the first evaluator)
                 entry = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
             summary["evaluators"][name] = entry.as_json()
+        summary["backend"] = vars(vlm.info)  # the loaded model's, or only its description when every record came from the cache
     finally:
         vlm.close()
     summary_name = f"summary-{only[0]}.json" if only is not None and len(only) == 1 else "summary.json"
