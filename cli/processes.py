@@ -53,25 +53,54 @@ def alive(pid: int) -> bool:
     return True
 
 
-def stop_group(pid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM to the process group, SIGKILL to what is left after ``grace_s``."""
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs: a zombie (dead, its status not yet
+    collected, as an orphan under a container's PID 1 that reaps nothing) does not count."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # no procfs: whether the group answers a signal
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        state, _, group = stat.rpartition(")")[2].split()[:3]  # after "(comm)": state, ppid, pgrp
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
+
+
+def stop_group(pid: int, grace_s: float = 10.0, kill_wait_s: float = 10.0) -> None:
+    """SIGTERM to the process group, SIGKILL to what is left after ``grace_s``; returns once
+    nothing of the group runs (or ``kill_wait_s`` after the SIGKILL)."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        reap(pid)
-        time.sleep(0.2)
+    if _wait_for_group(pid, grace_s):
+        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    reap(pid)
+    _wait_for_group(pid, kill_wait_s)
+
+
+def _wait_for_group(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        reap(pgid)
+        if not group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def reap(pid: int) -> None:

@@ -101,6 +101,24 @@ def test_the_environment_carries_the_service_account_and_the_files_holding_it_ar
     assert state_json(_state(folder, auth=True))["environment"] == public
 
 
+def test_stopping_a_group_returns_once_nothing_of_it_runs_a_process_ignoring_sigterm_killed_and_zombies_not_counted():
+    from vlgate.cli.processes import group_alive, stop_group
+
+    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & wait"], start_new_session=True)
+    time.sleep(0.5)
+    assert group_alive(stubborn.pid)
+    started = time.monotonic()
+    stop_group(stubborn.pid, grace_s=1.0)
+    assert not group_alive(stubborn.pid) and 1.0 <= time.monotonic() - started < 8
+    ended = subprocess.Popen(["true"], start_new_session=True)  # exits; its status is not collected
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and group_alive(ended.pid):
+        time.sleep(0.05)
+    os.killpg(ended.pid, 0)  # a zombie still answers a signal ...
+    assert not group_alive(ended.pid)  # ... and is not counted as running
+    ended.wait()
+
+
 def test_restart_takes_a_process_name_and_no_other_action_does(tmp_path, monkeypatch, capsys):
     from vlgate.cli.main import main
 
