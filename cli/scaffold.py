@@ -31,6 +31,7 @@ batch_size: 8
 backend: transformers          # transformers (the checkpoint in-process), vllm (vLLM's engine), openai (an OpenAI-compatible server)
 policy: {{trust_remote_code: false, allow_pickle: false}}   # what an untrusted checkpoint may run: nothing
 # (its chat template is rendered apart, with limits: chat_template_timeout_s 10, chat_template_memory_mb 512)
+champion_items: evaluate       # items the champion has no records of (the suite grew): evaluate it on them (or: shared)
 evaluators:
   # VL-LCM on multiple-choice VQA: one JSON object per line in data/mc/items.jsonl,
   #   {{"id", "image", "question", "options": [K >= 2], "answer"?: 0-based int, "category"?}}

@@ -19,8 +19,9 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRecord, Rule, Verdict
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows import notifying
+from vlgate.flows.champion_items import champion_outputs
 from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
-from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, log_metric_dict, run_note, run_outputs, version_outputs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, log_metric_dict, run_note, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
@@ -93,7 +94,7 @@ def judge(
             return latest
         current = tracking.champion_version(client, model_name)  # under the lock: nobody moves it meanwhile
         champion_version = baseline_champion(client, model_name, version, run_id, current, against_current, fix=record)
-        champion = version_outputs(client, model_name, champion_version) if champion_version else None
+        champion = champion_outputs(client, model_name, champion_version, run_id) if champion_version else None
         decision = decide(policy, outputs, champion, look=look)
         moved = alias_moved_meanwhile(model_name, version, champion_version, current) if decision.promote else None
         if moved is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from vlgate.evaluators.running.suite import ItemSelection, Suite
+from vlgate.evaluators.running.suite import ItemIds, ItemSelection, Suite
 from vlgate.flows.settings import ModelConfig, read_model_config
 from vlgate.gate.policy import GatePolicy
 
@@ -34,6 +34,8 @@ class ValidationPlan(BaseModel):
     #: the look being evaluated (an index into the policy's ``sequential.looks``); None:
     #: every item, in the data set's order
     look: int | None = None
+    #: exactly these items instead (the champion on the candidate's items it lacks: :meth:`for_champion`)
+    only_items: ItemIds | None = None
 
     @classmethod
     def read(cls, config: ModelConfig, model: str, version: str) -> ValidationPlan:
@@ -58,9 +60,17 @@ class ValidationPlan(BaseModel):
         indices: list[int | None] = list(range(len(self.policy.sequential.looks)))
         return indices[-1:] if complete else indices
 
+    def for_champion(self, version: str, missing: ItemIds) -> ValidationPlan:
+        """The champion ``version`` on exactly the ``missing`` items of this plan's suite
+        (the evaluators that lack none left out), under the same suite and protocols."""
+        evaluators = {name: spec for name, spec in self.suite.evaluators.items() if missing.ids.get(name)}
+        return self.model_copy(update={"version": str(version), "suite": self.suite.model_copy(update={"evaluators": evaluators}), "look": None, "only_items": missing})
+
     @property
-    def items(self) -> ItemSelection | None:
+    def items(self) -> ItemSelection | ItemIds | None:
         """The items of this plan's look (None: every item, in the data set's order)."""
+        if self.only_items is not None:
+            return self.only_items
         sequential = self.policy.sequential
         if self.look is None or sequential is None:
             return None
@@ -78,7 +88,7 @@ class ValidationPlan(BaseModel):
         """sha256 of what one evaluator's results depend on in the suite: the suite-wide
         settings (backend, batch size, load policy, engine options) and its own entry, so that
         changing another evaluator's entry or the suite's name recomputes nothing of it."""
-        shared = self.suite.model_dump(mode="json", exclude={"evaluators", "name"})
+        shared = self.suite.model_dump(mode="json", exclude={"evaluators", "name", "champion_items"})
         own = self.suite.evaluators[evaluator].model_dump(mode="json")
         return hashlib.sha256(json.dumps({"suite": shared, evaluator: own}, sort_keys=True).encode()).hexdigest()
 

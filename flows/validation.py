@@ -35,9 +35,10 @@ from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import notifying, progress
 from vlgate.flows.approval import await_sign_off
+from vlgate.flows.champion_items import evaluate_champion_items
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluate_version
-from vlgate.flows.judgement import Superseded, ValidationError, judge
+from vlgate.flows.judgement import Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_evaluator, log_suite_datasets, run_note, run_outputs, where_it_runs, write_decision_tags
@@ -380,6 +381,10 @@ def _validate(
             log_evaluator(run_id, output)
         progress.stage(shown_as, progress.Stage.CORRELATIONS)
         across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
+        if suite.champion_items == "evaluate":  # the champion on the items it has no records of, before the gate's lock
+            champion = baseline_champion(client, model_name, version, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
+            if champion is not None:
+                evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate, str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
         progress.stage(shown_as, progress.Stage.GATE)
         decision = judge_and_promote(look_plan, run_id, outputs, attempt, kind, against_current)
         if decision.look is not None:

@@ -469,6 +469,58 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert "record 2 (re-validation" in capsys.readouterr().out
 
 
+def test_a_champion_validated_before_the_suite_grew_is_evaluated_on_the_new_items_only_and_every_judgement_compares_on_all(home, tiny_world):
+    """With ``champion_items: evaluate`` (the default) a candidate's comparison is made on
+    every item it ran: the champion, validated on four items, is evaluated on the two the
+    suite gained, those records are logged on the candidate's run (the champion's run is
+    left as it was) and a judgement of the run again reads them; with ``shared`` the
+    comparison is made on the items both have."""
+    from vlgate.evaluators.records import read_jsonl
+    from vlgate.flows.judgement import judge
+    from vlgate.flows.recording import run_outputs
+    from vlgate.gate.policy import GatePolicy
+
+    world, _ = tiny_world
+    suite = home / "suite.yaml"
+
+    def grown_to(limit: int, champion_items: str = "evaluate") -> None:
+        suite.write_text(yaml.safe_dump({"name": "grown", "champion_items": champion_items, "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": limit, "protocol": "vlgate"}}}))
+
+    def compared_on(run_id: str) -> list[int | None]:
+        return [c.n_shared for c in tracking.latest_decision(client, run_id).checks if c.rule == "regression"]
+
+    grown_to(4)
+    configure(home, {"g": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "regressions": {"lcm-mc/lcm": {"max_drop": 1.0}}, "resamples": 200})})
+    client = tracking.connect(home)
+    tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-steps3", home=home)
+    assert validate_pending(home, "g") == [("g", "1")] and tracking.champion_version(client, "g") == "1"
+    run_1 = client.get_model_version("g", "1").tags[tag_keys.VALIDATION_RUN]
+
+    grown_to(6)
+    tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-steps0", home=home)
+    assert validate_pending(home, "g") == [("g", "2")]
+    run_2 = client.get_model_version("g", "2").tags[tag_keys.VALIDATION_RUN]
+    assert compared_on(run_2) == [6]
+    candidate = run_outputs(client, run_2)["lcm-mc"].records
+    [logged] = [a.path for a in client.list_artifacts(run_2, "champion-items/v1/lcm-mc")]
+    added = read_jsonl(Path(client.download_artifacts(run_2, logged, str(home / "download")))).records
+    assert [r["id"] for r in added] == [r["id"] for r in candidate[4:]]  # exactly the two new items
+    assert {r["protocol"] for r in added} == {r["protocol"] for r in candidate} and not {r["fingerprint"] for r in added} & {r["fingerprint"] for r in candidate}  # the champion's weights, asked as the candidate was
+    assert client.get_run(run_2).data.metrics["champion_items/lcm-mc"] == 2
+    assert len(run_outputs(client, run_1)["lcm-mc"].records) == 4  # the champion's own run as it was
+    policy = home / "gate-g.yaml"
+    again = judge("g", "2", run_2, GatePolicy.from_file(policy), policy, run_outputs(client, run_2), record=False)  # what `vlgate gate g 2` judges
+    assert [c.n_shared for c in again.checks if c.rule == "regression"] == [6]
+
+    grown_to(8, "shared")
+    champion = tracking.champion_version(client, "g")
+    tracking.register_checkpoint(client, "g", world / "checkpoints" / "vlm-language-prior", home=home)
+    assert validate_pending(home, "g") == [("g", "3")]
+    run_3 = client.get_model_version("g", "3").tags[tag_keys.VALIDATION_RUN]
+    assert compared_on(run_3) == [6] and tracking.latest_decision(client, run_3).champion_before == champion
+    assert not list(client.list_artifacts(run_3, "champion-items"))
+
+
 def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_version_can_be_completed(home, tiny_world, capsys):
     """Looks at a quarter of the 48 items each: a floor the tiny world's models are far
     below (lcm-mc/lcm 0.5; they score about 0.39 with little spread) rejects v1 at the first

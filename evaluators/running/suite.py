@@ -31,7 +31,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, create_model, field_validator
 
@@ -52,6 +52,7 @@ from vlgate.evaluators.runners.store import RecordStore, record_fingerprint
 from vlgate.evaluators.scoring import score, validate
 
 T = TypeVar("T")
+IdentifiedItem = TypeVar("IdentifiedItem", bound=Identified)
 Item = TypeVar("Item")
 Prepared = TypeVar("Prepared")
 
@@ -88,6 +89,14 @@ class Suite(BaseModel):
         description="an image whose header declares more pixels (width × height) is its item's error, never decoded (evaluators/images.py)",
     )
     vllm: dict[str, Any] = Field(default_factory=dict)
+    champion_items: Literal["evaluate", "shared"] = Field(
+        default="evaluate",
+        description=(
+            "a comparison whose champion has no records of some of the candidate's items: 'evaluate' runs the champion on exactly "
+            "those items before judging (the record cache makes that their cost alone), 'shared' compares on the items both have "
+            "(flows/champion_items.py)"
+        ),
+    )
     #: dumped as each entry's own settings model (with its own fields), not as the base class
     evaluators: dict[str, SerializeAsAny[EvaluatorSettings]]
 
@@ -228,7 +237,7 @@ class ItemSelection(BaseModel):
     seed: int
     fraction: float = Field(gt=0, le=1)
 
-    def apply(self, items: list[T], group_field: str | None) -> list[T]:
+    def apply(self, items: list[T], group_field: str | None, evaluator: str) -> list[T]:
         from vlgate.evaluators.metrics.sequential import items_at, stratified_order
 
         strata = [getattr(item, group_field, None) if group_field else None for item in items]
@@ -236,8 +245,21 @@ class ItemSelection(BaseModel):
         return [items[index] for index in order[: items_at(self.fraction, len(items))]]
 
 
+class ItemIds(BaseModel):
+    """Exactly the items named, per evaluator, in the data set's order: the champion on the
+    candidate's items it has no records of (``flows/champion_items.py``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ids: dict[str, tuple[str, ...]]
+
+    def apply(self, items: list[IdentifiedItem], group_field: str | None, evaluator: str) -> list[IdentifiedItem]:
+        wanted = set(self.ids.get(evaluator, ()))
+        return [item for item in items if str(item.id) in wanted]
+
+
 def load_items(
-    name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS
+    name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | ItemIds | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS
 ) -> tuple[Sequence[Identified], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
     ``load_items`` where the registry names one, else its data set's loader, told what the
@@ -256,7 +278,7 @@ def load_items(
             options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
             dataset = load_dataset(name, spec.data, spec.format, verify_images=True, **options)
             items, errors = dataset.items[: spec.limit], dataset.errors
-    return (items if selection is None else selection.apply(list(items), definition.group_field)), errors
+    return (items if selection is None else selection.apply(list(items), definition.group_field, name)), errors
 
 
 def count_items(suite: Suite, evaluators: set[str]) -> dict[str, int]:
@@ -380,7 +402,7 @@ def run_evaluator_shard(
     cache_dir: Path | None = None,
     progress: bool = False,
     on_progress: ItemProgress | None = None,
-    selection: ItemSelection | None = None,
+    selection: ItemSelection | ItemIds | None = None,
     record_cache: RecordCache | None = None,
 ) -> ShardResult:
     """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model`` (of a look's
@@ -418,7 +440,7 @@ def run_evaluator_shard(
     )
 
 
-def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResult], selection: ItemSelection | None = None) -> EvaluatorSummary:
+def merge_shards(suite: Suite, out: Path, evaluator: str, shards: list[ShardResult], selection: ItemSelection | ItemIds | None = None) -> EvaluatorSummary:
     """Every shard's records, back in item order (a look's order), written and scored as
     one run; returns the evaluator's summary entry (as ``run_suite`` has it)."""
     out = Path(out)
