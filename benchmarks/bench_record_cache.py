@@ -14,8 +14,8 @@ loaded, every evaluator's records reused, taken from the cache or computed, scor
 Each run has its own model cache (the evaluators' helper caches, ``evaluator-cache``),
 so only the record cache differs between a first and a second run; a short warm-up run
 (two items an evaluator) takes the one-time costs (imports, kernels) first. What a cached
-run still pays: loading the candidate and the helper models (their digests are part of
-every fingerprint), reading the data, scoring and writing the folder.
+run still pays: reading the data, scoring and writing the folder (it loads no model: a
+model is described by its digest and loaded only when a record must be computed).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_record_cache.py [WORLD_DIR] [--limit N] [--batch-items N]
     # WORLD_DIR defaults to $VLGATE_HOME/world (built from the shipped world when missing)
