@@ -136,8 +136,9 @@ def load(name: str, model: str, options: BackendOptions) -> VisionLanguageBacken
     return DeferredBackend(kind.describe(model, options), lambda: kind.load(model, options))
 
 
-# vLLM's engine is loaded now: its start checks what it can score exactly (attention_gap)
 register(BackendKind("transformers", _load_transformers, describe=local_checkpoint("transformers")))
+# loaded when named: vLLM's engine start is where it refuses what it cannot score exactly
+# (attention_gap), and a served model has no files to hash
 register(BackendKind("vllm", _load_vllm, other_engine=True))
 register(BackendKind("openai", _load_openai, local=False))
 
