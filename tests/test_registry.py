@@ -300,6 +300,7 @@ def test_a_runner_closes_the_helper_models_it_loaded_last_first_and_once():
 
 @pytest.mark.world
 def test_genception_and_decc_runners_own_and_release_their_helper_models(tmp_path):
+    from vlgate.evaluators.backends.deferred import DeferredBackend, DeferredEncoder
     from vlgate.evaluators.backends.encoders import VitClsEncoder
     from vlgate.evaluators.backends.loading import LoadPolicy
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
@@ -311,15 +312,20 @@ def test_genception_and_decc_runners_own_and_release_their_helper_models(tmp_pat
     genception = registry.get("genception")
     runner = genception.build_runner(genception.settings(data=tmp_path, encoder=str(SHIPPED_WORLD / checkpoints["vit_encoder"])), context)
     encoder, generator = runner.owned
-    assert isinstance(encoder, VitClsEncoder) and isinstance(generator, SceneRendererGenerator)
+    # the encoder is named by its digest and loaded when a record is computed (backends/deferred.py)
+    assert isinstance(encoder, DeferredEncoder) and not encoder.loaded and isinstance(generator, SceneRendererGenerator)
+    loaded = encoder.loaded_model()
+    assert isinstance(loaded, VitClsEncoder) and loaded.model is not None
     runner.close()
-    assert encoder.model is None and runner.owned == []
+    assert loaded.model is None and runner.owned == []
     decc = registry.get("decc")
     runner = decc.build_runner(decc.settings(data=tmp_path, llm=str(SHIPPED_WORLD / checkpoints["llm_agent"])), context)
     (llm,) = runner.owned
-    assert isinstance(llm, TransformersBackend) and llm.model is not None
+    assert isinstance(llm, DeferredBackend) and not llm.loaded
+    agent = llm.loaded_model()
+    assert isinstance(agent, TransformersBackend) and agent.model is not None
     runner.close()
-    assert llm.model is None
+    assert agent.model is None
 
 
 def test_a_headline_metric_identical_across_the_last_versions_is_a_warning():

@@ -67,7 +67,7 @@ class Deferred(Generic[Model]):
         """Why the load failed (None: it did not, or was not tried)."""
         return self._error
 
-    def model(self) -> Model:
+    def loaded_model(self) -> Model:
         """The loaded model, loaded now if it was not."""
         with self._lock:
             if self._model is not None:
@@ -98,31 +98,31 @@ class Deferred(Generic[Model]):
         """Anything else the loaded model has (``plain_copy``, ``tokenizer``, ...): loads it."""
         if name in Deferred._own or name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self.model(), name)
+        return getattr(self.loaded_model(), name)
 
 
 class DeferredBackend(Deferred[VisionLanguageBackend], VisionLanguageBackend):
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[np.ndarray]:
-        return self.model().choice_probs(requests)
+        return self.loaded_model().choice_probs(requests)
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[str]:
-        return self.model().generate(requests)
+        return self.loaded_model().generate(requests)
 
 
 class DeferredEncoder(Deferred[ImageEncoder], ImageEncoder):
     def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
-        return self.model().embed(images)
+        return self.loaded_model().embed(images)
 
 
 class DeferredGenerator(Deferred[ImageGenerator], ImageGenerator):
     @property
     def deterministic(self) -> bool:
         """The loaded generator's (the class default says nothing of it)."""
-        return self.model().deterministic
+        return self.loaded_model().deterministic
 
     @deterministic.setter
     def deterministic(self, value: bool) -> None:
         raise AttributeError("a deferred generator's determinism is the loaded generator's")
 
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
-        return self.model().generate_images(prompts, seed)
+        return self.loaded_model().generate_images(prompts, seed)
