@@ -215,7 +215,7 @@ def test_down_stops_every_process_and_a_second_up_is_refused_while_one_runs(tmp_
 #: the fault stack's service settings: a short lease and a quick poller, so that a test sees
 #: recovery within seconds (the defaults, 90 s and 30 s, bound it at 2 minutes)
 #: the versions share their weights: without the record cache each computes its records, and can be killed doing it
-FAULT_SERVICE = {"lease_s": 20, "poll_interval_s": 3, "record_cache": {"kind": "off"}}
+FAULT_SERVICE = {"lease_s": 30, "poll_interval_s": 3, "record_cache": {"kind": "off"}}
 LONG_ITEMS = 240
 
 
