@@ -282,4 +282,26 @@ def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite) -> None:
         data = str(settings.data)
         dataset = Dataset(name=f"{name}: {Path(data).name or data}", digest=data_digest(data), source_type="local", source=json.dumps({"uri": data}))
         inputs.append(DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "validation")]))
-    client.log_inputs(run_id, datasets=inputs)
+    # MLflow's store looks a data set up by (experiment, name, digest) and inserts it when
+    # missing: two versions of one model validated at once race to insert the same one, and
+    # the loser is refused. Asked again, the store finds the winner's row.
+    for attempt in range(DATASET_INSERT_ATTEMPTS):
+        try:
+            client.log_inputs(run_id, datasets=inputs)
+            return
+        except Exception as error:
+            if attempt + 1 == DATASET_INSERT_ATTEMPTS or not lost_insert_race(error):
+                raise
+
+
+#: How many times a data set's input is logged when a concurrent insert of the same data set wins.
+DATASET_INSERT_ATTEMPTS = 3
+
+#: How SQLite, PostgreSQL and MySQL say an insert lost to a concurrent one of the same key.
+_UNIQUE_VIOLATIONS = ("UNIQUE constraint failed", "duplicate key value violates unique constraint", "Duplicate entry")
+
+
+def lost_insert_race(error: BaseException) -> bool:
+    """Whether a tracking store refused a write because a concurrent one inserted the same
+    unique key first (MLflow's REST answer carries the database's own message)."""
+    return any(phrase in str(error) for phrase in _UNIQUE_VIOLATIONS)

@@ -268,3 +268,62 @@ def test_every_page_of_runs_is_read(tmp_path):
     found = [run.info.run_id for run in tracking.search_all_runs(client, [experiment], drift, page_size=2)]
     assert found == [run_id for run_id, kind in reversed(made) if kind == "drift"]
     assert len(client.search_runs([experiment], drift, max_results=2)) == 2
+
+
+class ConcurrentDatasetInsert:
+    """The MLflow client as seen by the validation of one version while another version of
+    the same model logs the same data set: the other's insert lands between this store's
+    look-up and its insert, and the store refuses this one with the database's message."""
+
+    def __init__(self, client, other_run_id: str, refusal: str):
+        self.client, self.other_run_id, self.refusal, self.calls = client, other_run_id, refusal, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def log_inputs(self, run_id, datasets=None, **kwargs):
+        from mlflow.exceptions import MlflowException
+
+        self.calls += 1
+        if self.calls == 1:
+            self.client.log_inputs(self.other_run_id, datasets=datasets)
+            raise MlflowException(self.refusal)
+        return self.client.log_inputs(run_id, datasets=datasets, **kwargs)
+
+
+POSTGRES_REFUSAL = 'RestException: BAD_REQUEST: (psycopg2.errors.UniqueViolation) duplicate key value violates unique constraint "dataset_pk"'
+
+
+def test_a_data_set_logged_by_two_versions_at_once_is_logged_on_both_runs_once(tmp_path, monkeypatch):
+    from vlgate.evaluators.running.suite import Suite
+    from vlgate.flows import recording
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    experiment = tracking.experiment_id(client, tracking.validation_experiment("m"), tmp_path)
+    this, other = (client.create_run(experiment).info.run_id for _ in range(2))
+    (tmp_path / "mc").mkdir()
+    (tmp_path / "mc" / "records.jsonl").write_text("{}\n")
+    suite = Suite.model_validate({"name": "s", "evaluators": {"lcm-mc": {"data": str(tmp_path / "mc")}}})
+    racing = ConcurrentDatasetInsert(client, other, POSTGRES_REFUSAL)
+    recording.log_suite_datasets(racing, this, suite)
+    assert racing.calls == 2
+    logged = {run: [(d.dataset.name, d.dataset.digest) for d in client.get_run(run).inputs.dataset_inputs] for run in (this, other)}
+    assert logged[this] == logged[other] == [("lcm-mc: mc", recording.data_digest(str(tmp_path / "mc")))]
+
+
+def test_a_data_set_refused_for_another_reason_is_not_logged_again(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    from vlgate.evaluators.running.suite import Suite
+    from vlgate.flows import recording
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    experiment = tracking.experiment_id(client, tracking.validation_experiment("m"), tmp_path)
+    this, other = (client.create_run(experiment).info.run_id for _ in range(2))
+    suite = Suite.model_validate({"name": "s", "evaluators": {"lcm-mc": {"data": str(tmp_path)}}})
+    racing = ConcurrentDatasetInsert(client, other, "RESOURCE_DOES_NOT_EXIST: Run not found")
+    with pytest.raises(MlflowException, match="Run not found"):
+        recording.log_suite_datasets(racing, this, suite)
+    assert racing.calls == 1 and not client.get_run(this).inputs.dataset_inputs
