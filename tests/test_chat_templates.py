@@ -173,7 +173,8 @@ def test_vlgate_evaluate_on_a_checkpoint_whose_template_loops_reports_it_and_sto
         text=True,
         timeout=600,
     )
-    assert time.monotonic() - started < 120
+    # the 2 s limit counts from the rendering process's start, not before it (its imports may take up to a minute)
+    assert time.monotonic() - started < 60
     assert run.returncode != 0
     assert "did not finish within 2 s" in run.stderr + run.stdout
     summary = tmp_path / "out" / "summary.json"

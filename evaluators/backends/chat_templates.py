@@ -219,7 +219,6 @@ class RenderingChild:
         self._process: subprocess.Popen[bytes] | None = None
         self._defined: set[int] = set()
         self._pending = b""
-        self._starting = False  # a new child's first answer also waits for its imports
         self._lock = threading.Lock()
 
     @classmethod
@@ -286,7 +285,10 @@ class RenderingChild:
             env=env,
         )
         self._write(child, [{"memory_mb": self.memory_mb}])
-        self._process, self._pending, self._starting, self._defined = child, b"", True, set()
+        self._process, self._pending, self._defined = child, b"", set()
+        # a render's time limit counts from a child that has imported its code, so that a
+        # template that loops is stopped after its own limit, not the start's as well
+        self._next_line(child, STARTUP_S, f"the process rendering chat templates did not start within {STARTUP_S:g} s")
         return child
 
     def _stop(self) -> None:
@@ -296,29 +298,35 @@ class RenderingChild:
             child.wait()
 
     def _read_line(self, child: subprocess.Popen[bytes], renderer: ChatTemplateRenderer) -> RenderAnswer:
-        """The child's next answer; the first render's wait also covers the child's start."""
+        """The child's answer to a render, within the template's time limit."""
+        late = f"model {renderer.model}: its chat template did not finish within {renderer.timeout_s:g} s and was stopped"
+        answer: RenderAnswer = json.loads(self._next_line(child, renderer.timeout_s, late, f"model {renderer.model}: "))
+        return answer
+
+    def _next_line(self, child: subprocess.Popen[bytes], timeout_s: float, late: str, whose: str = "") -> bytes:
+        """The child's next line within ``timeout_s``; the child is stopped and ``late`` raised
+        when none comes, and a child that ended is said (prefixed with ``whose``)."""
         assert child.stdout is not None
-        deadline = time.monotonic() + renderer.timeout_s + (STARTUP_S if self._starting else 0.0)
+        deadline = time.monotonic() + timeout_s
         descriptor = child.stdout.fileno()
         while b"\n" not in self._pending:
             remaining = deadline - time.monotonic()
             ready = select.select([descriptor], [], [], max(remaining, 0.0))[0] if remaining > 0 else []
             if not ready:
                 self._stop()
-                raise TemplateLimitError(f"model {renderer.model}: its chat template did not finish within {renderer.timeout_s:g} s and was stopped")
+                raise TemplateLimitError(late)
             chunk = os.read(descriptor, 1 << 16)
             if not chunk:
                 code = child.wait()
                 self._stop()
-                raise TemplateLimitError(f"model {renderer.model}: the process rendering its chat template ended (exit {code}) before answering")
+                raise TemplateLimitError(f"{whose}the process rendering its chat template ended (exit {code}) before answering")
             self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
-        self._starting = False
-        return json.loads(line)
+        return line
 
 
-#: What a child may take to import its code and answer for the first time, on top of the
-#: render's own limit (a busy small machine imports slowly).
+#: What a child may take to import its code and say it is ready (a busy small machine
+#: imports slowly); a render's own limit counts from then.
 STARTUP_S = 60.0
 
 
@@ -336,6 +344,8 @@ def _serve() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     templates: dict[int, dict[str, Any]] = {}
     out = sys.stdout.buffer
+    out.write(b'{"ready": true}\n')  # imported and limited: renders are timed from here
+    out.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
         if "define" in request:
