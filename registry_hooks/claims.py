@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
-from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, utc_now
+from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, owner_is_gone, utc_now
 from vlgate.versions import canonical_version
 
 #: more writes made in the transaction that sets a claim's final state
@@ -233,8 +233,8 @@ class ClaimStore:
     def wait(self, model_name: str, version: str, poll_s: float = 1.0) -> Claim | None:
         """Until the claim's validation is decided (``done`` or ``failed``), which another
         flow run is running; returned then. A holder lost with its process (its lease run
-        out while ``running``) is taken over here: the claim comes back ``claimed`` for the
-        caller to :meth:`begin`."""
+        out while ``running``, or its process on this host ended) is taken over here: the
+        claim comes back ``claimed`` for the caller to :meth:`begin`."""
         import time
 
         while True:
@@ -243,6 +243,9 @@ class ClaimStore:
                 return claim  # None: released meanwhile, the caller claims it again
             if claim.lease_expires < utc_now():
                 self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow stopped renewing its lease", crashed=True)
+                continue
+            if owner_is_gone(claim.owner):  # it ran here and ended: its lease need not run out first
+                self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow's process ({claim.owner}) ended", crashed=True)
                 continue
             time.sleep(poll_s)
 

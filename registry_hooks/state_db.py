@@ -129,7 +129,32 @@ def aware(value: datetime) -> datetime:
 
 
 def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``HOST:PID:PIDNS``: the host, the process and its PID namespace (processes in two
+    containers on one host may share the host's name and a PID)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_pid_namespace()}"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:  # no /proc: no process can be told dead by its PID here
+        return "unknown"
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether the process ``owner`` names (:func:`default_owner`) ran on this host, in this
+    PID namespace, and runs no more (a zombie counts as ended). Another host's or
+    namespace's process, or an owner in another form, is never said to be gone: only its
+    lease tells."""
+    host, _, rest = owner.partition(":")
+    pid, _, namespace = rest.partition(":")
+    if host != socket.gethostname() or namespace in ("", "unknown") or namespace != _pid_namespace() or not pid.isdigit():
+        return False
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # no such process
+    return fields[0] in ("Z", "X")
 
 
 #: Tries of the switch to WAL before "database is locked" is an error (about a minute in all).

@@ -705,3 +705,45 @@ def test_a_version_is_claimed_and_offered_only_in_the_registry_s_form(claims):
     assert dispatcher.offer("m", "01", via="webhook") is False and dispatcher.offer("m", "7", via="webhook") is True
     dispatcher.wait()
     assert started.started == [("m", "7")] and [c.version for c in claims.all()] == ["7"]
+
+
+def test_a_claim_whose_process_on_this_host_ended_is_taken_over_at_once_not_when_its_lease_runs_out(tmp_path):
+    """`vlgate validate` killed mid-flow and run again: the new one takes the claim over as
+    soon as it sees the old process gone, instead of waiting out a lease of minutes."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/state.db"
+    claims = ClaimStore(url, lease_seconds=600)
+    assert claims.claim("m", "1", via="manual")
+    begun = "from vlgate.registry_hooks.claims import ClaimStore; import sys; sys.exit(ClaimStore(sys.argv[1], lease_seconds=600).begin('m', '1', 'fr-killed') is None)"
+    subprocess.run([sys.executable, "-c", begun, url], check=True)
+    held = claims.get("m", "1")
+    assert held.state == "running" and held.lease_expires > datetime.now(timezone.utc) + timedelta(seconds=500)
+    started = time.monotonic()
+    taken = claims.wait("m", "1", poll_s=30)  # one look, no sleep: the process is gone
+    assert time.monotonic() - started < 10
+    assert (taken.state, taken.attempts, taken.crashes) == ("claimed", 2, 1) and held.owner in taken.detail
+
+
+def test_only_a_process_of_this_host_and_pid_namespace_is_said_to_be_gone():
+    import os
+    import socket
+    import subprocess
+
+    from vlgate.registry_hooks.state_db import default_owner, owner_is_gone
+
+    host, pid, namespace = default_owner().split(":")
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid()) and not owner_is_gone(default_owner())
+    ended = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and open(f"/proc/{ended.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.02)
+    assert owner_is_gone(f"{host}:{ended.pid}:{namespace}")  # ended, not yet reaped: a zombie
+    ended.wait()
+    assert owner_is_gone(f"{host}:{ended.pid}:{namespace}")  # reaped: no such process
+    # elsewhere, or not said where: only the lease tells
+    assert not owner_is_gone(f"another-{host}:{ended.pid}:{namespace}")
+    assert not owner_is_gone(f"{host}:{ended.pid}:1{namespace}")
+    assert not owner_is_gone(f"{host}:{ended.pid}")
+    assert not owner_is_gone(f"{host}:{ended.pid}:unknown")

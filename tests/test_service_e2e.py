@@ -176,7 +176,9 @@ def test_failed_expectation_blocks_promotion(home, tiny_world):
 
 def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, default_world):
     world, _ = default_world  # a trained version: usable output, promoted by the lenient policy
-    configure(home, {"tiny": (world / "suite.yaml", LENIENT)})
+    suite = home / "suite.yaml"  # the world's two LCM evaluators: the kill falls between them
+    suite.write_text(yaml.safe_dump({"name": "lcm", "batch_size": 8, "evaluators": {name: {"data": str(world / "data" / folder), "protocol": "vlgate"} for name, folder in (("lcm-mc", "mc"), ("lcm-nb", "nb"))}}))
+    configure(home, {"tiny": (suite, LENIENT | {"required": ["lcm-mc", "lcm-nb"]})})
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "tiny", world / "checkpoints" / "vlm-steps10000", home=home)
     env = os.environ | {"VLGATE_HOME": str(home)}
@@ -197,15 +199,17 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == run_id and summary["outcome"] == "promoted"
+    claim = claims.get("tiny", "1")  # taken over at once: the killed process was gone, its lease still ran
+    assert (claim.state, claim.attempts, claim.crashes) == ("done", 2, 1)
     runs = client.search_runs([client.get_experiment_by_name("vlgate/tiny").experiment_id], "tags.`vlgate.kind` = 'validation'")
     assert [r.info.run_id for r in runs] == [run_id]
 
     # the same metrics as an uninterrupted evaluation of the same checkpoint
     from vlgate.evaluators.running.suite import Suite, run_suite
 
-    fresh = run_suite(str(world / "checkpoints" / "vlm-steps10000"), Suite.from_file(world / "suite.yaml"), home / "fresh", progress=False)
+    fresh = run_suite(str(world / "checkpoints" / "vlm-steps10000"), Suite.from_file(suite), home / "fresh", progress=False)
     logged = client.get_run(run_id).data.metrics
-    for evaluator in ("lcm-mc", "lcm-nb", "vlind", "decc"):
+    for evaluator in ("lcm-mc", "lcm-nb"):
         for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
             if isinstance(value, (int, float)) and value is not None:
                 assert logged[tracking.mlflow_metric_name(f"{evaluator}/{metric}")] == pytest.approx(value, abs=1e-9), (evaluator, metric)

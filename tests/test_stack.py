@@ -108,7 +108,11 @@ def test_the_stack_file_deploys_infra_s_validation_and_a_drift_check_per_model(t
     assert names != database_names(tmp_path / "two") and set(names) == {"mlflow", "prefect", "state", "auth"}
 
 
-def test_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as_validate(tiny_world, tmp_path, monkeypatch):
+def test_versions_registered_at_once_each_run_once_on_a_worker_decide_as_validate_and_the_drift_cron_runs_once_a_slot(tiny_world, tmp_path, monkeypatch):
+    """Four versions registered at once on two workers, while the drift deployment's cron
+    (every minute) runs on the same pool: each version is validated once, by a worker, with
+    the decision `vlgate validate` makes; each drift slot has one flow run, run by a worker,
+    and each logs one drift check of the champion."""
     from mlflow import MlflowClient
 
     from vlgate import tracking
@@ -117,6 +121,7 @@ def test_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as_val
     world, _ = tiny_world
     home = tmp_path / "home"
     write_home(home, world)
+    with_drift_cron(home, world, tmp_path)
     stack = LocalStack(tmp_path / "stack", home)
     state = stack.up(workers=2, postgres=POSTGRES)  # with authentication: every process, and this test, as the service account
     environment = state.environment()
@@ -167,6 +172,8 @@ def test_versions_registered_at_once_each_run_once_on_a_worker_and_decide_as_val
         # the service account moved the alias: the champion is a promoted version
         assert decisions[checkpoint_of[client.get_model_version_by_alias("stacked", "champion").version]] == "promoted"
         print(f"{len(CHECKPOINTS)} versions decided by 2 workers in {elapsed:.0f} s: {decisions}")
+        promoted = {v for v, name in checkpoint_of.items() if decisions[name] == "promoted"}
+        drift_checks_on_the_pool(Stacked(stack, state, world, home), promoted)
     except BaseException:
         logs_on_failure(state)
         raise
@@ -396,59 +403,49 @@ def drift_suite(folder: Path, world: Path, seed: int) -> Path:
     return folder / "suite.yaml"
 
 
-def test_the_drift_cron_runs_on_the_pool_once_a_slot(tiny_world, tmp_path, monkeypatch):
-    """The drift deployment's cron (every minute here) on two workers: each slot has one
-    flow run, run by a worker (not by vlgate serve), and each logs one drift run naming
-    it."""
-    world, _ = tiny_world
-    home = tmp_path / "home"
-    write_home(home, world)
+def with_drift_cron(home: Path, world: Path, folder: Path) -> None:
+    """The model's drift check on the stack's pool every minute."""
     config = yaml.safe_load((home / "vlgate.yaml").read_text())
-    reference, batch = drift_suite(tmp_path / "reference", world, 1), drift_suite(tmp_path / "incoming", world, 2)
+    reference, batch = drift_suite(folder / "reference", world, 1), drift_suite(folder / "incoming", world, 2)
     config["models"]["stacked"]["drift"] = {"reference": str(reference), "batch": str(batch), "cron": "* * * * *"}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
-    stack = LocalStack(tmp_path / "stack", home)
-    state = stack.up(workers=2, postgres=POSTGRES)
-    try:
-        with showing_logs(state):
-            as_service_account(monkeypatch, state)
-            stacked = Stacked(stack, state, world, home)
-            stacked.client.create_registered_model("stacked")
-            version = stacked.register("vlm-language-prior")  # above the floor: the first champion
-            stacked.decided(version)
-            assert stacked.client.get_model_version_by_alias("stacked", "champion").version == version
 
-            def drift_runs() -> list[dict]:
-                filter_ = {"deployments": {"name": {"any_": ["vlgate-drift-stacked"]}}, "limit": 200}
-                return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, headers=prefect_headers(state), timeout=30).json()
 
-            def checked() -> list:
-                experiment = stacked.client.get_experiment_by_name("vlgate/stacked").experiment_id
-                return stacked.client.search_runs([experiment], tag_keys.runs_of_kind(tag_keys.RunKind.DRIFT))
+def drift_checks_on_the_pool(stacked: Stacked, promoted: set[str]) -> None:
+    """Once a champion is in place, the cron's next slot checks it: every slot scheduled has
+    one flow run, however many workers poll; each logged check names a finished flow run on
+    the pool, run in a worker's process (not vlgate serve), one check a flow run."""
+    state = stacked.state
 
-            def two_finished_checks() -> tuple[list, list[dict]] | None:
-                """The checks and the flow runs once two checks are logged and every logged
-                check's flow run has completed (a check is logged before its flow run ends)."""
-                checks, runs = checked(), drift_runs()
-                state_of = {r["id"]: r["state_type"] for r in runs}
-                finished = [c for c in checks if state_of.get(c.data.tags[tag_keys.FLOW_RUN]) == "COMPLETED"]
-                return (checks, runs) if len(finished) >= 2 and len(finished) == len(checks) else None
+    def drift_runs() -> list[dict]:
+        filter_ = {"deployments": {"name": {"any_": ["vlgate-drift-stacked"]}}, "limit": 200}
+        return httpx.post(f"{state.prefect_api}/flow_runs/filter", json=filter_, headers=prefect_headers(state), timeout=30).json()
 
-            checks, runs = stacked.wait(two_finished_checks, 300, "fewer than two finished drift checks of the champion")
-            slots = [r["expected_start_time"] for r in runs]
-            assert len(slots) == len(set(slots)), slots  # one flow run a slot, however many workers poll
-            assert all(datetime.fromisoformat(slot).second == 0 for slot in slots)  # on the cron's minutes
-            finished = {r["id"]: r for r in runs if r["state_type"] == "COMPLETED"}
-            assert not [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")], [(r["state_type"], r["state"]["message"]) for r in runs]
-            serve = next(p.pid for p in state.processes if p.name == "serve")
-            for run in checks:  # each check names a finished flow run on the pool, run in a worker's process
-                flow_run = finished[run.data.tags[tag_keys.FLOW_RUN]]
-                worker, where = run.data.tags[tag_keys.EXECUTED_BY].split(" on ")
-                pid = int(where.rsplit(" pid ", 1)[1])
-                assert worker.startswith("vlgate-gpu-") and flow_run["work_pool_name"] == "vlgate-gpu" and pid != serve
-                assert pid == int(str(flow_run["infrastructure_pid"]).rsplit(":", 1)[-1])
-                assert run.data.tags[tag_keys.VERSION] == version and run.data.tags[tag_keys.DRIFT] in ("true", "false")
-            assert len({run.data.tags[tag_keys.FLOW_RUN] for run in checks}) == len(checks)  # one check a flow run
-            print(f"{len(runs)} drift slots scheduled, {len(finished)} run, {len(checks)} champion checks")
-    finally:
-        stack.down(purge=True)
+    def checked() -> list:
+        experiment = stacked.client.get_experiment_by_name("vlgate/stacked").experiment_id
+        return stacked.client.search_runs([experiment], tag_keys.runs_of_kind(tag_keys.RunKind.DRIFT))
+
+    def finished_checks() -> tuple[list, list[dict]] | None:
+        """The checks and the flow runs once a check is logged and every logged check's flow
+        run has completed (a check is logged before its flow run ends)."""
+        checks, runs = checked(), drift_runs()
+        state_of = {r["id"]: r["state_type"] for r in runs}
+        finished = [c for c in checks if state_of.get(c.data.tags[tag_keys.FLOW_RUN]) == "COMPLETED"]
+        return (checks, runs) if finished and len(finished) == len(checks) else None
+
+    checks, runs = stacked.wait(finished_checks, 300, "no finished drift check of the champion")
+    slots = [r["expected_start_time"] for r in runs]
+    assert len(slots) == len(set(slots)), slots  # one flow run a slot, however many workers poll
+    assert all(datetime.fromisoformat(slot).second == 0 for slot in slots)  # on the cron's minutes
+    finished = {r["id"]: r for r in runs if r["state_type"] == "COMPLETED"}
+    assert not [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")], [(r["state_type"], r["state"]["message"]) for r in runs]
+    serve = next(p.pid for p in state.processes if p.name == "serve")
+    for run in checks:  # each check names a finished flow run on the pool, run in a worker's process
+        flow_run = finished[run.data.tags[tag_keys.FLOW_RUN]]
+        worker, where = run.data.tags[tag_keys.EXECUTED_BY].split(" on ")
+        pid = int(where.rsplit(" pid ", 1)[1])
+        assert worker.startswith("vlgate-gpu-") and flow_run["work_pool_name"] == "vlgate-gpu" and pid != serve
+        assert pid == int(str(flow_run["infrastructure_pid"]).rsplit(":", 1)[-1])
+        assert run.data.tags[tag_keys.VERSION] in promoted and run.data.tags[tag_keys.DRIFT] in ("true", "false")  # a champion of its time
+    assert len({run.data.tags[tag_keys.FLOW_RUN] for run in checks}) == len(checks)  # one check a flow run
+    print(f"{len(runs)} drift slots scheduled, {len(finished)} run, {len(checks)} champion checks")

@@ -243,7 +243,7 @@ def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller
     try:
         for threads in (1, 3):
             torch.set_num_threads(threads)
-            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 20), llm_steps=20, fault_steps=20)
+            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 5), llm_steps=5, fault_steps=5)
             assert torch.get_num_threads() == threads  # the caller's setting is given back
             built[threads] = weights(tmp_path / f"t{threads}")
     finally:
