@@ -730,6 +730,7 @@ def test_only_a_process_of_this_host_and_pid_namespace_is_said_to_be_gone():
     import os
     import socket
     import subprocess
+    from pathlib import Path
 
     from vlgate.registry_hooks.state_db import default_owner, owner_is_gone
 
@@ -737,7 +738,7 @@ def test_only_a_process_of_this_host_and_pid_namespace_is_said_to_be_gone():
     assert (host, int(pid)) == (socket.gethostname(), os.getpid()) and not owner_is_gone(default_owner())
     ended = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and open(f"/proc/{ended.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    while time.monotonic() < deadline and Path(f"/proc/{ended.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
         time.sleep(0.02)
     assert owner_is_gone(f"{host}:{ended.pid}:{namespace}")  # ended, not yet reaped: a zombie
     ended.wait()

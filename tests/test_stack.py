@@ -298,7 +298,11 @@ class Stacked:
     def finished_flow_runs(self, version: str) -> list[dict]:
         """The version's flow runs once the last has reported its end to Prefect (a flow
         finishes its claim before its final state reaches the server)."""
-        return self.wait(lambda: (runs := self.flow_runs(version)) and runs[-1]["state_type"] in ("COMPLETED", "FAILED", "CRASHED") and runs, 120, f"v{version}'s last flow run did not end")
+        def ended() -> list[dict] | None:
+            runs = self.flow_runs(version)
+            return runs if runs and runs[-1]["state_type"] in ("COMPLETED", "FAILED", "CRASHED") else None
+
+        return self.wait(ended, 120, f"v{version}'s last flow run did not end")
 
     def validation_runs(self, version: str) -> list:
         experiment = self.client.get_experiment_by_name("vlgate/stacked").experiment_id
