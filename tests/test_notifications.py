@@ -145,6 +145,8 @@ def test_title_and_body_show_data_safely():
     assert "\n" not in title and "\\x1b[31m" in title and title.endswith("v3 promoted")
     assert "- line one\\nFAKE: forged line" in body.splitlines()  # the data's newline cannot forge a line
     assert "Next: vlgate approve 'evil' 3" in body
+    for separator in ("\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c"):  # every line break a chat client may honour
+        assert len(note(model=f"m{separator}FAKE{separator}x").title().splitlines()) == 1
 
 
 def test_our_signature_is_the_one_the_mlflow_receiver_verifies():

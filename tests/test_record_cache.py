@@ -9,6 +9,10 @@ import json
 import multiprocessing
 import os
 import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -226,6 +230,11 @@ def test_sizes_and_ages_are_read_as_people_write_them():
             parse_size(bad)
     with pytest.raises(ValueError):
         parse_age("a month")
+    assert parse_size("9" * 400) == int("9" * 400)  # a bound of any length, never a float's overflow
+    assert parse_age("36500d") == timedelta(days=36500)
+    for too_long in ("1000000000d", "99999999999w", "9" * 400 + "s", "36501d"):
+        with pytest.raises(ValueError, match="longer than an age may be"):
+            parse_age(too_long)
 
 
 def test_open_record_cache_builds_what_the_settings_name_once_per_process(tmp_path, monkeypatch):
@@ -293,6 +302,45 @@ def test_vlgate_cache_stats_and_prune(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["entries"] == 0
     assert main(["cache", "prune"]) == 2 and "say what to remove" in capsys.readouterr().err
     assert main(["cache", "prune", "--older-than", "a month"]) == 2 and "not an age" in capsys.readouterr().err
+
+
+def test_vlgate_cache_refuses_an_age_past_the_calendar_in_one_line(tmp_path, monkeypatch, capsys):
+    from vlgate.cli.main import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    monkeypatch.delenv("VLGATE_STATE_DB", raising=False)
+    for age in ("1000000000d", "99999999999w"):
+        assert main(["cache", "prune", "--older-than", age]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "longer than an age may be" in err and "Traceback" not in err
+
+
+def test_pruning_a_read_only_cache_folder_is_one_line_and_exit_2(tmp_path):
+    """A folder the user may not write: as root (which ignores mode bits) the command runs as
+    nobody; the records stay, and stats still answer."""
+    home = Path(tempfile.mkdtemp(prefix="vlgate-ro-", dir="/tmp"))
+    try:
+        home.chmod(0o777)
+        (home / "vlgate.yaml").write_text("record_cache: {kind: folder}\n")
+        (home / "vlgate.yaml").chmod(0o644)
+        cache = FolderRecordCache(home / "record-cache", 10**6)
+        cache.put([record(n) for n in range(3)])
+        for folder in [cache.root, *cache.root.iterdir()]:
+            folder.chmod(0o555)
+        command = [sys.executable, "-m", "vlgate.cli.main", "cache", "prune", "--older-than", "0s"]
+        if os.geteuid() == 0:
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        environ = {key: value for key, value in os.environ.items() if key not in ("VLGATE_STATE_DB", "MLFLOW_TRACKING_URI", "VLGATE_RECORD_CACHE")}
+        done = subprocess.run(command, env=environ | {"VLGATE_HOME": str(home), "HOME": str(home)}, capture_output=True, text=True, timeout=120, cwd=home)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+        assert "cannot remove" in done.stderr and "Permission denied" in done.stderr and str(cache.root) in done.stderr
+        assert cache.stats().entries == 3
+    finally:
+        for folder in home.rglob("*"):
+            if folder.is_dir():
+                folder.chmod(0o755)
+        shutil.rmtree(home)
 
 
 @pytest.mark.world

@@ -36,6 +36,17 @@ def test_visible_escapes_control_characters_and_bidi_overrides_and_nothing_else(
     assert visible(shown) == shown  # shown once, the same again
 
 
+def test_no_character_any_reader_takes_for_a_line_break_survives_visible():
+    """Every code point that Python's splitlines (and so JavaScript's and chat clients' line
+    breaks: LF, VT, FF, CR, FS, GS, RS, NEL, LS, PS) splits on is escaped: a value shown
+    through visible() is one line, whatever it holds."""
+    breaks = [chr(code) for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF and len(f"a{chr(code)}b".splitlines()) > 1]
+    assert {"\u2028", "\u2029", "\x85", "\x0b", "\x0c"} <= set(breaks)
+    for char in breaks:
+        assert len(visible(f"a{char}b").splitlines()) == 1, repr(char)
+    assert visible("m\u2028FAKE\u2029x") == "m\\u2028FAKE\\u2029x"
+
+
 def test_visible_keeps_what_it_is_told_to():
     assert visible("one\ntwo\x1b\t", keep="\n") == "one\ntwo\\x1b\\t"
 

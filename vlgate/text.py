@@ -4,8 +4,11 @@ act on the terminal instead of being shown as the escape Python's ``repr`` write
 
 Escaped: the C0 controls U+0000–U+001F (but those in ``keep``, e.g. the newline of a block
 meant to span lines), DEL U+007F, the C1 controls U+0080–U+009F (U+009B alone starts an
-escape sequence on some terminals), and the bidirectional embeddings, overrides and
-isolates U+202A–U+202E and U+2066–U+2069, which reorder the text after them on screen.
+escape sequence on some terminals; U+0085 is NEXT LINE), the line and paragraph separators
+U+2028 and U+2029 (with U+000A–U+000D, U+001C–U+001E and U+0085, every character that
+Python's ``str.splitlines``, JavaScript or a chat client takes for a line break), and the
+bidirectional embeddings, overrides and isolates U+202A–U+202E and U+2066–U+2069, which
+reorder the text after them on screen. So a value shown through :func:`visible` is one line.
 Tab, newline and carriage return become ``\\t``, ``\\n``, ``\\r``; the others ``\\xNN``
 below U+0100 (ESC is ``\\x1b``, BEL ``\\x07``) and ``\\uNNNN`` above (``\\u202e``). Every
 other character is shown as it is: accents, CJK, emoji, and backslashes, which are not
@@ -19,7 +22,7 @@ from __future__ import annotations
 import re
 
 #: the characters :func:`visible` escapes
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 

@@ -25,7 +25,7 @@ class Cache(Command):
         parser.add_argument("--max-size", metavar="SIZE", help="prune: then the least recently used until at most SIZE remain (5GB, 500MB)")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.evaluators.runners.cache import bytes_text, parse_age, parse_size
+        from vlgate.evaluators.runners.cache import CacheNotWritable, bytes_text, parse_age, parse_size
         from vlgate.flows.settings import ServiceConfig, prepare_environment
         from vlgate.registry_hooks.record_cache import open_record_cache
 
@@ -44,7 +44,10 @@ class Cache(Command):
         if cache is None:
             data = {"kind": "off", "entries": 0, "bytes": 0}
             return Answer(data, text=lambda: print("record cache: off (vlgate.yaml record_cache.kind)"))
-        removed = cache.prune(older_than, max_bytes) if args.action == "prune" else None
+        try:
+            removed = cache.prune(older_than, max_bytes) if args.action == "prune" else None
+        except CacheNotWritable as error:
+            raise UserError(str(error)) from None
         stats = cache.stats()
         data = stats.model_dump(mode="json") | ({"removed": removed} if removed is not None else {})
 

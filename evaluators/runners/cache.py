@@ -31,6 +31,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
@@ -49,6 +50,8 @@ _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
+#: the longest age ``parse_age`` takes: a hundred years, far beyond any record's use
+MAX_AGE = timedelta(days=36500)
 
 
 def parse_size(text: str | int) -> int:
@@ -60,15 +63,24 @@ def parse_size(text: str | int) -> int:
     match = _SIZE.fullmatch(text)
     if match is None or match.group(2).lower() not in _UNITS:
         raise ValueError(f"{text!r} is not a size (e.g. 20GB, 500MB, 2GiB, or bytes)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    # exact arithmetic: a number of any length is a size, never a float's overflow
+    return int(Fraction(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def parse_age(text: str) -> timedelta:
-    """An age such as ``30d``, ``12h``, ``2w``, ``90m`` or ``45s``."""
+    """An age such as ``30d``, ``12h``, ``2w``, ``90m`` or ``45s``, of at most :data:`MAX_AGE`
+    (a cutoff further back than the calendar goes is refused, not an overflow)."""
     match = _AGE.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not an age (a number and one of s, m, h, d, w: e.g. 30d)")
-    return timedelta(seconds=float(match.group(1)) * _AGE_UNITS[match.group(2)])
+    seconds = Fraction(match.group(1)) * _AGE_UNITS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise ValueError(f"{text.strip()!r} is longer than an age may be (at most {MAX_AGE.days}d)")
+    return timedelta(seconds=float(seconds))
+
+
+class CacheNotWritable(Exception):
+    """A prune the store refused (a read-only folder): one line naming the folder and the entry."""
 
 
 def record_text(record: Record) -> str:
@@ -280,15 +292,20 @@ class FolderRecordCache(RecordCache):
         return found
 
     @staticmethod
-    def _evict(entries: list[tuple[Path, int, float]], target: int, total: int) -> tuple[int, int]:
-        """Remove the least recently used of ``entries`` until ``total`` is at most ``target``: (entries, bytes) removed."""
+    def _evict(entries: list[tuple[Path, int, float]], target: int, total: int, remove: Callable[[Path], int] | None = None) -> tuple[int, int]:
+        """Remove the least recently used of ``entries`` until ``total`` is at most ``target``:
+        (entries, bytes) removed. ``remove(path)``: 1 if it removed the entry (default: unlink,
+        an entry already gone counting 0)."""
         removed = freed = 0
         for path, size, _ in sorted(entries, key=lambda entry: entry[2]):
             if total - freed <= target:
                 break
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed += 1
+            if remove is not None:
+                removed += remove(path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed += 1
             freed += size
         return removed, freed
 
@@ -314,17 +331,26 @@ class FolderRecordCache(RecordCache):
             kept = []
             for entry in entries:
                 if entry[2] < cutoff:
-                    with contextlib.suppress(FileNotFoundError):
-                        entry[0].unlink()
-                        removed += 1
+                    removed += self._remove_for_prune(entry[0])
                 else:
                     kept.append(entry)
             entries = kept
         if max_bytes is not None:
-            removed += self._evict(entries, max_bytes, sum(size for _, size, _ in entries))[0]
+            removed += self._evict(entries, max_bytes, sum(size for _, size, _ in entries), remove=self._remove_for_prune)[0]
         self._remove_stale_scratch()
         self.bound.forget()
         return removed
+
+    def _remove_for_prune(self, path: Path) -> int:
+        """1 when ``path`` was removed, 0 when another process removed it first;
+        :class:`CacheNotWritable` when the folder refuses (the records before it stay removed)."""
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        except OSError as error:
+            raise CacheNotWritable(f"record cache folder {self.root}: cannot remove {path.name}: {error.strerror or error} (prune needs write access to the folder)") from None
+        return 1
 
     def _remove_stale_scratch(self, age_s: float = 3600) -> None:
         """Temporary files a killed writer left (an hour old: no write takes that long)."""
