@@ -93,3 +93,92 @@ def test_the_version_s_headline_tags_are_the_metrics_its_rules_judged_over_all_i
         Check(rule=Rule.FLOOR, metric="genception/gc@3", verdict=Verdict.PASS, detail="-", candidate=0.25),  # '@' is no tag key character
     ]
     assert headline_metrics(checks) == {"vlgate.metric.lcm-mc/acc": "0.8125", "vlgate.metric.lcm-nb/lcm": "0.7123", "vlgate.metric.genception/gc_at_3": "0.25"}
+
+
+def promoted_one_after_another() -> list[VersionHistory]:
+    """v1 promoted (first champion); v2 promoted over v1 (as ``serve --once`` judges two
+    versions one after the other); v3 awaited approval against v2, then was approved (the
+    approval record moved the alias); v1 re-judged against v3 and rejected (nothing moved)."""
+    return [
+        VersionHistory(version="1", run_id="r1", records=[
+            record(1, Outcome.PROMOTED, T0, True, None, "1"),
+            record(2, Outcome.REJECTED, T0 + timedelta(hours=4), False, "3", "3", DecisionKind.REJUDGEMENT),
+        ]),
+        VersionHistory(version="2", run_id="r2", records=[record(1, Outcome.PROMOTED, T0 + timedelta(seconds=1), True, "1", "2")]),
+        VersionHistory(version="3", run_id="r3", records=[
+            record(1, Outcome.AWAITING_APPROVAL, T0 + timedelta(hours=1), False, "2", "2"),
+            record(2, Outcome.PROMOTED, T0 + timedelta(hours=2), True, "2", "3", DecisionKind.APPROVAL),
+        ]),
+    ]  # fmt: skip
+
+
+def test_one_version_s_history_reads_the_alias_s_moves_from_every_version():
+    """``vlgate history m 1``: v1's records alone are listed, but today's champion (v3, moved
+    there by v3's approval after v2's promotion) is explained by another version's record:
+    no move outside vlgate, and the timeline is every version's."""
+    versions = promoted_one_after_another()
+    spells = [(s.version, s.since, s.until, s.record, s.kind) for s in champion_timeline(versions)]
+    assert spells == [
+        ("1", T0, T0 + timedelta(seconds=1), 1, DecisionKind.VALIDATION),
+        ("2", T0 + timedelta(seconds=1), T0 + timedelta(hours=2), 1, DecisionKind.VALIDATION),
+        ("3", T0 + timedelta(hours=2), None, 2, DecisionKind.APPROVAL),
+    ]
+    for only in ("1", "2", "3", None):
+        history = model_history("m", versions, "3", only=only)
+        assert history.moved_outside is False, only
+        assert [s.version for s in history.timeline] == ["1", "2", "3"]
+        assert [v.version for v in history.versions] == ([only] if only else ["1", "2", "3"])
+    # someone set the alias back to v1 by hand: no record says so, whichever version is asked
+    for only in ("1", "3", None):
+        by_hand = model_history("m", versions, "1", only=only)
+        assert by_hand.moved_outside is True and [s.version for s in by_hand.timeline] == ["1", "2", "3"]
+    assert model_history("m", versions, None, only="2").moved_outside is True  # the alias deleted by hand
+
+
+def test_vlgate_history_of_one_version_after_a_later_promotion_and_an_approval(tmp_path, monkeypatch, capsys):
+    """On a real embedded MLflow: v1 promoted, v2 promoted over it, v3 awaiting approval and
+    approved with ``vlgate approve`` (which moves the alias); ``vlgate history m 1`` finds no
+    move outside vlgate. The alias then set to v1 by hand in MLflow is one, for every version."""
+    from vlgate import tag_keys, tracking
+    from vlgate.cli.main import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    client = tracking.connect(tmp_path)
+    client.create_registered_model("m")
+    experiment = tracking.experiment_id(client, tracking.validation_experiment("m"), tmp_path)
+    policy = tmp_path / "gate.yaml"
+    policy.write_text("required: []\napproval: {approvers: [alice]}\n")
+    awaiting = record(1, Outcome.AWAITING_APPROVAL, datetime.now(UTC), False, "2", "2").model_copy(update={"policy": {"required": [], "approval": {"approvers": ["alice"]}}})
+    for version, records in (
+        ("1", [record(1, Outcome.PROMOTED, T0, True, None, "1")]),
+        ("2", [record(1, Outcome.PROMOTED, T0 + timedelta(seconds=1), True, "1", "2")]),
+        ("3", [awaiting]),
+    ):
+        run = client.create_run(experiment)
+        client.create_model_version("m", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id, tags={tag_keys.VALIDATION_RUN: run.info.run_id})
+        for r in records:
+            tracking.append_decision(client, run.info.run_id, r.model_copy(update={"sequence": None}), policy)
+        if records[0].alias_moved:
+            client.set_registered_model_alias("m", tracking.CHAMPION, version)
+    assert main(["approve", "m", "3", "--reason", "looks right", "--by", "alice", "--json"]) == 0
+    approved = json.loads(capsys.readouterr().out)
+    assert (approved["kind"], approved["alias_moved"], approved["champion_after"]) == ("approval", True, "3") and tracking.champion_version(client, "m") == "3"
+
+    def shown(*args: str) -> dict:
+        assert main(["history", "m", *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for args in (["1"], ["2"], []):
+        history = shown(*args)
+        assert history["champion"] == "3" and history["moved_outside"] is False
+        assert [(s["version"], s["kind"], s["until"] is None) for s in history["timeline"]] == [("1", "validation", False), ("2", "validation", False), ("3", "approval", True)]
+        assert [v["version"] for v in history["versions"]] == (args or ["1", "2", "3"])
+    assert main(["history", "m", "1"]) == 0 and "moved outside" not in capsys.readouterr().out
+
+    client.set_registered_model_alias("m", tracking.CHAMPION, "1")  # by hand, outside vlgate
+    for args in (["1"], ["3"], []):
+        history = shown(*args)
+        assert history["champion"] == "1" and history["moved_outside"] is True and [s["version"] for s in history["timeline"]] == ["1", "2", "3"]
+    assert main(["history", "m", "1"]) == 0 and "the alias now names v1: moved outside vlgate" in capsys.readouterr().out

@@ -5,7 +5,10 @@ when, and the record that moved it there.
 The records are the history: each one that moved the alias says so (``alias_moved``, with
 ``judged_at``), so the timeline is read from them alone. An alias moved outside vlgate (by
 hand in MLflow's UI, or by another tool) has no record; where today's champion is not the
-version the last record moved it to, the history says so instead of inventing a move.
+version the latest recorded move of any version put there, the history says so instead of
+inventing a move. The timeline and that verdict are always read from every version's
+records, also where one version's records alone are shown: the move that explains today's
+champion (a later version promoted, an approval, a re-judgement) is often another's.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ class ChampionSpell(BaseModel):
 
 
 class ModelHistory(BaseModel):
-    """What ``vlgate history NAME`` shows: every version's records, the champion's spells,
-    today's champion, and whether the alias was moved outside vlgate since the last
-    recorded move (``moved_outside``)."""
+    """What ``vlgate history NAME [VERSION]`` shows: every version's records (or the asked
+    version's alone), the champion's spells and today's champion, and whether the alias
+    was moved outside vlgate since the latest recorded move (``moved_outside``); the last
+    two read from every version's records."""
 
     model_config = _VALUE
 
@@ -75,8 +79,11 @@ def champion_timeline(versions: Sequence[VersionHistory]) -> list[ChampionSpell]
     return spells
 
 
-def model_history(model: str, versions: Sequence[VersionHistory], champion: str | None) -> ModelHistory:
-    """The history of ``model`` from its versions' records and today's ``champion``."""
+def model_history(model: str, versions: Sequence[VersionHistory], champion: str | None, only: str | None = None) -> ModelHistory:
+    """The history of ``model`` from every one of its versions' records (``versions``: all
+    of them, never a selection) and today's ``champion``; ``only``: that version's records
+    alone are listed, the timeline and ``moved_outside`` still read from every version's."""
     timeline = champion_timeline(versions)
     recorded = timeline[-1].version if timeline else None
-    return ModelHistory(model=model, versions=list(versions), timeline=timeline, champion=champion, moved_outside=champion != recorded)
+    shown = [history for history in versions if only is None or history.version == only]
+    return ModelHistory(model=model, versions=shown, timeline=timeline, champion=champion, moved_outside=champion != recorded)

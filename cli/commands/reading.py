@@ -204,7 +204,7 @@ class History(Command):
         "Reads the registry and each version's validation run: every decision record (which judgement made it, its outcome, the "
         "champion before and after, whether it moved the alias, when and by whom), and the champion's timeline (which version held "
         "the alias from when to when, and the record that moved it). An alias moved outside vlgate has no record: the history says "
-        "so. With VERSION, that version's records alone. Exit status 0; 2 for a model or version not in the registry."
+        "so. With VERSION, that version's records alone (the timeline is still every version's). Exit status 0; 2 for a model or version not in the registry."
     )
     json_help = "the history as one JSON object: versions with their records, the timeline, today's champion"
 
@@ -220,7 +220,8 @@ class History(Command):
         version = str(version_number(args.version)) if args.version is not None else None
         client = tracking.connect(service_home())
         in_the_registry(client, args.model, version)
-        history = model_history(args.model, tracking.version_histories(client, args.model, version), tracking.champion_version(client, args.model))
+        # every version's records, also for one version's: the move that explains today's champion may be another's
+        history = model_history(args.model, tracking.version_histories(client, args.model), tracking.champion_version(client, args.model), only=version)
 
         def text() -> None:
             from vlgate.cli.history_tables import print_history
