@@ -40,6 +40,8 @@ class VersionStatus(TypedDict):
     attempts: int
     crashes: int
     detail: str | None
+    #: why the notification of its final state could not be queued (None: it was, or none was due)
+    untold: NotRequired[str | None]
     flow_run_id: str | None
     decision: str | None
     outcome: str | None
@@ -109,6 +111,7 @@ def service_status(home: Path, model: str | None = None, version: str | None = N
                     "crashes": claim.crashes if claim else 0,
                     # what the claim says of its last attempt: why it was run again, or why it failed
                     "detail": claim.detail if claim else None,
+                    "untold": claim.untold if claim else None,
                     "flow_run_id": claim.flow_run_id if claim else None,
                     "decision": tags.get(tag_keys.DECISION),
                     "outcome": tags.get(tag_keys.OUTCOME),
@@ -152,6 +155,9 @@ def status_table(status: ServiceStatus) -> Table:
             if state in ("claimed", "running") and version["attempts"] > 1:  # run again after a loss: say which attempt and why
                 failed = [version["detail"] or ""]
                 state = f"{state} (attempt {version['attempts']})"
+            if version.get("untold"):  # decided, and nobody told: said before anything else
+                failed = [f"not told: {version['untold']}", *failed]
+                state = f"{state} (not told)"
             reasons = [data_text(reason) for reason in failed[:4]] + ([Text(f"… {len(failed) - 4} more")] if len(failed) > 4 else [])
             table.add_row(
                 data_text(model["name"]),

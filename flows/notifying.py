@@ -16,9 +16,10 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from vlgate.decisions import DecisionKind, DecisionRecord, Outcome
-from vlgate.registry_hooks.claims import Also
+from vlgate.registry_hooks.claims import Also, ClaimStore
 from vlgate.registry_hooks.notifications import ChannelConfig, Notification, NotifyEvent, notification_key
-from vlgate.registry_hooks.outbox import DeliveryReport, Outbox
+from vlgate.registry_hooks.outbox import COMMAND_DELIVERY_BUDGET_S, DeliveryReport, Outbox
+from vlgate.registry_hooks.senders import one_line
 from vlgate.registry_hooks.state_db import StateDatabase
 
 log = logging.getLogger("vlgate.notify")
@@ -83,17 +84,27 @@ def drift_notification(model: str, version: str | None, run_id: str | None, drif
 
 
 def in_transaction(outbox: Outbox, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
-    """The outbox write a claim's final state makes in its own transaction (``ClaimStore.finish``'s ``also``)."""
+    """The outbox write a claim's final state makes in its own transaction (``ClaimStore.finish``'s
+    ``also``). The one exception to "a notification exists exactly when the decision does":
+    an outbox write that fails rolls back alone (a savepoint), so that telling about a
+    decision never undoes or repeats it; the claim then says why it was not told
+    (``untold``, shown by ``vlgate status``), in the same transaction."""
+    model, version = notification.model, notification.version or ""
 
     def enqueue(connection: sa.Connection) -> int:
         if not channels:
+            ClaimStore.mark_untold(connection, model, version, None)
             return 0
         try:
             with connection.begin_nested():  # a failed write rolls back alone: the claim's state is kept
-                return outbox.enqueue(connection, notification, channels)
+                added = outbox.enqueue(connection, notification, channels)
         except Exception as error:  # never let telling about a decision change it
-            log.error("could not queue the %s notification of %s v%s: %s", notification.event, notification.model, notification.version, error)
+            reason = f"the {notification.event} notification could not be queued: {type(error).__name__}: {one_line(str(error), 300)}"
+            log.error("%s v%s: %s", model, version, reason)
+            ClaimStore.mark_untold(connection, model, version, reason)
             return 0
+        ClaimStore.mark_untold(connection, model, version, None)
+        return added
 
     return enqueue
 
@@ -110,11 +121,13 @@ def tell(home: Path, notification: Notification, channels: Sequence[ChannelConfi
 
 
 def deliver_now(home: Path, channels: Sequence[ChannelConfig]) -> DeliveryReport | None:
-    """One pass of the deliverer (the end of ``vlgate validate``/``drift``, ``vlgate notify test``)."""
+    """One pass of the deliverer at a command's end (``vlgate validate``/``drift``/``approve``,
+    ``serve --once``), within :data:`COMMAND_DELIVERY_BUDGET_S`: a backlog, or a receiver
+    that hangs, never holds the command longer; what is left waits for the next deliverer."""
     if not channels:
         return None
     try:
-        return outbox_at(home).deliver_due(channels)
+        return outbox_at(home).deliver_due(channels, budget_s=COMMAND_DELIVERY_BUDGET_S)
     except Exception as error:  # the state database away: the rows wait for the next deliverer
         log.error("could not deliver notifications now: %s", error)
         return None

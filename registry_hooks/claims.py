@@ -85,6 +85,8 @@ class Claim:
     flow_run_id: str | None = None
     #: attempts lost with their process (a crashed flow run, a worker gone)
     crashes: int = 0
+    #: why the notification of the final state could not be queued (``vlgate status`` shows it)
+    untold: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -272,6 +274,12 @@ class ClaimStore:
         """The validation errored: ``failed`` (final until an operator releases it), with why.
         ``attempt`` and ``also`` as for :meth:`finish`."""
         return self._set(model_name, version, state=ClaimState.FAILED, detail=reason, attempt=attempt, also=also)
+
+    @staticmethod
+    def mark_untold(connection: sa.Connection, model_name: str, version: str, reason: str | None) -> None:
+        """In the transaction of a claim's final state: why its notification could not be
+        queued (None: it was)."""
+        connection.execute(claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).values(untold=None if reason is None else reason[:4000]))
 
     def holds(self, model_name: str, version: str, attempt: int) -> bool:
         """Whether the claim is still live at ``attempt`` (nobody took it over)."""

@@ -34,6 +34,7 @@ build notifications.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import re
@@ -56,6 +57,10 @@ SCHEMA: Final = "vlgate.notification/1"
 DELIVERY_HEADER: Final = "X-Vlgate-Delivery"
 TIMESTAMP_HEADER: Final = "X-Vlgate-Timestamp"
 SIGNATURE_HEADER: Final = "X-Vlgate-Signature"
+
+#: The longest one delivery may take (a channel's ``timeout_s`` is at most this): the
+#: outbox's lease on a row it sends is longer, so no second deliverer sends it meanwhile.
+MAX_DELIVERY_S: Final = 60.0
 
 #: How many of a decision's reasons a notification carries, and how long each may be.
 MAX_REASONS: Final = 5
@@ -180,6 +185,44 @@ class Notification(BaseModel):
         return "\n".join(lines)
 
 
+# --- where a notification may go -------------------------------------------------------
+
+# NAT64's well-known prefix (RFC 6052): its last 32 bits are an IPv4 address
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def address_problem(address: str) -> str | None:
+    """Why vlgate does not send to ``address`` by default (``loopback``, ``private``,
+    ``link-local`` (where cloud metadata services answer), ...), or None for a public one. An
+    IPv6 form that carries an IPv4 address (mapped, 6to4, NAT64) is judged by that address,
+    as MLflow judges its webhooks' (``mlflow.utils.validation._is_public_ip``)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
+        ip = embedded or ip
+    if ip.is_global and not ip.is_multicast:
+        return None
+    kinds = ("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback), ("link-local", ip.is_link_local), ("private", ip.is_private), ("multicast", ip.is_multicast)
+    kind = next((name for name, holds in kinds if holds), "reserved")
+    return f"{ip} is a {kind} address"
+
+
+def host_problem(host: str) -> str | None:
+    """Why a URL's host is refused before any lookup: ``localhost`` (and ``*.localhost``,
+    RFC 6761), an IP address that is not public, or a number that is no canonical IP address
+    (``127.1``, ``0177.0.0.1`` and ``2130706433`` reach loopback through the socket layer).
+    A name is checked after DNS, when a notification is sent."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return f"{name} is the loopback host"
+    if ":" in name or name.replace(".", "").isdigit():
+        try:
+            return address_problem(name)
+        except ValueError:
+            return f"{name} is not a canonical IP address"
+    return None
+
+
 # --- configuration ------------------------------------------------------------------------
 
 #: An environment variable's name as vlgate asks for one: upper case, digits, underscores.
@@ -212,10 +255,14 @@ class _Channel(BaseModel):
 
 class AppriseChannel(_Channel):
     """A channel Apprise sends to; its URL (which holds the service's token) is read from the
-    environment variable ``url_env`` when a notification is sent."""
+    environment variable ``url_env`` when a notification is sent. ``timeout_s`` bounds the
+    whole delivery; ``allow_private_addresses`` lets a custom-host URL (``json://``,
+    ``xml://``, ``form://`` and their ``s`` forms) name a loopback, private or link-local host."""
 
     kind: Literal["apprise"] = "apprise"
     url_env: str
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_DELIVERY_S)
+    allow_private_addresses: bool = False
 
     @field_validator("url_env")
     @classmethod
@@ -224,12 +271,17 @@ class AppriseChannel(_Channel):
 
 
 class WebhookChannel(_Channel):
-    """A signed JSON POST to ``url``, signed with the secret in environment variable ``secret_env``."""
+    """A signed JSON POST to ``url``, signed with the secret in environment variable
+    ``secret_env``; ``timeout_s`` bounds the whole delivery, from the DNS lookup to the last
+    byte of the answer. ``url`` must name a public host unless ``allow_private_addresses``
+    (a receiver on the same machine or network, as in tests): checked here for an address or
+    ``localhost`` in the URL, and again on every connection, after DNS."""
 
     kind: Literal["webhook"] = "webhook"
     url: str = Field(max_length=2000)
     secret_env: str
-    timeout_s: float = Field(default=10.0, gt=0, le=60)
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_DELIVERY_S)
+    allow_private_addresses: bool = False
 
     @field_validator("url")
     @classmethod
@@ -251,6 +303,13 @@ class WebhookChannel(_Channel):
     @classmethod
     def _secret_env(cls, value: str) -> str:
         return _env_name(value, "secret_env")
+
+    @model_validator(mode="after")
+    def _public_host(self) -> WebhookChannel:
+        problem = None if self.allow_private_addresses else host_problem(urllib.parse.urlsplit(self.url).hostname or "")
+        if problem is not None:
+            raise ValueError(f"url: {problem}; vlgate sends only to public addresses unless the channel says allow_private_addresses: true")
+        return self
 
 
 #: One configured channel, told apart by its ``kind``.

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -41,7 +42,7 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from vlgate.registry_hooks.notifications import ChannelConfig, Notification, config_problem
+from vlgate.registry_hooks.notifications import MAX_DELIVERY_S, ChannelConfig, Notification, config_problem
 from vlgate.registry_hooks.senders import DeliveryError, Sender, one_line, send_notification
 from vlgate.registry_hooks.state_db import StateDatabase, aware, outbox_table, utc_now
 
@@ -51,9 +52,14 @@ log = logging.getLogger("vlgate.outbox")
 FIRST_BACKOFF_S = 5.0
 BACKOFF_CAP_S = 3600.0
 DEFAULT_MAX_ATTEMPTS = 10
-#: How long a deliverer holds a row while it sends (longer than any send may take: a
-#: webhook's timeout is at most 60 s); a row held past it is sent again by another.
+#: How long a deliverer holds a row while it sends: longer than any send may take (a
+#: channel's ``timeout_s`` bounds its whole delivery, and is at most ``MAX_DELIVERY_S``);
+#: a row held past it is sent again by another.
 DEFAULT_LEASE_S = 300.0
+#: What a command (``vlgate validate``, ``approve``, ``drift``, ``serve --once``) spends
+#: starting deliveries at its end: the rows still due after it wait for the next deliverer.
+#: A command waits at most this plus one delivery's deadline.
+COMMAND_DELIVERY_BUDGET_S = 20.0
 
 
 #: Where the deliverer reads the time (fixed in tests).
@@ -112,6 +118,10 @@ class DeliveryReport:
     skipped: int = 0
     #: ``channel: error`` of each failed send, in order
     errors: list[str] = field(default_factory=list)
+    #: channels whose send failed this pass: their other due rows wait for the next one
+    held_back: list[str] = field(default_factory=list)
+    #: whether the pass stopped at its time budget with rows perhaps still due
+    out_of_time: bool = False
 
 
 class Outbox:
@@ -120,6 +130,8 @@ class Outbox:
     def __init__(self, db: StateDatabase, max_attempts: int = DEFAULT_MAX_ATTEMPTS, lease_s: float = DEFAULT_LEASE_S, first_backoff_s: float = FIRST_BACKOFF_S, backoff_cap_s: float = BACKOFF_CAP_S):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        if lease_s <= MAX_DELIVERY_S:
+            raise ValueError(f"lease_s must be longer than the longest delivery ({MAX_DELIVERY_S:g} s), or a second deliverer sends a row the first is still sending")
         self.db, self.engine = db, db.engine
         self.max_attempts = max_attempts
         self.lease = timedelta(seconds=lease_s)
@@ -170,30 +182,47 @@ class Outbox:
 
     # --- delivering ----------------------------------------------------------------------
 
-    def deliver_due(self, channels: Sequence[ChannelConfig], now: datetime | None = None, send: Sender | None = None, limit: int = 100) -> DeliveryReport:
+    def deliver_due(
+        self, channels: Sequence[ChannelConfig], now: datetime | None = None, send: Sender | None = None, limit: int = 100,
+        budget_s: float | None = None, keys: Collection[str] | None = None,
+    ) -> DeliveryReport:  # fmt: skip
         """Send the pending rows that are due (``next_attempt_at`` <= now), one at a time, each
-        claimed first so no other deliverer sends it meanwhile; at most ``limit`` sends. A
-        row whose channel is no longer configured fails with that reason. Never raises for
-        a delivery problem (only when the state database itself fails)."""
+        claimed first so no other deliverer sends it meanwhile; at most ``limit`` sends, none
+        started after ``budget_s`` (a command's end: :data:`COMMAND_DELIVERY_BUDGET_S`), only
+        the rows of ``keys`` when given. A channel whose send fails is held back for the rest
+        of the pass, so a receiver that hangs costs one deadline a pass, not one a row. A row
+        whose channel is no longer configured fails with that reason. Never raises for a
+        delivery problem (only when the state database itself fails)."""
         send = send or send_notification
         clock = (lambda: aware(now)) if now is not None else utc_now
         by_name = {channel.name: channel for channel in channels}
         report = DeliveryReport()
+        started = time.monotonic()
         for _ in range(limit):
-            claimed = self._claim_next(clock(), report)
+            if budget_s is not None and time.monotonic() - started >= budget_s:
+                report.out_of_time = True
+                break
+            claimed = self._claim_next(clock(), report, keys)
             if claimed is None:
                 break
+            failures = len(report.errors)
             self._deliver(claimed, by_name.get(claimed[0].channel), send, clock, report)
+            if len(report.errors) > failures and claimed[0].channel not in report.held_back:
+                report.held_back.append(claimed[0].channel)
         return report
 
-    def _claim_next(self, now: datetime, report: DeliveryReport) -> tuple[OutboxRow, datetime] | None:
-        """The next due row, claimed (its lease set: the returned time), or None when none is due."""
+    def _claim_next(self, now: datetime, report: DeliveryReport, keys: Collection[str] | None = None) -> tuple[OutboxRow, datetime] | None:
+        """The next due row (of ``keys``, if given; not of a channel held back this pass),
+        claimed (its lease set: the returned time), or None when none is due."""
         columns = outbox_table.c
+        where = [columns.state == OutboxState.PENDING.value, columns.next_attempt_at <= now]
+        if report.held_back:
+            where.append(columns.channel.not_in(report.held_back))
+        if keys is not None:
+            where.append(columns.idempotency_key.in_(list(keys)))
         while True:
             with self.engine.connect() as connection:
-                found = connection.execute(
-                    outbox_table.select().where(columns.state == OutboxState.PENDING.value, columns.next_attempt_at <= now).order_by(columns.next_attempt_at, columns.id).limit(1)
-                ).first()
+                found = connection.execute(outbox_table.select().where(*where).order_by(columns.next_attempt_at, columns.id).limit(1)).first()
             if found is None:
                 return None
             row = _row(found)

@@ -5,21 +5,25 @@ Every problem is a :class:`DeliveryError`: one line, never a secret."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import hashlib
 import hmac
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TypeVar
 
 from pydantic import ValidationError
 
-from vlgate.registry_hooks.notifications import DELIVERY_HEADER, SCHEMA, SIGNATURE_HEADER, TIMESTAMP_HEADER, AppriseChannel, ChannelConfig, Notification, WebhookChannel, config_problem
+from vlgate.registry_hooks.notifications import DELIVERY_HEADER, SCHEMA, SIGNATURE_HEADER, TIMESTAMP_HEADER, AppriseChannel, ChannelConfig, Notification, WebhookChannel, address_problem, config_problem, host_problem
 from vlgate.text import visible
 
 
@@ -108,27 +112,92 @@ def _retry_after(value: str | None) -> float | None:
     return None
 
 
+T = TypeVar("T")
+
+#: How much of a receiver's answer is read (for the error line of a refusal).
+_ANSWER_BYTES = 4096
+
+
+def within_deadline(seconds: float, work: Callable[[], Awaitable[T]]) -> T:
+    """``await work()`` cut off after ``seconds`` in all (TimeoutError), however slowly the
+    other side trickles: asyncio cancels the request and closes its connection, where a
+    socket timeout bounds only each read. In a thread of its own where this one runs an
+    event loop already."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(work(), seconds)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(bounded())
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vlgate-send") as pool:
+        return pool.submit(asyncio.run, bounded()).result()
+
+
+class _AddressRefused(Exception):
+    """A connection that reached an address the channel may not send to."""
+
+
+def _peer_guard(channel: WebhookChannel) -> Callable[[str, dict[str, object]], Awaitable[None]]:
+    """httpx's ``trace`` hook that checks the peer of each new TCP connection before TLS or
+    a byte of the request: the address DNS gave at the moment of connecting, so a name that
+    resolves elsewhere later (DNS rebinding) gains nothing (MLflow's webhooks check the same
+    way, ``mlflow/webhooks/ssrf.py``)."""
+
+    async def check(event: str, info: dict[str, object]) -> None:
+        if event != "connection.connect_tcp.complete" or channel.allow_private_addresses:
+            return
+        stream = info["return_value"]
+        peer = stream.get_extra_info("server_addr")  # type: ignore[attr-defined]
+        problem = address_problem(peer[0]) if peer else "the connection's peer address is unknown"
+        if problem is not None:
+            await stream.aclose()  # type: ignore[attr-defined]
+            raise _AddressRefused(problem)
+
+    return check
+
+
 def send_webhook(channel: WebhookChannel, notification: Notification, environ: Mapping[str, str] | None = None) -> None:
-    """POST the notification, signed, to the channel's URL; DeliveryError unless a 2xx answers.
-    Retried by the outbox: connection errors, timeouts, 408, 429 and 5xx (transient), and
-    every other refusal too (``permanent``, said in the error)."""
+    """POST the notification, signed, to the channel's URL, all within the channel's
+    ``timeout_s``; DeliveryError unless a 2xx answers. Retried by the outbox: connection
+    errors, timeouts, 408, 429 and 5xx (transient), and every other refusal too
+    (``permanent``, said in the error), a host that resolves to an address the channel may
+    not reach among them."""
     import httpx
 
     secret = _environment_value(os.environ if environ is None else environ, channel.secret_env, "secret_env", channel.name)
     body = notification.to_json()
     host = urllib.parse.urlsplit(channel.url).netloc
+
+    async def post() -> tuple[int, str | None, str]:
+        async with httpx.AsyncClient(timeout=channel.timeout_s) as client:
+            request = client.build_request("POST", channel.url, content=body, headers=signed_headers(secret, notification, body), extensions={"trace": _peer_guard(channel)})
+            response = await client.send(request, stream=True)
+            try:
+                answer = b""
+                async for chunk in response.aiter_raw():
+                    answer += chunk
+                    if len(answer) >= _ANSWER_BYTES:
+                        break
+            finally:
+                await response.aclose()
+            return response.status_code, response.headers.get("retry-after"), answer[:_ANSWER_BYTES].decode("utf-8", "replace")
+
     try:
-        response = httpx.post(channel.url, content=body, headers=signed_headers(secret, notification, body), timeout=channel.timeout_s)
-    except httpx.TimeoutException:
-        raise DeliveryError(f"webhook {host}: no answer within {channel.timeout_s:g} s") from None
+        status, retry_after, text = within_deadline(channel.timeout_s, post)
+    except (TimeoutError, httpx.TimeoutException):
+        raise DeliveryError(f"webhook {host}: no complete answer within {channel.timeout_s:g} s (the channel's timeout_s, for the whole delivery)") from None
+    except _AddressRefused as refused:
+        raise DeliveryError(f"webhook {host}: not sent: {refused} (vlgate sends only to public addresses unless the channel says allow_private_addresses: true)", permanent=True) from None
     except httpx.HTTPError as error:
         raise DeliveryError(f"webhook {host}: {type(error).__name__}: {error}") from None
-    if 200 <= response.status_code < 300:
+    if 200 <= status < 300:
         return
-    said = one_line(response.text, 200)
-    if response.status_code in (408, 429) or response.status_code >= 500:
-        raise DeliveryError(f"webhook {host}: HTTP {response.status_code} (transient): {said}", retry_after_s=_retry_after(response.headers.get("retry-after")))
-    raise DeliveryError(f"webhook {host}: HTTP {response.status_code}, refused by the receiver (a retry passes only once it changes): {said}", permanent=True)
+    said = one_line(text, 200)
+    if status in (408, 429) or status >= 500:
+        raise DeliveryError(f"webhook {host}: HTTP {status} (transient): {said}", retry_after_s=_retry_after(retry_after))
+    raise DeliveryError(f"webhook {host}: HTTP {status}, refused by the receiver (a retry passes only once it changes): {said}", permanent=True)
 
 
 # Apprise logs the URLs it loads and fails on, and an Apprise URL holds the service's token:
@@ -219,22 +288,67 @@ def apprise_url(channel: AppriseChannel, environ: Mapping[str, str] | None = Non
     return url
 
 
+#: Apprise's schemes that post to a host the URL names (its other services have fixed endpoints).
+CUSTOM_HOST_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
+
+
+def _apprise_host_problem(channel: AppriseChannel, url: str) -> str | None:
+    """Why a custom-host Apprise URL may not be sent to: its host as written, then every
+    address DNS gives it (Apprise connects by name itself, so unlike a webhook's connection
+    this check precedes the connect)."""
+    scheme = url.partition("://")[0].lower()
+    if channel.allow_private_addresses or scheme not in CUSTOM_HOST_SCHEMES:
+        return None
+    host = urllib.parse.urlsplit(url).hostname or ""
+    problem = host_problem(host)
+    if problem is not None or not host:
+        return problem or "the URL names no host"
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None  # unresolvable: Apprise's own send fails, as a transient error
+    return next((problem for *_, address in found if (problem := address_problem(str(address[0]))) is not None), None)
+
+
 def send_apprise(channel: AppriseChannel, notification: Notification, environ: Mapping[str, str] | None = None) -> None:
-    """Send the notification's title and body through Apprise; DeliveryError when Apprise
-    says it was not delivered (Apprise does not say why in a way that tells transient from
-    permanent: the outbox retries it)."""
+    """Send the notification's title and body through Apprise within the channel's
+    ``timeout_s``; DeliveryError when Apprise says it was not delivered (Apprise does not say
+    why in a way that tells transient from permanent: the outbox retries it), or did not say
+    so in time. Apprise's plugins are blocking, so the send runs in a daemon thread with its
+    sockets' timeouts set to ``timeout_s``; one cut off keeps its thread until those end."""
     import apprise
 
     url = apprise_url(channel, environ)
-    notifier = apprise.Apprise()
-    with _apprise_guard(url) as captured:
-        notifier.add(url)
-        try:
-            sent = notifier.notify(title=notification.title(), body=notification.body())
-        except Exception as error:  # a plugin's own bug: recorded like any failed delivery
-            raise DeliveryError(_redact(f"apprise: {type(error).__name__}: {error}")) from None
-    if not sent:
-        said = captured.lines[-1] if captured.lines else "no reason given"
+    outcome: list[bool | BaseException] = []
+    captured_lines: list[str] = []
+
+    def send() -> None:
+        problem = _apprise_host_problem(channel, url)  # in the thread: its DNS lookup is within the deadline too
+        if problem is not None:
+            outcome.append(DeliveryError(f"apprise channel {channel.name!r}: not sent: {problem} (vlgate sends only to public addresses unless the channel says allow_private_addresses: true)", permanent=True))
+            return
+        notifier = apprise.Apprise()
+        with _apprise_guard(url) as captured:
+            notifier.add(url)
+            for plugin in notifier:
+                plugin.socket_connect_timeout = plugin.socket_read_timeout = channel.timeout_s
+            try:
+                outcome.append(bool(notifier.notify(title=notification.title(), body=notification.body())))
+            except Exception as error:  # a plugin's own bug: recorded like any failed delivery
+                outcome.append(error)
+            captured_lines.extend(captured.lines)
+
+    sender = threading.Thread(target=send, name="vlgate-apprise", daemon=True)
+    sender.start()
+    sender.join(channel.timeout_s)
+    if not outcome:
+        raise DeliveryError(f"apprise channel {channel.name!r}: no complete delivery within {channel.timeout_s:g} s (the channel's timeout_s)")
+    if isinstance(outcome[0], DeliveryError):
+        raise outcome[0]
+    if isinstance(outcome[0], BaseException):
+        raise DeliveryError(_redact(f"apprise: {type(outcome[0]).__name__}: {outcome[0]}"))
+    if not outcome[0]:
+        said = captured_lines[-1] if captured_lines else "no reason given"
         raise DeliveryError(f"apprise channel {channel.name!r}: not delivered: {said}")
 
 

@@ -45,6 +45,7 @@ claims_table = sa.Table(
     sa.Column("registered_at", sa.String(32)),  # the version's creation_timestamp (ms): a re-registration told apart (claims.py)
     sa.Column("flow_run_id", sa.String(64)),  # the Prefect flow run validating it
     sa.Column("crashes", sa.Integer, nullable=False, default=0, server_default="0"),  # attempts lost with their process
+    sa.Column("untold", sa.Text),  # why the final state's notification could not be queued (None: it was, or none was due)
 )
 
 deliveries_table = sa.Table(

@@ -15,12 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import sqlalchemy as sa
+import yaml
 from pydantic import ValidationError
 
 from vlgate.config import ConfigError, load_yaml_model
 from vlgate.registry_hooks.notifications import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, AppriseChannel, Notification, NotifyConfig, NotifyEvent, WebhookChannel, notification_key
 from vlgate.registry_hooks.outbox import Outbox, OutboxState, backoff_s
-from vlgate.registry_hooks.senders import DeliveryError, NotificationRejected, apprise_url, signature, signed_headers, verify_notification
+from vlgate.registry_hooks.senders import DeliveryError, NotificationRejected, apprise_url, send_notification, signature, signed_headers, verify_notification
 from vlgate.registry_hooks.state_db import StateDatabase, metadata
 
 SECRET = "hmac-shared-s3cret-value"
@@ -104,7 +105,7 @@ def env(monkeypatch):
 
 
 def webhook(receiver: Receiver, name: str = "hook", events: list[str] | None = None) -> WebhookChannel:
-    return WebhookChannel.model_validate({"kind": "webhook", "name": name, "url": receiver.url, "secret_env": "VLGATE_TEST_HOOK_SECRET", "events": events, "timeout_s": 5})
+    return WebhookChannel.model_validate({"kind": "webhook", "name": name, "url": receiver.url, "secret_env": "VLGATE_TEST_HOOK_SECRET", "events": events, "timeout_s": 5, "allow_private_addresses": True})
 
 
 def note(key: str = "k-1", event: NotifyEvent = NotifyEvent.DECISION_PROMOTED, **fields) -> Notification:
@@ -189,7 +190,7 @@ def test_a_signed_webhook_is_delivered_once_and_verifies_forged_and_stale_ones_a
 
 def test_an_apprise_url_from_the_environment_delivers_to_the_same_receiver(db, receiver, monkeypatch):
     monkeypatch.setenv("VLGATE_TEST_APPRISE_URL", f"json://127.0.0.1:{receiver.port}/apprise/path")
-    channel = AppriseChannel(name="chat", url_env="VLGATE_TEST_APPRISE_URL")
+    channel = AppriseChannel(name="chat", url_env="VLGATE_TEST_APPRISE_URL", allow_private_addresses=True)
     outbox = Outbox(db)
     outbox.notify(note(reasons=["floor met"]), [channel])
     assert outbox.deliver_due([channel]).delivered == 1
@@ -231,8 +232,10 @@ def test_receiver_down_attempts_and_backoff_are_recorded_nothing_is_lost_and_eac
             outbox.enqueue(connection, note(key=f"k-{i}"), [channel])
     now = later(1)
     for attempt in range(1, 4):
-        report = outbox.deliver_due([channel], now=now)
-        assert (report.delivered, report.retried, report.failed) == (0, 3, 0)
+        for tried in range(1, 4):  # a channel that failed is held back for the rest of a pass: one row a pass
+            report = outbox.deliver_due([channel], now=now)
+            assert (report.delivered, report.retried, report.failed, report.held_back) == (0, 1, 0, ["hook"])
+            assert sorted(row.attempts for row in outbox.rows()) == sorted([attempt] * tried + [attempt - 1] * (3 - tried))
         rows = outbox.rows()
         assert {row.attempts for row in rows} == {attempt} and {row.state for row in rows} == {OutboxState.PENDING}
         assert {row.next_attempt_at for row in rows} == {now + timedelta(seconds=5 * 2 ** (attempt - 1))}  # 5 s, 10 s, 20 s
@@ -388,7 +391,7 @@ def test_the_state_tables_are_what_the_migrations_build(db):
     assert {tuple(unique["column_names"]) for unique in inspector.get_unique_constraints("vlgate_outbox")} == {("idempotency_key", "channel")}
     assert "ix_vlgate_outbox_due" in {index["name"] for index in inspector.get_indexes("vlgate_outbox")}
     with db.engine.connect() as connection:
-        assert connection.exec_driver_sql("SELECT version_num FROM vlgate_schema_version").scalar() == "0005"
+        assert connection.exec_driver_sql("SELECT version_num FROM vlgate_schema_version").scalar() == "0006"
 
 
 PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
@@ -439,3 +442,195 @@ def test_on_postgresql_enqueue_is_idempotent_and_racing_deliverers_send_each_onc
     receiver.status = 500
     outbox.notify(note(key="k-late"), [channel])
     assert outbox.deliver_due([channel]).retried == 1 and outbox.rows("k-late")[0].attempts == 1
+
+
+class TricklingReceiver:
+    """A real socket server on 127.0.0.1 that answers ``200 OK`` with ``Content-Length: 40``
+    and then one byte every ``every_s`` (or, with ``every_s=None``, takes the request and
+    never answers): every read is quick, the delivery endless."""
+
+    def __init__(self, every_s: float | None):
+        self.every_s, self.connections = every_s, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/vlgate"
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed by stop()
+                return
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            connection.recv(65536)
+            if self.every_s is None:
+                self.stopped.wait()
+                return
+            try:
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n")
+                for _ in range(40):
+                    if self.stopped.wait(self.every_s):
+                        return
+                    connection.sendall(b"x")
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.server.close()
+
+
+def test_a_channel_s_timeout_bounds_the_whole_delivery_not_each_read(env):
+    """The reproduction: one byte every 1.5 s of a 40-byte answer, timeout_s 3; the delivery
+    ends at 3 s (it took about 62 s when the timeout bounded each read)."""
+    trickle = TricklingReceiver(every_s=1.5)
+    try:
+        channel = WebhookChannel.model_validate({"kind": "webhook", "name": "slow", "url": trickle.url, "secret_env": "VLGATE_TEST_HOOK_SECRET", "timeout_s": 3, "allow_private_addresses": True})
+        begun = time.monotonic()
+        with pytest.raises(DeliveryError, match="no complete answer within 3 s") as refused:
+            send_notification(channel, note())
+        assert 2.9 < time.monotonic() - begun < 5.0
+        assert not refused.value.permanent
+    finally:
+        trickle.stop()
+
+
+def test_a_hanging_receiver_costs_a_pass_one_deadline_and_a_command_s_pass_has_a_budget(db, env, receiver):
+    """Five rows to a receiver that never answers: one send is tried (its deadline), the
+    other four wait for the next pass untouched; a healthy channel's rows are still sent in
+    the same pass. A command's budget stops a pass from starting more sends."""
+    hang = TricklingReceiver(every_s=None)
+    try:
+        stuck = WebhookChannel.model_validate({"kind": "webhook", "name": "stuck", "url": hang.url, "secret_env": "VLGATE_TEST_HOOK_SECRET", "timeout_s": 1, "allow_private_addresses": True})
+        healthy = webhook(receiver)
+        outbox = Outbox(db)
+        with db.engine.begin() as connection:
+            for i in range(5):
+                outbox.enqueue(connection, note(key=f"k-{i}"), [stuck, healthy])
+        begun = time.monotonic()
+        report = outbox.deliver_due([stuck, healthy], now=later(1))
+        assert time.monotonic() - begun < 3.5
+        assert (report.delivered, report.retried, report.held_back) == (5, 1, ["stuck"])
+        assert sorted(row.attempts for row in outbox.rows() if row.channel == "stuck") == [0, 0, 0, 0, 1]
+        assert hang.connections == 1
+        with db.engine.begin() as connection:
+            for i in range(5, 10):
+                outbox.enqueue(connection, note(key=f"k-{i}"), [healthy])
+        spent = outbox.deliver_due([healthy], now=later(1), budget_s=0)
+        assert spent.out_of_time and spent.delivered == 0
+        only = outbox.deliver_due([stuck, healthy], now=later(2), keys=["k-7"])
+        assert only.delivered == 1 and receiver.deliveries().count("k-7") == 1 and "k-8" not in receiver.deliveries()
+    finally:
+        hang.stop()
+
+
+def test_the_outbox_lease_outlasts_the_longest_delivery(db):
+    from vlgate.registry_hooks.notifications import MAX_DELIVERY_S
+
+    with pytest.raises(ValueError, match="longer than the longest delivery"):
+        Outbox(db, lease_s=MAX_DELIVERY_S)
+    with pytest.raises(ValidationError):
+        WebhookChannel.model_validate({"kind": "webhook", "name": "w", "url": "https://hooks.example/x", "secret_env": "S", "timeout_s": MAX_DELIVERY_S + 1})
+    assert Outbox(db).lease.total_seconds() > MAX_DELIVERY_S
+
+
+@pytest.mark.parametrize(
+    ("host", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("localhost", "the loopback host"),
+        ("api.localhost", "the loopback host"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.10", "private"),
+        ("169.254.169.254", "link-local"),  # cloud metadata
+        ("[::1]", "loopback"),
+        ("[fe80::1]", "link-local"),
+        ("[::ffff:169.254.169.254]", "link-local"),  # IPv4-mapped
+        ("[64:ff9b::a00:1]", "private"),  # NAT64 of 10.0.0.1
+        ("0.0.0.0", "unspecified"),
+        ("127.1", "not a canonical IP address"),
+        ("0177.0.0.1", "not a canonical IP address"),
+        ("2130706433", "not a canonical IP address"),
+    ],
+)
+def test_a_webhook_to_a_non_public_address_is_refused_when_the_configuration_is_read(tmp_path, host, kind):
+    path = tmp_path / "notify.yaml"
+    channel = {"kind": "webhook", "name": "w", "url": f"http://{host}:8080/hook", "secret_env": "S"}
+    path.write_text(yaml.safe_dump({"channels": [channel]}))
+    with pytest.raises(ConfigError) as refused:
+        load_yaml_model(NotifyConfig, path, "notify config")
+    assert "channels.0.webhook" in str(refused.value) and kind in str(refused.value) and "allow_private_addresses: true" in str(refused.value)
+    allowed = NotifyConfig.model_validate({"channels": [channel | {"allow_private_addresses": True}]})
+    assert allowed.channels[0].allow_private_addresses
+    assert NotifyConfig.model_validate({"channels": [channel | {"url": "https://8.8.8.8/hook"}]}).channels[0].url == "https://8.8.8.8/hook"
+
+
+def test_a_name_that_resolves_to_a_non_public_address_is_refused_when_sending(env, receiver, monkeypatch):
+    """The machine's own host name passes the configuration (a name: checked after DNS) and
+    resolves to a loopback or private address here; the connection is refused before a byte
+    of the notification leaves, for webhooks and for Apprise's custom-host URLs alike."""
+    from vlgate.registry_hooks.notifications import address_problem
+
+    name = socket.gethostname()
+    resolved = {info[4][0] for info in socket.getaddrinfo(name, receiver.port, type=socket.SOCK_STREAM)}
+    assert resolved and all(address_problem(address) is not None for address in resolved), f"{name} resolves to {resolved}: the test needs a name of a non-public address"
+    hook = WebhookChannel.model_validate({"kind": "webhook", "name": "w", "url": f"http://{name}:{receiver.port}/hooks/vlgate", "secret_env": "VLGATE_TEST_HOOK_SECRET"})
+    with pytest.raises(DeliveryError, match="not sent: .* is a (loopback|private) address") as refused:
+        send_notification(hook, note())
+    assert refused.value.permanent and receiver.requests == []
+    send_notification(hook.model_copy(update={"allow_private_addresses": True}), note())
+    assert len(receiver.requests) == 1
+    monkeypatch.setenv("VLGATE_TEST_APPRISE_URL", f"json://{name}:{receiver.port}/chat")
+    chat = AppriseChannel.model_validate({"kind": "apprise", "name": "chat", "url_env": "VLGATE_TEST_APPRISE_URL", "timeout_s": 5})
+    with pytest.raises(DeliveryError, match="not sent: .* is a (loopback|private) address"):
+        send_notification(chat, note())
+    assert len(receiver.requests) == 1
+    send_notification(chat.model_copy(update={"allow_private_addresses": True}), note())
+    assert len(receiver.requests) == 2
+
+
+def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_nobody_was_told(tmp_path, receiver, env):
+    """The documented exception to "a notification exists exactly when the decision does": an
+    outbox that refuses the write (here its table is gone) leaves the claim's final state as
+    it was decided, and the claim says why it was not told; a later decision told clears it."""
+    import io
+
+    from rich.console import Console
+
+    from vlgate.cli.service import status_table
+    from vlgate.flows.notifying import in_transaction
+    from vlgate.registry_hooks.claims import ClaimStore
+
+    claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
+    outbox, channel = Outbox(claims.db), webhook(receiver)
+    assert claims.claim("vlm", "3", via="poller") and claims.claim("vlm", "4", via="poller")
+    assert claims.finish("vlm", "4", "promoted", also=in_transaction(outbox, note(key="told", version="4"), [channel]))
+    assert claims.get("vlm", "4").untold is None and [row.idempotency_key for row in outbox.rows()] == ["told"]
+    with claims.db.engine.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE vlgate_outbox RENAME TO vlgate_outbox_away")
+    assert claims.finish("vlm", "3", "promoted", also=in_transaction(outbox, note(key="lost"), [channel]))
+    claim = claims.get("vlm", "3")
+    assert (claim.state, claim.detail) == ("done", "promoted")
+    assert claim.untold is not None and claim.untold.startswith("the decision-promoted notification could not be queued: OperationalError")
+    version = {"version": "3", "state": str(claim.state), "attempts": 1, "crashes": 0, "decision": "promoted", "reasons": [], "detail": claim.detail, "untold": claim.untold}
+    console = Console(file=io.StringIO(), width=250)
+    console.print(status_table({"tracking_uri": "sqlite:///x", "models": [{"name": "vlm", "champion": "3", "versions": [version]}]}))
+    shown = console.file.getvalue()
+    assert "done (not told)" in shown and "not told: the decision-promoted notification could not be queued" in shown
+    with claims.db.engine.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE vlgate_outbox_away RENAME TO vlgate_outbox")
+    assert claims.begin("vlm", "3", "f-2", rerun=True) is not None  # judged again, and told this time
+    assert claims.finish("vlm", "3", "rejected", also=in_transaction(outbox, note(key="again"), [channel]))
+    assert claims.get("vlm", "3").untold is None

@@ -175,7 +175,8 @@ def test_webhook_checks_signature_age_and_replays_then_claims_once(claims):
     body, headers = _delivery(delivery_id="d-1")
     first = client.post(PATH, content=body, headers=headers)
     assert first.status_code == 202 and first.json() == {"model": "m", "version": "1", "claimed": True}
-    assert client.post(PATH, content=body, headers=headers).json() == {"duplicate_delivery": "d-1"}  # replayed delivery
+    replayed = client.post(PATH, content=body, headers=headers)  # replayed delivery: handled once, and MLflow told so (docs/service.md)
+    assert (replayed.status_code, replayed.json()) == (200, {"duplicate_delivery": "d-1"})
     body, headers = _delivery(delivery_id="d-2")  # the same event delivered again (a retry): new id, same version
     second = client.post(PATH, content=body, headers=headers)
     assert second.status_code == 200 and second.json()["claimed"] is False
@@ -542,7 +543,7 @@ def test_claims_written_before_registration_times_adopt_one_without_revalidating
     engine.dispose()
     claims = ClaimStore(url)
     assert claims.get("m", "1").registered_at is None and claims.get("m", "1").state == "done"
-    assert schema_revision(claims) == "0005"  # stamped as the first schema, then migrated
+    assert schema_revision(claims) == "0006"  # stamped as the first schema, then migrated
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.create_registered_model("m")
@@ -627,7 +628,7 @@ def migrated_schema_is_the_stores(claims: ClaimStore) -> None:
         found = {column["name"]: column["nullable"] for column in inspector.get_columns(table.name)}
         assert found == {column.name: column.nullable for column in table.columns}, table.name
         assert set(inspector.get_pk_constraint(table.name)["constrained_columns"]) == {column.name for column in table.primary_key}, table.name
-    assert schema_revision(claims) == "0005"
+    assert schema_revision(claims) == "0006"
 
 
 def test_a_new_state_database_is_built_by_the_migrations_to_the_stores_schema(tmp_path):
@@ -639,7 +640,7 @@ def test_a_state_database_at_the_last_revision_opens_unchanged(tmp_path):
     first = ClaimStore(url)
     first.claim("m", "1", via="poller")
     again = ClaimStore(url)
-    assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0005"
+    assert again.get("m", "1").state == "claimed" and schema_revision(again) == "0006"
 
 
 def test_one_flow_run_takes_up_a_claim_the_others_wait_and_a_decided_one_runs_again_only_when_asked(tmp_path):

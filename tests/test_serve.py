@@ -101,7 +101,7 @@ def test_a_decision_still_undelivered_when_serve_is_killed_is_delivered_once_aft
     world, _ = tiny_world
     home = smoke_home
     receiver = Receiver()  # its port kept, nothing listening yet
-    channel = {"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_NOTIFY_SECRET"}
+    channel = {"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_NOTIFY_SECRET", "allow_private_addresses": True}
     config = {"models": {"tiny": {"suite": "suite.yaml", "policy": "gate.yaml"}}, "poll_interval_s": 1, "notify": {"channels": [channel]}}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     env = child_env | {"VLGATE_HOME": str(home), "VLGATE_WEBHOOK_SECRET": "", "VLGATE_TEST_NOTIFY_SECRET": "kill-test-s3cret"}

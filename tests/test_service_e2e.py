@@ -649,7 +649,7 @@ def test_vlgate_drift_checks_the_champion_now_and_exits_as_ci_expects(home, tiny
 
     receiver = Receiver().start()
     os.environ["VLGATE_TEST_DRIFT_SECRET"] = "drift-s3cret"
-    config["notify"] = {"channels": [{"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_DRIFT_SECRET", "events": ["drift-found", "drift-not-checked"]}]}
+    config["notify"] = {"channels": [{"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_DRIFT_SECRET", "events": ["drift-found", "drift-not-checked"], "allow_private_addresses": True}]}
     (home / "vlgate.yaml").write_text(yaml.safe_dump(config))
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "d", world / "checkpoints" / "vlm-steps3", home=home)
@@ -765,8 +765,8 @@ def test_every_decision_is_told_once_through_the_outbox(home, tiny_world, monkey
     configure(home, {"n": (suite, {"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200})})
     written = yaml.safe_load((home / "vlgate.yaml").read_text())
     written["notify"] = {"channels": [
-        {"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_NOTIFY_SECRET"},
-        {"kind": "apprise", "name": "chat", "url_env": "VLGATE_TEST_CHAT_URL", "events": ["decision-promoted", "decision-rejected"]},
+        {"kind": "webhook", "name": "ci", "url": receiver.url, "secret_env": "VLGATE_TEST_NOTIFY_SECRET", "allow_private_addresses": True},
+        {"kind": "apprise", "name": "chat", "url_env": "VLGATE_TEST_CHAT_URL", "events": ["decision-promoted", "decision-rejected"], "allow_private_addresses": True},
     ]}  # fmt: skip
     (home / "vlgate.yaml").write_text(yaml.safe_dump(written))
     channels = ServiceConfig.load(home).all_channels()

@@ -381,7 +381,7 @@ class Notify(Command):
         outbox = outbox_at(home)
         probe = probe_notification(args.name)
         outbox.notify(probe, channels)
-        outbox.deliver_due(config.all_channels())
+        outbox.deliver_due(config.all_channels(), keys=[probe.idempotency_key])  # the probe alone: a backlog is the deliverer's
         rows = {row.channel: row for row in outbox.rows(probe.idempotency_key)}
         result = {name: {"state": row.state.value, "attempts": row.attempts, "last_error": row.last_error} for name, row in rows.items()}
         delivered = all(row.state.value == "delivered" for row in rows.values())
