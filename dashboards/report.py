@@ -35,6 +35,7 @@ from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.history import ModelHistory, model_history
+from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     import matplotlib.figure
@@ -48,6 +49,7 @@ IMAGE_FIELDS = ("image", "images", "seed")
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(loader=jinja2.PackageLoader("vlgate.dashboards", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
     environment.filters["num"] = format_number
+    environment.filters["shell"] = shell_command  # a command to paste: every word quoted
     environment.tests["count"] = is_count
     return environment
 

@@ -47,6 +47,7 @@ from vlgate.gate.policy import ApprovalPolicy, GatePolicy
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
+from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -134,7 +135,7 @@ def sign_off(
     client = tracking.connect()
     run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
-        raise ValidationError(f"{model} v{version} has no validation run yet (vlgate validate {model} {version})")
+        raise ValidationError(f"{model} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model, version)})")
     if request_id is not None:
         answered = [record for record in tracking.decision_history(client, run_id) if record.judged_by is not None and record.judged_by.request_id == request_id]
         if answered:
@@ -178,7 +179,7 @@ def sign_off(
         elif not approve:
             update |= {"kind": DecisionKind.REJECTION, "outcome": Outcome.REJECTED, "reasons": [f"rejected by {person}: {reason}"]}
         elif current not in (awaiting.champion_before, version):  # moved again since the re-judgement: judge again
-            raise ValidationError(f"v{current} took the alias meanwhile: run vlgate approve {model} {version} again")
+            raise ValidationError(f"v{current} took the alias meanwhile: run {shell_command('vlgate', 'approve', model, version)} again")
         else:
             moves = current != version
             if moves:
@@ -222,7 +223,7 @@ def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
 def _form_text(model: str, version: str, awaiting: DecisionRecord) -> str:
     """What the Prefect UI shows above the sign-off form (markdown)."""
     reasons = "\n".join(f"- {reason}" for reason in awaiting.reasons[:5])
-    command = f"`vlgate approve|reject {model} {version} --reason TEXT`"
+    command = f"`vlgate approve|reject {shell_command(model, version)} --reason TEXT`"
     return f"**{model} v{version}** passed every rule and awaits a sign-off (champion: {awaiting.champion_before or 'none'}).\n\n{reasons}\n\nApprove moves the champion alias; {command} answers this form too."
 
 

@@ -29,6 +29,7 @@ from vlgate.gate.fixed import decide
 from vlgate.gate.policy import GatePolicy
 from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.state_db import StateDatabase
+from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -150,7 +151,7 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
     client = tracking.connect()
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
-        raise ValidationError(f"{model_name} v{version} has no validation run yet (vlgate validate {model_name} {version})")
+        raise ValidationError(f"{model_name} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model_name, version)})")
     look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
     judged = judge(
         model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record,

@@ -21,6 +21,7 @@ from vlgate.registry_hooks.notifications import ChannelConfig, Notification, Not
 from vlgate.registry_hooks.outbox import COMMAND_DELIVERY_BUDGET_S, DeliveryReport, Outbox
 from vlgate.registry_hooks.senders import one_line
 from vlgate.registry_hooks.state_db import StateDatabase
+from vlgate.text import shell_command
 
 log = logging.getLogger("vlgate.notify")
 
@@ -60,7 +61,7 @@ def decision_notification(
         event=event, model=model, version=version, outcome=record.outcome.value, reasons=record.reasons,
         items_saved=items_saved, champion_before=record.champion_before, champion_after=record.champion_after,
         run_url=run_page, report_url=Path(report).resolve().as_uri() if report else None,
-        command=f'vlgate approve {model} {version} --reason "..."  (or vlgate reject)' if waiting else None,
+        command=f'{shell_command("vlgate", "approve", model, version)} --reason "..."  (or vlgate reject)' if waiting else None,
         occurred_at=record.judged_at or datetime.now(UTC),
     )  # fmt: skip
 
@@ -69,7 +70,7 @@ def failure_notification(model: str, version: str, reason: str, attempt: int, ev
     """A validation that failed after its retries, or a recovery that gave up on it."""
     return Notification(
         idempotency_key=notification_key(event, model, version, str(attempt)), event=event, model=model, version=version,
-        outcome=Outcome.COULD_NOT_JUDGE.value, reasons=[reason], command=f"vlgate release {model} {version}", occurred_at=datetime.now(UTC),
+        outcome=Outcome.COULD_NOT_JUDGE.value, reasons=[reason], command=shell_command("vlgate", "release", model, version), occurred_at=datetime.now(UTC),
     )  # fmt: skip
 
 

@@ -55,6 +55,8 @@ from vlgate.home import vlgate_home
 from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
 from vlgate.registry_hooks.notifications import ENV_NAME, ChannelConfig, NotifyConfig
+from vlgate.text import visible
+from vlgate.versions import model_name_problem
 
 if TYPE_CHECKING:
     from prefect.task_runners import TaskRunner
@@ -221,6 +223,16 @@ class ServiceConfig(BaseModel):
     notify: NotifyConfig = NotifyConfig()
     #: records shared by fingerprint across versions, models and runs (docs/record-cache.md)
     record_cache: RecordCacheConfig = RecordCacheConfig()
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        """A model is configured under a name the registry and vlgate take (vlgate/versions.py)."""
+        for name in models:
+            problem = model_name_problem(name)
+            if problem is not None:
+                raise ValueError(f"model {visible(name)!r}: {problem}")
+        return models
 
     @model_validator(mode="after")
     def _one_channel_per_name(self) -> ServiceConfig:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vlgate.decisions import Check, LookRecord, Verdict, Waiver
+from vlgate.text import shell_command
 
 NO_RESULT = "no result (fail closed)"
 EXPECTATIONS_PASSED = "passed"
@@ -126,7 +127,7 @@ def waiver_expired(detail: str, waiver: Waiver) -> str:
 
 def alias_moved(model: str, version: str, baseline: str | None, current: str) -> str:
     against = f"v{baseline}" if baseline else "no champion"
-    return f"v{current} holds the alias since this validation was judged against {against}: vlgate gate {model} {version} --against-current --apply judges it against v{current}"
+    return f"v{current} holds the alias since this validation was judged against {against}: {shell_command('vlgate', 'gate', model, version, '--against-current', '--apply')} judges it against v{current}"
 
 
 def reasons(checks: Sequence[Check], look: LookRecord | None, promoted: bool) -> list[str]:

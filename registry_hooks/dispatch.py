@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from vlgate import tracking
 from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
-from vlgate.versions import VersionError, canonical_version
+from vlgate.text import shell_command, visible
+from vlgate.versions import VersionError, canonical_version, model_name_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -116,7 +117,11 @@ class Dispatcher:
         try:
             version = canonical_version(version)
         except VersionError as error:  # names no version of the registry: nothing to claim
-            log.warning("%s: not offered: %s", model_name, error)
+            log.warning("%s: not offered: %s", visible(model_name), error)
+            return False
+        problem = model_name_problem(model_name)
+        if problem is not None:  # registered by another tool: vlgate could neither show nor quote it as written
+            log.warning("model %r v%s: not offered: %s", visible(model_name), version, problem)
             return False
         if not self.configured(model_name) or not self.claims.claim(model_name, version, via, registered_at=registered_at):
             return False
@@ -146,9 +151,9 @@ class Dispatcher:
             why, crashed = loss
             final = None
             if state is not None and state.type == "CANCELLED":
-                final = f"{why}; vlgate release {claim.model_name} {claim.version} runs it again"
+                final = f"{why}; {shell_command('vlgate', 'release', claim.model_name, claim.version)} runs it again"
             elif crashed and claim.crashes + 1 >= self.max_crashes:
-                final = f"validation crashed {claim.crashes + 1} times, the limit (last: {why}); vlgate release {claim.model_name} {claim.version} runs it again"
+                final = f"validation crashed {claim.crashes + 1} times, the limit (last: {why}); {shell_command('vlgate', 'release', claim.model_name, claim.version)} runs it again"
             if final is not None:  # failed closed, on record
                 if self.claims.fail(claim.model_name, claim.version, final, attempt=claim.attempts):
                     log.error("%s v%s: %s", claim.model_name, claim.version, final)

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import socket
+import subprocess
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -634,3 +635,47 @@ def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_n
     assert claims.begin("vlm", "3", "f-2", rerun=True) is not None  # judged again, and told this time
     assert claims.finish("vlm", "3", "rejected", also=in_transaction(outbox, note(key="again"), [channel]))
     assert claims.get("vlm", "3").untold is None
+
+
+HOSTILE_NAME = "vlm $(echo INJECTED) `echo TICKS`; echo SEMI 'q\""
+
+
+def pasted(command: str) -> list[str]:
+    """The words a real shell gives ``vlgate`` when a person pastes ``command`` (vlgate
+    replaced by a function printing its arguments one a line): nothing of it runs."""
+    done = subprocess.run(["bash", "-c", "vlgate() { printf '%s\\n' \"$@\"; }; " + command], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_every_command_shown_to_paste_quotes_the_model_name():
+    """A model named with $(...), backticks, ; and quotes (MLflow takes it): the sign-off
+    command of its notification, the release hint of a failure, the re-judgement hint and the
+    report's diff command give bash the name as one word, and run nothing of it."""
+    from vlgate.decisions import DecisionKind, DecisionRecord, Judge, Outcome
+    from vlgate.flows.notifying import decision_notification, failure_notification
+    from vlgate.gate.rendering import alias_moved
+
+    awaiting = DecisionRecord(
+        outcome=Outcome.AWAITING_APPROVAL, sequence=1, kind=DecisionKind.VALIDATION, judged_at=T0, alias_moved=False,
+        champion_before="2", champion_after="2", judged_by=Judge(process="host pid 1", user="ci"), policy_path="gate.yaml",
+    )  # fmt: skip
+    told = decision_notification(HOSTILE_NAME, "3", "run-1", awaiting, None, None, None)
+    assert told.command is not None and told.command.endswith('--reason "..."  (or vlgate reject)')
+    assert pasted(told.command.split("  (or")[0]) == ["approve", HOSTILE_NAME, "3", "--reason", "..."]
+    assert f"Next: {told.command}" in told.body()
+    failed = failure_notification(HOSTILE_NAME, "3", "boom", 1)
+    assert failed.command is not None and pasted(failed.command) == ["release", HOSTILE_NAME, "3"]
+    hint = alias_moved(HOSTILE_NAME, "3", "1", "2")
+    assert pasted(hint.split(": ", 1)[1].removesuffix(" judges it against v2")) == ["gate", HOSTILE_NAME, "3", "--against-current", "--apply"]
+
+
+def test_the_report_s_diff_command_quotes_every_word():
+    from markupsafe import Markup
+
+    from vlgate.dashboards.report import _environment
+
+    template = _environment().from_string('<code>{{ "vlgate"|shell("diff", model, "3", "2", "--evaluator", "lcm-mc") }}</code>')
+    html = template.render(model=HOSTILE_NAME)
+    command = Markup(html.removeprefix("<code>").removesuffix("</code>")).unescape()
+    assert pasted(command) == ["diff", HOSTILE_NAME, "3", "2", "--evaluator", "lcm-mc"]

@@ -708,6 +708,25 @@ def test_a_version_is_claimed_and_offered_only_in_the_registry_s_form(claims):
     assert started.started == [("m", "7")] and [c.version for c in claims.all()] == ["7"]
 
 
+def test_a_model_name_vlgate_cannot_show_as_written_is_not_offered_nor_configured(claims, tmp_path):
+    """Another tool registered it (MLflow takes a line break in a name): neither the poller
+    nor the webhook claims it, and vlgate.yaml cannot configure it."""
+    from vlgate.config import ConfigError
+    from vlgate.flows.settings import ServiceConfig
+
+    started = Recorder()
+    dispatcher = Dispatcher(claims, start=started)
+    for name in ("vlm\u2028FAKE v9 promoted", "vlm\nFAKE", "vlm\x1b[2J"):
+        assert dispatcher.offer(name, "1", via="poller") is False
+    assert dispatcher.offer("vlm $(echo INJECTED)", "1", via="poller") is True  # a name the registry takes: quoted wherever it is shown
+    dispatcher.wait()
+    assert started.started == [("vlm $(echo INJECTED)", "1")] and [c.model_name for c in claims.all()] == ["vlm $(echo INJECTED)"]
+    (tmp_path / "vlgate.yaml").write_text('models:\n  "vlm\\u2028x": {suite: suite.yaml, policy: gate.yaml}\n')
+    with pytest.raises(ConfigError) as refused:
+        ServiceConfig.load(tmp_path)
+    assert "models" in str(refused.value) and "cannot hold \\u2028" in str(refused.value) and "\u2028" not in str(refused.value)
+
+
 def test_a_claim_whose_process_on_this_host_ended_is_taken_over_at_once_not_when_its_lease_runs_out(tmp_path):
     """`vlgate validate` killed mid-flow and run again: the new one takes the claim over as
     soon as it sees the old process gone, instead of waiting out a lease of minutes."""

@@ -134,3 +134,43 @@ def test_a_rich_console_escapes_what_it_renders_but_not_its_cursor_moves():
     console.print(f"x{CLEAR_SCREEN}", markup=False)
     console.control(Control.move_to_column(0))
     assert console.file.getvalue() == "x\\x1b[2J\n\x1b[1G"
+
+
+def test_a_command_to_paste_quotes_each_word_and_leaves_plain_words_as_they_are():
+    import shlex
+
+    from vlgate.text import shell_command
+
+    assert shell_command("vlgate", "approve", "vlm", 3) == "vlgate approve vlm 3"
+    assert shell_command("vlgate", "approve", "vlm $(echo INJECTED)", "1") == "vlgate approve 'vlm $(echo INJECTED)' 1"
+    for name in ("a b", "it's", "x;y", "`t`", "$HOME", "-rf", "", "ü name"):
+        assert shlex.split(shell_command("vlgate", "release", name, "2")) == ["vlgate", "release", name, "2"]
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "cannot be blank"),
+        ("   ", "cannot be blank"),
+        ("team/vlm", "'/' or ':'"),
+        ("a:b", "'/' or ':'"),
+        ("..", "'.' or '..'"),
+        ("x" * 257, "at most 256 characters"),
+        ("vlm\nFAKE", "cannot hold \\n"),
+        ("vlm\u2028FAKE", "cannot hold \\u2028"),
+        ("vlm\x1b[31m", "cannot hold \\x1b"),
+        ("vlm\u202e", "cannot hold \\u202e"),
+    ],
+)
+def test_a_model_name_vlgate_could_not_show_or_the_registry_would_refuse_is_refused(name, says):
+    from vlgate.versions import model_name_problem
+
+    problem = model_name_problem(name)
+    assert problem is not None and says in problem and "\n" not in problem
+
+
+def test_a_model_name_mlflow_takes_and_a_shell_would_expand_is_a_name():
+    from vlgate.versions import model_name_problem
+
+    for name in ("vlm $(echo INJECTED)", "world-vlm", "Ünïcode 模型 🙂", "a'b\"c", "x" * 256):
+        assert model_name_problem(name) is None

@@ -14,12 +14,17 @@ below U+0100 (ESC is ``\\x1b``, BEL ``\\x07``) and ``\\uNNNN`` above (``\\u202e`
 other character is shown as it is: accents, CJK, emoji, and backslashes, which are not
 doubled (the rendering is for reading; ``--json`` is the exact form).
 
+:func:`shell_command` writes a command a person is shown to paste (in notifications, error
+lines, hints and the report) with every word quoted as a POSIX shell reads it back, so a
+model named ``vlm $(echo INJECTED)`` is pasted as that name, never run.
+
 Pure standard library, so every layer may use it.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 
 #: the characters :func:`visible` escapes
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -38,3 +43,11 @@ def visible(text: str, keep: str = "") -> str:
     if not UNSAFE.search(text):
         return text
     return UNSAFE.sub(lambda match: match.group() if match.group() in keep else escaped(match.group()), text)
+
+
+def shell_command(*words: object) -> str:
+    """``words`` as one shell command line to paste, each quoted where a POSIX shell would
+    otherwise expand, split or run any of it (``shlex.quote``): ``shell_command("vlgate",
+    "approve", "vlm $(x)", 3)`` is ``vlgate approve 'vlm $(x)' 3``. Placeholders a person fills
+    in (``--reason TEXT``) are appended by the caller, outside."""
+    return " ".join(shlex.quote(str(word)) for word in words)

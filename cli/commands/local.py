@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from vlgate.cli.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
-from vlgate.text import visible
+from vlgate.text import shell_command, visible
 
 
 class Score(Command):
@@ -306,7 +306,7 @@ class Init(Command):
             raise RuntimeError(f"vlgate init wrote a configuration it cannot load: {problem}")
         following = (
             f"put your data where {home / args.name / 'suite.yaml'} says (or edit it), register a checkpoint with "
-            f"`vlgate register {args.name} CHECKPOINT_DIR`, and run `vlgate validate {args.name} 1` (or `vlgate serve`)"
+            f"`{shell_command('vlgate', 'register', args.name)} CHECKPOINT_DIR`, and run `{shell_command('vlgate', 'validate', args.name, 1)}` (or `vlgate serve`)"
         )
 
         def lines() -> None:

@@ -16,6 +16,7 @@ from vlgate.cli.commands.base import (
     service_home,
     version_number,
 )
+from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -64,7 +65,7 @@ class Diff(Command):
         for version in (args.version, args.other):
             run_id = registered_version(client, args.name, version).tags.get(tag_keys.VALIDATION_RUN)
             if not run_id:
-                raise UserError(f"{args.name} v{version} has no validation run yet (vlgate validate {args.name} {version})")
+                raise UserError(f"{args.name} v{version} has no validation run yet ({shell_command('vlgate', 'validate', args.name, version)})")
             outputs[version] = run_outputs(client, run_id)
             suites[version] = client.get_run(run_id).data.params.get("suite")
         if None not in suites.values() and suites[args.version] != suites[args.other]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from vlgate import tag_keys
 from vlgate.tracking.paging import model_versions
 from vlgate.tracking.runs import create_run_once, experiment_id
+from vlgate.versions import model_name_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -35,19 +36,6 @@ def links_leaving(folder: Path) -> list[tuple[Path, Path]]:
                 if not target.exists() or not target.is_relative_to(root):
                     leaving.append((path, target))
     return leaving
-
-
-def model_name_problem(name: str) -> str | None:
-    """Why MLflow's registry refuses ``name`` as a registered model's name, or None: its rule
-    (``mlflow.utils.validation._validate_model_name``) is not blank, no ``/`` or ``:``, and
-    not ``.`` or ``..``. Checked before anything is uploaded; the registry says so only after."""
-    if not name.strip():
-        return "a registered model's name cannot be blank"
-    if "/" in name or ":" in name:
-        return "a registered model's name cannot contain '/' or ':' (MLflow's rule)"
-    if name in (".", ".."):
-        return "a registered model's name cannot be '.' or '..'"
-    return None
 
 
 def check_uploadable(folder: Path) -> None:
