@@ -88,13 +88,12 @@ def baseline_of(client: MlflowClient, run_id: str) -> tuple[bool, str | None]:
     return True, None if value == tag_keys.NO_CHAMPION else value
 
 
-def version_histories(client: MlflowClient, model_name: str, version: str | None = None) -> list[VersionHistory]:
-    """Every registered version of the model (or ``version`` alone) with its validation
-    run's decision records, oldest version first."""
+def version_histories(client: MlflowClient, model_name: str) -> list[VersionHistory]:
+    """Every registered version of the model with its validation run's decision records,
+    oldest version first: all of them, since the champion's timeline is read from every
+    version's records (``vlgate.history.model_history``; its ``only`` narrows what is listed)."""
     histories = []
     for registered in model_versions(client, model_name):
-        if version is not None and str(registered.version) != version:
-            continue
         run_id = registered.tags.get(tag_keys.VALIDATION_RUN)
         records = decision_history(client, run_id) if run_id else []
         histories.append(VersionHistory(version=str(registered.version), run_id=run_id, records=records))
