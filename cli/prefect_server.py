@@ -38,8 +38,9 @@ from typing import TextIO
 logger = logging.getLogger(__name__)
 
 #: what every command that runs flows imports anyway; imported while the server starts
-#: (module names only: nothing here is used)
-LIBRARIES_TO_IMPORT_WHILE_WAITING = ("prefect", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "great_expectations", "torch", "transformers", "matplotlib.pyplot")
+#: (module names only: nothing here is used). Not torch, transformers or Great Expectations:
+#: a validation whose records and expectation results are all known needs none of them
+LIBRARIES_TO_IMPORT_WHILE_WAITING = ("prefect", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "matplotlib.pyplot")
 
 
 def _free_port() -> int:

@@ -99,6 +99,18 @@ class EvaluatorSummary(BaseModel):
     def failed(cls, error: str) -> EvaluatorSummary:
         return cls(error=error)
 
+    def counted_since(self, earlier: EvaluatorSummary | None) -> EvaluatorSummary:
+        """This look's summary with its record counts made the validation's so far. A later
+        look finds the records of the looks before in its own store (``reused``), so what
+        those took from the shared cache and computed is carried over from ``earlier`` (the
+        look before's summary, itself counted so) and ``reused`` keeps only the records of an
+        earlier attempt of the flow; the records in all stay the same."""
+        if earlier is None or self.error is not None or earlier.error is not None:
+            return self
+        from_cache, computed = earlier.from_cache + self.from_cache, earlier.computed + self.computed
+        reused = max(self.reused + self.from_cache + self.computed - from_cache - computed, 0)
+        return self.model_copy(update={"from_cache": from_cache, "computed": computed, "reused": reused})
+
     def as_json(self) -> SummaryJson:
         """The fields that were set, as JSON values (a NumPy number in the metrics as the
         Python number it holds)."""

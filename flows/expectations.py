@@ -46,11 +46,14 @@ pool) take turns.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import logging
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, NotRequired, TypedDict
@@ -61,11 +64,11 @@ from pydantic import JsonValue, TypeAdapter
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.definition import Column, EvaluatorDefinition, Metric
+from vlgate.home import vlgate_home
 
 if TYPE_CHECKING:
     from great_expectations.core.batch_definition import BatchDefinition
     from great_expectations.core.expectation_validation_result import ExpectationValidationResult
-    from great_expectations.expectations.expectation import Expectation
 
 __all__ = ["ExpectationReport", "validate_evaluator_output"]
 
@@ -273,13 +276,123 @@ def _batch_definition(table: str) -> BatchDefinition[pd.DataFrame]:
     return _batch_definitions[table]
 
 
+def _cell(value: object) -> object:
+    """A frame's cell as JSON holds it exactly (floats by their round-tripping repr)."""
+    if isinstance(value, np.ndarray):
+        return [_cell(item) for item in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_cell(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _cell(item) for key, item in value.items()}
+    return value
+
+
+def frame_digest(frame: pd.DataFrame) -> str:
+    """What a suite's results depend on in ``frame``, byte for byte: its columns, dtypes,
+    index and every cell (numbers as their machine bytes, anything else as exact JSON). Two
+    frames with one digest are the same table to GX."""
+    digest = hashlib.sha256(json.dumps([[str(c) for c in frame.columns], [str(t) for t in frame.dtypes], len(frame)]).encode())
+    digest.update(json.dumps([_cell(label) for label in frame.index.tolist()], default=repr).encode())
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype.kind in "biufcmM":
+            digest.update(np.ascontiguousarray(column.to_numpy()).tobytes())
+        else:
+            digest.update(json.dumps([_cell(value) for value in column.tolist()], default=repr).encode())
+    return digest.hexdigest()
+
+
+@dataclass
+class Expectation:
+    """One GX expectation as vlgate states it: GX's class name (``kind``), its arguments and
+    its meta. Built into GX's own object only when GX runs (:func:`_validate_with_gx`): a
+    suite whose results are known needs no GX at all, not even its import."""
+
+    kind: str
+    kwargs: dict[str, object]
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+class _Expectations:
+    """``EXPECT.ExpectColumnToExist(column="id")``: an :class:`Expectation` named as GX's class is."""
+
+    def __getattr__(self, kind: str) -> Callable[..., Expectation]:
+        if not kind.startswith("Expect"):
+            raise AttributeError(kind)
+        return lambda **kwargs: Expectation(kind, kwargs)
+
+
+EXPECT = _Expectations()
+
+
+def _suite_key(table: str, frame: pd.DataFrame, expectations: list[Expectation]) -> str:
+    """The key of one suite's results: GX's version, the table, every expectation (class,
+    arguments and meta, in order) and the frame's digest."""
+    from importlib.metadata import version
+
+    stated = [[expectation.kind, expectation.kwargs, expectation.meta] for expectation in expectations]
+    material = json.dumps([version("great_expectations"), table, stated, frame_digest(frame)], sort_keys=True, default=repr)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+#: A suite's results by :func:`_suite_key`, in this process and under
+#: ``$VLGATE_HOME/expectation-results``: a later look, or another version with the same
+#: records, that validates the same frame against the same suite is given the results GX
+#: computed for exactly that, instead of GX building its graph again (most of a cached
+#: look's time). A result file that does not read back is computed again.
+_results_memo: dict[str, list[ExpectationResult]] = {}
+_RESULTS_FOLDER = "expectation-results"
+
+
+def _remembered(key: str) -> list[ExpectationResult] | None:
+    if key in _results_memo:
+        return _results_memo[key]
+    try:
+        found = json.loads((vlgate_home() / _RESULTS_FOLDER / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, list) or not all(isinstance(entry, dict) and isinstance(entry.get("success"), bool) for entry in found):
+        return None
+    _results_memo[key] = found
+    return found
+
+
+def _remember(key: str, results: list[ExpectationResult]) -> None:
+    _results_memo[key] = results
+    folder = vlgate_home() / _RESULTS_FOLDER
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = folder / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        scratch.write_text(json.dumps(results, allow_nan=True))
+        os.replace(scratch, folder / f"{key}.json")
+    except OSError as error:  # a folder that cannot be written: the results stand, computed each time
+        logging.getLogger("vlgate.expectations").warning("expectation results not kept in %s: %s", folder, error)
+
+
 def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Expectation]) -> list[ExpectationResult]:
-    """Validate ``frame`` against ``expectations`` in one GX pass; results in the given order."""
-    gx, _ = _gx()
+    """Validate ``frame`` against ``expectations`` in one GX pass; results in the given
+    order. The same suite on the same frame (:func:`_suite_key`) is given the results GX
+    gave before."""
+    key = _suite_key(table, frame, expectations)
+    known = _remembered(key)
+    if known is None:
+        # as JSON holds them, so that a result computed now and one read back are the same values
+        known = json.loads(json.dumps(_validate_with_gx(table, frame, expectations), allow_nan=True))
+        _remember(key, known)
+    return copy.deepcopy(known)
+
+
+def _validate_with_gx(table: str, frame: pd.DataFrame, expectations: list[Expectation]) -> list[ExpectationResult]:
+    gx, gxe = _gx()
+    built = []
     for index, expectation in enumerate(expectations):
+        made = getattr(gxe, expectation.kind)(**expectation.kwargs)
         # GX returns results in its own order (errored ones first): tag each to restore ours.
-        expectation.meta = {**(expectation.meta or {}), "vlgate_index": index}
-    suite = gx.ExpectationSuite(name=f"vlgate-{table}", expectations=expectations)
+        made.meta = {**expectation.meta, "vlgate_index": index}
+        built.append(made)
+    suite = gx.ExpectationSuite(name=f"vlgate-{table}", expectations=built)
     with _gx_lock:
         batch = _batch_definition(table).get_batch(batch_parameters={"dataframe": frame})
         validation = batch.validate(suite, result_format={"result_format": "BASIC", "partial_unexpected_count": _SHOWN_EXAMPLES})
@@ -289,7 +402,7 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Expectation])
         kwargs = {str(k): _jsonable(v) for k, v in result.expectation_config.kwargs.items() if k != "batch_id"}
         results.append(
             {
-                "expectation": type(expectation).__name__,
+                "expectation": expectation.kind,
                 "table": table,
                 "column": _text(kwargs.get("column")),
                 "kwargs": kwargs,
@@ -303,7 +416,7 @@ def _run_suite(table: str, frame: pd.DataFrame, expectations: list[Expectation])
 
 
 def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, expected_rows: int) -> list[Expectation]:
-    _, gxe = _gx()
+    gxe = EXPECT
     present = set(records.columns)
     expectations: list[Expectation] = [
         gxe.ExpectTableRowCountToEqual(value=expected_rows),
@@ -339,7 +452,7 @@ def _as_number(value: object) -> float:
 
 
 def _metrics_frame_and_expectations(definition: EvaluatorDefinition, records: pd.DataFrame, metrics: Mapping[str, object], expected_rows: int) -> tuple[pd.DataFrame, list[Expectation]]:
-    _, gxe = _gx()
+    gxe = EXPECT
     columns: dict[str, float] = {}
     expectations: list[Expectation] = []
 

@@ -46,29 +46,66 @@ def fingerprint_digest(records: Sequence[Mapping[str, object]]) -> str:
 
 @task(name="log-evaluator", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
 def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
-    """Set-level metrics ``EVALUATOR/METRIC``, each breakdown as an MLflow table
-    (``tables/EVALUATOR.by_FIELD.json``: a row per group), the per-sample table, the raw
-    outputs, the GX result and the fingerprints' digest (a tag: no compare-view axis),
-    and how many records came from the shared record cache (``records_from_cache/EVALUATOR``);
-    retried while the tracking server is unreachable."""
-    from mlflow.entities import Metric
-
+    """One evaluator's measures and artifacts on the run (:func:`log_measures`, then
+    :func:`log_artifacts`); retried while the tracking server is unreachable."""
     client = tracking.connect()
+    log_measures(client, run_id, [output])
+    log_artifacts(client, run_id, output)
+
+
+@task(name="log-look", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
+def log_look(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
+    """What a look measured, in one batched write: every evaluator's metrics and tags
+    (:func:`log_measures`); retried while the tracking server is unreachable. Its records
+    and tables are logged once, after the last look (:func:`log_outputs`)."""
+    log_measures(tracking.connect(), run_id, list(outputs.values()))
+
+
+@task(name="log-outputs", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
+def log_outputs(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
+    """The last look's records, tables and expectation results of every evaluator
+    (:func:`log_artifacts`); retried while the tracking server is unreachable."""
+    client = tracking.connect()
+    for output in outputs.values():
+        log_artifacts(client, run_id, output)
+
+
+def log_measures(client: MlflowClient, run_id: str, outputs: Sequence[EvaluatorOutput]) -> None:
+    """Set-level metrics ``EVALUATOR/METRIC``, how many records came from the shared record
+    cache (``records_from_cache/EVALUATOR``), the fingerprints' digest and whether the
+    expectations passed (tags: no compare-view axis), for every output in one batch (MLflow
+    takes 1,000 metrics and 100 tags a batch)."""
+    from mlflow.entities import Metric, RunTag
+
     now = int(time.time() * 1000)
+    metrics: list[Metric] = []
+    tags: list[RunTag] = []
+    for output in outputs:
+        evaluator = output.evaluator
+        if output.metrics:
+            top, _ = tracking.split_breakdowns(output.metrics)
+            metrics += [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(top, evaluator)]
+        if output.error is None:
+            metrics.append(Metric(tracking.mlflow_metric_name(f"{RECORDS_FROM_CACHE}/{evaluator}"), float(output.summary.from_cache), now, 0))
+        if output.records:
+            tags.append(RunTag(tag_keys.fingerprints(evaluator), fingerprint_digest(output.records)))
+        if output.expectations is not None:
+            tags.append(RunTag(tag_keys.expectations(evaluator), tag_keys.EXPECTATIONS_PASSED if output.expectations["success"] else tag_keys.EXPECTATIONS_FAILED))
+    while metrics or tags:  # MLflow's limits: 1,000 entities a batch, 100 of them tags
+        client.log_batch(run_id, metrics=metrics[:900], tags=tags[:100])
+        metrics, tags = metrics[900:], tags[100:]
+
+
+def log_artifacts(client: MlflowClient, run_id: str, output: EvaluatorOutput) -> None:
+    """Each breakdown as an MLflow table (``tables/EVALUATOR.by_FIELD.json``: a row per
+    group), the per-sample table, the raw outputs, the summary and the GX result."""
     evaluator = output.evaluator
     if output.metrics:
-        top, breakdowns = tracking.split_breakdowns(output.metrics)
-        metrics = [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(top, evaluator)]
-        for start in range(0, len(metrics), 500):
-            client.log_batch(run_id, metrics=metrics[start : start + 500])
+        _, breakdowns = tracking.split_breakdowns(output.metrics)
         for by, groups in breakdowns.items():
             client.log_table(run_id, data=tracking.breakdown_frame(by.removeprefix("by_"), groups), artifact_file=f"tables/{evaluator}.{by}.json")
-    if output.error is None:
-        client.log_batch(run_id, metrics=[Metric(tracking.mlflow_metric_name(f"{RECORDS_FROM_CACHE}/{evaluator}"), float(output.summary.from_cache), now, 0)])
-    if output.records:
-        client.set_tag(run_id, tag_keys.fingerprints(evaluator), fingerprint_digest(output.records))
-        if output.samples is not None:
-            client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
+    if output.records and output.samples is not None:
+        client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
     if output.records and output.folder is not None:
         for path in sorted(output.folder.iterdir()):  # shards/ is the merged records' source: not logged twice
             if path.is_dir() and path.name != "shards":
@@ -79,7 +116,6 @@ def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
     client.log_dict(run_id, {"entry": entry, "error": output.error}, f"evaluators/{evaluator}/run.json")
     if output.expectations is not None:
         client.log_dict(run_id, output.expectations, f"expectations/{evaluator}.json")
-        client.set_tag(run_id, tag_keys.expectations(evaluator), tag_keys.EXPECTATIONS_PASSED if output.expectations["success"] else tag_keys.EXPECTATIONS_FAILED)
 
 
 def claim_token(model_name: str, version: str, claimed_at: str) -> str:

@@ -26,12 +26,13 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import deployment, flow_run
 from prefect.tasks import exponential_backoff
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
-from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import notifying, progress
 from vlgate.flows.approval import await_sign_off
@@ -41,7 +42,7 @@ from vlgate.flows.evaluation import check_evaluator, evaluate_version
 from vlgate.flows.judgement import Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_evaluator, log_suite_datasets, run_note, run_outputs, where_it_runs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, run_note, run_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
@@ -369,16 +370,17 @@ def _validate(
     evaluate = evaluate_version.with_options(task_runner=evaluation.task_runner())
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
     looks: list[LookSummary] = []
+    entries: dict[str, EvaluatorSummary] = {}
     for look in plan.looks_to_run(complete):  # one pass at every item, or a sequential policy's looks until one settles
         look_plan = plan.at_look(look)
-        entries = evaluate(look_plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
+        evaluated = evaluate(look_plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
+        entries = {name: summary.counted_since(entries.get(name)) for name, summary in evaluated.items()}  # records from the cache and computed over every look so far
         if not looks:
             record_model_check(client, run_id, plan, home)
         progress.stage(shown_as, progress.Stage.EXPECTATIONS)
         outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
         progress.stage(shown_as, progress.Stage.RECORDING)
-        for output in outputs.values():  # a later look's records replace an earlier one's
-            log_evaluator(run_id, output)
+        log_look(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: Prefect hands it over without walking its records and frames
         progress.stage(shown_as, progress.Stage.CORRELATIONS)
         across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
         if suite.champion_items == "evaluate":  # the champion on the items it has no records of, before the gate's lock
@@ -386,12 +388,13 @@ def _validate(
             if champion is not None:
                 evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate, str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
         progress.stage(shown_as, progress.Stage.GATE)
-        decision = judge_and_promote(look_plan, run_id, outputs, attempt, kind, against_current)
+        decision = judge_and_promote(look_plan, run_id, quote(outputs), attempt, kind, against_current)  # type: ignore[call-overload]  # as log_look's
         if decision.look is not None:
             looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
             logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
         if decision.look is None or decision.look.settled:
             break
+    log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]  # the last look's records and tables, once: each look's replaced the one before's
     try:  # every item of the suite, read once for both records
         totals = count_items(suite, set(suite.evaluators))
     except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record

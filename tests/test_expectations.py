@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -313,3 +314,57 @@ def test_descriptions_that_are_not_texts_are_a_field_error():
     record = {"id": "g1", "category": "art", "s": [0.9, 0.8], "descriptions": ["fine", 3]}
     with pytest.raises(InvalidRecordsError, match="descriptions"):
         validate("genception", _parsed([record]))
+
+
+def test_a_suite_on_a_frame_it_saw_before_is_given_gx_s_results_for_exactly_that_frame(examples, monkeypatch, tmp_path):
+    """The same suite on the same frame, in this process or another (the results read back
+    from VLGATE_HOME), gives GX's own report without running GX; a frame one float ulp away,
+    another dtype or another expected row count runs GX again."""
+    from vlgate.flows import expectations
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    monkeypatch.setattr(expectations, "_results_memo", {})
+    frame, metrics = examples["lcm-mc"]
+    first = _run(examples, "lcm-mc")
+    assert len(list((tmp_path / "expectation-results").glob("*.json"))) == 2  # records and metrics
+    ran: list[str] = []
+    real = expectations._validate_with_gx
+    monkeypatch.setattr(expectations, "_validate_with_gx", lambda *args: ran.append(args[0]) or real(*args))
+    monkeypatch.setattr(expectations, "_results_memo", {})  # another process: read back from the folder
+    again = _run(examples, "lcm-mc")
+    assert ran == [] and (again.success, again.results) == (first.success, first.results)
+    nudged = frame.copy()
+    column = next(name for name in nudged.columns if nudged[name].dtype.kind == "f")
+    nudged.loc[0, column] = np.nextafter(nudged.loc[0, column], np.inf)
+    assert expectations.frame_digest(nudged) != expectations.frame_digest(frame)
+    assert expectations.frame_digest(frame.astype({column: "float32"})) != expectations.frame_digest(frame)
+    _run(examples, "lcm-mc", frame=nudged)
+    assert ran == ["records"]  # the metrics frame is the same one
+    broken = _run(examples, "lcm-mc", expected_rows=EXAMPLE_ROWS["lcm-mc"] + 1)
+    assert not broken.success and ran == ["records", "records", "metrics"]
+    (next((tmp_path / "expectation-results").glob("*.json"))).write_text("not json")  # damaged: computed again
+    monkeypatch.setattr(expectations, "_results_memo", {})
+    assert _run(examples, "lcm-mc").results == first.results
+
+
+def test_a_suite_whose_results_are_known_needs_no_great_expectations_at_all(tmp_path):
+    """Another process given the results (a cached validation) does not import GX: its
+    import alone takes seconds."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from vlgate.evaluators.scoring import per_sample_frame, score_file\n"
+        "from vlgate.flows.expectations import validate_evaluator_output\n"
+        "metrics, valid = score_file('lcm-mc', sys.argv[1])\n"
+        "frame = per_sample_frame(valid)\n"
+        "report = validate_evaluator_output('lcm-mc', frame, metrics, len(frame))\n"
+        "print(report.success, 'great_expectations' in sys.modules)\n"
+    )
+    examples = str(registry.get("lcm-mc").example)
+    env = {**os.environ, "VLGATE_HOME": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", script, examples], capture_output=True, text=True, env=env, timeout=300)
+    again = subprocess.run([sys.executable, "-c", script, examples], capture_output=True, text=True, env=env, timeout=300)
+    assert first.stdout.split() == ["True", "True"], first.stderr[-2000:]
+    assert again.stdout.split() == ["True", "False"], again.stderr[-2000:]

@@ -222,6 +222,17 @@ def test_prune_older_than_and_to_a_size_and_stats(make_cache):
     assert cache.get(record(3)["fingerprint"]) is None
 
 
+def test_a_later_look_s_counts_carry_what_the_looks_before_took_from_the_cache_and_computed():
+    from vlgate.evaluators.output import EvaluatorSummary
+
+    first = EvaluatorSummary(n_items=100, reused=0, from_cache=80, computed=20)
+    second = EvaluatorSummary(n_items=200, reused=100, from_cache=70, computed=30).counted_since(first)  # the first look's 100 in its store
+    assert (second.reused, second.from_cache, second.computed) == (0, 150, 50)
+    resumed = EvaluatorSummary(n_items=200, reused=140, from_cache=60, computed=0).counted_since(EvaluatorSummary(n_items=100, reused=40, from_cache=60, computed=0))
+    assert (resumed.reused, resumed.from_cache, resumed.computed) == (80, 120, 0)  # 40 of each look's items made by an earlier attempt of the flow
+    assert EvaluatorSummary.failed("boom").counted_since(first).error == "boom" and second.counted_since(None) is second
+
+
 def test_sizes_and_ages_are_read_as_people_write_them():
     assert parse_size("20GB") == 20 * 10**9 and parse_size("5 MB") == 5 * 10**6 and parse_size("1GiB") == 2**30 and parse_size("1234") == 1234
     assert parse_age("30d") == timedelta(days=30) and parse_age("12h") == timedelta(hours=12)
@@ -378,14 +389,14 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
 
 
 def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
-    """``log_evaluator`` logs ``records_from_cache/EVALUATOR`` (the report reads it back)."""
+    """``log_evaluator`` (and each look's ``log_look``) logs ``records_from_cache/EVALUATOR`` (the report reads it back)."""
     from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
     from vlgate.flows import recording
 
     logged: list[tuple[str, float]] = []
 
     class Client:
-        def log_batch(self, run_id, metrics=()):
+        def log_batch(self, run_id, metrics=(), tags=()):
             logged.extend((metric.key, metric.value) for metric in metrics)
 
         def log_dict(self, *args, **kwargs):
@@ -395,6 +406,9 @@ def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
     output = EvaluatorOutput("lcm-mc", summary=EvaluatorSummary(n_items=10, reused=0, from_cache=7, computed=3))
     recording.log_evaluator.fn("run-1", output)
     assert ("records_from_cache/lcm-mc", 7.0) in logged
+    logged.clear()
+    recording.log_look.fn("run-1", {"lcm-mc": output, "decc": EvaluatorOutput("decc", summary=EvaluatorSummary(n_items=2, from_cache=2))})
+    assert logged == [("records_from_cache/lcm-mc", 7.0), ("records_from_cache/decc", 2.0)]  # one batch for the look
 
 
 def _worker_reads(settings_json: str, home: str, fingerprint: str, answer: multiprocessing.Queue) -> None:
@@ -455,7 +469,9 @@ def test_vlgate_validate_of_identical_weights_under_another_model_takes_every_re
     for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB", "VLGATE_RECORD_CACHE"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"name": "s", "evaluators": {"lcm-mc": {"data": str(world / "data" / "mc"), "limit": 4, "protocol": "vlgate"}}}))
-    (tmp_path / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200}))
+    # two looks: the second finds the first's records in its own store, and the counts are still every record's
+    sequential = {"looks": [0.5, 1.0], "promote_early": False}
+    (tmp_path / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "sequential": sequential}))
     (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {m: {"suite": "suite.yaml", "policy": "gate.yaml"} for m in ("a", "b")}}))
     client = tracking.connect(tmp_path)
     for model in ("a", "b"):  # the same weights, registered by two teams
@@ -470,6 +486,7 @@ def test_vlgate_validate_of_identical_weights_under_another_model_takes_every_re
     assert (json.loads(first.stdout)["records_from_cache"], json.loads(first.stdout)["records_total"]) == ({"lcm-mc": 0}, {"lcm-mc": 4})
     second = validate("b", "1")
     assert second.returncode == 0 and "records from the cache: lcm-mc 4 of 4" in second.stdout, second.stdout + second.stderr[-2000:]
+    assert json.loads(validate("b", "1", "--json").stdout)["sequential"]["looks"][-1]["look"]["index"] == 1  # both looks ran
     runs = [client.get_run(client.get_model_version(m, "1").tags["vlgate.validation_run_id"]).data.metrics for m in ("a", "b")]
     assert runs[1]["records_from_cache/lcm-mc"] == 4 and runs[0]["records_from_cache/lcm-mc"] == 0
     assert {k: v for k, v in runs[0].items() if k.startswith("lcm-mc/")} == {k: v for k, v in runs[1].items() if k.startswith("lcm-mc/")}
