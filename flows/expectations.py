@@ -46,6 +46,7 @@ pool) take turns.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -53,8 +54,11 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
@@ -349,14 +353,30 @@ _RESULTS_FOLDER = "expectation-results"
 def _remembered(key: str) -> list[ExpectationResult] | None:
     if key in _results_memo:
         return _results_memo[key]
+    path = vlgate_home() / _RESULTS_FOLDER / f"{key}.json"
     try:
-        found = json.loads((vlgate_home() / _RESULTS_FOLDER / f"{key}.json").read_text())
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(found, list) or not all(isinstance(entry, dict) and isinstance(entry.get("success"), bool) for entry in found):
         return None
+    with contextlib.suppress(OSError):  # its last use, for `vlgate cache prune --older-than`
+        os.utime(path)
     _results_memo[key] = found
     return found
+
+
+def prune_expectation_results(home: Path, older_than: timedelta) -> int:
+    """Remove the kept suite results last used longer than ``older_than`` ago (``vlgate
+    cache prune --older-than``); how many. A removed one is computed again when needed."""
+    cutoff = time.time() - older_than.total_seconds()
+    removed = 0
+    for path in (home / _RESULTS_FOLDER).glob("*.json") if (home / _RESULTS_FOLDER).is_dir() else ():
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def _remember(key: str, results: list[ExpectationResult]) -> None:

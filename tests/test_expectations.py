@@ -345,6 +345,12 @@ def test_a_suite_on_a_frame_it_saw_before_is_given_gx_s_results_for_exactly_that
     (next((tmp_path / "expectation-results").glob("*.json"))).write_text("not json")  # damaged: computed again
     monkeypatch.setattr(expectations, "_results_memo", {})
     assert _run(examples, "lcm-mc").results == first.results
+    from datetime import timedelta
+
+    kept = sorted((tmp_path / "expectation-results").glob("*.json"))
+    os.utime(kept[0], (0, 0))  # last used in 1970
+    assert expectations.prune_expectation_results(tmp_path, timedelta(days=30)) == 1
+    assert sorted((tmp_path / "expectation-results").glob("*.json")) == kept[1:]
 
 
 def test_a_suite_whose_results_are_known_needs_no_great_expectations_at_all(tmp_path):

@@ -46,8 +46,14 @@ class Cache(Command):
             return Answer(data, text=lambda: print("record cache: off (vlgate.yaml record_cache.kind)"))
         try:
             removed = cache.prune(older_than, max_bytes) if args.action == "prune" else None
+            if removed is not None and older_than is not None:  # the expectation results kept beside the records (docs/record-cache.md)
+                from vlgate.flows.expectations import prune_expectation_results
+
+                prune_expectation_results(home, older_than)
         except CacheNotWritable as error:
             raise UserError(str(error)) from None
+        except PermissionError as error:
+            raise UserError(f"{error.filename}: cannot remove it: {error.strerror} (prune needs write access)") from None
         stats = cache.stats()
         data = stats.model_dump(mode="json") | ({"removed": removed} if removed is not None else {})
 
