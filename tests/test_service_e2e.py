@@ -776,7 +776,8 @@ def test_every_decision_is_told_once_through_the_outbox(home, tiny_world, monkey
     tracking.register_checkpoint(client, "n", world / "checkpoints" / "vlm-steps3", home=home)
     assert validate_pending(home, "n") == [("n", "1"), ("n", "2")]
     report = deliver_now(home, channels)
-    assert report is not None and report.delivered == 0 and report.retried == 4 and receiver.requests == []
+    # one send a channel: a channel that failed is held back for the rest of the pass, its other row left for the next
+    assert report is not None and (report.delivered, report.retried, sorted(report.held_back)) == (0, 2, ["chat", "ci"]) and receiver.requests == []
     assert main(["status", "n", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notifications"] == {"ci": {"pending": 2, "failed": 0, "delivered": 0}, "chat": {"pending": 2, "failed": 0, "delivered": 0}}
 
