@@ -371,7 +371,10 @@ def _validate(
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
     looks: list[LookSummary] = []
     entries: dict[str, EvaluatorSummary] = {}
-    for look in plan.looks_to_run(complete):  # one pass at every item, or a sequential policy's looks until one settles
+    looks_to_run = plan.looks_to_run(complete)
+    may_promote_early = plan.policy.sequential is not None and plan.policy.sequential.promote_early
+    logged: dict[str, EvaluatorOutput] | None = None
+    for look in looks_to_run:  # one pass at every item, or a sequential policy's looks until one settles
         look_plan = plan.at_look(look)
         evaluated = evaluate(look_plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
         entries = {name: summary.counted_since(entries.get(name)) for name, summary in evaluated.items()}  # records from the cache and computed over every look so far
@@ -387,6 +390,10 @@ def _validate(
             champion = baseline_champion(client, model_name, version, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
             if champion is not None:
                 evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate, str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
+        if look == looks_to_run[-1] or may_promote_early:
+            # before a gate that may move the alias: a candidate judged against this version next reads these from its run
+            log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: as log_look's
+            logged = outputs
         progress.stage(shown_as, progress.Stage.GATE)
         decision = judge_and_promote(look_plan, run_id, quote(outputs), attempt, kind, against_current)  # type: ignore[call-overload]  # as log_look's
         if decision.look is not None:
@@ -394,7 +401,8 @@ def _validate(
             logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
         if decision.look is None or decision.look.settled:
             break
-    log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]  # the last look's records and tables, once: each look's replaced the one before's
+    if logged is not outputs:  # a look that settled before the last, on a rejection: its records and tables, once
+        log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]
     try:  # every item of the suite, read once for both records
         totals = count_items(suite, set(suite.evaluators))
     except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record
