@@ -281,7 +281,9 @@ def _batch_definition(table: str) -> BatchDefinition[pd.DataFrame]:
 
 
 def _cell(value: object) -> object:
-    """A frame's cell as JSON holds it exactly (floats by their round-tripping repr)."""
+    """A frame's cell as JSON holds it exactly (floats by their round-tripping repr): unlike
+    :func:`_jsonable`, which makes NaN None and unknown values text, nothing is merged, so
+    two different frames never share a digest."""
     if isinstance(value, np.ndarray):
         return [_cell(item) for item in value.tolist()]
     if isinstance(value, np.generic):
@@ -344,8 +346,8 @@ def _suite_key(table: str, frame: pd.DataFrame, expectations: list[Expectation])
 #: A suite's results by :func:`_suite_key`, in this process and under
 #: ``$VLGATE_HOME/expectation-results``: a later look, or another version with the same
 #: records, that validates the same frame against the same suite is given the results GX
-#: computed for exactly that, instead of GX building its graph again (most of a cached
-#: look's time). A result file that does not read back is computed again.
+#: computed for exactly that, instead of GX building its graph again (what a cached look
+#: paid for most: benchmarks/RESULTS.md). A result file that does not read back is computed again.
 _results_memo: dict[str, list[ExpectationResult]] = {}
 _RESULTS_FOLDER = "expectation-results"
 

@@ -44,15 +44,6 @@ def fingerprint_digest(records: Sequence[Mapping[str, object]]) -> str:
     return hashlib.sha256("\n".join(sorted(str(r.get("fingerprint")) for r in records)).encode()).hexdigest()[:16]
 
 
-@task(name="log-evaluator", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
-def log_evaluator(run_id: str, output: EvaluatorOutput) -> None:
-    """One evaluator's measures and artifacts on the run (:func:`log_measures`, then
-    :func:`log_artifacts`); retried while the tracking server is unreachable."""
-    client = tracking.connect()
-    log_measures(client, run_id, [output])
-    log_artifacts(client, run_id, output)
-
-
 @task(name="log-look", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
 def log_look(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
     """What a look measured, in one batched write: every evaluator's metrics and tags

@@ -191,7 +191,8 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         metrics = score(validate(name, parse_jsonl(json.dumps(r) for r in rows)))
         (folder / "metrics.json").write_text(json.dumps(metrics))
         outcomes[name] = evaluation.check_evaluator(name, EvaluatorSummary(metrics=metrics, n_items=len(rows)), folder)
-        recording.log_evaluator.fn(run_id, outcomes[name])
+        recording.log_look.fn(run_id, {name: outcomes[name]})
+        recording.log_outputs.fn(run_id, {name: outcomes[name]})
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
     decision = judgement.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
     # the run page's data sets and description, as the validation flow writes them

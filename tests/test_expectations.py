@@ -355,7 +355,7 @@ def test_a_suite_on_a_frame_it_saw_before_is_given_gx_s_results_for_exactly_that
 
 def test_a_suite_whose_results_are_known_needs_no_great_expectations_at_all(tmp_path):
     """Another process given the results (a cached validation) does not import GX: its
-    import alone takes seconds."""
+    import is the slow part of a cached look (benchmarks/RESULTS.md)."""
     import subprocess
     import sys
 

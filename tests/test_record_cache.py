@@ -389,7 +389,7 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
 
 
 def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
-    """``log_evaluator`` (and each look's ``log_look``) logs ``records_from_cache/EVALUATOR`` (the report reads it back)."""
+    """Each look's ``log_look`` logs ``records_from_cache/EVALUATOR`` (the report reads it back)."""
     from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
     from vlgate.flows import recording
 
@@ -404,7 +404,7 @@ def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
 
     monkeypatch.setattr(recording.tracking, "connect", lambda *args, **kwargs: Client())
     output = EvaluatorOutput("lcm-mc", summary=EvaluatorSummary(n_items=10, reused=0, from_cache=7, computed=3))
-    recording.log_evaluator.fn("run-1", output)
+    recording.log_look.fn("run-1", {"lcm-mc": output})
     assert ("records_from_cache/lcm-mc", 7.0) in logged
     logged.clear()
     recording.log_look.fn("run-1", {"lcm-mc": output, "decc": EvaluatorOutput("decc", summary=EvaluatorSummary(n_items=2, from_cache=2))})
