@@ -11,7 +11,8 @@ take the same looks. Prints:
 - both wall times and their ratio (targets: cached at most 10 s, at most 30 % of cold);
 - each look's wall time in the cached run, read from the flow's own "look N of M" log
   lines (a cached look runs no model: its time is everything but the model passes;
-  target at most 1 s); the first look's time counts from the start of its evaluation subflow;
+  target at most 1 s); the first look's time counts from the validation flow's start (it
+  holds the run's set-up: params, datasets, configuration artifacts);
 - the records the cached run says it took from the cache, against its records in all
   (they must be equal: every record came from the cache).
 
@@ -41,7 +42,7 @@ TARGET_LOOK_S = 1.0
 #: Prefect's log line time, e.g. ``12:01:02.345 | INFO    | Flow run 'x' - cached-vlm v1: look 2 of 4: goes on``
 _LOG_TIME = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) \|")
 _LOOK = re.compile(r": look (\d+) of (\d+):")
-_FIRST_TASK = re.compile(r"Beginning subflow run .* for flow 'vlgate-evaluate'")
+_FLOW_START = re.compile(r"Beginning flow run .* for flow 'vlgate-validate'")
 
 
 def vlgate(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -57,7 +58,7 @@ def vlgate(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[s
 
 
 def look_times(log: str) -> list[float]:
-    """Each look's seconds, from the flow's log: look 1 from its evaluation subflow's start, each
+    """Each look's seconds, from the flow's log: look 1 from the validation flow's start, each
     later one from the look before."""
     stamps: list[datetime] = []
     started: datetime | None = None
@@ -66,7 +67,7 @@ def look_times(log: str) -> list[float]:
         if when is None:
             continue
         stamp = datetime.strptime(when.group(1), "%H:%M:%S.%f")
-        if started is None and _FIRST_TASK.search(line):
+        if started is None and _FLOW_START.search(line):
             started = stamp
         if _LOOK.search(line):
             stamps.append(stamp)

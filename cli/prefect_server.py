@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -162,10 +162,11 @@ class LocalPrefectServer:
 
 
 @contextmanager
-def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[LocalPrefectServer | None]:
+def local_prefect_server(home: Path, *, services: bool = False, while_starting: Callable[[], None] | None = None) -> Iterator[LocalPrefectServer | None]:
     """A :class:`LocalPrefectServer` for the block (None where Prefect is configured or
-    already imported), ready on entry: what the command will import anyway is imported
-    while it starts."""
+    already imported), ready on entry: ``while_starting`` (the command's own checks, which
+    may refuse it: then the server is stopped and the error raised) runs, then what the
+    command will import anyway is imported, while the server starts on another core."""
     server = LocalPrefectServer.start(home, services=services)
     previous_handler = None
     if server is not None and threading.current_thread() is threading.main_thread():
@@ -173,6 +174,8 @@ def local_prefect_server(home: Path, *, services: bool = False) -> Iterator[Loca
         # running: turn it into an exit that runs the block's cleanup
         previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
+        if while_starting is not None:
+            while_starting()
         for module in LIBRARIES_TO_IMPORT_WHILE_WAITING:
             importlib.import_module(module)
         if server is not None:
@@ -206,6 +209,8 @@ def _send_what_prefect_queued(timeout_s: float = 5) -> None:
     """Let Prefect's background workers send the flow logs and events they still hold to
     the server before it stops; at exit they would find it gone ("Error logging to API").
     Best effort: a stuck worker costs at most ``timeout_s`` each."""
+    if "prefect" not in sys.modules:  # refused before anything ran: nothing is queued
+        return
     try:
         from prefect.events.worker import EventsWorker
         from prefect.logging.handlers import APILogWorker

@@ -95,15 +95,15 @@ def champion_outputs(client: MlflowClient, model_name: str, champion_version: st
     return with_champion_items(version_outputs(client, model_name, champion_version), logged_champion_items(client, run_id, champion_version))
 
 
-Evaluate = Callable[[ValidationPlan, str, str, int, float | None], dict[str, EvaluatorSummary]]
+Evaluate = Callable[[ValidationPlan, str], dict[str, EvaluatorSummary]]
 
 
 def evaluate_champion_items(
-    client: MlflowClient, plan: ValidationPlan, run_id: str, candidate: Mapping[str, EvaluatorOutput], champion_version: str, out: Path, evaluate: Evaluate, cache_dir: str, shards: int, timeout_s: float | None
+    client: MlflowClient, plan: ValidationPlan, run_id: str, candidate: Mapping[str, EvaluatorOutput], champion_version: str, out: Path, evaluate: Evaluate
 ) -> dict[str, int]:
-    """Evaluate the champion on the candidate's items it lacks (``evaluate``: the evaluation
-    flow, as the candidate's), log its records on the candidate's run and how many there
-    are (``champion_items/EVALUATOR``); returns those counts. An evaluator that fails on
+    """Evaluate the champion on the candidate's items it lacks (``evaluate``: the
+    validation's evaluation step, as the candidate's), log its records on the candidate's
+    run and how many there are (``champion_items/EVALUATOR``); returns those counts. An evaluator that fails on
     the champion is logged and left out: its comparison is made on the shared items."""
     from mlflow.entities import Metric
 
@@ -111,7 +111,7 @@ def evaluate_champion_items(
     if not missing.ids:
         return {}
     folder = out / CHAMPION_ITEMS / f"v{champion_version}"
-    entries = evaluate(plan.for_champion(champion_version, missing), str(folder), cache_dir, shards, timeout_s)
+    entries = evaluate(plan.for_champion(champion_version, missing), str(folder))
     evaluated: dict[str, int] = {}
     for name, entry in entries.items():
         if entry.error is not None:

@@ -9,13 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prefect import Task, flow, get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.client.schemas.objects import TaskRun
+from prefect.futures import PrefectFuture
 from prefect.states import State
+from prefect.task_runners import TaskRunner
 from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from prefect.context import TaskRunContext
 
     from vlgate.evaluators.runners.base import ItemProgress
+    from vlgate.flows.settings import EvaluationConfig
 
 
 def _tree_state(path: Path) -> list[tuple[str, int, int]]:
@@ -130,46 +135,57 @@ def evaluate_shard(
     return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done, selection=plan.items, record_cache=cache)
 
 
-@task(name="merge-shards", retries=1)
-def merge_evaluator(plan: ValidationPlan, evaluator: str, out: str, shards: list[ShardResult]) -> EvaluatorSummary:
-    from vlgate.evaluators.running.suite import merge_shards
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluation step of one validation, on a task runner started once for all of its
+    looks (threads, or a Dask cluster, as ``vlgate.yaml`` names: for a run started here and
+    for one a Prefect worker starts from the deployment alike). Calling it evaluates every
+    evaluator of a plan's suite on the plan's version, each split into ``n_shards`` tasks
+    of the validation's flow run, merged back into one result in the flow. An evaluator
+    that still fails after its retries, or runs past ``task_timeout_s`` (a hung model, a
+    template that loops), is an ``error`` entry; one stopped by a server that did not
+    answer (``tracking.transient``) raises instead, so that the claim is retried later
+    rather than judged. ``record_cache``: the shared record cache's settings, handed to
+    every shard."""
 
-    return merge_shards(plan.suite, Path(out), evaluator, shards, plan.items)
+    runner: TaskRunner[Any]
+    cache_dir: str
+    n_shards: int = 1
+    task_timeout_s: float | None = None
+    record_cache: RecordCacheSettings | None = None
+
+    def __call__(self, plan: ValidationPlan, out: str) -> dict[str, EvaluatorSummary]:
+        from vlgate.evaluators.running.suite import holding_models, merge_shards
+
+        shards: dict[str, list[PrefectFuture[ShardResult]]] = {}
+        entries: dict[str, EvaluatorSummary] = {}
+        with holding_models():  # one load of the candidate per task thread, not one per evaluator
+            for name in plan.suite.evaluators:
+                shards[name] = [self.runner.submit(evaluate_shard, self._shard_parameters(plan, name, shard, out)) for shard in range(self.n_shards)]
+            for name, futures in shards.items():
+                try:
+                    # merged here, in the flow: local files under ``out``, which the flow reads next
+                    entries[name] = merge_shards(plan.suite, Path(out), name, [future.result() for future in futures], plan.items)
+                except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
+                    if tracking.transient(error):
+                        raise
+                    get_run_logger().warning("evaluator %s failed: %s", name, error)
+                    entries[name] = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
+        return entries
+
+    def _shard_parameters(self, plan: ValidationPlan, evaluator: str, shard: int, out: str) -> dict[str, object]:
+        return {
+            "plan": plan, "evaluator": evaluator, "shard": shard, "n_shards": self.n_shards, "out": out, "cache_dir": self.cache_dir,
+            "time_limit_s": self.task_timeout_s, "record_cache": self.record_cache,
+        }  # fmt: skip
 
 
-@flow(name="vlgate-evaluate")
-def evaluate_version(
-    plan: ValidationPlan, out: str, cache_dir: str, n_shards: int = 1, task_timeout_s: float | None = None, record_cache: RecordCacheSettings | None = None
-) -> dict[str, EvaluatorSummary]:
-    """Every evaluator of the plan's suite on its version, each split into ``n_shards`` tasks
-    on this flow's task runner (threads, or a Dask cluster) and merged back into one result.
-    An evaluator that still fails after its retries, or runs past ``task_timeout_s`` (a
-    hung model, a template that loops), is an ``error`` entry; one stopped by a server that
-    did not answer (``tracking.transient``) fails the flow instead, so that the claim is
-    retried later rather than judged. ``record_cache``: the shared record cache's settings
-    (default: ``vlgate.yaml``'s ``record_cache``, read here once and handed to every shard)."""
-    from vlgate.evaluators.running.suite import holding_models
-    from vlgate.flows.settings import ServiceConfig
-
-    if record_cache is None:
-        record_cache = ServiceConfig.load().record_cache.settings()
-    merged, shards = {}, {}
-    entries: dict[str, EvaluatorSummary] = {}
-    with holding_models():  # one load of the candidate per task thread, not one per evaluator
-        for name in plan.suite.evaluators:
-            shards[name] = [evaluate_shard.submit(plan, name, shard, n_shards, out, cache_dir, task_timeout_s, record_cache) for shard in range(n_shards)]
-            merged[name] = merge_evaluator.submit(plan, name, out, shards[name])  # type: ignore[arg-type]  # Prefect resolves the futures
-        for name, future in merged.items():
-            try:
-                for shard_future in shards[name]:  # a failed shard's own error, not the merge's "never ran"
-                    shard_future.result()
-                entries[name] = future.result()
-            except Exception as error:  # after its retries: recorded, judged as missing (fail closed)
-                if tracking.transient(error):
-                    raise
-                get_run_logger().warning("evaluator %s failed: %s", name, error)
-                entries[name] = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
-    return entries
+@contextmanager
+def evaluation(settings: EvaluationConfig, cache_dir: str, record_cache: RecordCacheSettings | None) -> Iterator[Evaluation]:
+    """An :class:`Evaluation` on the task runner ``settings`` name, started for the block
+    (a local Dask cluster starts once per validation, not once per look)."""
+    with settings.task_runner() as runner:
+        yield Evaluation(runner, cache_dir, settings.shards, settings.task_timeout_s, record_cache)
 
 
 def check_evaluator(evaluator: str, summary: EvaluatorSummary, folder: Path) -> EvaluatorOutput:

@@ -33,12 +33,12 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
-from vlgate.evaluators.running.suite import count_items
+from vlgate.evaluators.running.suite import count_items, remembering_items
 from vlgate.flows import notifying, progress
 from vlgate.flows.approval import await_sign_off
 from vlgate.flows.champion_items import evaluate_champion_items
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
-from vlgate.flows.evaluation import check_evaluator, evaluate_version
+from vlgate.flows.evaluation import check_evaluator, evaluation
 from vlgate.flows.judgement import Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
@@ -189,7 +189,7 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
     shown_as = progress.subject(model_name, version)
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
-        with claims.heartbeat(model_name, version):
+        with claims.heartbeat(model_name, version), remembering_items():  # the data sets read once for every look
             kind = DecisionKind.REVALIDATION if begun.rerun else DecisionKind.VALIDATION
             summary = _validate(home, service_config, claims, model_name, version, attempt, complete, kind, against_current)
     except Superseded:
@@ -364,45 +364,43 @@ def _validate(
         if problem:
             raise ValidationError(f"{model_name} v{version}: {problem}")
     out = home / "validations" / model_name / version
-    # evaluation runs as a subflow so that its task runner comes from vlgate.yaml, for a
-    # run started here and for one a Prefect worker starts from the deployment alike
-    evaluation = service_config.evaluation
-    evaluate = evaluate_version.with_options(task_runner=evaluation.task_runner())
     shown_as = progress.subject(model_name, version)  # each step announced to a progress display
     looks: list[LookSummary] = []
     entries: dict[str, EvaluatorSummary] = {}
     looks_to_run = plan.looks_to_run(complete)
     may_promote_early = plan.policy.sequential is not None and plan.policy.sequential.promote_early
     logged: dict[str, EvaluatorOutput] | None = None
-    for look in looks_to_run:  # one pass at every item, or a sequential policy's looks until one settles
-        look_plan = plan.at_look(look)
-        evaluated = evaluate(look_plan, str(out), str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
-        entries = {name: summary.counted_since(entries.get(name)) for name, summary in evaluated.items()}  # records from the cache and computed over every look so far
-        if not looks:
-            record_model_check(client, run_id, plan, home)
-        progress.stage(shown_as, progress.Stage.EXPECTATIONS)
-        outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
-        progress.stage(shown_as, progress.Stage.RECORDING)
-        log_look(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: Prefect hands it over without walking its records and frames
-        progress.stage(shown_as, progress.Stage.CORRELATIONS)
-        across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
-        if suite.champion_items == "evaluate":  # the champion on the items it has no records of, before the gate's lock
-            champion = baseline_champion(client, model_name, version, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
-            if champion is not None:
-                evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate, str(home / "model-cache"), evaluation.shards, evaluation.task_timeout_s)
-        if look == looks_to_run[-1] or may_promote_early:
-            # before a gate that may move the alias: a candidate judged against this version next reads these from its run
-            log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: as log_look's
-            logged = outputs
-        progress.stage(shown_as, progress.Stage.GATE)
-        decision = judge_and_promote(look_plan, run_id, quote(outputs), attempt, kind, against_current)  # type: ignore[call-overload]  # as log_look's
-        if decision.look is not None:
-            looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
-            logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
-        if decision.look is None or decision.look.settled:
-            break
-    if logged is not outputs:  # a look that settled before the last, on a rejection: its records and tables, once
-        log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]
+    # one task runner for every look: a local Dask cluster starts once a validation
+    with evaluation(service_config.evaluation, str(home / "model-cache"), service_config.record_cache.settings()) as evaluate:
+        for look in looks_to_run:  # one pass at every item, or a sequential policy's looks until one settles
+            look_plan = plan.at_look(look)
+            evaluated = evaluate(look_plan, str(out))
+            entries = {name: summary.counted_since(entries.get(name)) for name, summary in evaluated.items()}  # records from the cache and computed over every look so far
+            if not looks:
+                record_model_check(client, run_id, plan, home)
+            progress.stage(shown_as, progress.Stage.EXPECTATIONS)
+            outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
+            progress.stage(shown_as, progress.Stage.RECORDING)
+            log_look(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: Prefect hands it over without walking its records and frames
+            progress.stage(shown_as, progress.Stage.CORRELATIONS)
+            across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
+            if suite.champion_items == "evaluate":  # the champion on the items it has no records of, before the gate's lock
+                champion = baseline_champion(client, model_name, version, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
+                if champion is not None:
+                    evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate)
+            if look == looks_to_run[-1] or may_promote_early:
+                # before a gate that may move the alias: a candidate judged against this version next reads these from its run
+                log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]  # quoted: as log_look's
+                logged = outputs
+            progress.stage(shown_as, progress.Stage.GATE)
+            decision = judge_and_promote(look_plan, run_id, quote(outputs), attempt, kind, against_current)  # type: ignore[call-overload]  # as log_look's
+            if decision.look is not None:
+                looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
+                logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
+            if decision.look is None or decision.look.settled:
+                break
+        if logged is not outputs:  # a look that settled before the last, on a rejection: its records and tables, once
+            log_outputs(run_id, quote(outputs))  # type: ignore[call-overload]
     try:  # every item of the suite, read once for both records
         totals = count_items(suite, set(suite.evaluators))
     except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record

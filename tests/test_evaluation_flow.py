@@ -1,5 +1,7 @@
 """The evaluation step's time limit: checked between batches, final (never retried)."""
 
+import json
+
 import pytest
 from prefect.states import Failed
 
@@ -80,3 +82,43 @@ def test_a_held_candidate_is_loaded_once_per_thread_and_closed_when_the_last_hol
         assert one.closed == 0
     assert [model.closed for model in (one, other_version, elsewhere[0])] == [1, 1, 1]
     assert len(_CountedModel.loaded) == 5  # two unheld, then one per (model, thread)
+
+
+def _mc_data(folder, n=3):
+    from PIL import Image
+
+    (folder / "images").mkdir(parents=True)
+    rows = []
+    for index in range(n):
+        Image.new("RGB", (4, 4), (index * 60, 0, 0)).save(folder / "images" / f"{index}.png")
+        rows.append({"id": f"q{index}", "image": f"images/{index}.png", "question": "Which?", "options": ["a", "b"], "answer": index % 2})
+    (folder / "items.jsonl").write_text("".join(f"{json.dumps(row)}\n" for row in rows))
+
+
+def test_a_validation_reads_each_data_set_once_and_hands_every_caller_the_same_items(monkeypatch, tmp_path):
+    from vlgate.evaluators.running import suite as suite_module
+    from vlgate.evaluators.running.suite import ItemIds, Suite, load_items, remembering_items
+
+    _mc_data(tmp_path / "mc")
+    spec = Suite(name="s", evaluators={"lcm-mc": {"data": str(tmp_path / "mc"), "protocol": "vlgate"}}).evaluators["lcm-mc"]
+    plain, plain_errors = load_items("lcm-mc", spec, tmp_path / "out")
+    loads = []
+    real = suite_module.loaded_items
+    monkeypatch.setattr(suite_module, "loaded_items", lambda *args: loads.append(args[0]) or real(*args))
+
+    load_items("lcm-mc", spec, tmp_path / "out")
+    load_items("lcm-mc", spec, tmp_path / "out")
+    assert len(loads) == 2  # outside a validation: read every time
+    with remembering_items():
+        first, errors = load_items("lcm-mc", spec, tmp_path / "out")
+        first.append("a caller's own list")  # changes nothing remembered
+        again, _ = load_items("lcm-mc", spec, tmp_path / "elsewhere")  # a built-in loader writes nothing: one load for any folder
+        picked, _ = load_items("lcm-mc", spec, tmp_path / "out", ItemIds(ids={"lcm-mc": ("q2", "q0")}))
+        with remembering_items():  # nested: the inner end forgets nothing
+            pass
+        load_items("lcm-mc", spec.model_copy(update={"limit": 2}), tmp_path / "out")  # another entry: its own load
+        assert len(loads) == 4
+    assert again == plain and errors == plain_errors == [] and [item.id for item in plain] == ["q0", "q1", "q2"]
+    assert [item.id for item in picked] == ["q0", "q2"]  # a look's selection, in the data set's order
+    load_items("lcm-mc", spec, tmp_path / "out")
+    assert len(loads) == 5  # the validation over: read again

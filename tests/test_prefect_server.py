@@ -78,7 +78,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
         states = {row[0] for row in database.execute("select state_type from flow_run")}
     finally:
         database.close()
-    assert {"vlgate-validate", "vlgate-evaluate"} <= flows
+    assert flows == {"vlgate-validate"}  # its evaluation is tasks of that flow run, on the runner vlgate.yaml names
     assert states == {"COMPLETED"}
     # and that server is gone: the address it announced in its log answers no more
     announced = re.search(r"PREFECT_API_URL=(http://127\.0\.0\.1:\d+/api)", (home / "prefect" / "server.log").read_text())
@@ -98,6 +98,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     missing = validate("broken", "1", "--json")
     assert missing.returncode == 2 and f"suite {home / 'no-such-suite.yaml'}: no such file" in missing.stderr, missing.stderr[-3000:]
     assert tag_keys.OUTCOME not in tracking.connect(home).get_model_version("broken", "1").tags
+    assert _servers_of(home) == []  # the server that started beside the check is stopped with the refusal
     # data that is not there is found by the evaluator: it failed, so the version could not be judged
     (home / "broken-suite.yaml").write_text(yaml.safe_dump({"name": "broken", "evaluators": {"lcm-mc": {"data": "no-such-data"}}}))
     config["models"]["broken"]["suite"] = "broken-suite.yaml"
@@ -106,6 +107,19 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     assert unjudged.returncode == 4, unjudged.stderr[-3000:]
     assert json.loads(unjudged.stdout)["outcome"] == "could not judge"
     assert tracking.connect(home).get_model_version("broken", "1").tags[tag_keys.OUTCOME] == "could not judge"
+
+
+def _servers_of(home: Path) -> list[str]:
+    """The process ids of Prefect servers still running on ``home``'s database."""
+    found = []
+    for process in Path("/proc").iterdir():
+        try:
+            environment = (process / "environ").read_bytes().split(b"\0") if process.name.isdigit() else []
+            if f"PREFECT_HOME={home / 'prefect'}".encode() in environment and b"server" in (process / "cmdline").read_bytes():
+                found.append(process.name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 @pytest.mark.service

@@ -203,10 +203,13 @@ class Validate(Command):
 
         args.version = version_number(args.version)
         home = prepare_environment()
-        unjudgeable = model_problem(home, args.name)
-        if unjudgeable:  # config, suite and policy checked before a Prefect server starts or anything is claimed
-            raise UserError(unjudgeable)
-        with local_prefect_server(home):
+
+        def refuse_unjudgeable() -> None:  # config, suite and policy checked before anything is claimed
+            unjudgeable = model_problem(home, args.name)
+            if unjudgeable:
+                raise UserError(unjudgeable)
+
+        with local_prefect_server(home, while_starting=refuse_unjudgeable):  # checked while the server starts
             from mlflow.exceptions import MlflowException
 
             from vlgate import tracking

@@ -258,27 +258,67 @@ class ItemIds(BaseModel):
         return [item for item in items if str(item.id) in wanted]
 
 
+_item_memo_holders = 0
+_item_memo: dict[tuple[object, ...], tuple[tuple[Identified, ...], tuple[ItemError, ...]]] = {}
+_item_memo_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def remembering_items() -> Iterator[None]:
+    """While open, an evaluator's data set is loaded (read, parsed, every image opened and
+    verified) once in this process, and every later shard, merge and count of the same
+    entry gets the same items: a validation's looks read one fixed data set, as its plan's
+    digests describe it. Forgotten when the last open context exits, so that a long-running
+    service reads the data again at its next validation. The items are frozen dataclasses:
+    sharing them is safe."""
+    global _item_memo_holders
+    with _item_memo_lock:
+        _item_memo_holders += 1
+    try:
+        yield
+    finally:
+        with _item_memo_lock:
+            _item_memo_holders -= 1
+            if _item_memo_holders == 0:
+                _item_memo.clear()
+
+
 def load_items(
     name: str, spec: EvaluatorSettings, out: Path, selection: ItemSelection | ItemIds | None = None, max_image_pixels: int = images.DEFAULT_MAX_PIXELS
 ) -> tuple[Sequence[Identified], list[ItemError]]:
+    """The items to run (and the loader's per-item errors): :func:`loaded_items` (once per
+    validation under :func:`remembering_items`); of those, a look's ``selection``."""
+    definition = registry.get(name)
+    # an evaluator's own loader may write beside its records (lcm-nb's pairing): one load per output folder
+    key = (name, spec.model_dump_json(), max_image_pixels, str(out) if definition.load_items is not None else None)
+    with _item_memo_lock:
+        remembered = _item_memo.get(key) if _item_memo_holders else None
+    if remembered is None:
+        items, errors = loaded_items(name, spec, out, max_image_pixels)
+        remembered = (tuple(items), tuple(errors))
+        with _item_memo_lock:
+            if _item_memo_holders:
+                _item_memo[key] = remembered
+    items, errors = list(remembered[0]), list(remembered[1])
+    return (items if selection is None else selection.apply(items, definition.group_field, name)), errors
+
+
+def loaded_items(name: str, spec: EvaluatorSettings, out: Path, max_image_pixels: int = images.DEFAULT_MAX_PIXELS) -> tuple[Sequence[Identified], list[ItemError]]:
     """The items to run (and the loader's per-item errors): the evaluator's own
     ``load_items`` where the registry names one, else its data set's loader, told what the
     suite's protocol reads (``Protocol.loader_options``) and the entry's own options; of
-    those (after the entry's ``limit``), a look's ``selection``. A loader that decodes an
-    image (comparing two) does so within the suite's ``max_image_pixels``."""
+    those, the entry's ``limit``. A loader that decodes an image (comparing two) does so
+    within the suite's ``max_image_pixels``."""
     from vlgate.evaluators.loaders import load_dataset
 
     definition = registry.get(name)
-    items: Sequence[Identified]
     with images.pixel_budget(max_image_pixels):
         if definition.load_items is not None:
-            items, errors = definition.load_items(spec, out)
-        else:
-            # the protocol reads the data as its released code does; the entry's own rules come on top
-            options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
-            dataset = load_dataset(name, spec.data, spec.format, verify_images=True, **options)
-            items, errors = dataset.items[: spec.limit], dataset.errors
-    return (items if selection is None else selection.apply(list(items), definition.group_field, name)), errors
+            return definition.load_items(spec, out)
+        # the protocol reads the data as its released code does; the entry's own rules come on top
+        options = {**definition.protocol(spec.protocol).loader_options, **spec.loader_options()}
+        dataset = load_dataset(name, spec.data, spec.format, verify_images=True, **options)
+        return dataset.items[: spec.limit], dataset.errors
 
 
 def count_items(suite: Suite, evaluators: set[str]) -> dict[str, int]:
