@@ -26,6 +26,7 @@ from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
 
 if TYPE_CHECKING:
+    import pandas as pd
     from mlflow import MlflowClient
 
     from vlgate.evaluators.running.suite import Suite
@@ -54,9 +55,11 @@ def log_look(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
 
 @task(name="log-outputs", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
 def log_outputs(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
-    """The last look's records, tables and expectation results of every evaluator
-    (:func:`log_artifacts`); retried while the tracking server is unreachable."""
+    """The look's records, tables and expectation results of every evaluator (the tables in
+    one upload, replacing a look's before: :func:`output_tables`, :func:`log_artifacts`);
+    retried while the tracking server is unreachable."""
     client = tracking.connect()
+    tracking.log_tables(client, run_id, {path: frame for output in outputs.values() for path, frame in output_tables(output).items()})
     for output in outputs.values():
         log_artifacts(client, run_id, output)
 
@@ -87,16 +90,23 @@ def log_measures(client: MlflowClient, run_id: str, outputs: Sequence[EvaluatorO
         metrics, tags = metrics[900:], tags[100:]
 
 
-def log_artifacts(client: MlflowClient, run_id: str, output: EvaluatorOutput) -> None:
-    """Each breakdown as an MLflow table (``tables/EVALUATOR.by_FIELD.json``: a row per
-    group), the per-sample table, the raw outputs, the summary and the GX result."""
+def output_tables(output: EvaluatorOutput) -> dict[str, pd.DataFrame]:
+    """An output's MLflow tables by artifact path: each breakdown
+    (``tables/EVALUATOR.by_FIELD.json``: a row per group) and the per-sample table."""
     evaluator = output.evaluator
+    tables: dict[str, pd.DataFrame] = {}
     if output.metrics:
         _, breakdowns = tracking.split_breakdowns(output.metrics)
-        for by, groups in breakdowns.items():
-            client.log_table(run_id, data=tracking.breakdown_frame(by.removeprefix("by_"), groups), artifact_file=f"tables/{evaluator}.{by}.json")
+        tables |= {f"tables/{evaluator}.{by}.json": tracking.breakdown_frame(by.removeprefix("by_"), groups) for by, groups in breakdowns.items()}
     if output.records and output.samples is not None:
-        client.log_table(run_id, data=output.samples, artifact_file=f"tables/{evaluator}.json")
+        tables[f"tables/{evaluator}.json"] = output.samples
+    return tables
+
+
+def log_artifacts(client: MlflowClient, run_id: str, output: EvaluatorOutput) -> None:
+    """The raw outputs, the summary and the GX result of an output (its tables:
+    :func:`output_tables`)."""
+    evaluator = output.evaluator
     if output.records and output.folder is not None:
         for path in sorted(output.folder.iterdir()):  # shards/ is the merged records' source: not logged twice
             if path.is_dir() and path.name != "shards":

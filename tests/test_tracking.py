@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -327,3 +328,30 @@ def test_a_data_set_refused_for_another_reason_is_not_logged_again(tmp_path, mon
     with pytest.raises(MlflowException, match="Run not found"):
         recording.log_suite_datasets(racing, this, suite)
     assert racing.calls == 1 and not client.get_run(this).inputs.dataset_inputs
+
+
+def test_a_table_logged_again_replaces_the_first_and_is_the_file_mlflows_own_log_table_writes(tmp_path, monkeypatch):
+    import pandas as pd
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = tracking.connect(tmp_path)
+    experiment = tracking.experiment_id(client, "tables", tmp_path)
+    ours, theirs = (client.create_run(experiment).info.run_id for _ in range(2))
+    frame = pd.DataFrame({"id": ["a", "b", "c"], "p_lc": [0.25, None, 1.0], "category": ["x", "y", "x"]})
+    breakdown = pd.DataFrame({"category": ["x", "y"], "acc": [0.5, 1.0]})
+
+    tracking.log_tables(client, ours, {"tables/e.json": frame.iloc[:2], "tables/e.by_category.json": breakdown})
+    tracking.log_tables(client, ours, {"tables/e.json": frame})  # a later look: replaces, never appends
+    client.log_table(theirs, data=frame, artifact_file="tables/e.json")
+    client.log_table(theirs, data=breakdown, artifact_file="tables/e.by_category.json")
+
+    def stored(run_id: str, path: str) -> bytes:
+        return Path(client.download_artifacts(run_id, path, str(tmp_path / run_id))).read_bytes()
+
+    assert stored(ours, "tables/e.json") == stored(theirs, "tables/e.json")
+    assert stored(ours, "tables/e.by_category.json") == stored(theirs, "tables/e.by_category.json")
+    loaded = client.load_table(experiment, "tables/e.json", run_ids=[ours])
+    assert list(loaded["id"]) == ["a", "b", "c"]  # three rows, not two and three
+    tags = {run_id: client.get_run(run_id).data.tags[MLFLOW_LOGGED_ARTIFACTS] for run_id in (ours, theirs)}
+    assert sorted(json.loads(tags[ours]), key=str) == sorted(json.loads(tags[theirs]), key=str)

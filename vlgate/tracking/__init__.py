@@ -38,7 +38,7 @@ from vlgate.tracking.registration import (
     register_checkpoint,
     wait_for_version,
 )
-from vlgate.tracking.runs import create_run_once, experiment_id, first_run_with_token, validation_runs
+from vlgate.tracking.runs import create_run_once, experiment_id, first_run_with_token, log_tables, validation_runs
 from vlgate.tracking.server import TrackingUnreachable, connect, embedded, require_reachable, tracking_uri, transient
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "experiment_id",
     "first_run_with_token",
     "latest_decision",
+    "log_tables",
     "flatten_metrics",
     "links_leaving",
     "logged_metric_name",

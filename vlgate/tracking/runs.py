@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from vlgate.tracking.paging import search_all_runs
 from vlgate.tracking.server import embedded
 
 if TYPE_CHECKING:
+    import pandas as pd
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
@@ -77,3 +79,29 @@ def validation_runs(client: MlflowClient, model_name: str, include_run: str | No
         if version is not None and (run.info.status == "FINISHED" or run.info.run_id == include_run):
             latest[version] = run
     return dict(sorted(latest.items(), key=lambda item: int(item[0]) if str(item[0]).isdigit() else 0))
+
+
+def log_tables(client: MlflowClient, run_id: str, tables: Mapping[str, pd.DataFrame]) -> None:
+    """Each frame as the MLflow table at its artifact path (``tables/x.json``), replacing one
+    already there, in one upload: the file ``MlflowClient.log_table`` writes (pandas' split
+    JSON, what ``load_table`` and the UI's artifact view read) and its entry in the run's
+    ``mlflow.loggedArtifacts`` tag, set once. ``log_table`` itself appends a table to one
+    of the same path (a look, a resumed run, logging it again would double its rows), and
+    lists the run's artifacts and reads the run back for every table."""
+    import json
+    import tempfile
+
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    if not tables:
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        for artifact_file, frame in tables.items():
+            path = Path(scratch) / artifact_file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            frame.to_json(path, orient="split", index=False, date_format="iso")  # as log_table writes a .json table
+        client.log_artifacts(run_id, scratch)
+    logged = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    missing = [entry for entry in ({"path": artifact_file, "type": "table"} for artifact_file in tables) if entry not in logged]
+    if missing:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(logged + missing))
