@@ -256,7 +256,11 @@ def _gx() -> tuple[ModuleType, ModuleType]:
         import great_expectations as gx
         import great_expectations.expectations as gxe
 
-        logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        # GX sets some of its module loggers to INFO itself (the ephemeral docs site's
+        # "Created temporary directory" line): every one of them, not only the package's
+        for name in ["great_expectations", *logging.Logger.manager.loggerDict]:
+            if name.split(".")[0] == "great_expectations":
+                logging.getLogger(name).setLevel(logging.ERROR)
         _gx_modules = (gx, gxe)
     return _gx_modules
 

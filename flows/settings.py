@@ -384,6 +384,8 @@ def prepare_environment(home: Path | None = None) -> Path:
         "GX_ANALYTICS_ENABLED": "False",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        # MLflow's own handler prints INFO ("Creating initial MLflow database tables...") into vlgate's output
+        "MLFLOW_LOGGING_LEVEL": "WARNING",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
         "TQDM_DISABLE": "1",
     }.items():

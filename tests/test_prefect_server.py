@@ -70,6 +70,7 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
 
     done = validate("tiny", "1", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "great_expectations" not in done.stderr  # GX ran (a new home's first expectations), its INFO lines stay out
     assert json.loads(done.stdout)["outcome"] == "promoted"
     # the flow ran on the home's own server: its database (seeded, then used) holds the run
     database = sqlite3.connect(home / "prefect" / "prefect.db")
@@ -86,6 +87,13 @@ def test_vlgate_validate_runs_its_flow_on_a_local_server_and_stops_it(tiny_world
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{announced.group(1)}/health", timeout=2)
 
+    # a new home's first command creates MLflow's tables without saying so
+    fresh = subprocess.run(
+        [str(Path(sys.executable).parent / "vlgate"), "register", "tiny", str(world / "checkpoints" / "vlm-steps3")],
+        env=env | {"VLGATE_HOME": str(home / "another-home")}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["version"] == "1", fresh.stderr[-3000:]
+    assert fresh.stderr == ""
     # what CI acts on: rejected (a rule failed on the numbers) exits 3, could not judge 4
     (home / "gate.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/n": 5}, "resamples": 200}))  # 4 items scored
     rejected = validate("tiny", "1")
