@@ -12,7 +12,8 @@ take the same looks. Prints:
 - each look's wall time in the cached run, read from the flow's own "look N of M" log
   lines (a cached look runs no model: its time is everything but the model passes;
   target at most 1 s); the first look's time counts from the validation flow's start (it
-  holds the run's set-up: params, datasets, configuration artifacts);
+  holds the run's set-up: params, datasets, configuration artifacts); the records and
+  tables uploaded once, before the deciding gate, are timed apart;
 - the records the cached run says it took from the cache, against its records in all
   (they must be equal: every record came from the cache).
 
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from vlgate.cli.demo import DEMO_POLICY
@@ -42,6 +43,7 @@ TARGET_LOOK_S = 1.0
 #: Prefect's log line time, e.g. ``12:01:02.345 | INFO    | Flow run 'x' - cached-vlm v1: look 2 of 4: goes on``
 _LOG_TIME = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) \|")
 _LOOK = re.compile(r": look (\d+) of (\d+):")
+_TASK_DONE = re.compile(r"Task run '(log-look|log-outputs)-[0-9a-f]+' - Finished")
 _FLOW_START = re.compile(r"Beginning flow run .* for flow 'vlgate-validate'")
 
 
@@ -57,11 +59,14 @@ def vlgate(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[s
     return seconds, done
 
 
-def look_times(log: str) -> list[float]:
-    """Each look's seconds, from the flow's log: look 1 from the validation flow's start, each
-    later one from the look before."""
+def look_times(log: str) -> tuple[list[float], float]:
+    """Each look's seconds, from the flow's log (look 1 from the validation flow's start, each
+    later one from the look before), without the one upload of the records and tables (the
+    ``log-outputs`` task: from the look's ``log-look`` to its own end); and that upload's seconds."""
     stamps: list[datetime] = []
     started: datetime | None = None
+    last_look_log: datetime | None = None
+    upload = 0.0
     for line in log.splitlines():
         when = _LOG_TIME.match(line)
         if when is None:
@@ -69,12 +74,17 @@ def look_times(log: str) -> list[float]:
         stamp = datetime.strptime(when.group(1), "%H:%M:%S.%f")
         if started is None and _FLOW_START.search(line):
             started = stamp
+        task = _TASK_DONE.search(line)
+        if task and task.group(1) == "log-look":
+            last_look_log = stamp
+        elif task and last_look_log is not None:
+            upload += (stamp - last_look_log).total_seconds()
         if _LOOK.search(line):
-            stamps.append(stamp)
+            stamps.append(stamp - timedelta(seconds=upload))  # the uploads so far taken out
     if started is None or not stamps:
-        return []
+        return [], upload
     edges = [started, *stamps]
-    return [(later - earlier).total_seconds() for earlier, later in zip(edges, edges[1:], strict=False)]
+    return [(later - earlier).total_seconds() for earlier, later in zip(edges, edges[1:], strict=False)], upload
 
 
 def main() -> None:
@@ -101,8 +111,9 @@ def main() -> None:
     print(f"cached validation  {cached:7.1f} s  ({result['outcome']}; target <= {TARGET_CACHED_S:g} s)")
     print(f"cached / cold      {cached / cold:7.2f}    (target <= {TARGET_SHARE:.2f})")
     for label, done in (("cold", cold_done), ("cached", cached_done)):
-        times = look_times(done.stderr)
+        times, upload = look_times(done.stderr)
         print(f"{label} looks, s       " + "  ".join(f"{seconds:5.2f}" for seconds in times) + (f"   (target <= {TARGET_LOOK_S:g} s each)" if label == "cached" else ""))
+        print(f"{label} records and tables, uploaded once: {upload:5.2f} s")
     print(f"records from cache {from_cache:7d} of {total} {'(all)' if from_cache == total else '(WRONG: every record came from the cache)'}")
 
 

@@ -340,20 +340,20 @@ def _validate(
     client = tracking.connect(home)
     tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
-    from mlflow.entities import Param
+    from mlflow.entities import Param, RunTag
 
     suite = plan.suite
     run = client.get_run(run_id)
     link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
-    for key, value in where_it_runs().items():  # a resumed validation overwrites them: the last attempt's
-        client.set_tag(run_id, key, value)
+    tags = where_it_runs()  # a resumed validation overwrites them: the last attempt's
+    params: dict[str, str] = {}
     if not run.data.params:  # a resumed run has them already; params cannot be overwritten
         # the compare view's axes: what differs between validations (paths and digests are tags)
         params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
         params |= {f"protocol.{name}": protocol for name, protocol in suite.protocols().items()}
-        client.set_tag(run_id, tag_keys.SUITE_PATH, str(config.suite))
-        client.set_tag(run_id, tag_keys.POLICY_PATH, str(config.policy))
-        client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
+        tags |= {tag_keys.SUITE_PATH: str(config.suite), tag_keys.POLICY_PATH: str(config.policy)}
+    client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()], tags=[RunTag(key, value) for key, value in tags.items()])
+    if params:
         client.log_artifact(run_id, str(config.policy), artifact_path="config")
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
         client.log_dict(run_id, plan.as_logged(), "config/plan.json")

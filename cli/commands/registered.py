@@ -5,6 +5,7 @@ claim, and run the service (``reading.py`` has those that only read what is reco
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,6 +209,7 @@ class Validate(Command):
             unjudgeable = model_problem(home, args.name)
             if unjudgeable:
                 raise UserError(unjudgeable)
+            importlib.import_module("vlgate.flows.validation")  # the flow's own imports, still while the server starts
 
         with local_prefect_server(home, while_starting=refuse_unjudgeable):  # checked while the server starts
             from mlflow.exceptions import MlflowException
