@@ -143,11 +143,12 @@ def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("vlgate.evaluators.world.build.VLM_STEPS", (0,))
     monkeypatch.setattr("vlgate.evaluators.world.build.LLM_STEPS", 0)
     monkeypatch.setattr("vlgate.evaluators.world.build.FAULT_STEPS", 0)
-    assert main(["make-world"]) == 0
+    assert main(["make-world", "--json"]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     world = tmp_path / "home" / "world"
     assert printed["world"] == str(world) and (world / "manifest.json").is_file()
+    assert printed["files"] == json.loads((world / "manifest.json").read_text())["files"]
     # progress on stderr (stdout stays JSON): each phase as it starts and as it ends with its
     # time, in the manifest's order, and each checkpoint as it is saved
     lines = captured.err.splitlines()
@@ -157,6 +158,16 @@ def test_make_world_cli_writes_under_vlgate_home(tmp_path, monkeypatch, capsys):
     saved = {line.split()[2] for line in lines if line.startswith("make-world:   saved ")}
     assert saved == {card.parent.relative_to(world).as_posix() for card in world.glob("checkpoints/*/vlgate_checkpoint.json")} and "checkpoints/vlm-steps0" in saved
     assert lines[-1].startswith(f"make-world: {world} trained in ")
+
+    # without --json, a summary: what is there, and where the manifest of every file's hash is
+    assert main(["make-world", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    summary = captured.out.splitlines()
+    assert captured.err == "" and len(summary) == 2 + len(printed["checkpoints"]) + 1
+    assert summary[0] == f"world: {world} (small data sets, seed 0, llava)"
+    assert summary[1] == f"  data sets: {', '.join(printed['data'])}"
+    assert f"  checkpoints vlm: {', '.join(printed['checkpoints']['vlm'])}" in summary
+    assert summary[-1] == f"  {len(printed['files']):,} files, each with its hash in {world / 'manifest.json'}"
 
 
 def test_llm_agent_round_trips_and_shares_the_tokenizer(world, monkeypatch):

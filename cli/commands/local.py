@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from vlgate.cli.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
@@ -109,8 +110,10 @@ class MakeWorld(Command):
     help = "build the synthetic world: data sets for every evaluator and tiny trained checkpoints"
     description = (
         "Put the offline synthetic world under --out: reused when already there, copied from the world that ships with "
-        "vlgate (seed 0: the same weights on every machine; a medium world draws its larger data sets for the same models), or trained from code (--from-code, other seeds)."
+        "vlgate (seed 0: the same weights on every machine; a medium world draws its larger data sets for the same models), or trained from code (--from-code, other seeds). "
+        "Prints what is there; its manifest (every file with its hash) is WORLD/manifest.json, or --json."
     )
+    json_help = "the world's folder and its whole manifest (every file with its hash) as one JSON object"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--size", choices=("small", "medium"), default="small", help="the evaluation data sets' size (small is the tests'; the models are the same)")
@@ -141,7 +144,23 @@ class MakeWorld(Command):
         if not args.quiet:
             how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "trained"
             print(f"make-world: {out} {how} in {duration(time.monotonic() - started)}", file=sys.stderr)
-        return Answer({"world": str(out)} | manifest)
+        return Answer({"world": str(out)} | manifest, text=lambda: print_world_summary(out, manifest))
+
+
+def print_world_summary(out: Path, manifest: Mapping[str, object]) -> None:
+    """A world in a few lines: where, what it holds, and where its manifest is."""
+
+    def names(value: object) -> str:
+        return ", ".join(str(key) for key in value) if isinstance(value, Mapping) else str(value)
+
+    checkpoints = manifest.get("checkpoints")
+    files = manifest.get("files")
+    print(f"world: {out} ({manifest.get('size')} data sets, seed {manifest.get('seed')}, {manifest.get('architecture')})")
+    print(f"  data sets: {names(manifest.get('data', {}))}")
+    if isinstance(checkpoints, Mapping):
+        for family, entry in checkpoints.items():
+            print(f"  checkpoints {family}: {names(entry) if isinstance(entry, Mapping) else entry}")
+    print(f"  {len(files) if isinstance(files, Mapping) else 0:,} files, each with its hash in {out / 'manifest.json'}")
 
 
 class Evaluate(Command):
