@@ -75,8 +75,17 @@ def test_vlgate_history_lists_what_mlflow_holds(tmp_path, monkeypatch, capsys):
     assert [(s["version"], s["until"], s["record"]) for s in shown["timeline"]] == [("1", None, 1)] and shown["champion"] == "1" and not shown["moved_outside"]
     assert main(["history", "m", "2", "--json"]) == 0
     assert [v["version"] for v in json.loads(capsys.readouterr().out)["versions"]] == ["2"]
+    monkeypatch.setenv("COLUMNS", "80")  # a pipe's width: too narrow for the tables, a line a record and no value cut
     assert main(["history", "m"]) == 0
-    assert "holds it" in capsys.readouterr().out
+    narrow = capsys.readouterr().out.splitlines()
+    assert "…" not in "".join(narrow) and narrow[0] == "m: decision records"
+    assert narrow[1:3] == ["  v1 record 1: validation → promoted; champion none → 1, alias moved; 2026-11-01 09:00:00 UTC by ci",
+                           "  v2 record 1: validation → rejected; champion 1 → 1; 2026-11-01 10:00:00 UTC by ci"]  # fmt: skip
+    assert narrow[3:] == ["m: who held the champion alias", "  v1: since 2026-11-01 09:00:00 UTC, until holds it; moved by record 1 (validation: promoted)"]
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["history", "m"]) == 0
+    wide = capsys.readouterr().out
+    assert "holds it" in wide and all(header in wide for header in ("version", "judgement", "outcome", "champion before", "moved by"))
     assert main(["history", "nope"]) == 2 and "nope: not in the registry" in capsys.readouterr().err
 
 
