@@ -30,20 +30,23 @@ def _fits(console: Console, table: Table) -> bool:
 def print_history(history: ModelHistory) -> None:
     from rich.table import Table
 
-    records = Table(title=data_text(f"{history.model}: decision records"))
-    for column in ("version", "record", "judgement", "outcome", "champion before", "after", "alias moved", "judged at", "by"):
-        records.add_column(column)
+    # (version, record, judgement, outcome, champion before, after, alias moved, judged at, by); None: not judged yet
+    rows: list[tuple[str, tuple[str, ...] | None]] = []
     for version in history.versions:
         if not version.records:
-            records.add_row(data_text(version.version), "—", "not judged yet", "", "", "", "", "", "")
+            rows.append((version.version, None))
         for record in version.records:
             judge = record.judged_by
             by = (judge.user or judge.process) if judge is not None else "—"
-            records.add_row(
-                data_text(version.version), str(record.sequence or "—"), record.kind.value if record.kind else "—", record.outcome.value,
-                data_text(record.champion_before or "none"), data_text(record.champion_after or "none"), "yes" if record.alias_moved else "",
-                _when(record.judged_at), data_text(by),
-            )  # fmt: skip
+            rows.append((version.version, (
+                str(record.sequence or "—"), record.kind.value if record.kind else "—", record.outcome.value, record.champion_before or "none",
+                record.champion_after or "none", "yes" if record.alias_moved else "", _when(record.judged_at), by,
+            )))  # fmt: skip
+    records = Table(title=data_text(f"{history.model}: decision records"))
+    for column in ("version", "record", "judgement", "outcome", "champion before", "after", "alias moved", "judged at", "by"):
+        records.add_column(column)
+    for shown, row in rows:
+        records.add_row(data_text(shown), *(data_text(cell) for cell in (row or ("—", "not judged yet", "", "", "", "", "", ""))))
     timeline = Table(title=data_text(f"{history.model}: who held the champion alias"))
     for column in ("version", "since", "until", "moved by"):
         timeline.add_column(column)
@@ -59,17 +62,13 @@ def print_history(history: ModelHistory) -> None:
         console.print(records)
     else:
         console.print(data_text(f"{history.model}: decision records"))
-        for version in history.versions:
-            if not version.records:
-                console.print(data_text(f"  v{version.version}: not judged yet"))
-            for record in version.records:
-                judge = record.judged_by
-                by = (judge.user or judge.process) if judge is not None else "—"
-                moved = ", alias moved" if record.alias_moved else ""
-                console.print(data_text(
-                    f"  v{version.version} record {record.sequence or '—'}: {record.kind.value if record.kind else '—'} → {record.outcome.value}; "
-                    f"champion {record.champion_before or 'none'} → {record.champion_after or 'none'}{moved}; {_when(record.judged_at)} by {by}"
-                ), soft_wrap=True)  # fmt: skip  # a record a line, however long: the terminal wraps it, nothing is cut
+        for shown, row in rows:
+            if row is None:
+                console.print(data_text(f"  v{shown}: not judged yet"))
+                continue
+            sequence, kind, outcome, before, after, moved, when, by = row
+            line = f"  v{shown} record {sequence}: {kind} → {outcome}; champion {before} → {after}{', alias moved' if moved else ''}; {when} by {by}"
+            console.print(data_text(line), soft_wrap=True)  # a record a line, however long: the terminal wraps it, nothing is cut
     if _fits(console, timeline):
         console.print(timeline)
     else:

@@ -4,6 +4,8 @@ validation runs by version."""
 from __future__ import annotations
 
 import hashlib
+import json
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,9 +90,6 @@ def log_tables(client: MlflowClient, run_id: str, tables: Mapping[str, pd.DataFr
     ``mlflow.loggedArtifacts`` tag, set once. ``log_table`` itself appends a table to one
     of the same path (a look, a resumed run, logging it again would double its rows), and
     lists the run's artifacts and reads the run back for every table."""
-    import json
-    import tempfile
-
     from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
     if not tables:
