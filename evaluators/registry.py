@@ -79,6 +79,24 @@ def register(definition: EvaluatorDefinition) -> EvaluatorDefinition:
     return _add(definition)
 
 
+#: the evaluators built from a suite's entries (lmms-eval tasks), by name
+_FROM_SUITES: set[str] = set()
+
+
+def define(definition: EvaluatorDefinition) -> EvaluatorDefinition:
+    """Add an evaluator that a suite entry builds (an lmms-eval task, ``evaluators/lmms/``),
+    after the others: its functions are the task's own, so it has no example records to
+    check itself on. Reading the same entry again replaces it; a name the packages or a
+    plugin registered is refused."""
+    registered = _registered()
+    if definition.name in registered and definition.name not in _FROM_SUITES:
+        raise ValueError(f"evaluator {definition.name!r} is already registered; name the suite entry otherwise")
+    registered.pop(definition.name, None)
+    _FROM_SUITES.add(definition.name)
+    _CHECKED.add(definition.name)
+    return _add(definition)
+
+
 def check_definitions() -> list[str]:
     """Every registered evaluator checked on its example records (each once per process);
     the names checked. A definition that disagrees with itself raises
@@ -96,6 +114,7 @@ def check_definitions() -> list[str]:
 def unregister(name: str) -> None:
     _registered().pop(name, None)
     _CHECKED.discard(name)
+    _FROM_SUITES.discard(name)
 
 
 def names() -> tuple[str, ...]:
@@ -176,6 +195,7 @@ __all__ = [
     "UnknownEvaluatorError",
     "check_definitions",
     "correlated_pairs",
+    "define",
     "definitions",
     "get",
     "metric",

@@ -456,8 +456,8 @@ def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame
             continue
         if not column.nullable:
             expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column.name))
-        if column.free_text:
-            continue  # what the model wrote: any text (its diversity is a metric's check)
+        if column.free_text or column.opaque:
+            continue  # what the model wrote: any text (its diversity is a metric's check); a task's own per-doc value
         if column.text:
             expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, min_value=1))
         elif column.values is not None:

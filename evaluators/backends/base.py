@@ -46,10 +46,36 @@ class ChoiceRequest:
 
 
 @dataclass(frozen=True)
+class ImageSlot:
+    """Where the next of a request's images stands in its user turn (:attr:`GenerateRequest.turn`)."""
+
+
+#: the one image slot every turn uses
+IMAGE = ImageSlot()
+#: one part of a user turn: a text, or the place of the request's next image
+TurnPart = str | ImageSlot
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
+    """Greedy text about ``images``. The user turn is the images, then ``prompt``, unless
+    ``turn`` lays it out otherwise: texts and :data:`IMAGE` slots in order, one slot per
+    image (an lmms-eval task's interleaved messages, as MMMU's are); ``prompt`` is then
+    the turn's text parts joined, for what shows a request."""
+
     images: tuple[Image.Image, ...]
     prompt: str
     max_new_tokens: int = 32
+    turn: tuple[TurnPart, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.turn is not None and sum(part is IMAGE for part in self.turn) != len(self.images):
+            raise ValueError(f"a user turn of {sum(part is IMAGE for part in self.turn)} image slots for {len(self.images)} images")
+
+    @property
+    def parts(self) -> tuple[TurnPart, ...]:
+        """The user turn in order: ``turn``, else every image, then the prompt."""
+        return self.turn if self.turn is not None else (*(IMAGE for _ in self.images), self.prompt)
 
 
 @dataclass

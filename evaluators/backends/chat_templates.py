@@ -43,7 +43,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, Required, TypedDict
 
-from vlgate.evaluators.backends.base import BackendError
+from vlgate.evaluators.backends.base import IMAGE, BackendError, TurnPart
 from vlgate.evaluators.backends.loading import LoadPolicy
 
 if TYPE_CHECKING:
@@ -119,15 +119,18 @@ def renderer_for(model: str, owners: Sequence[object], tokenizer: PreTrainedToke
     )
 
 
-def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int, model: str, has_vision: bool) -> str:
+def user_turn(renderer: ChatTemplateRenderer | None, prompt: str, n_images: int, model: str, has_vision: bool, turn: Sequence[TurnPart] | None = None) -> str:
     """One request's text as every local backend sends it: the user turn (images first, then
-    the text) through the checkpoint's chat template. A text-only model's turn is a plain
+    the text, unless ``turn`` lays out texts and image slots otherwise) through the
+    checkpoint's chat template. A text-only model's turn is a plain
     string, as its card sends it (Llama 3's and Gemma 2's templates would print a list of
     parts as its Python repr, Qwen3's would drop it); a template written for parts only,
     whose rendering of a string lacks the prompt or raises, gets the parts. A text-only
     model without a template gets the bare prompt. Both backends build it here, so they
     send the same text."""
-    parts: list[ChatMessage] = [{"role": "user", "content": [ContentPart(type="image") for _ in range(n_images)] + [ContentPart(type="text", text=prompt)]}]
+    laid_out = turn if turn is not None else (*(IMAGE for _ in range(n_images)), prompt)
+    content = [ContentPart(type="image") if part is IMAGE else ContentPart(type="text", text=str(part)) for part in laid_out]
+    parts: list[ChatMessage] = [{"role": "user", "content": content}]
     if renderer is None:
         if has_vision:
             raise BackendError(f"model {model}: its processor has no chat template")

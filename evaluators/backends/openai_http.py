@@ -41,7 +41,7 @@ import numpy as np
 from PIL import Image
 from pydantic import JsonValue
 
-from vlgate.evaluators.backends.base import BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, renormalise
+from vlgate.evaluators.backends.base import IMAGE, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, TurnPart, VisionLanguageBackend, renormalise
 from vlgate.evaluators.backends.options import option_masses_from_logprobs
 
 logger = logging.getLogger(__name__)
@@ -216,17 +216,22 @@ class OpenAIHttpBackend(VisionLanguageBackend):
 
     # -- messages --------------------------------------------------------------------------
 
-    def _messages(self, images: Sequence[Image.Image], prompt: str, urls: dict[int, str]) -> list[JsonValue]:
-        """The user turn: images first, then the text; plain string content when there is no
-        image (text-only chat templates expect it)."""
+    def _messages(self, images: Sequence[Image.Image], prompt: str, urls: dict[int, str], turn: Sequence[TurnPart] | None = None) -> list[JsonValue]:
+        """The user turn: images first, then the text (unless ``turn`` lays out texts and
+        image slots otherwise); plain string content when there is no image (text-only chat
+        templates expect it)."""
         if not images:
-            return [{"role": "user", "content": prompt}]
+            return [{"role": "user", "content": prompt if turn is None else "".join(str(part) for part in turn)}]
         content: list[JsonValue] = []
-        for image in images:
+        remaining = iter(images)
+        for part in turn if turn is not None else (*(IMAGE for _ in images), prompt):
+            if part is not IMAGE:
+                content.append({"type": "text", "text": str(part)})
+                continue
+            image = next(remaining)
             if id(image) not in urls:  # VL-LCM sends one image with K probes: encode it once
                 urls[id(image)] = image_data_url(image)
             content.append({"type": "image_url", "image_url": {"url": urls[id(image)]}})
-        content.append({"type": "text", "text": prompt})
         return [{"role": "user", "content": content}]
 
     # -- the interface ---------------------------------------------------------------------
@@ -279,7 +284,7 @@ class OpenAIHttpBackend(VisionLanguageBackend):
     def generate(self, requests: Sequence[GenerateRequest]) -> list[str]:
         urls: dict[int, str] = {}
         payloads: list[JsonObject] = [
-            {"model": self.model, "messages": self._messages(r.images, r.prompt, urls), "max_tokens": r.max_new_tokens, "temperature": 0}
+            {"model": self.model, "messages": self._messages(r.images, r.prompt, urls, r.turn), "max_tokens": r.max_new_tokens, "temperature": 0}
             for r in requests
         ]
 

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, VisionLanguageBackend, default_device, renormalise
+from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ChoiceRequest, GenerateRequest, TurnPart, VisionLanguageBackend, default_device, renormalise
 from vlgate.evaluators.backends.chat_templates import adds_special_tokens, renderer_for, user_turn
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
 from vlgate.evaluators.backends.options import option_token_ids
@@ -180,11 +180,11 @@ class TransformersBackend(VisionLanguageBackend):
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def chat_text(self, prompt: str, n_images: int) -> str:
-        """The user turn (images first, then the text) through the checkpoint's chat template."""
+    def chat_text(self, prompt: str, n_images: int, turn: Sequence[TurnPart] | None = None) -> str:
+        """The user turn (images first, then the text, unless ``turn`` lays it out) through the checkpoint's chat template."""
         if self.bare_prompts:
             return prompt
-        return user_turn(self.template, prompt, n_images, self.info.model, self.has_vision)
+        return user_turn(self.template, prompt, n_images, self.info.model, self.has_vision, turn)
 
     def _encode(self, texts: list[str], images: Sequence[Sequence[Image.Image]]) -> dict[str, torch.Tensor]:
         """The model's inputs for one batch, as ``apply_chat_template(tokenize=True)`` builds
@@ -409,7 +409,7 @@ class TransformersBackend(VisionLanguageBackend):
         outputs: list[str | None] = [None] * len(requests)
         for chunk in self._batches(range(len(requests)), [len(r.images) for r in requests]):
             batch = [requests[i] for i in chunk]
-            texts = [self.chat_text(r.prompt, len(r.images)) for r in batch]
+            texts = [self.chat_text(r.prompt, len(r.images), r.turn) for r in batch]
             inputs = self._encode(texts, [r.images for r in batch])
             max_new = max(r.max_new_tokens for r in batch)
             # transformers types generate's self as its GenerativePreTrainedModel protocol and names each of its

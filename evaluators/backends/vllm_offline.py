@@ -309,7 +309,7 @@ class VllmBackend(VisionLanguageBackend):
 
     def _run(self, requests: Sequence[ChoiceRequest | GenerateRequest], params: list[SamplingParams], what: str) -> list[RequestOutput]:
         llm = self._engine
-        texts = [user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision) for r in requests]
+        texts = [user_turn(self.template, r.prompt, len(r.images), self.info.model, self.has_vision, r.turn if isinstance(r, GenerateRequest) else None) for r in requests]
         bos = getattr(llm.get_tokenizer(), "bos_token", None)
         # tokenised as the transformers backend and the model card tokenise (adds_special_tokens);
         # one engine call per setting, since LLM.generate takes one for all its prompts

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, ValidationError, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import images, protocols, registry
@@ -42,6 +42,8 @@ from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.deferred import Deferred
 from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
+from vlgate.evaluators.lmms.settings import KIND as LMMS_EVAL
+from vlgate.evaluators.lmms.settings import LmmsEvalSettings
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.metrics.common import Metrics
 from vlgate.evaluators.output import EvaluatorSummary, ShardResult, SummaryJson
@@ -73,6 +75,32 @@ def _settings_model(known: tuple[tuple[str, type[EvaluatorSettings]], ...]) -> t
     (``evaluators.lcm-mc.data: Field required``) and an unknown evaluator is refused."""
     fields: dict[str, Any] = {name.replace("-", "_"): (settings | None, Field(default=None, alias=name)) for name, settings in known}
     return create_model("Evaluators", __config__=ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False), **fields)
+
+
+def _is_task_entry(entry: object) -> bool:
+    return isinstance(entry, LmmsEvalSettings) or (isinstance(entry, Mapping) and entry.get("kind") == LMMS_EVAL)
+
+
+def _task_entries(tasks: Mapping[str, object]) -> dict[str, EvaluatorSettings]:
+    """The ``kind: lmms-eval`` entries, each validated, its task loaded through lmms-eval and
+    its evaluator defined under the entry's name (``evaluators/lmms/``): a task that does
+    not exist or cannot be built is refused here, when the suite is read."""
+    from vlgate.evaluators.lmms.definition import definition_for
+    from vlgate.evaluators.lmms.tasks import TaskError
+
+    entries: dict[str, EvaluatorSettings] = {}
+    for name, entry in tasks.items():
+        try:
+            settings = entry if isinstance(entry, LmmsEvalSettings) else LmmsEvalSettings.model_validate(entry)
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise ValueError(f"evaluators.{name}.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        try:
+            registry.define(definition_for(name, settings))
+        except TaskError as error:
+            raise ValueError(f"evaluators.{name}: {error}") from None
+        entries[name] = settings
+    return entries
 
 
 class Suite(BaseModel):
@@ -114,11 +142,13 @@ class Suite(BaseModel):
     @classmethod
     def _by_registry(cls, value: object) -> object:
         """Each entry validated by its evaluator's settings model, in the registry's order."""
-        if not isinstance(value, dict) or all(isinstance(v, EvaluatorSettings) for v in value.values()):
+        if not isinstance(value, dict) or all(isinstance(v, EvaluatorSettings) and not isinstance(v, LmmsEvalSettings) for v in value.values()):
             return value
-        known = tuple((definition.name, definition.settings) for definition in registry.definitions())
-        parsed = _settings_model(known).model_validate(value)
-        entries = {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
+        tasks = {name: entry for name, entry in value.items() if _is_task_entry(entry)}
+        known = tuple((definition.name, definition.settings) for definition in registry.definitions() if definition.name not in tasks)
+        parsed = _settings_model(known).model_validate({name: entry for name, entry in value.items() if name not in tasks})
+        entries: dict[str, EvaluatorSettings] = {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
+        entries |= _task_entries(tasks)
         for name, entry in entries.items():
             try:
                 registry.get(name).protocol(entry.protocol)

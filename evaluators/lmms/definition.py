@@ -1,0 +1,132 @@
+"""An lmms-eval task as a vlgate evaluator: the :class:`EvaluatorDefinition` of one suite entry,
+built from the task lmms-eval loaded, so that every metric of the task's ``metric_list`` is
+the vlgate metric ``ENTRY/METRIC``: logged, checked by Great Expectations, gated (floors,
+and regressions against the champion paired on doc ids) and shown as the other evaluators'
+metrics are (docs/lmms-eval.md).
+
+- **The aggregate** of a metric is the task's own aggregation function on the per-doc
+  values ``process_results`` gave, in doc order; it must be a finite number, or the
+  metric cannot be gated (:class:`UnpairableAggregationError`, naming the task and metric).
+- **Resampling** (the gate's bootstrap and leave-one-out): a metric whose aggregation is
+  lmms-eval's own ``mean`` of numbers is a weighted mean, linear in the docs; any other
+  aggregation is called on each resampled list of docs (the generic path).
+- **Great Expectations** fails a run where more than :data:`MAX_EMPTY_SHARE` of the
+  answers are empty: a backend that loses its output must not pass as a model that knows nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vlgate.evaluators import schemas
+from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
+from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, load_docs, protocol_of
+from vlgate.evaluators.lmms.settings import LmmsEvalSettings
+from vlgate.evaluators.lmms.tasks import LoadedTask, load_task
+from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
+from vlgate.evaluators.records import Record
+from vlgate.evaluators.schemas import Arrays, Problem
+
+#: the share of empty answers past which Great Expectations fails the run
+MAX_EMPTY_SHARE = 0.25
+
+
+class UnpairableAggregationError(ValueError):
+    """A task metric whose aggregation gives something the gate cannot compare (not a finite number)."""
+
+
+class TaskSchema(schemas.Schema):
+    """docs/lmms-eval.md: ``{"id", "doc_id", "response", "filtered", "results"}``, ``results``
+    holding every metric of the task."""
+
+    def __init__(self, metrics: Sequence[str]):
+        self.metrics = tuple(metrics)
+
+    def structure_problems(self, record: Record) -> Any:
+        if not isinstance(record.get("doc_id"), int) or isinstance(record.get("doc_id"), bool):
+            yield ("doc_id", "must be the doc's integer index")
+        if not isinstance(record.get("response"), str):
+            yield ("response", "must be the model's text")
+        if not isinstance(record.get("filtered"), dict):
+            yield ("filtered", "must map each filter ensemble to its response")
+        results = record.get("results")
+        if not isinstance(results, dict):
+            yield ("results", "must map each metric to process_results's value")
+            return
+        for metric in self.metrics:
+            if metric not in results:
+                yield (f"results.{metric}", "missing")
+
+    def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
+        arrays: Arrays = {"response": pd.Series([record["response"] for record in records], dtype=object)}
+        for metric in self.metrics:
+            arrays[f"results.{metric}"] = pd.Series([record["results"][metric] for record in records], dtype=object)  # type: ignore[index, call-overload]
+        return arrays, {}
+
+
+def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
+    """One row a doc: the response, whether it is empty, and each metric's per-doc value as
+    ``process_results`` gave it (numbers as floats where every doc's is a number)."""
+    responses = pd.Series(arrays["response"], dtype=object)
+    frame = pd.DataFrame({"response": responses.to_numpy(), "empty": (responses.str.strip() == "").astype(int).to_numpy()})
+    for metric in metrics:
+        values = list(arrays[f"results.{metric}"])
+        numeric = all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
+        frame[metric] = np.asarray(values, dtype=float) if numeric and values else pd.Series(values, dtype=object).to_numpy()
+    return frame
+
+
+def _aggregate(loaded: LoadedTask, evaluator: str, frame: pd.DataFrame) -> MetricValues:
+    """Each metric by the task's own aggregation on the docs' values, in order; ``n_empty``."""
+    metrics: MetricValues = {"n": len(frame), "n_empty": int(frame["empty"].sum()) if len(frame) else 0}
+    for spec in loaded.metrics:
+        values = frame[spec.name].tolist()
+        if not values:
+            metrics[spec.name] = None
+            continue
+        value = spec.aggregate(values)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(float(value)):
+            raise UnpairableAggregationError(
+                f"lmms-eval task {loaded.name!r} ({evaluator}): the aggregation of {spec.name!r} gives {type(value).__name__} {str(value)[:80]!r}, not a finite number; vlgate cannot gate it"
+            )
+        metrics[spec.name] = float(value)
+    return metrics
+
+
+def _resampled(loaded: LoadedTask, frame: pd.DataFrame, weights: Weights) -> dict[str, np.ndarray]:
+    """The metrics that are lmms-eval's ``mean`` of numbers, as weighted means (linear in the docs)."""
+    return {spec.name: weighted_mean(frame[spec.name].to_numpy(dtype=float), weights) for spec in loaded.metrics if spec.is_mean and frame[spec.name].dtype.kind == "f"}
+
+
+def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition:
+    """The evaluator of the suite entry ``name``: its task loaded (:func:`load_task`)."""
+    loaded = load_task(settings)
+    names = [spec.name for spec in loaded.metrics]
+    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, required=True, headline=True) for spec in loaded.metrics)
+    means = [spec for spec in loaded.metrics if spec.is_mean]
+    return EvaluatorDefinition(
+        name=name,
+        title=f"lmms-eval {loaded.name}",
+        schema=TaskSchema(names),
+        per_sample=lambda arrays: _per_sample(arrays, names),
+        aggregate=lambda frame: _aggregate(loaded, name, frame),
+        metrics=(*metrics, count_metric("n_empty", max_share=MAX_EMPTY_SHARE, unusable="empty answers: a backend that loses its output is not a model that knows nothing")),
+        columns=(Column("response", free_text=True), indicator_column("empty"), *(Column(metric, opaque=True) for metric in names)),
+        settings=LmmsEvalSettings,
+        build_runner=lambda spec, context: build_runner(spec, context, name),
+        protocols=(protocol_of(loaded),),
+        example=Path(),
+        load_items=lambda spec, _out: load_docs(spec),
+        resampled=(lambda frame, weights: _resampled(loaded, frame, weights)) if means else None,
+        item_scores=tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means),
+        item_fields=("response",),
+    )
+
+
+__all__ = ["MAX_EMPTY_SHARE", "TaskDoc", "TaskSchema", "UnpairableAggregationError", "definition_for"]

@@ -1,0 +1,207 @@
+"""An lmms-eval task, loaded through lmms-eval's own API (``TaskManager``, ``get_task_dict``)
+and held once per process: its docs, its prompts (``doc_to_messages``), its filters, its
+``process_results`` and its aggregations are the task's own code, never re-read from YAML.
+
+lmms-eval is imported only here, and only when a suite names a task (its import takes
+seconds and a gigabyte). Its loguru logger is set to warnings: lmms-eval logs every YAML
+it indexes at DEBUG.
+
+A task's **digest** covers what decides its answers and scores: lmms-eval's version, the
+task's whole configuration (with every function it names replaced by the function's
+module, name and the sha256 of its source file: a changed ``utils.py`` is a changed task),
+the overrides of the suite entry and the generation settings as run. It is part of every
+record's fingerprint, so a changed task never reuses old answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from vlgate.evaluators.lmms.settings import LmmsEvalSettings
+
+#: lmms-eval's own default where a task sets no ``max_new_tokens`` (its Hugging Face model classes)
+DEFAULT_MAX_NEW_TOKENS = 1024
+#: lmms-eval's model name tasks are resolved for: its LLaVA class on Hugging Face, whose
+#: chat path (``doc_to_messages`` through the processor's chat template) vlgate's backends follow
+MODEL_NAME = "llava_hf"
+
+
+class TaskError(ValueError):
+    """A task that cannot be used, in one line naming the task (and the doc and field)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The generation settings as run: greedy, at most ``max_new_tokens`` new tokens.
+    lmms-eval's Hugging Face model classes ignore ``until``, and so does vlgate."""
+
+    max_new_tokens: int
+
+    def as_json(self) -> dict[str, JsonValue]:
+        return {"max_new_tokens": self.max_new_tokens, "do_sample": False}
+
+
+@dataclass(frozen=True)
+class AggregationSpec:
+    """One metric of the task's ``metric_list``: its aggregation and which way is better."""
+
+    name: str
+    aggregate: Callable[[list[Any]], Any]
+    higher_is_better: bool
+    #: lmms-eval's own ``mean``: the metric is the mean of its per-doc values
+    is_mean: bool
+
+
+@dataclass
+class LoadedTask:
+    """A task as lmms-eval built it, and what vlgate reads off it."""
+
+    name: str
+    task: Any
+    docs: Sequence[Mapping[str, Any]]
+    generation: Generation
+    metrics: tuple[AggregationSpec, ...]
+    filters: tuple[str, ...]
+    digest: str
+    version: str
+
+    def doc(self, doc_id: int) -> Mapping[str, Any]:
+        return self.docs[doc_id]
+
+
+_loaded: dict[str, LoadedTask] = {}
+_loading = threading.Lock()
+
+
+def load_task(settings: LmmsEvalSettings) -> LoadedTask:
+    """The entry's task, built once per process for the same entry; :class:`TaskError`
+    (one line naming the task) where lmms-eval cannot build it, it names no such task, or
+    it asks for something vlgate cannot decide on."""
+    key = settings.model_dump_json()
+    with _loading:
+        if key not in _loaded:
+            _loaded[key] = _build(settings)
+        return _loaded[key]
+
+
+def _quiet_loguru() -> None:
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+
+
+_managers: dict[str | None, Any] = {}
+
+
+def _task_manager(include_path: str | None) -> Any:
+    if include_path not in _managers:
+        _quiet_loguru()
+        from lmms_eval.tasks import TaskManager
+
+        _managers[include_path] = TaskManager(verbosity="WARNING", include_path=include_path, model_name=MODEL_NAME)
+        _quiet_loguru()
+    return _managers[include_path]
+
+
+def _build(settings: LmmsEvalSettings) -> LoadedTask:
+    name = settings.task
+    if settings.include_path is not None and not Path(settings.include_path).is_dir():
+        raise TaskError(f"lmms-eval task {name!r}: include_path {settings.include_path} is not a folder")
+    manager = _task_manager(settings.include_path)
+    if name not in manager.all_subtasks:
+        known = "groups and tags" if name in manager.all_tasks else "tasks"
+        hint = f"; it is one of lmms-eval's {known}, name one of its tasks" if name in manager.all_tasks else ""
+        raise TaskError(f"lmms-eval task {name!r}: no such task in lmms-eval {_version()}{' or under ' + settings.include_path if settings.include_path else ''}{hint}")
+    from lmms_eval.tasks import get_task_dict
+
+    try:
+        task = get_task_dict([name], manager, task_type="chat")[name]
+    except Exception as error:  # a task's utils that cannot be imported, a dataset that cannot be read: lmms-eval raises anything
+        raise TaskError(f"lmms-eval task {name!r} cannot be built: {type(error).__name__}: {_one_line(error)}") from error
+    finally:
+        _quiet_loguru()
+    if task.OUTPUT_TYPE != "generate_until":
+        raise TaskError(f"lmms-eval task {name!r}: output_type {task.OUTPUT_TYPE!r}; vlgate runs generate_until tasks")
+    if settings.lmms_eval_specific_kwargs:
+        task.lmms_eval_specific_kwargs = {**(task.lmms_eval_specific_kwargs or {}), **settings.lmms_eval_specific_kwargs}
+    generation = _generation(name, {**(task.config.generation_kwargs or {}), **(settings.generation_kwargs or {})})
+    try:
+        docs = task.eval_docs
+    except Exception as error:
+        raise TaskError(f"lmms-eval task {name!r}: its docs cannot be read: {type(error).__name__}: {_one_line(error)}") from error
+    from lmms_eval.api.metrics import mean
+
+    aggregations, better = task.aggregation(), task.higher_is_better()
+    metrics = tuple(AggregationSpec(metric, function, bool(better.get(metric, True)), function is mean) for metric, function in aggregations.items())
+    filters = tuple(ensemble.name for ensemble in getattr(task, "_filters", ()))
+    version = _version()
+    return LoadedTask(name, task, docs, generation, metrics, filters, task_digest(task, settings, generation, version), version)
+
+
+def _generation(name: str, kwargs: Mapping[str, Any]) -> Generation:
+    """The task's generation settings with the entry's overrides, refused where they sample
+    or search: vlgate decides on greedy answers, as lmms-eval's models give them at temperature 0."""
+    temperature = kwargs.get("temperature") or 0
+    if not isinstance(temperature, int | float) or temperature > 0 or kwargs.get("do_sample"):
+        raise TaskError(f"lmms-eval task {name!r}: generation_kwargs samples (temperature {temperature!r}, do_sample {kwargs.get('do_sample')!r}); vlgate decides on greedy answers only")
+    if (kwargs.get("num_beams") or 1) != 1:
+        raise TaskError(f"lmms-eval task {name!r}: generation_kwargs num_beams {kwargs['num_beams']!r}; vlgate decodes greedily (num_beams 1)")
+    limit = kwargs.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise TaskError(f"lmms-eval task {name!r}: generation_kwargs max_new_tokens {limit!r} is not a positive integer")
+    return Generation(limit)
+
+
+def _version() -> str:
+    return importlib.metadata.version("lmms_eval")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
+def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, version: str) -> str:
+    """sha256 of what decides the task's answers and scores (module docstring)."""
+    config = dataclasses.asdict(task.config)
+    payload = {
+        "lmms_eval": version,
+        "config": _canonical(config),
+        "lmms_eval_specific_kwargs": _canonical(task.lmms_eval_specific_kwargs),
+        "filters": [[ensemble.name, [_canonical(type(f)) for f in ensemble.filters], [_canonical(vars(f)) for f in ensemble.filters]] for ensemble in getattr(task, "_filters", ())],
+        "generation": generation.as_json(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_source_digests: dict[str, str] = {}
+
+
+def _canonical(value: Any) -> Any:
+    """A config value as stable JSON: functions and classes as their module, name and
+    source file's sha256 (never their address)."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        module = inspect.getmodule(value)
+        source = getattr(module, "__file__", None)
+        if source is not None and source not in _source_digests:
+            _source_digests[source] = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+        return {"function": f"{getattr(value, '__module__', '?')}.{value.__qualname__}", "source_sha256": _source_digests.get(source or "", None)}
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value) if " at 0x" not in repr(value) else type(value).__qualname__
