@@ -94,10 +94,12 @@ class EvaluatorSummary(BaseModel):
     #: the worker of each shard, in shard order (sharded runs)
     shard_workers: list[str] | None = None
     error: str | None = None
+    #: the error is the input's (a task that cannot be run as written), not a fault to retry
+    bad_input: bool = False
 
     @classmethod
-    def failed(cls, error: str) -> EvaluatorSummary:
-        return cls(error=error)
+    def failed(cls, error: str, bad_input: bool = False) -> EvaluatorSummary:
+        return cls(error=error, bad_input=True) if bad_input else cls(error=error)
 
     def counted_since(self, earlier: EvaluatorSummary | None) -> EvaluatorSummary:
         """This look's summary with its record counts made the validation's so far. A later

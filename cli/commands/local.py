@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from vlgate.cli.commands.base import EXIT_NOT_EXACT, Answer, Command, UserError
+from vlgate.cli.commands.base import EXIT_BAD_INPUT, EXIT_NOT_EXACT, Answer, Command, UserError
 from vlgate.text import shell_command, visible
 
 
@@ -204,7 +204,9 @@ class Evaluate(Command):
             if entry.get("from_cache"):
                 print(visible(f"{name}: {entry['from_cache']} of {entry.get('n_items', 0)} records from the record cache, {entry.get('computed', 0)} computed"), file=sys.stderr)
         metrics = {name: entry.get("metrics", {"error": entry.get("error")}) for name, entry in summary["evaluators"].items()}
-        return Answer(metrics, status=1 if failed else 0)
+        # a task that cannot run as written (docs/lmms-eval.md) is bad input, as a bad suite is
+        bad_input = bool(failed) and all(summary["evaluators"][name].get("bad_input") for name in failed)
+        return Answer(metrics, status=EXIT_BAD_INPUT if bad_input else 1 if failed else 0)
 
 
 class CheckModel(Command):

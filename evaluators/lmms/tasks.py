@@ -22,6 +22,7 @@ import inspect
 import json
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,9 @@ def _build(settings: LmmsEvalSettings) -> LoadedTask:
 
     try:
         task = get_task_dict([name], manager, task_type="chat")[name]
+    except KeyError as error:  # lmms-eval builds the first doc's prompt and target as it builds the task
+        field = error.args[0] if error.args else "?"
+        raise TaskError(f"lmms-eval task {name!r}, doc 0: the doc lacks the field {field!r}, which the task reads (lmms-eval reads its first doc as it builds the task)") from error
     except Exception as error:  # a task's utils that cannot be imported, a dataset that cannot be read: lmms-eval raises anything
         raise TaskError(f"lmms-eval task {name!r} cannot be built: {type(error).__name__}: {_one_line(error)}") from error
     finally:
@@ -170,7 +174,12 @@ def _version() -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
+    """The error's message on one line; where it was raised when it has none (lmms-eval
+    raises a bare TypeError for a task without doc_to_target)."""
+    if str(error):
+        return " ".join(str(error).split())[:300]
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else repr(error)
 
 
 def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, version: str) -> str:

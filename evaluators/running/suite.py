@@ -44,6 +44,7 @@ from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
 from vlgate.evaluators.lmms.settings import KIND as LMMS_EVAL
 from vlgate.evaluators.lmms.settings import LmmsEvalSettings
+from vlgate.evaluators.lmms.tasks import TaskError
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.metrics.common import Metrics
 from vlgate.evaluators.output import EvaluatorSummary, ShardResult, SummaryJson
@@ -86,7 +87,6 @@ def _task_entries(tasks: Mapping[str, object]) -> dict[str, EvaluatorSettings]:
     its evaluator defined under the entry's name (``evaluators/lmms/``): a task that does
     not exist or cannot be built is refused here, when the suite is read."""
     from vlgate.evaluators.lmms.definition import definition_for
-    from vlgate.evaluators.lmms.tasks import TaskError
 
     entries: dict[str, EvaluatorSettings] = {}
     for name, entry in tasks.items():
@@ -441,7 +441,7 @@ def run_suite(
             except Exception as error:  # one evaluator's failure must not discard the others' results
                 if isinstance(vlm, Deferred) and vlm.load_error is error:
                     raise  # the candidate itself does not load: nothing can be evaluated (as a load before the first evaluator)
-                entry = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
+                entry = EvaluatorSummary.failed(str(error) if isinstance(error, TaskError) else f"{type(error).__name__}: {error}", bad_input=isinstance(error, TaskError))
             summary["evaluators"][name] = entry.as_json()
         summary["backend"] = vars(vlm.info)  # the loaded model's, or only its description when every record came from the cache
     finally:

@@ -1,0 +1,226 @@
+"""lmms-eval tasks as suite evaluators (docs/lmms-eval.md), held to lmms-eval's own run.
+
+The same task on the same checkpoint, through lmms-eval's ``simple_evaluate`` with its own
+Hugging Face LLaVA class (greedy, as its tasks ask) and through vlgate's suite: the same
+filtered response for every doc and the same aggregate for every metric. Tasks: the world's
+own (``evaluators/world/lmms_task.py``), POPE of the installed package on docs built in its
+schema from the world's images, and a task of the test's own whose messages interleave text
+and images (as MMMU's do). lmms-eval is part of .venv (``pip install -e .[lmms]``): these
+tests fail, never skip, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vlgate.evaluators import registry
+from vlgate.evaluators.running.suite import Suite, run_suite
+from vlgate.evaluators.world.lmms_task import TASK as WORLD_TASK
+from vlgate.evaluators.world.lmms_task import export_world_task
+
+pytestmark = pytest.mark.world
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "evaluators" / "world" / "shipped"
+#: partly trained: right on some docs, wrong on others, so the comparison sees both
+CHECKPOINT = SHIPPED / "checkpoints" / "vlm-steps3000"
+LIMIT = 10
+
+_INTERLEAVED_UTILS = '''
+def doc_to_visual(doc):
+    return [doc["image"].convert("RGB")]
+
+
+def doc_to_text(doc, lmms_eval_specific_kwargs=None):
+    return doc["question"]
+
+
+def doc_to_messages(doc, lmms_eval_specific_kwargs=None):
+    return [{"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image", "url": doc["image"].convert("RGB")}, {"type": "text", "text": doc["question"] + " Please answer yes or no."}]}]
+
+
+def process_results(doc, results):
+    return {"exact_match": float(results[0].strip().lower() == doc["answer"]), "needs_field": 0.0 if doc["answer"] else 1.0}
+
+
+def not_a_number(results):
+    return {"mean": sum(results) / len(results)}
+
+
+def doc_to_text_with_a_hint(doc, lmms_eval_specific_kwargs=None):
+    return doc["hint"] + " " + doc["question"]
+'''
+
+
+def _pope_task(folder: Path, world_data: Path) -> None:
+    """POPE of the installed package, its docs in POPE's schema (question_id, question,
+    answer, image_source, category, image) built from the world's yes/no items."""
+    import datasets
+    import lmms_eval
+
+    rows = [json.loads(line) for line in (world_data / "yesno" / "items.jsonl").read_text().splitlines()]
+    table = datasets.Dataset.from_dict(
+        {
+            "question_id": [row["id"] for row in rows],
+            "question": [row["question"] for row in rows],
+            "answer": [row["answer"] for row in rows],
+            "image_source": [row["image"] for row in rows],
+            "category": ["adversarial" for _ in rows],
+            "image": [{"bytes": (world_data / "yesno" / row["image"]).read_bytes(), "path": None} for row in rows],
+        }
+    ).cast_column("image", datasets.Image())
+    table.to_parquet(str(folder / "pope_world.parquet"))
+    pope = Path(lmms_eval.__file__).parent / "tasks" / "pope" / "pope.yaml"
+    (folder / "pope_world.yaml").write_text(f"include: {pope}\ntask: pope_world\ndataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {folder / 'pope_world.parquet'}\n")
+
+
+def _interleaved_task(folder: Path, parquet: Path, name: str = "interleaved_world", aggregation: str = "mean", messages: str = "!function utils.doc_to_messages", text: str = "!function utils.doc_to_text") -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "utils.py").write_text(_INTERLEAVED_UTILS)  # a folder of its own: a task's utils.py sits beside its YAML
+    (folder / f"{name}.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            task: {name}
+            dataset_path: parquet
+            dataset_kwargs:
+              data_files:
+                test: {parquet}
+            test_split: test
+            output_type: generate_until
+            doc_to_visual: !function utils.doc_to_visual
+            doc_to_text: {text}
+            doc_to_messages: {messages}
+            doc_to_target: answer
+            generation_kwargs:
+              max_new_tokens: 6
+            process_results: !function utils.process_results
+            metric_list:
+              - metric: exact_match
+                aggregation: {aggregation}
+                higher_is_better: true
+            """
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def task_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("lmms-tasks")
+    world_data = SHIPPED / "data"
+    export_world_task(world_data, folder)
+    _pope_task(folder, world_data)
+    _interleaved_task(folder / "interleaved", folder / WORLD_TASK / "test.parquet")
+    return folder
+
+
+TASKS = (WORLD_TASK, "pope_world", "interleaved_world")
+
+
+@pytest.fixture(scope="module")
+def vlgate_run(task_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    suite = Suite.model_validate({"name": "lmms", "batch_size": 4, "evaluators": {task: {"kind": "lmms-eval", "task": task, "include_path": str(task_folder), "limit": LIMIT} for task in TASKS}})
+    out = tmp_path_factory.mktemp("vlgate-run")
+    summary = run_suite(str(CHECKPOINT), suite, out, progress=False)
+    assert all("error" not in entry for entry in summary["evaluators"].values()), summary
+    return {"records": {task: [json.loads(line) for line in (out / task / "records.jsonl").read_text().splitlines()] for task in TASKS}, "summary": summary}
+
+
+@pytest.fixture(scope="module")
+def lmms_eval_run(task_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """lmms-eval's own run, in a child process (its model classes reset loguru and set up accelerate)."""
+    script = tmp_path_factory.mktemp("reference") / "reference.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            import json, sys
+            from lmms_eval.evaluator import simple_evaluate
+            from lmms_eval.tasks import TaskManager
+            manager = TaskManager(include_path={str(task_folder)!r}, model_name="llava_hf")
+            result = simple_evaluate(model="llava_hf", model_args="pretrained={CHECKPOINT},dtype=float32,device_map=cpu", tasks={list(TASKS)!r}, task_manager=manager,
+                                     limit={LIMIT}, batch_size=1, device="cpu", log_samples=True, bootstrap_iters=0)
+            samples = {{task: [{{"doc_id": s["doc_id"], "filtered_resps": s["filtered_resps"]}} for s in result["samples"][task]] for task in result["samples"]}}
+            results = {{task: {{key: value for key, value in metrics.items() if isinstance(value, float) and "stderr" not in key}} for task, metrics in result["results"].items()}}
+            json.dump({{"samples": samples, "results": results}}, sys.stdout)
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout[done.stdout.index("{") :])
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_doc_gets_the_filtered_response_and_every_metric_the_aggregate_of_lmms_evals_own_run(task: str, vlgate_run: dict, lmms_eval_run: dict) -> None:
+    records = vlgate_run["records"][task]
+    theirs = {sample["doc_id"]: sample["filtered_resps"][0] for sample in lmms_eval_run["samples"][task]}
+    assert [record["doc_id"] for record in records] == list(range(LIMIT)) == sorted(theirs)
+    assert {record["doc_id"]: record["filtered"]["none"] for record in records} == theirs
+    metrics = vlgate_run["summary"]["evaluators"][task]["metrics"]
+    expected = {key.split(",")[0]: value for key, value in lmms_eval_run["results"][task].items() if key.endswith(",none")}
+    assert expected and {name: metrics[name] for name in expected} == expected
+    if task != "pope_world":  # the world's prompt: the partly trained model gets some right and some wrong
+        assert 0 < metrics["exact_match"] < 1
+
+
+def test_a_tasks_metrics_are_evaluator_metrics_with_their_direction_and_linear_resampling_where_the_aggregation_is_a_mean(vlgate_run: dict) -> None:
+    world = registry.get(WORLD_TASK)
+    assert world.metric("exact_match").direction == "higher" and world.metric("yes_ratio") is not None
+    assert world.resampled is not None and [score.column for score in world.item_scores] == ["exact_match"]
+    pope = registry.get("pope_world")
+    assert pope.resampled is None  # POPE's aggregations are the task's own functions: the generic path
+    assert registry.metric("pope_world/pope_f1_score") is not None
+
+
+def test_a_task_that_does_not_exist_is_refused_in_one_line_when_the_suite_is_read(task_folder: Path, tmp_path: Path) -> None:
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\nevaluators:\n  mine:\n    kind: lmms-eval\n    task: no_such_task\n    include_path: {task_folder}\n")
+    with pytest.raises(ValueError, match=r"evaluators\.mine.*lmms-eval task 'no_such_task': no such task") as raised:
+        Suite.from_file(suite)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_task_whose_utils_cannot_be_imported_and_a_sampling_one_are_refused_naming_the_task(task_folder: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "utils.py").write_text("import no_such_module_anywhere\n")
+    shutil.copy(task_folder / f"{WORLD_TASK}.yaml", broken / "broken_task.yaml")
+    (broken / "broken_task.yaml").write_text((broken / "broken_task.yaml").read_text().replace(f"task: {WORLD_TASK}", "task: broken_task"))
+    with pytest.raises(ValueError, match=r"evaluators\.b: lmms-eval task 'broken_task'"):
+        Suite.model_validate({"name": "s", "evaluators": {"b": {"kind": "lmms-eval", "task": "broken_task", "include_path": str(broken)}}})
+    with pytest.raises(ValueError, match=r"lmms-eval task 'world_yesno': generation_kwargs samples"):
+        Suite.model_validate({"name": "s", "evaluators": {"w2": {"kind": "lmms-eval", "task": WORLD_TASK, "include_path": str(task_folder), "generation_kwargs": {"temperature": 0.7}}}})
+
+
+def test_a_changed_task_is_a_changed_fingerprint(task_folder: Path, tmp_path: Path) -> None:
+    from vlgate.evaluators.lmms.settings import LmmsEvalSettings
+    from vlgate.evaluators.lmms.tasks import load_task
+
+    same = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder))
+    longer = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder), generation_kwargs={"max_new_tokens": 16})
+    prompted = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder), lmms_eval_specific_kwargs={"post_prompt": " Answer."})
+    digests = {load_task(settings).digest for settings in (same, longer, prompted)}
+    assert len(digests) == 3 and load_task(same).digest == load_task(LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder))).digest
+
+
+def test_an_aggregation_that_is_not_a_number_fails_its_evaluator_as_bad_input_and_keeps_the_records(task_folder: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "odd"
+    _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="odd_aggregation", aggregation="!function utils.not_a_number")
+    suite = Suite.model_validate({"name": "s", "evaluators": {"odd": {"kind": "lmms-eval", "task": "odd_aggregation", "include_path": str(folder), "limit": 2}}})
+    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", progress=False)
+    entry = summary["evaluators"]["odd"]
+    assert entry["bad_input"] is True and entry["error"].startswith("lmms-eval task 'odd_aggregation' (odd): the aggregation of 'exact_match' gives dict")
+    assert len((tmp_path / "out" / "odd" / "records.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_doc_that_lacks_a_field_its_prompt_reads_is_refused_naming_the_task_the_doc_and_the_field(task_folder: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "hint"
+    _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="needs_a_hint", messages="null", text="!function utils.doc_to_text_with_a_hint")
+    with pytest.raises(ValueError, match=r"evaluators\.hint: lmms-eval task 'needs_a_hint', doc 0: the doc lacks the field 'hint', which the task reads"):
+        Suite.model_validate({"name": "s", "evaluators": {"hint": {"kind": "lmms-eval", "task": "needs_a_hint", "include_path": str(folder), "limit": 2}}})
