@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from vlgate.evaluators import registry
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, load_task
 from vlgate.evaluators.running.suite import Suite, run_suite
 from vlgate.evaluators.world.lmms_task import TASK as WORLD_TASK
 from vlgate.evaluators.world.lmms_task import export_world_task
@@ -157,7 +158,7 @@ def lmms_eval_run(task_folder: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_every_doc_gets_the_filtered_response_and_every_metric_the_aggregate_of_lmms_evals_own_run(task: str, vlgate_run: dict, lmms_eval_run: dict) -> None:
+def test_every_doc_gets_the_filtered_response_and_every_metric_the_aggregate_of_lmms_evals_own_run(task: str, task_folder: Path, vlgate_run: dict, lmms_eval_run: dict) -> None:
     records = vlgate_run["records"][task]
     theirs = {sample["doc_id"]: sample["filtered_resps"][0] for sample in lmms_eval_run["samples"][task]}
     assert [record["doc_id"] for record in records] == list(range(LIMIT)) == sorted(theirs)
@@ -165,6 +166,7 @@ def test_every_doc_gets_the_filtered_response_and_every_metric_the_aggregate_of_
     metrics = vlgate_run["summary"]["evaluators"][task]["metrics"]
     expected = {key.split(",")[0]: value for key, value in lmms_eval_run["results"][task].items() if key.endswith(",none")}
     assert expected and {name: metrics[name] for name in expected} == expected
+    assert {record["protocol"] for record in records} == {f"lmms-eval-0.7.3-1+task={load_task(LmmsEvalSettings(kind='lmms-eval', task=task, include_path=str(task_folder), limit=LIMIT)).digest[:12]}"}
     if task != "pope_world":  # the world's prompt: the partly trained model gets some right and some wrong
         assert 0 < metrics["exact_match"] < 1
 
@@ -199,9 +201,6 @@ def test_a_task_whose_utils_cannot_be_imported_and_a_sampling_one_are_refused_na
 
 
 def test_a_changed_task_is_a_changed_fingerprint(task_folder: Path, tmp_path: Path) -> None:
-    from vlgate.evaluators.lmms.settings import LmmsEvalSettings
-    from vlgate.evaluators.lmms.tasks import load_task
-
     same = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder))
     longer = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder), generation_kwargs={"max_new_tokens": 16})
     prompted = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder), lmms_eval_specific_kwargs={"post_prompt": " Answer."})
@@ -224,3 +223,13 @@ def test_a_doc_that_lacks_a_field_its_prompt_reads_is_refused_naming_the_task_th
     _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="needs_a_hint", messages="null", text="!function utils.doc_to_text_with_a_hint")
     with pytest.raises(ValueError, match=r"evaluators\.hint: lmms-eval task 'needs_a_hint', doc 0: the doc lacks the field 'hint', which the task reads"):
         Suite.model_validate({"name": "s", "evaluators": {"hint": {"kind": "lmms-eval", "task": "needs_a_hint", "include_path": str(folder), "limit": 2}}})
+
+
+def test_vlgate_evaluate_on_a_suite_naming_no_such_task_is_one_line_and_exit_2(task_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vlgate.cli.main import main
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\nevaluators:\n  mine:\n    kind: lmms-eval\n    task: no_such_task\n    include_path: {task_folder}\n")
+    status = main(["evaluate", "--model", str(CHECKPOINT), "--suite", str(suite), "--out", str(tmp_path / "out"), "--quiet"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "evaluators.mine" in lines[0] and "lmms-eval task 'no_such_task': no such task" in lines[0]

@@ -68,10 +68,11 @@ def _problem(error: ErrorDetails) -> str:
     return f"{where}: {message}" if where else message
 
 
-def load_yaml_model(model_class: type[Model], path: str | Path, what: str) -> Model:
-    """``model_class`` validated from the YAML at ``path``; ConfigError("{what} {path}: ...") otherwise."""
+def load_yaml_model(model_class: type[Model], path: str | Path, what: str, context: dict[str, Any] | None = None) -> Model:
+    """``model_class`` validated from the YAML at ``path`` (``context``: pydantic's validation
+    context, for validators that read more than the values); ConfigError("{what} {path}: ...") otherwise."""
     try:
-        return model_class.model_validate(parse_yaml(Path(path).read_text(encoding="utf-8")) or {})
+        return model_class.model_validate(parse_yaml(Path(path).read_text(encoding="utf-8")) or {}, context=context)
     except FileNotFoundError:
         raise ConfigError(f"{what} {path}: no such file") from None
     except IsADirectoryError:

@@ -27,8 +27,7 @@ import pandas as pd
 from vlgate.evaluators import schemas
 from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
 from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, load_docs, protocol_of
-from vlgate.evaluators.lmms.settings import LmmsEvalSettings
-from vlgate.evaluators.lmms.tasks import LoadedTask, TaskError, load_task
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task
 from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
 from vlgate.evaluators.records import Record
 from vlgate.evaluators.schemas import Arrays, Problem

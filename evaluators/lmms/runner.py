@@ -23,8 +23,7 @@ from PIL import Image
 from pydantic import JsonValue
 
 from vlgate.evaluators.backends.base import IMAGE, GenerateRequest, TurnPart
-from vlgate.evaluators.lmms.settings import LmmsEvalSettings
-from vlgate.evaluators.lmms.tasks import LoadedTask, TaskError, load_task
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task
 from vlgate.evaluators.loaders.items import ItemError, ItemLoadError
 from vlgate.evaluators.protocols import Protocol
 from vlgate.evaluators.records import Record
@@ -148,7 +147,7 @@ def build_runner(settings: LmmsEvalSettings, context: RunnerContext, evaluator: 
     return Runner(
         evaluator=evaluator,
         models={"vlm": context.vlm.info.digest},
-        protocol=protocol_of(loaded).as_run(),
+        protocol=protocol_of(loaded).as_run(**settings.protocol_overrides()),
         prepare=lambda doc: request_of(loaded, doc),
         compute=lambda batch: compute(batch),
         settings={"task": loaded.name, "task_digest": loaded.digest, "generation": loaded.generation.as_json()},

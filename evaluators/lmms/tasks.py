@@ -1,4 +1,4 @@
-"""An lmms-eval task, loaded through lmms-eval's own API (``TaskManager``, ``get_task_dict``)
+"""An lmms-eval task's suite entry (``kind: lmms-eval``), and the task, loaded through lmms-eval's own API (``TaskManager``, ``get_task_dict``)
 and held once per process: its docs, its prompts (``doc_to_messages``), its filters, its
 ``process_results`` and its aggregations are the task's own code, never re-read from YAML.
 
@@ -26,17 +26,42 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import JsonValue
+from pydantic import Field, JsonValue
 
-from vlgate.evaluators.lmms.settings import LmmsEvalSettings
+from vlgate.evaluators.runners.base import EvaluatorSettings
 
 #: lmms-eval's own default where a task sets no ``max_new_tokens`` (its Hugging Face model classes)
 DEFAULT_MAX_NEW_TOKENS = 1024
 #: lmms-eval's model name tasks are resolved for: its LLaVA class on Hugging Face, whose
 #: chat path (``doc_to_messages`` through the processor's chat template) vlgate's backends follow
 MODEL_NAME = "llava_hf"
+
+
+#: the ``kind`` that makes a suite entry an lmms-eval task
+KIND = "lmms-eval"
+
+
+class LmmsEvalSettings(EvaluatorSettings):
+    """``task``: a task of the installed lmms-eval, or one found under ``include_path`` (the
+    team's own task folder in lmms-eval's format); the overrides lmms-eval itself accepts.
+    The entry's name in the suite is the evaluator's name, and its metrics are
+    ``NAME/METRIC``. ``data`` is not read: a task's docs come from its own ``dataset_path``."""
+
+    model_fields_with_paths = ("include_path",)
+
+    kind: Literal["lmms-eval"]
+    task: str = Field(min_length=1)
+    include_path: str | None = Field(default=None, description="a folder of task YAMLs in lmms-eval's format, searched besides the installed tasks")
+    data: Path = Path(".")
+    lmms_eval_specific_kwargs: dict[str, JsonValue] | None = Field(default=None, description="merged over the task's own lmms_eval_specific_kwargs.default, as lmms-eval merges them")
+    generation_kwargs: dict[str, JsonValue] | None = Field(default=None, description="merged over the task's own generation_kwargs; greedy only")
+
+    def protocol_overrides(self) -> Mapping[str, int | str | None]:
+        """The task's digest (its first 12 hex digits): the protocol as run names the task as
+        it was run, so the gate never compares a candidate and a champion on two versions of it."""
+        return {"task": load_task(self).digest[:12]}
 
 
 class TaskError(ValueError):
@@ -98,10 +123,13 @@ def load_task(settings: LmmsEvalSettings) -> LoadedTask:
 
 
 def _quiet_loguru() -> None:
+    """lmms-eval's loguru logger at warnings, and no progress bar of ``datasets`` reading a task's docs."""
+    import datasets
     from loguru import logger
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
+    datasets.disable_progress_bars()
 
 
 _managers: dict[str | None, Any] = {}
@@ -112,8 +140,12 @@ def _task_manager(include_path: str | None) -> Any:
         _quiet_loguru()
         from lmms_eval.tasks import TaskManager
 
-        _managers[include_path] = TaskManager(verbosity="WARNING", include_path=include_path, model_name=MODEL_NAME)
-        _quiet_loguru()
+        try:
+            _managers[include_path] = TaskManager(verbosity="WARNING", include_path=include_path, model_name=MODEL_NAME)
+        except Exception as error:  # a YAML under include_path that lmms-eval cannot index
+            raise TaskError(f"lmms-eval cannot index the tasks under {include_path or 'its own tasks folder'}: {type(error).__name__}: {_one_line(error)}") from error
+        finally:
+            _quiet_loguru()
     return _managers[include_path]
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializeAsAny, ValidationError, ValidationInfo, create_model, field_validator
 
 from vlgate.config import CONFIG_MODEL, load_yaml_model
 from vlgate.evaluators import images, protocols, registry
@@ -42,9 +42,8 @@ from vlgate.evaluators.backends.base import VisionLanguageBackend
 from vlgate.evaluators.backends.deferred import Deferred
 from vlgate.evaluators.backends.kinds import BackendOptions
 from vlgate.evaluators.backends.loading import LoadPolicy
-from vlgate.evaluators.lmms.settings import KIND as LMMS_EVAL
-from vlgate.evaluators.lmms.settings import LmmsEvalSettings
-from vlgate.evaluators.lmms.tasks import TaskError
+from vlgate.evaluators.lmms.tasks import KIND as LMMS_EVAL
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, TaskError
 from vlgate.evaluators.loaders.items import ItemError
 from vlgate.evaluators.metrics.common import Metrics
 from vlgate.evaluators.output import EvaluatorSummary, ShardResult, SummaryJson
@@ -82,7 +81,7 @@ def _is_task_entry(entry: object) -> bool:
     return isinstance(entry, LmmsEvalSettings) or (isinstance(entry, Mapping) and entry.get("kind") == LMMS_EVAL)
 
 
-def _task_entries(tasks: Mapping[str, object]) -> dict[str, EvaluatorSettings]:
+def _task_entries(tasks: Mapping[str, object], base: Path | None) -> dict[str, EvaluatorSettings]:
     """The ``kind: lmms-eval`` entries, each validated, its task loaded through lmms-eval and
     its evaluator defined under the entry's name (``evaluators/lmms/``): a task that does
     not exist or cannot be built is refused here, when the suite is read."""
@@ -90,6 +89,8 @@ def _task_entries(tasks: Mapping[str, object]) -> dict[str, EvaluatorSettings]:
 
     entries: dict[str, EvaluatorSettings] = {}
     for name, entry in tasks.items():
+        if isinstance(entry, Mapping) and isinstance(entry.get("include_path"), str) and base is not None and not Path(entry["include_path"]).is_absolute():
+            entry = {**entry, "include_path": str(base / entry["include_path"])}
         try:
             settings = entry if isinstance(entry, LmmsEvalSettings) else LmmsEvalSettings.model_validate(entry)
         except ValidationError as error:
@@ -140,15 +141,17 @@ class Suite(BaseModel):
 
     @field_validator("evaluators", mode="before")
     @classmethod
-    def _by_registry(cls, value: object) -> object:
-        """Each entry validated by its evaluator's settings model, in the registry's order."""
+    def _by_registry(cls, value: object, info: ValidationInfo) -> object:
+        """Each entry validated by its evaluator's settings model, in the registry's order;
+        then the lmms-eval tasks, their folders read relative to the suite file's (the
+        validation context's ``base``)."""
         if not isinstance(value, dict) or all(isinstance(v, EvaluatorSettings) and not isinstance(v, LmmsEvalSettings) for v in value.values()):
             return value
         tasks = {name: entry for name, entry in value.items() if _is_task_entry(entry)}
         known = tuple((definition.name, definition.settings) for definition in registry.definitions() if definition.name not in tasks)
         parsed = _settings_model(known).model_validate({name: entry for name, entry in value.items() if name not in tasks})
         entries: dict[str, EvaluatorSettings] = {name: getattr(parsed, name.replace("-", "_")) for name, _ in known if getattr(parsed, name.replace("-", "_")) is not None}
-        entries |= _task_entries(tasks)
+        entries |= _task_entries(tasks, (info.context or {}).get("base"))
         for name, entry in entries.items():
             try:
                 registry.get(name).protocol(entry.protocol)
@@ -163,7 +166,7 @@ class Suite(BaseModel):
     @classmethod
     def from_file(cls, path: str | Path) -> Suite:
         path = Path(path)
-        return load_yaml_model(cls, path, "suite").relative_to(path.parent)
+        return load_yaml_model(cls, path, "suite", context={"base": path.parent.resolve()}).relative_to(path.parent)
 
     def relative_to(self, base: Path) -> Suite:
         """Resolve relative data and model paths against the suite file's folder."""

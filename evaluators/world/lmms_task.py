@@ -2,9 +2,12 @@
 task looks like to vlgate, and the task vlgate's runs are held to lmms-eval's own on
 (``tests/test_lmms_eval.py``).
 
-``export_world_task(world_data, out)`` writes ``out/world_yesno.yaml``, its ``utils.py`` and
+``export_world_task(world_data, out)`` writes ``out/world_yesno.yaml``, its ``utils.py``,
 ``out/world_yesno/test.parquet`` (the items in a POPE-like schema, images embedded as
-Hugging Face's ``Image`` feature). The prompt is the one the world's models were trained
+Hugging Face's ``Image`` feature) and ``out/suite.yaml``, a suite whose one entry is the
+task: ``python -m vlgate.evaluators.world.lmms_task DIR`` writes them from the shipped world,
+then ``vlgate evaluate --model evaluators/world/shipped/checkpoints/vlm-steps10000 --suite
+DIR/suite.yaml --out /tmp/lmms`` runs it (docs/lmms-eval.md). The prompt is the one the world's models were trained
 on; the metric, ``exact_match``, is lmms-eval's built-in ``mean`` of per-doc 0/1 scores,
 so the gate pairs it linearly; ``yes_ratio`` is a ratio the task's own function computes.
 """
@@ -12,6 +15,7 @@ so the gate pairs it linearly; ``yes_ratio`` is a ratio the task's own function 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from vlgate.evaluators.prompts import YES_NO_INSTRUCTION
@@ -24,7 +28,7 @@ task: {task}
 dataset_path: parquet
 dataset_kwargs:
   data_files:
-    test: {parquet}
+    test: {parquet}  # lmms-eval reads a local data file relative to the YAML's folder
 test_split: test
 output_type: generate_until
 doc_to_visual: !function utils.doc_to_visual
@@ -92,5 +96,12 @@ def export_world_task(world_data: Path, out: Path) -> Path:
     table.to_parquet(str(parquet))
     (out / "utils.py").write_text(_UTILS)
     config = out / f"{TASK}.yaml"
-    config.write_text(_YAML.format(task=TASK, parquet=json.dumps(str(parquet.resolve())), instruction=YES_NO_INSTRUCTION))
+    config.write_text(_YAML.format(task=TASK, parquet=json.dumps(f"{TASK}/test.parquet"), instruction=YES_NO_INSTRUCTION))
+    (out / "suite.yaml").write_text(f"name: world-lmms-eval\nevaluators:\n  {TASK}:\n    kind: lmms-eval\n    task: {TASK}\n    include_path: .\n")
     return config
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m vlgate.evaluators.world.lmms_task DIR")
+    print(export_world_task(Path(__file__).parent / "shipped" / "data", Path(sys.argv[1]).resolve()))
