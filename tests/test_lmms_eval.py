@@ -233,3 +233,38 @@ def test_vlgate_evaluate_on_a_suite_naming_no_such_task_is_one_line_and_exit_2(t
     status = main(["evaluate", "--model", str(CHECKPOINT), "--suite", str(suite), "--out", str(tmp_path / "out"), "--quiet"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and "evaluators.mine" in lines[0] and "lmms-eval task 'no_such_task': no such task" in lines[0]
+
+
+@pytest.mark.service
+def test_a_task_metric_gates_the_champion_with_a_floor_and_a_regression_paired_on_docs(task_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The world's task in a model's suite: v1 (10,000 steps) passes the floor and becomes
+    champion; v2 (3,000 steps) drops exact_match on the same docs past the allowed margin
+    and is rejected; the task's metrics are on each version's run."""
+    import yaml
+
+    from vlgate import tag_keys, tracking
+    from vlgate.flows.validation import validate_model_version
+    from vlgate.registry_hooks.claims import ClaimStore
+    from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_URI", "VLGATE_STATE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"name": "tasks", "evaluators": {WORLD_TASK: {"kind": "lmms-eval", "task": WORLD_TASK, "include_path": str(task_folder), "limit": 24}}}))
+    policy = {"required": [WORLD_TASK], "floors": {f"{WORLD_TASK}/exact_match": 0.8}, "regressions": {f"{WORLD_TASK}/exact_match": {"max_drop": 0.02}}, "resamples": 200}
+    (tmp_path / "gate.yaml").write_text(yaml.safe_dump(policy))
+    (tmp_path / "vlgate.yaml").write_text(yaml.safe_dump({"models": {"tasks-vlm": {"suite": "suite.yaml", "policy": "gate.yaml"}}}))
+    client = tracking.connect(tmp_path)
+    for checkpoint in ("vlm-steps10000", "vlm-steps3000"):
+        tracking.register_checkpoint(client, "tasks-vlm", SHIPPED / "checkpoints" / checkpoint, home=tmp_path)
+        dispatcher = Dispatcher(ClaimStore.for_home(tmp_path), start=validate_model_version, configured=lambda name: name == "tasks-vlm")
+        poll_once(client, dispatcher)
+        dispatcher.wait()
+        dispatcher.close()
+    first, second = client.get_model_version("tasks-vlm", "1"), client.get_model_version("tasks-vlm", "2")
+    assert (first.tags[tag_keys.DECISION], second.tags[tag_keys.DECISION]) == ("promoted", "rejected")
+    assert f"{WORLD_TASK}/exact_match vs champion" in second.tags[tag_keys.REASONS], second.tags[tag_keys.REASONS]
+    run = client.get_run(second.tags[tag_keys.VALIDATION_RUN])
+    assert 0 < run.data.metrics[f"{WORLD_TASK}/exact_match"] < client.get_run(first.tags[tag_keys.VALIDATION_RUN]).data.metrics[f"{WORLD_TASK}/exact_match"]
+    assert run.data.tags[f"vlgate.expectations.{WORLD_TASK}"] == "passed"
+    assert tracking.champion_version(client, "tasks-vlm") == "1"
