@@ -26,8 +26,8 @@ import pandas as pd
 
 from vlgate.evaluators import schemas
 from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
-from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, load_docs, protocol_of
-from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task
+from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, load_docs, protocol_of, task_code
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task, one_line
 from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
 from vlgate.evaluators.records import Record
 from vlgate.evaluators.schemas import Arrays, Problem
@@ -42,7 +42,7 @@ class UnpairableAggregationError(TaskError):
 
 class TaskSchema(schemas.Schema):
     """docs/lmms-eval.md: ``{"id", "doc_id", "response", "filtered", "results"}``, ``results``
-    holding every metric of the task."""
+    holding the metrics ``process_results`` gave for the doc (all of the task's, or some)."""
 
     def __init__(self, metrics: Sequence[str]):
         self.metrics = tuple(metrics)
@@ -58,20 +58,18 @@ class TaskSchema(schemas.Schema):
         if not isinstance(results, dict):
             yield ("results", "must map each metric to process_results's value")
             return
-        for metric in self.metrics:
-            if metric not in results:
-                yield (f"results.{metric}", "missing")
 
     def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
         arrays: Arrays = {"response": pd.Series([record["response"] for record in records], dtype=object)}
-        for metric in self.metrics:
-            arrays[f"results.{metric}"] = pd.Series([record["results"][metric] for record in records], dtype=object)  # type: ignore[index, call-overload]
+        for metric in self.metrics:  # a doc's process_results may give some metrics only (MME's: one of two by category)
+            arrays[f"results.{metric}"] = pd.Series([record["results"].get(metric) for record in records], dtype=object)  # type: ignore[union-attr]
         return arrays, {}
 
 
 def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
     """One row a doc: the response, whether it is empty, and each metric's per-doc value as
-    ``process_results`` gave it (numbers as floats where every doc's is a number)."""
+    ``process_results`` gave it (numbers as floats where every doc's is a number; None
+    where a doc gave none)."""
     responses = pd.Series(arrays["response"], dtype=object)
     frame = pd.DataFrame({"response": responses.to_numpy(), "empty": (responses.str.strip() == "").astype(int).to_numpy()})
     for metric in metrics:
@@ -85,11 +83,19 @@ def _aggregate(loaded: LoadedTask, evaluator: str, frame: pd.DataFrame) -> Metri
     """Each metric by the task's own aggregation on the docs' values, in order; ``n_empty``."""
     metrics: MetricValues = {"n": len(frame), "n_empty": int(frame["empty"].sum()) if len(frame) else 0}
     for spec in loaded.metrics:
-        values = frame[spec.name].tolist()
+        # the docs that gave the metric, as lmms-eval collects them
+        values = [value for value in frame[spec.name].tolist() if value is not None and not (isinstance(value, float) and math.isnan(value))]
         if not values:
             metrics[spec.name] = None
             continue
-        value = spec.aggregate(values)
+        try:
+            with task_code(spec.name):
+                value = spec.aggregate(values)
+        except Exception as error:  # the task's own code: on a subset of its docs (the gate's resamples) it may refuse
+            raise UnpairableAggregationError(
+                f"lmms-eval task {loaded.name!r} ({evaluator}): the aggregation of {spec.name!r} fails on {len(values)} of its docs ({type(error).__name__}: {one_line(error)}); "
+                "vlgate resamples docs to gate a metric, and this aggregation needs its docs whole"
+            ) from error
         if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(float(value)):
             raise UnpairableAggregationError(
                 f"lmms-eval task {loaded.name!r} ({evaluator}): the aggregation of {spec.name!r} gives {type(value).__name__} {str(value)[:80]!r}, not a finite number; vlgate cannot gate it"
@@ -107,7 +113,7 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
     """The evaluator of the suite entry ``name``: its task loaded (:func:`load_task`)."""
     loaded = load_task(settings)
     names = [spec.name for spec in loaded.metrics]
-    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, required=True, headline=True) for spec in loaded.metrics)
+    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True) for spec in loaded.metrics)
     means = [spec for spec in loaded.metrics if spec.is_mean]
     return EvaluatorDefinition(
         name=name,

@@ -11,11 +11,13 @@ task's aggregations read back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +81,8 @@ def request_of(loaded: LoadedTask, doc: TaskDoc) -> GenerateRequest:
     error; a layout vlgate's backends cannot send exactly (another role, a second turn, a
     video) is the task's."""
     try:
-        messages = loaded.task.doc_to_messages(loaded.doc(doc.doc_id))
+        with task_code(doc.digest):
+            messages = loaded.task.doc_to_messages(loaded.doc(doc.doc_id))
     except KeyError as error:
         raise ItemLoadError(ItemError(f"lmms-eval task {loaded.name}", doc.id, str(error.args[0]) if error.args else None, "the doc lacks this field, which the task's prompt reads")) from None
     if not isinstance(messages, list) or len(messages) != 1 or not isinstance(messages[0], Mapping) or messages[0].get("role") != "user":
@@ -111,10 +114,28 @@ def score_doc(loaded: LoadedTask, doc: TaskDoc, response: str) -> Record:
         filtered[ensemble.name] = _json(responses[0])
     first = next(iter(filtered.values()), response)
     try:
-        results = loaded.task.process_results(source, [first])
+        with task_code(doc.digest):
+            results = loaded.task.process_results(source, [first])
     except KeyError as error:
-        raise ItemLoadError(ItemError(f"lmms-eval task {loaded.name}", doc.id, str(error.args[0]) if error.args else None, "the doc lacks this field, which the task's process_results reads")) from None
+        field = error.args[0] if error.args else "?"
+        raise TaskError(f"lmms-eval task {loaded.name!r}, doc {doc.id}: the doc lacks the field {field!r}, which the task's process_results reads") from None
     return {"id": doc.id, "doc_id": doc.doc_id, "response": response, "filtered": filtered, "results": {str(metric): _json(value) for metric, value in results.items()}}
+
+
+@contextlib.contextmanager
+def task_code(seed_text: str) -> Iterator[None]:
+    """Around a call into a task's own code: what it prints kept off the terminal (MMMU's
+    aggregation prints its table; text from a task never reaches a terminal raw), and
+    Python's ``random`` seeded from ``seed_text`` and put back after, so that a task drawing
+    at random (MMMU's answer to an unparsable response) draws the same for the same doc in
+    every run, cached or not."""
+    state = random.getstate()
+    random.seed(hashlib.sha256(seed_text.encode()).hexdigest())
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        random.setstate(state)
 
 
 def _json(value: Any) -> JsonValue:

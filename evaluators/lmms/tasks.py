@@ -143,7 +143,7 @@ def _task_manager(include_path: str | None) -> Any:
         try:
             _managers[include_path] = TaskManager(verbosity="WARNING", include_path=include_path, model_name=MODEL_NAME)
         except Exception as error:  # a YAML under include_path that lmms-eval cannot index
-            raise TaskError(f"lmms-eval cannot index the tasks under {include_path or 'its own tasks folder'}: {type(error).__name__}: {_one_line(error)}") from error
+            raise TaskError(f"lmms-eval cannot index the tasks under {include_path or 'its own tasks folder'}: {type(error).__name__}: {one_line(error)}") from error
         finally:
             _quiet_loguru()
     return _managers[include_path]
@@ -164,9 +164,11 @@ def _build(settings: LmmsEvalSettings) -> LoadedTask:
         task = get_task_dict([name], manager, task_type="chat")[name]
     except KeyError as error:  # lmms-eval builds the first doc's prompt and target as it builds the task
         field = error.args[0] if error.args else "?"
+        if field in _splits(manager, name):
+            raise TaskError(f"lmms-eval task {name!r}: its data has no split {field!r}, which the task reads its docs from (the keys of dataset_kwargs.data_files name the splits)") from error
         raise TaskError(f"lmms-eval task {name!r}, doc 0: the doc lacks the field {field!r}, which the task reads (lmms-eval reads its first doc as it builds the task)") from error
     except Exception as error:  # a task's utils that cannot be imported, a dataset that cannot be read: lmms-eval raises anything
-        raise TaskError(f"lmms-eval task {name!r} cannot be built: {type(error).__name__}: {_one_line(error)}") from error
+        raise TaskError(f"lmms-eval task {name!r} cannot be built: {type(error).__name__}: {one_line(error)}") from error
     finally:
         _quiet_loguru()
     if task.OUTPUT_TYPE != "generate_until":
@@ -177,7 +179,7 @@ def _build(settings: LmmsEvalSettings) -> LoadedTask:
     try:
         docs = task.eval_docs
     except Exception as error:
-        raise TaskError(f"lmms-eval task {name!r}: its docs cannot be read: {type(error).__name__}: {_one_line(error)}") from error
+        raise TaskError(f"lmms-eval task {name!r}: its docs cannot be read: {type(error).__name__}: {one_line(error)}") from error
     from lmms_eval.api.metrics import mean
 
     aggregations, better = task.aggregation(), task.higher_is_better()
@@ -185,6 +187,15 @@ def _build(settings: LmmsEvalSettings) -> LoadedTask:
     filters = tuple(ensemble.name for ensemble in getattr(task, "_filters", ()))
     version = _version()
     return LoadedTask(name, task, docs, generation, metrics, filters, task_digest(task, settings, generation, version), version)
+
+
+def _splits(manager: Any, name: str) -> set[str]:
+    """The splits the task's YAML names (test, validation, training, few-shot)."""
+    try:
+        config = manager._get_config(name)
+    except Exception:  # the index lmms-eval keeps is its own; without it, no split is named
+        return set()
+    return {str(config[key]) for key in ("test_split", "validation_split", "training_split", "fewshot_split") if isinstance(config, Mapping) and config.get(key)}
 
 
 def _generation(name: str, kwargs: Mapping[str, Any]) -> Generation:
@@ -205,7 +216,7 @@ def _version() -> str:
     return importlib.metadata.version("lmms_eval")
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     """The error's message on one line; where it was raised when it has none (lmms-eval
     raises a bare TypeError for a task without doc_to_target)."""
     if str(error):
