@@ -102,6 +102,8 @@ class Metric:
     usable_low: float | None = None
     usable_high: float | None = None
     unusable: str = ""
+    #: why no rule can gate it (an lmms-eval aggregation that needs its docs whole); "": any rule may
+    ungateable: str = ""
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:

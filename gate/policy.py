@@ -385,6 +385,8 @@ def _resolved(section: str, name: str, compared: bool) -> ResolvedMetric:
     if spec is None:
         listed = ", ".join(m.name for m in definition.metrics)
         raise ValueError(f"{section}.{name}: {evaluator} has no metric {metric!r} (it has {listed})")
+    if spec.ungateable:
+        raise ValueError(f"{section}.{name}: {spec.ungateable}")
     if compared and spec.direction is None:
         raise ValueError(f"{section}.{name} has no better direction (a count or a share), so it cannot be compared with the champion")
     if section == "categories" and definition.group_field is None:

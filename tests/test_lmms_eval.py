@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,15 @@ def _interleaved_task(folder: Path, parquet: Path, name: str = "interleaved_worl
             """
         )
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forget_the_tasks_evaluators() -> Iterator[None]:
+    """The evaluators these suites define leave the registry with the module, as a new process would have it."""
+    before = set(registry.names())
+    yield
+    for name in set(registry.names()) - before:
+        registry.unregister(name)
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +336,35 @@ def test_a_task_metric_gates_the_champion_with_a_floor_and_a_regression_paired_o
     assert 0 < run.data.metrics[f"{WORLD_TASK}/exact_match"] < client.get_run(first.tags[tag_keys.VALIDATION_RUN]).data.metrics[f"{WORLD_TASK}/exact_match"]
     assert run.data.tags[f"vlgate.expectations.{WORLD_TASK}"] == "passed"
     assert tracking.champion_version(client, "tasks-vlm") == "1"
+
+
+def test_a_metric_whose_aggregation_needs_its_docs_whole_is_shown_but_a_policy_naming_it_is_refused(task_folder: Path, vlgate_run: dict) -> None:
+    from vlgate.gate.policy import GatePolicy
+
+    mme = registry.get("mme_world")
+    assert "fails without one of its docs (AssertionError: MME only supports pairwise evaluation)" in mme.metric("mme_perception_score").ungateable
+    assert vlgate_run["summary"]["evaluators"]["mme_world"]["metrics"]["mme_perception_score"] is not None
+    assert registry.get("pope_world").metric("pope_f1_score").ungateable == ""  # a ratio of counts resamples
+    with pytest.raises(ValueError, match=r"floors\.mme_world/mme_perception_score: lmms-eval task 'mme_world': the aggregation of 'mme_perception_score' fails without one of its docs"):
+        GatePolicy.model_validate({"floors": {"mme_world/mme_perception_score": 100.0}})
+    GatePolicy.model_validate({"floors": {"pope_world/pope_f1_score": 0.1}, "regressions": {"ai2d_world/exact_match": {"max_drop": 0.05}}})
+
+
+def test_answers_the_tasks_extraction_filter_cannot_read_are_counted_and_fail_the_expectations(task_folder: Path, tmp_path: Path) -> None:
+    from vlgate.evaluators.records import parse_jsonl
+    from vlgate.evaluators.scoring import per_sample_frame, validate
+    from vlgate.flows.expectations import validate_evaluator_output
+
+    folder = tmp_path / "strict"
+    _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="strict_world")
+    config = folder / "strict_world.yaml"  # a regex the world's answers never match: every doc gets the filter's fallback
+    config.write_text(config.read_text() + 'filter_list:\n  - name: strict\n    filter:\n      - function: regex\n        regex_pattern: "(certainly)"\n      - function: take_first\n')
+    suite = Suite.model_validate({"name": "s", "evaluators": {"strict": {"kind": "lmms-eval", "task": "strict_world", "include_path": str(folder), "limit": 4}}})
+    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "out" / "strict" / "records.jsonl").read_text().splitlines()]
+    assert [(record["filtered"]["strict"], record["unparsed"]) for record in records] == [("[invalid]", True)] * 4
+    assert summary["evaluators"]["strict"]["metrics"]["n_unparsed"] == 4
+    valid = validate("strict", parse_jsonl(json.dumps(record) for record in records))
+    report = validate_evaluator_output("strict", per_sample_frame(valid), summary["evaluators"]["strict"]["metrics"], expected_rows=4)
+    (failed,) = [result for result in report.results if not result["success"]]
+    assert failed["column"] == "n_unparsed" and "cannot read" in failed["unusable"]

@@ -11,7 +11,9 @@ metrics are (docs/lmms-eval.md).
   lmms-eval's own ``mean`` of numbers is a weighted mean, linear in the docs; any other
   aggregation is called on each resampled list of docs (the generic path).
 - **Great Expectations** fails a run where more than :data:`MAX_EMPTY_SHARE` of the
-  answers are empty: a backend that loses its output must not pass as a model that knows nothing.
+  answers are empty (a backend that loses its output must not pass as a model that knows
+  nothing), or more than :data:`MAX_UNPARSED_SHARE` are answers the task's extraction
+  filters cannot read (their fallback, lmms-eval's ``[invalid]``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from vlgate.evaluators.schemas import Arrays, Problem
 
 #: the share of empty answers past which Great Expectations fails the run
 MAX_EMPTY_SHARE = 0.25
+#: the share of answers the task's extraction filters cannot read past which Great Expectations fails the run
+MAX_UNPARSED_SHARE = 0.5
 
 
 class UnpairableAggregationError(TaskError):
@@ -54,13 +58,15 @@ class TaskSchema(schemas.Schema):
             yield ("response", "must be the model's text")
         if not isinstance(record.get("filtered"), dict):
             yield ("filtered", "must map each filter ensemble to its response")
+        if not isinstance(record.get("unparsed"), bool):
+            yield ("unparsed", "must say whether the scored filters found nothing to read (true or false)")
         results = record.get("results")
         if not isinstance(results, dict):
             yield ("results", "must map each metric to process_results's value")
             return
 
     def arrays(self, records: list[Record]) -> tuple[Arrays, dict[int, Problem]]:
-        arrays: Arrays = {"response": pd.Series([record["response"] for record in records], dtype=object)}
+        arrays: Arrays = {"response": pd.Series([record["response"] for record in records], dtype=object), "unparsed": np.asarray([bool(record.get("unparsed")) for record in records])}
         for metric in self.metrics:  # a doc's process_results may give some metrics only (MME's: one of two by category)
             arrays[f"results.{metric}"] = pd.Series([record["results"].get(metric) for record in records], dtype=object)  # type: ignore[union-attr]
         return arrays, {}
@@ -71,7 +77,8 @@ def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
     ``process_results`` gave it (numbers as floats where every doc's is a number; None
     where a doc gave none)."""
     responses = pd.Series(arrays["response"], dtype=object)
-    frame = pd.DataFrame({"response": responses.to_numpy(), "empty": (responses.str.strip() == "").astype(int).to_numpy()})
+    unparsed = np.asarray(arrays["unparsed"], dtype=int)
+    frame = pd.DataFrame({"response": responses.to_numpy(), "empty": (responses.str.strip() == "").astype(int).to_numpy(), "unparsed": unparsed})
     for metric in metrics:
         values = list(arrays[f"results.{metric}"])
         numeric = all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
@@ -81,7 +88,7 @@ def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
 
 def _aggregate(loaded: LoadedTask, evaluator: str, frame: pd.DataFrame) -> MetricValues:
     """Each metric by the task's own aggregation on the docs' values, in order; ``n_empty``."""
-    metrics: MetricValues = {"n": len(frame), "n_empty": int(frame["empty"].sum()) if len(frame) else 0}
+    metrics: MetricValues = {"n": len(frame), "n_empty": int(frame["empty"].sum()) if len(frame) else 0, "n_unparsed": int(frame["unparsed"].sum()) if len(frame) else 0}
     for spec in loaded.metrics:
         # the docs that gave the metric, as lmms-eval collects them
         values = [value for value in frame[spec.name].tolist() if value is not None and not (isinstance(value, float) and math.isnan(value))]
@@ -109,11 +116,50 @@ def _resampled(loaded: LoadedTask, frame: pd.DataFrame, weights: Weights) -> dic
     return {spec.name: weighted_mean(frame[spec.name].to_numpy(dtype=float), weights) for spec in loaded.metrics if spec.is_mean and frame[spec.name].dtype.kind == "f"}
 
 
+#: the docs :func:`ungateable` scores with an empty answer to try each aggregation on resamples
+PROBED_DOCS = 6
+
+
+def ungateable(loaded: LoadedTask) -> dict[str, str]:
+    """Why a rule cannot gate each metric whose aggregation fails on the docs resampled: the
+    first :data:`PROBED_DOCS` docs scored with an empty answer by the task's own
+    ``process_results``, then each aggregation on them without the first and with the first
+    twice (what the gate's leave-one-out and bootstrap hand it). MME's needs every question's
+    two docs (it asserts so): its metrics are logged and shown, and a policy that names one is
+    refused when it is read. A task whose ``process_results`` refuses an empty answer is not
+    probed."""
+    docs = [loaded.doc(doc_id) for doc_id in range(min(PROBED_DOCS, len(loaded.docs)))]
+    try:
+        with task_code("probe"):
+            results = [loaded.task.process_results(doc, [""]) for doc in docs]
+    except Exception:  # an empty answer is no answer the task has to take
+        return {}
+    reasons = {}
+    for spec in loaded.metrics:
+        values = [result[spec.name] for result in results if spec.name in result]
+        if len(values) < 2:
+            continue
+        for resampled, how in ((values[1:], "without one of its docs"), ([*values, values[0]], "with one of its docs twice")):
+            try:
+                with task_code("probe"):
+                    spec.aggregate(resampled)
+            except Exception as error:
+                reasons[spec.name] = (
+                    f"lmms-eval task {loaded.name!r}: the aggregation of {spec.name!r} fails {how} ({type(error).__name__}: {one_line(error)}); "
+                    "vlgate resamples docs to gate a metric, so no rule can gate it (it is still logged and shown)"
+                )
+                break
+    return reasons
+
+
 def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition:
     """The evaluator of the suite entry ``name``: its task loaded (:func:`load_task`)."""
     loaded = load_task(settings)
     names = [spec.name for spec in loaded.metrics]
-    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True) for spec in loaded.metrics)
+    refused = ungateable(loaded)
+    metrics = tuple(
+        Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True, ungateable=refused.get(spec.name, "")) for spec in loaded.metrics
+    )
     means = [spec for spec in loaded.metrics if spec.is_mean]
     return EvaluatorDefinition(
         name=name,
@@ -121,8 +167,12 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
         schema=TaskSchema(names),
         per_sample=lambda arrays: _per_sample(arrays, names),
         aggregate=lambda frame: _aggregate(loaded, name, frame),
-        metrics=(*metrics, count_metric("n_empty", max_share=MAX_EMPTY_SHARE, unusable="empty answers: a backend that loses its output is not a model that knows nothing")),
-        columns=(Column("response", free_text=True), indicator_column("empty"), *(Column(metric, opaque=True) for metric in names)),
+        metrics=(
+            *metrics,
+            count_metric("n_empty", max_share=MAX_EMPTY_SHARE, unusable="empty answers: a backend that loses its output is not a model that knows nothing"),
+            count_metric("n_unparsed", max_share=MAX_UNPARSED_SHARE, unusable="answers the task's filters cannot read: a prompt or template the model does not follow is no measure of what it knows"),
+        ),
+        columns=(Column("response", free_text=True), indicator_column("empty"), indicator_column("unparsed"), *(Column(metric, opaque=True) for metric in names)),
         settings=LmmsEvalSettings,
         build_runner=lambda spec, context: build_runner(spec, context, name),
         protocols=(protocol_of(loaded),),
@@ -134,4 +184,4 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
     )
 
 
-__all__ = ["MAX_EMPTY_SHARE", "TaskDoc", "TaskSchema", "UnpairableAggregationError", "definition_for"]
+__all__ = ["MAX_EMPTY_SHARE", "MAX_UNPARSED_SHARE", "TaskDoc", "TaskSchema", "UnpairableAggregationError", "definition_for"]

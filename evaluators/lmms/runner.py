@@ -2,9 +2,10 @@
 answered greedily by the suite's backend, filtered by the task's own filter ensembles, and
 scored by its own ``process_results``. One record a doc (docs/lmms-eval.md):
 
-``{"id", "doc_id", "response", "filtered": {FILTER: response}, "results": {METRIC: value}}``
+``{"id", "doc_id", "response", "filtered": {FILTER: response}, "unparsed", "results": {METRIC: value}}``
 
-where ``results`` holds ``process_results``'s values for the task's first filter ensemble
+where ``unparsed`` says that an extraction filter of the scored ensemble found nothing it
+reads (its fallback, lmms-eval's ``[invalid]``), and ``results`` holds ``process_results``'s values for the task's first filter ensemble
 (lmms-eval's ``none`` where the task names none: the first response) as JSON, which the
 task's aggregations read back.
 """
@@ -107,11 +108,15 @@ def score_doc(loaded: LoadedTask, doc: TaskDoc, response: str) -> Record:
     first ensemble's result through the task's ``process_results``."""
     source = loaded.doc(doc.doc_id)
     filtered: dict[str, JsonValue] = {}
+    unparsed = False
     for ensemble in getattr(loaded.task, "_filters", ()):
         responses: list[Any] = [[response]]
         for step in ensemble.filters:
             responses = list(step.apply(responses, [source]))
         filtered[ensemble.name] = _json(responses[0])
+        if len(filtered) == 1:  # the scored ensemble: did an extraction filter give its fallback (lmms-eval's "[invalid]")?
+            fallbacks = {step.fallback for step in ensemble.filters if isinstance(getattr(step, "fallback", None), str)}
+            unparsed = filtered[ensemble.name] in fallbacks
     first = next(iter(filtered.values()), response)
     try:
         with task_code(doc.digest):
@@ -119,7 +124,7 @@ def score_doc(loaded: LoadedTask, doc: TaskDoc, response: str) -> Record:
     except KeyError as error:
         field = error.args[0] if error.args else "?"
         raise TaskError(f"lmms-eval task {loaded.name!r}, doc {doc.id}: the doc lacks the field {field!r}, which the task's process_results reads") from None
-    return {"id": doc.id, "doc_id": doc.doc_id, "response": response, "filtered": filtered, "results": {str(metric): _json(value) for metric, value in results.items()}}
+    return {"id": doc.id, "doc_id": doc.doc_id, "response": response, "filtered": filtered, "unparsed": unparsed, "results": {str(metric): _json(value) for metric, value in results.items()}}
 
 
 @contextlib.contextmanager
