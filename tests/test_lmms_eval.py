@@ -368,3 +368,12 @@ def test_answers_the_tasks_extraction_filter_cannot_read_are_counted_and_fail_th
     report = validate_evaluator_output("strict", per_sample_frame(valid), summary["evaluators"]["strict"]["metrics"], expected_rows=4)
     (failed,) = [result for result in report.results if not result["success"]]
     assert failed["column"] == "n_unparsed" and "cannot read" in failed["unusable"]
+
+
+def test_the_model_check_holds_batched_generation_to_one_at_a_time_on_a_tasks_own_requests(task_folder: Path) -> None:
+    from vlgate.evaluators.running.model_check import BATCHED_GENERATION, check_model
+
+    suite = Suite.model_validate({"name": "s", "batch_size": 4, "evaluators": {"interleaved": {"kind": "lmms-eval", "task": "interleaved_world", "include_path": str(task_folder), "limit": 6}}})
+    check = check_model(str(CHECKPOINT), suite, items=4)
+    (generation,) = [path for path in check.paths if path.path == BATCHED_GENERATION]
+    assert (generation.used, generation.exact, generation.compared) == (True, True, 4) and check.trusted

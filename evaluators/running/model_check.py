@@ -27,6 +27,7 @@ from pydantic import JsonValue
 from vlgate.evaluators import images, registry
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.genception import prompts as genception_prompts
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings
 from vlgate.evaluators.loaders.dataset import load_dataset
 from vlgate.evaluators.loaders.items import open_image
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_images, lcm_mc_requests, lcm_nb_requests
@@ -135,7 +136,9 @@ class CheckRequests:
 
 def suite_requests(suite: Suite, items: int = 4, generate_tokens: int = 8) -> CheckRequests:
     """Up to ``items`` items of the suite's lcm-mc and lcm-nb data, as their runners ask
-    them under the suite's protocols, and one description request per lcm-mc image."""
+    them under the suite's protocols, one description request per lcm-mc image, and the
+    first ``items`` docs of each lmms-eval task as its runner asks them (at most
+    ``generate_tokens`` new tokens)."""
     choices: list[ChoiceRequest] = []
     generations: list[GenerateRequest] = []
     if "lcm-mc" in suite.evaluators:
@@ -151,8 +154,17 @@ def suite_requests(suite: Suite, items: int = 4, generate_tokens: int = 8) -> Ch
         for unit in load_dataset("lcm-nb", spec.data).items[:items]:
             pair = (open_image(unit.images[0], unit.id, "images[0]"), open_image(unit.images[1], unit.id, "images[1]"))
             choices += lcm_nb_requests(unit, pair, asked)
-    if not choices:
-        raise ValueError(f"suite {suite.name}: no lcm-mc or lcm-nb data to check the model on")
+    for spec in suite.evaluators.values():
+        if isinstance(spec, LmmsEvalSettings):  # an lmms-eval task's first docs, as its runner asks them, the answers cut short
+            from vlgate.evaluators.lmms.runner import load_docs, request_of
+            from vlgate.evaluators.lmms.tasks import load_task
+
+            loaded = load_task(spec)
+            for doc in load_docs(spec)[0][:items]:
+                asked = request_of(loaded, doc)
+                generations.append(GenerateRequest(asked.images, asked.prompt, min(asked.max_new_tokens, generate_tokens), asked.turn))
+    if not choices and not generations:
+        raise ValueError(f"suite {suite.name}: no lcm-mc, lcm-nb or lmms-eval data to check the model on")
     return CheckRequests(tuple(choices), tuple(generations))
 
 
@@ -168,10 +180,12 @@ def check_transformers(backend: TransformersBackend, requests: CheckRequests, en
     """Every fast path of a loaded :class:`TransformersBackend` (and of ``engine``, another
     backend of the same model, when given) against its plain path."""
     plain = backend.plain_copy()
+    batched = backend.plain_copy(batch_size=backend.batch_size)
+    if not requests.choices:  # a suite of lmms-eval tasks only generates
+        return ModelCheck(backend.info.model, backend.info.digest, backend.info.name, tuple(_generation_paths(backend, plain, batched, requests, engine)))
     reference = one_at_a_time(plain.choice_probs, requests.choices)
     paths = []
 
-    batched = backend.plain_copy(batch_size=backend.batch_size)
     difference = largest_difference(batched.choice_probs(list(requests.choices)), reference)
     paths.append(PathCheck(BATCHED_SCORING, backend.batch_size > 1, difference <= TOLERANCE, difference, TOLERANCE, len(reference), f"batches of up to {backend.batch_size}, left-padded"))
 
@@ -200,6 +214,20 @@ def check_transformers(backend: TransformersBackend, requests: CheckRequests, en
     else:
         paths.append(PathCheck(OTHER_ENGINE, False, None, None, TOLERANCE, 0, "the suite scores on transformers"))
     return ModelCheck(backend.info.model, backend.info.digest, backend.info.name, tuple(paths))
+
+
+def _generation_paths(backend: TransformersBackend, plain: TransformersBackend, batched: TransformersBackend, requests: CheckRequests, engine: VisionLanguageBackend | None) -> list[PathCheck]:
+    """The paths of a suite that only generates: batched generation, and the other engine's
+    greedy texts, each against one-at-a-time generation on the plain path."""
+    alone = one_at_a_time(plain.generate, requests.generations)
+    paths = [PathCheck(path, False, None, None, TOLERANCE, 0, "the suite asks no choice question") for path in (BATCHED_SCORING, SHARED_PREFIX)]
+    together = batched.generate(list(requests.generations))
+    differing = sum(a != b for a, b in zip(alone, together, strict=True))
+    paths.append(PathCheck(BATCHED_GENERATION, backend.batch_size > 1, differing == 0, float(differing), 0.0, len(alone), f"{differing} of {len(alone)} greedy texts differ from one-at-a-time generation"))
+    if engine is None:
+        return [*paths, PathCheck(OTHER_ENGINE, False, None, None, 0.0, 0, "the suite generates on transformers")]
+    differing = sum(a != b for a, b in zip(engine.generate(list(requests.generations)), alone, strict=True))
+    return [*paths, PathCheck(OTHER_ENGINE, True, differing == 0, float(differing), 0.0, len(alone), f"{differing} of {len(alone)} greedy texts of {engine.info.name} differ from the transformers plain path")]
 
 
 def check_model(reference: str, suite: Suite, items: int = 4, backend: str = "transformers", device: str | None = None, cache_dir: Path | None = None) -> ModelCheck:
