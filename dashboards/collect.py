@@ -157,6 +157,7 @@ def run_evaluators(client: MlflowClient, run_id: str, scratch: Path) -> dict[str
     outputs: dict[str, EvaluatorOutput] = {}
     evaluators = _download(client, run_id, "evaluators", scratch)
     if evaluators is not None:
+        tracking.define_run_tasks(client, run_id, [p.name for p in evaluators.iterdir() if p.is_dir()])
         order = {name: n for n, name in enumerate(registry.names())}
         for folder in sorted((p for p in evaluators.iterdir() if p.is_dir()), key=lambda p: (order.get(p.name, len(order)), p.name)):
             run_info = _json_object(_read_json(folder / "run.json"))

@@ -263,6 +263,7 @@ def run_outputs(client: MlflowClient, run_id: str) -> dict[str, EvaluatorOutput]
             local = Path(client.download_artifacts(run_id, "evaluators", scratch))
         except Exception:  # a run that logged no evaluator at all
             return outputs
+        tracking.define_run_tasks(client, run_id, [p.name for p in local.iterdir() if p.is_dir()])
         for folder in sorted(p for p in local.iterdir() if p.is_dir() and p.name in registry.names()):
             error = json.loads((folder / "run.json").read_text()).get("error") if (folder / "run.json").is_file() else None
             if error:

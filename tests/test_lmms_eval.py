@@ -12,6 +12,7 @@ tests fail, never skip, without it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -336,6 +337,16 @@ def test_a_task_metric_gates_the_champion_with_a_floor_and_a_regression_paired_o
     assert 0 < run.data.metrics[f"{WORLD_TASK}/exact_match"] < client.get_run(first.tags[tag_keys.VALIDATION_RUN]).data.metrics[f"{WORLD_TASK}/exact_match"]
     assert run.data.tags[f"vlgate.expectations.{WORLD_TASK}"] == "passed"
     assert tracking.champion_version(client, "tasks-vlm") == "1"
+    # a process that has not read the suite defines the task from the suite the run logged
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("vlgate")), "diff", "tasks-vlm", "2", "1", "--json"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "VLGATE_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (compared,) = json.loads(done.stdout)["evaluators"]
+    score = compared["scores"]["exact_match"]
+    assert compared["evaluator"] == WORLD_TASK and score["n_shared"] == 24 and score["lost"] == len(compared["lost"]) > 0 and score["won"] == len(compared["won"])
+    assert all(set(item["fields"]) == {"prompt", "response"} and item["fields"]["prompt"]["candidate"].endswith("Please answer yes or no.") for item in compared["lost"])
 
 
 def test_a_metric_whose_aggregation_needs_its_docs_whole_is_shown_but_a_policy_naming_it_is_refused(task_folder: Path, vlgate_run: dict) -> None:

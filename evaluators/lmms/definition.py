@@ -180,7 +180,7 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
         load_items=lambda spec, _out: load_docs(spec),
         resampled=(lambda frame, weights: _resampled(loaded, frame, weights)) if means else None,
         item_scores=tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means),
-        item_fields=("response",),
+        item_fields=("prompt", "response"),
     )
 
 

@@ -2,9 +2,9 @@
 answered greedily by the suite's backend, filtered by the task's own filter ensembles, and
 scored by its own ``process_results``. One record a doc (docs/lmms-eval.md):
 
-``{"id", "doc_id", "response", "filtered": {FILTER: response}, "unparsed", "results": {METRIC: value}}``
+``{"id", "doc_id", "prompt", "response", "filtered": {FILTER: response}, "unparsed", "results": {METRIC: value}}``
 
-where ``unparsed`` says that an extraction filter of the scored ensemble found nothing it
+where ``prompt`` is the text the doc was asked (its turn's text parts, for the views), ``unparsed`` says that an extraction filter of the scored ensemble found nothing it
 reads (its fallback, lmms-eval's ``[invalid]``), and ``results`` holds ``process_results``'s values for the task's first filter ensemble
 (lmms-eval's ``none`` where the task names none: the first response) as JSON, which the
 task's aggregations read back.
@@ -168,7 +168,7 @@ def build_runner(settings: LmmsEvalSettings, context: RunnerContext, evaluator: 
 
     def compute(batch: Sequence[tuple[TaskDoc, GenerateRequest]]) -> list[Record]:
         responses = context.vlm.generate([request for _, request in batch])
-        return [score_doc(loaded, doc, response) for (doc, _), response in zip(batch, responses)]
+        return [{**score_doc(loaded, doc, response), "prompt": request.prompt} for (doc, request), response in zip(batch, responses)]
 
     return Runner(
         evaluator=evaluator,

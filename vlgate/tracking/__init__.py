@@ -38,7 +38,7 @@ from vlgate.tracking.registration import (
     register_checkpoint,
     wait_for_version,
 )
-from vlgate.tracking.runs import create_run_once, experiment_id, first_run_with_token, log_tables, validation_runs
+from vlgate.tracking.runs import create_run_once, define_run_tasks, experiment_id, first_run_with_token, log_tables, validation_runs
 from vlgate.tracking.server import TrackingUnreachable, connect, embedded, require_reachable, tracking_uri, transient
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "RUNS_PAGE",
     "VALIDATION_LINK",
     "CheckpointError",
+    "define_run_tasks",
     "TrackingUnreachable",
     "append_decision",
     "baseline_of",

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
+
+logger = logging.getLogger(__name__)
 
 def experiment_id(client: MlflowClient, name: str, home: Path | None = None) -> str:
     """The experiment's id, created on first use (opening on its runs in MLflow's UI: MLflow
@@ -104,3 +107,24 @@ def log_tables(client: MlflowClient, run_id: str, tables: Mapping[str, pd.DataFr
     missing = [entry for entry in ({"path": artifact_file, "type": "table"} for artifact_file in tables) if entry not in logged]
     if missing:
         client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(logged + missing))
+
+
+def define_run_tasks(client: MlflowClient, run_id: str, evaluators: Iterable[str]) -> None:
+    """The lmms-eval evaluators among ``evaluators`` (a run's evaluator folders) that this
+    process has not defined, defined from the suite the run logged (``config/suite.yaml``),
+    so that a reader of the run reads their records as the flow wrote them. A task that can
+    no longer be built here (its folder gone) is logged and left out."""
+    from vlgate.evaluators import registry
+    from vlgate.evaluators.running.suite import define_logged_tasks
+
+    if all(name in registry.names() for name in evaluators):
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            suite = Path(client.download_artifacts(run_id, "config/suite.yaml", scratch)).read_text(encoding="utf-8")
+        except Exception:  # a run that logged no suite: nothing to define from
+            return
+    try:
+        define_logged_tasks(suite)
+    except ValueError as error:
+        logger.warning("run %s: its suite's lmms-eval tasks cannot be built here: %s", run_id, error)
