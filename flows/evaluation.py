@@ -23,6 +23,7 @@ from prefect.task_runners import TaskRunner
 from prefect.tasks import exponential_backoff
 
 from vlgate import tracking
+from vlgate.evaluators.lmms.tasks import TaskError
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary, ShardResult
 from vlgate.evaluators.runners.cache import RecordCacheSettings  # a parameter of the flow and its tasks: resolved at run time
 from vlgate.flows import progress
@@ -98,8 +99,9 @@ def within_time_limit(limit_s: float | None, on_progress: ItemProgress) -> ItemP
 
 
 def retry_unless_timed_out(_task: Task[..., object], _run: TaskRun, state: State[object]) -> bool:
-    """Retry a failed shard (a flaky loader, a worker lost) unless it ran out of time."""
-    return not isinstance(state.result(raise_on_failure=False), TimeoutError)
+    """Retry a failed shard (a flaky loader, a worker lost) unless it ran out of time or its
+    input cannot run as written (an lmms-eval task's :class:`TaskError`: the same again)."""
+    return not isinstance(state.result(raise_on_failure=False), TimeoutError | TaskError)
 
 
 @task(

@@ -5,6 +5,7 @@ import json
 import pytest
 from prefect.states import Failed
 
+from vlgate.evaluators.lmms.tasks import TaskError
 from vlgate.flows import evaluation
 from vlgate.flows.evaluation import ShardTimedOut, retry_unless_timed_out, within_time_limit
 
@@ -36,10 +37,11 @@ def test_no_limit_never_stops(clock):
     report(0, 4)
 
 
-def test_a_timed_out_shard_is_not_retried_other_failures_are():
+def test_a_timed_out_shard_or_bad_task_input_is_not_retried_other_failures_are():
     assert retry_unless_timed_out(None, None, Failed(data=ShardTimedOut("past it"))) is False  # type: ignore[arg-type]
     assert retry_unless_timed_out(None, None, Failed(data=TimeoutError("prefect's own limit"))) is False  # type: ignore[arg-type]
     assert retry_unless_timed_out(None, None, Failed(data=OSError("a worker lost"))) is True  # type: ignore[arg-type]
+    assert retry_unless_timed_out(None, None, Failed(data=TaskError("lmms-eval task 't', doc 3: ..."))) is False  # type: ignore[arg-type]
 
 
 class _CountedModel:

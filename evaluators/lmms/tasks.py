@@ -115,7 +115,7 @@ def load_task(settings: LmmsEvalSettings) -> LoadedTask:
     """The entry's task, built once per process for the same entry; :class:`TaskError`
     (one line naming the task) where lmms-eval cannot build it, it names no such task, or
     it asks for something vlgate cannot decide on."""
-    key = settings.model_dump_json()
+    key = settings.model_dump_json(exclude={"data"})  # not read; a suite resolves it against its folder
     with _loading:
         if key not in _loaded:
             _loaded[key] = _build(settings)
