@@ -388,3 +388,9 @@ def test_the_model_check_holds_batched_generation_to_one_at_a_time_on_a_tasks_ow
     check = check_model(str(CHECKPOINT), suite, items=4)
     (generation,) = [path for path in check.paths if path.path == BATCHED_GENERATION]
     assert (generation.used, generation.exact, generation.compared) == (True, True, 4) and check.trusted
+
+
+def test_loading_a_task_leaves_pillow_refusing_truncated_images(vlgate_run: dict) -> None:
+    from PIL import ImageFile
+
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False  # lmms-eval's import sets it; a truncated data-set image must stay an item's error

@@ -3,8 +3,8 @@ and held once per process: its docs, its prompts (``doc_to_messages``), its filt
 ``process_results`` and its aggregations are the task's own code, never re-read from YAML.
 
 lmms-eval is imported only here, and only when a suite names a task (its import takes
-seconds and a gigabyte). Its loguru logger is set to warnings: lmms-eval logs every YAML
-it indexes at DEBUG.
+seconds and a gigabyte). Its loguru logger is set to warnings (lmms-eval logs every YAML
+it indexes at DEBUG), and the Pillow setting its import changes is put back (``_undo_lmms_eval_settings``).
 
 A task's **digest** covers what decides its answers and scores: lmms-eval's version, the
 task's whole configuration (with every function it names replaced by the function's
@@ -122,14 +122,20 @@ def load_task(settings: LmmsEvalSettings) -> LoadedTask:
         return _loaded[key]
 
 
-def _quiet_loguru() -> None:
-    """lmms-eval's loguru logger at warnings, and no progress bar of ``datasets`` reading a task's docs."""
+def _undo_lmms_eval_settings() -> None:
+    """lmms-eval's loguru logger at warnings, no progress bar of ``datasets`` reading a task's
+    docs, and Pillow's refusal of truncated images back: lmms-eval's ``api/task.py`` sets
+    ``ImageFile.LOAD_TRUNCATED_IMAGES`` when it is imported, which would let a truncated
+    data-set image of every evaluator in the process load silently (``evaluators/images.py``
+    refuses it)."""
     import datasets
     from loguru import logger
+    from PIL import ImageFile
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     datasets.disable_progress_bars()
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 
 _managers: dict[str | None, Any] = {}
@@ -137,7 +143,7 @@ _managers: dict[str | None, Any] = {}
 
 def _task_manager(include_path: str | None) -> Any:
     if include_path not in _managers:
-        _quiet_loguru()
+        _undo_lmms_eval_settings()
         from lmms_eval.tasks import TaskManager
 
         try:
@@ -145,7 +151,7 @@ def _task_manager(include_path: str | None) -> Any:
         except Exception as error:  # a YAML under include_path that lmms-eval cannot index
             raise TaskError(f"lmms-eval cannot index the tasks under {include_path or 'its own tasks folder'}: {type(error).__name__}: {one_line(error)}") from error
         finally:
-            _quiet_loguru()
+            _undo_lmms_eval_settings()
     return _managers[include_path]
 
 
@@ -170,7 +176,7 @@ def _build(settings: LmmsEvalSettings) -> LoadedTask:
     except Exception as error:  # a task's utils that cannot be imported, a dataset that cannot be read: lmms-eval raises anything
         raise TaskError(f"lmms-eval task {name!r} cannot be built: {type(error).__name__}: {one_line(error)}") from error
     finally:
-        _quiet_loguru()
+        _undo_lmms_eval_settings()
     if task.OUTPUT_TYPE != "generate_until":
         raise TaskError(f"lmms-eval task {name!r}: output_type {task.OUTPUT_TYPE!r}; vlgate runs generate_until tasks")
     if settings.lmms_eval_specific_kwargs:
