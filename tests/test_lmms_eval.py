@@ -394,3 +394,22 @@ def test_loading_a_task_leaves_pillow_refusing_truncated_images(vlgate_run: dict
     from PIL import ImageFile
 
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False  # lmms-eval's import sets it; a truncated data-set image must stay an item's error
+
+
+def test_vlgate_evaluate_exits_2_when_a_tasks_aggregation_cannot_be_gated_and_keeps_its_records(
+    task_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from vlgate.cli.main import main
+
+    monkeypatch.setenv("VLGATE_HOME", str(tmp_path / "home"))
+
+    folder = tmp_path / "odd"
+    _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="odd_aggregation_cli", aggregation="!function utils.not_a_number")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "evaluators": {"odd": {"kind": "lmms-eval", "task": "odd_aggregation_cli", "include_path": str(folder), "limit": 2}}}))
+    status = main(["evaluate", "--model", str(CHECKPOINT), "--suite", str(suite), "--out", str(tmp_path / "out"), "--quiet"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vlgate evaluate:")]
+    assert status == 2 and len(lines) == 1 and "the aggregation of 'exact_match' gives dict" in lines[0] and "records computed so far are kept" in lines[0]
+    assert len((tmp_path / "out" / "odd" / "records.jsonl").read_text().splitlines()) == 2
