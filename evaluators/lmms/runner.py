@@ -49,10 +49,11 @@ def protocol_of(loaded: LoadedTask) -> Protocol[None]:
     return Protocol(name=f"lmms-eval-{loaded.version}", version=1, follows=f"lmms-eval {loaded.version} task {loaded.name}", prompts=None)
 
 
-def load_docs(settings: LmmsEvalSettings) -> tuple[list[TaskDoc], list[ItemError]]:
-    """The task's eval docs in its order, the first ``limit`` of them (lmms-eval's ``--limit``)."""
+def load_docs(settings: LmmsEvalSettings, first: int | None = None) -> tuple[list[TaskDoc], list[ItemError]]:
+    """The task's eval docs in its order, the first ``limit`` of them (lmms-eval's ``--limit``);
+    ``first``: fewer still (the model check's few), so only those are read and hashed."""
     loaded = load_task(settings)
-    count = len(loaded.docs) if settings.limit is None else min(settings.limit, len(loaded.docs))
+    count = min(len(loaded.docs), *(n for n in (settings.limit, first) if n is not None))
     return [TaskDoc(str(doc_id), doc_id, doc_digest(loaded.doc(doc_id))) for doc_id in range(count)], []
 
 
@@ -175,6 +176,6 @@ def build_runner(settings: LmmsEvalSettings, context: RunnerContext, evaluator: 
         models={"vlm": context.vlm.info.digest},
         protocol=protocol_of(loaded).as_run(**settings.protocol_overrides()),
         prepare=lambda doc: request_of(loaded, doc),
-        compute=lambda batch: compute(batch),
+        compute=compute,
         settings={"task": loaded.name, "task_digest": loaded.digest, "generation": loaded.generation.as_json()},
     )

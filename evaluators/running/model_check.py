@@ -160,7 +160,7 @@ def suite_requests(suite: Suite, items: int = 4, generate_tokens: int = 8) -> Ch
             from vlgate.evaluators.lmms.tasks import load_task
 
             loaded = load_task(spec)
-            for doc in load_docs(spec)[0][:items]:
+            for doc in load_docs(spec, first=items)[0]:
                 asked = request_of(loaded, doc)
                 generations.append(GenerateRequest(asked.images, asked.prompt, min(asked.max_new_tokens, generate_tokens), asked.turn))
     if not choices and not generations:
