@@ -39,6 +39,7 @@ from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     import matplotlib.figure
+    import PIL.Image
     from mlflow.tracking import MlflowClient
 
 LOST_ITEMS = 5  # the items lost against the champion shown per listed item score
@@ -77,8 +78,12 @@ def data_uri(png_bytes: bytes) -> str:
 def thumbnail(path: Path | None, size: int = 160) -> str | None:
     """A PNG ``data:`` URI of the picture at ``path``; None when it is missing or unreadable."""
     image = readable_image(path)
-    if image is None:
-        return None
+    return None if image is None else image_thumbnail(image, size)
+
+
+def image_thumbnail(image: PIL.Image.Image, size: int = 160) -> str:
+    """A PNG ``data:`` URI of ``image`` at most ``size`` pixels a side (``image`` left as it is)."""
+    image = image.copy()
     image.thumbnail((size, size))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
@@ -162,27 +167,30 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
     first = [score for score in listed_scores if behind[score]]
     scores: list[dict[str, object]] = [{"score": name, "direction": diff.scores[name].direction, "behind": behind[name], **diff.summary()[name]} for name in [*first, *(name for name in diff.scores if name not in first)]]
     rows = {row["score"]: row for row in scores}
-    lists = [{**rows[score], "items": lost_items(data, diff, score, image_roots)} for score in listed_scores]
+    lists = [{**rows[score], "items": lost_items(data, diff, score, image_roots), "won_items": lost_items(data, diff, score, image_roots, which="won")} for score in listed_scores]
     return {"champion": data.judged_against, "checks": checks, "scores": scores, "lists": lists, "listed": lists[0], "missing": None}
 
 
-def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, image_roots: tuple[Path, ...] = ()) -> list[dict[str, object]]:
-    """The first items the candidate lost on ``score``, largest loss first, each with its
-    pictures and both versions' fields as the page shows them."""
+def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, image_roots: tuple[Path, ...] = (), which: str = "lost") -> list[dict[str, object]]:
+    """The first items the candidate lost (``which="won"``: won) on ``score``, largest
+    change first, each with its pictures and both versions' fields as the page shows them."""
     evaluator = diff.evaluator
     output = data.evaluators[evaluator]
-    fields = registry.get(evaluator).item_fields
+    definition = registry.get(evaluator)
+    fields = definition.item_fields
     # an item's own picture is shown whether or not the evaluator lists it among its fields
     image_fields = [name for name in IMAGE_FIELDS if name in fields or name == "image"]
     binary = diff.scores[score].kind == "binary"
     items: list[dict[str, object]] = []
-    for item in diff.listed("lost", LOST_ITEMS, score):
+    for item in diff.listed(which, LOST_ITEMS, score):
         record = diff.candidate_records.get(str(item["id"]), {})
         paths: list[JsonValue] = []
         for name in image_fields:
             value = record.get(name)
             paths += value if isinstance(value, list) else [value]
         images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in paths if isinstance(path, str)]
+        if definition.item_images is not None and record:
+            images += [image_thumbnail(image) for image in definition.item_images(record)]
         rows = [
             {"field": name, "candidate": field_text(values["candidate"], 240), "champion": field_text(values["champion"], 240)}
             for name, values in item["fields"].items()

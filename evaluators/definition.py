@@ -55,6 +55,8 @@ from vlgate.evaluators.runners.base import EvaluatorSettings
 from vlgate.evaluators.schemas import Arrays
 
 if TYPE_CHECKING:
+    import PIL.Image
+
     from vlgate.evaluators.figures import Section, SectionInputs, VersionsFigure
     from vlgate.evaluators.loaders.items import ItemError
     from vlgate.evaluators.runners.base import Identified, Runner, RunnerContext
@@ -245,6 +247,9 @@ class EvaluatorDefinition:
     item_scores: tuple[ItemScore, ...] = ()
     #: the record fields shown beside a compared item (question, options, answers, images)
     item_fields: tuple[str, ...] = ()
+    #: an item's pictures where its record names no file (an lmms-eval doc's, rebuilt by
+    #: the task's own code); none where they cannot be rebuilt as they were evaluated
+    item_images: Callable[[Record], Sequence[PIL.Image.Image]] | None = None
     #: what its section of a version's report shows, drawn from that version's records
     report_section: Callable[[SectionInputs], Section] | None = None
     #: the figure drawn once per model across its versions, shown in its section and on the leaderboard

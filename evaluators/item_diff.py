@@ -154,6 +154,8 @@ def diff_outputs(
     evaluator = candidate.evaluator
     definition = registry.get(evaluator)
     columns = definition.item_score_columns
+    if not columns:
+        raise NothingToCompareError(f"{evaluator} has no per-item score to compare item by item")
     if listed is not None and listed not in columns:
         raise NothingToCompareError(f"{listed} is not an item score of {evaluator} (it has {', '.join(columns)})")
     for name, output in zip(names, (candidate, champion)):

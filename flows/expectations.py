@@ -462,7 +462,7 @@ def _records_expectations(definition: EvaluatorDefinition, records: pd.DataFrame
             expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=column.name, min_value=1))
         elif column.values is not None:
             expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column.name, value_set=list(column.values)))
-        else:  # nulls are skipped by GX's map expectations, so nullable columns are range-checked where defined
+        elif column.low is not None or column.high is not None:  # nulls are skipped by GX's map expectations, so nullable columns are range-checked where defined
             expectations.append(gxe.ExpectColumnValuesToBeBetween(column=column.name, min_value=column.low, max_value=column.high))
     for earlier, later in definition.ordered_columns:
         if earlier in present and later in present:

@@ -339,6 +339,11 @@ def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate
     # the score behind the lcm check that held v3 back (inconclusive) is marked with it
     assert re.findall(r'data-behind="lcm-mc/([^"]+)"', section) == ["p_lc"]
     assert re.findall(r'data-lost-item="lcm-mc/([^"]+)"', section) == change.index[:5].tolist()
+    # and the first items won beside them, the largest rise first, as vlgate diff lists them
+    assert main(["diff", "shapes", "3", "2", "--evaluator", "lcm-mc", "--score", "p_lc", "--limit", "5", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["evaluators"]
+    won = re.findall(r'data-won-item="lcm-mc/([^"]+)"', section)
+    assert won == [item["id"] for item in listed["won"]] == change[change > 0].sort_values(ascending=False, kind="stable").index[:5].tolist() and won
 
     # the counts are vlgate diff's, score by score and evaluator by evaluator
     assert main(["diff", "shapes", "3", "2", "--json"]) == 0

@@ -252,7 +252,7 @@ class Gate(Command):
         parser.add_argument("--against-current", action="store_true", help="judge against today's champion instead of the one the version's validation was judged against")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate import tracking
+        from vlgate import tag_keys, tracking
         from vlgate.flows.judgement import ValidationError, judge_again
         from vlgate.flows.settings import ServiceConfig, not_configured
         from vlgate.gate.policy import GatePolicy
@@ -264,11 +264,14 @@ class Gate(Command):
         if config is None and args.policy is None:
             raise UserError(not_configured(home, args.name, service_config) or "")
         policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
+        client = tracking.connect(home)
+        run_id = registered_version(client, args.name, args.version).tags.get(tag_keys.VALIDATION_RUN)
+        if run_id:  # the run's lmms-eval tasks, so that the policy may name their metrics
+            tracking.define_run_tasks(client, run_id)
         try:
-            GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
+            GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is judged
         except ValueError as error:
             raise UserError(str(error)) from None
-        registered_version(tracking.connect(home), args.name, args.version)
         try:
             rejudged = judge_again(args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:

@@ -19,7 +19,7 @@ metrics are (docs/lmms-eval.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pandas as pd
 
 from vlgate.evaluators import schemas
 from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
-from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, load_docs, protocol_of, task_code
+from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, doc_images, load_docs, protocol_of, task_code
 from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task, one_line
 from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
 from vlgate.evaluators.records import Record
@@ -38,6 +38,8 @@ from vlgate.evaluators.schemas import Arrays, Problem
 MAX_EMPTY_SHARE = 0.25
 #: the share of answers the task's extraction filters cannot read past which Great Expectations fails the run
 MAX_UNPARSED_SHARE = 0.5
+#: the per-sample column of a doc's own ``score`` (:func:`scored_metrics`)
+DOC_SCORE = "doc_score"
 
 
 class UnpairableAggregationError(TaskError):
@@ -72,10 +74,11 @@ class TaskSchema(schemas.Schema):
         return arrays, {}
 
 
-def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
+def _per_sample(arrays: Arrays, metrics: Sequence[str], scored: Sequence[str] = ()) -> pd.DataFrame:
     """One row a doc: the response, whether it is empty, and each metric's per-doc value as
     ``process_results`` gave it (numbers as floats where every doc's is a number; None
-    where a doc gave none)."""
+    where a doc gave none); with ``scored`` metrics, :data:`DOC_SCORE`: the ``score`` in
+    the first of them the doc gave (MME's docs give one of two by category)."""
     responses = pd.Series(arrays["response"], dtype=object)
     unparsed = np.asarray(arrays["unparsed"], dtype=int)
     frame = pd.DataFrame({"response": responses.to_numpy(), "empty": (responses.str.strip() == "").astype(int).to_numpy(), "unparsed": unparsed})
@@ -83,6 +86,9 @@ def _per_sample(arrays: Arrays, metrics: Sequence[str]) -> pd.DataFrame:
         values = list(arrays[f"results.{metric}"])
         numeric = all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
         frame[metric] = np.asarray(values, dtype=float) if numeric and values else pd.Series(values, dtype=object).to_numpy()
+    if scored:
+        per_doc = zip(*(arrays[f"results.{metric}"] for metric in scored))
+        frame[DOC_SCORE] = np.asarray([next((value["score"] for value in values if isinstance(value, Mapping) and isinstance(value.get("score"), int | float)), np.nan) for values in per_doc], dtype=float)
     return frame
 
 
@@ -104,9 +110,7 @@ def _aggregate(loaded: LoadedTask, evaluator: str, frame: pd.DataFrame) -> Metri
                 "vlgate resamples docs to gate a metric, and this aggregation needs its docs whole"
             ) from error
         if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(float(value)):
-            raise UnpairableAggregationError(
-                f"lmms-eval task {loaded.name!r} ({evaluator}): the aggregation of {spec.name!r} gives {type(value).__name__} {str(value)[:80]!r}, not a finite number; vlgate cannot gate it"
-            )
+            raise UnpairableAggregationError(f"lmms-eval task {loaded.name!r} ({evaluator}): the aggregation of {spec.name!r} gives {type(value).__name__} {str(value)[:80]!r}, not a finite number; vlgate cannot gate it")
         metrics[spec.name] = float(value)
     return metrics
 
@@ -120,20 +124,23 @@ def _resampled(loaded: LoadedTask, frame: pd.DataFrame, weights: Weights) -> dic
 PROBED_DOCS = 6
 
 
-def ungateable(loaded: LoadedTask) -> dict[str, str]:
-    """Why a rule cannot gate each metric whose aggregation fails on the docs resampled: the
-    first :data:`PROBED_DOCS` docs scored with an empty answer by the task's own
-    ``process_results``, then each aggregation on them without the first and with the first
-    twice (what the gate's leave-one-out and bootstrap hand it). MME's needs every question's
-    two docs (it asserts so): its metrics are logged and shown, and a policy that names one is
-    refused when it is read. A task whose ``process_results`` refuses an empty answer is not
-    probed."""
+def _probe(loaded: LoadedTask) -> list[Mapping[str, Any]]:
+    """The task's ``process_results`` on its first :data:`PROBED_DOCS` docs, each answered
+    with an empty string; none for a task whose ``process_results`` refuses an empty answer."""
     docs = [loaded.doc(doc_id) for doc_id in range(min(PROBED_DOCS, len(loaded.docs)))]
     try:
         with task_code("probe"):
-            results = [loaded.task.process_results(doc, [""]) for doc in docs]
+            return [loaded.task.process_results(doc, [""]) for doc in docs]
     except Exception:  # an empty answer is no answer the task has to take
-        return {}
+        return []
+
+
+def ungateable(loaded: LoadedTask, results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Why a rule cannot gate each metric whose aggregation fails on the docs resampled:
+    each aggregation on the probed docs' values (:func:`_probe`) without the first and with
+    the first twice (what the gate's leave-one-out and bootstrap hand it). MME's needs every
+    question's two docs (it asserts so): its metrics are logged and shown, and a policy that
+    names one is refused when it is read."""
     reasons = {}
     for spec in loaded.metrics:
         values = [result[spec.name] for result in results if spec.name in result]
@@ -152,35 +159,58 @@ def ungateable(loaded: LoadedTask) -> dict[str, str]:
     return reasons
 
 
+def scored_metrics(loaded: LoadedTask, results: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The metrics whose per-doc value is a record holding a numeric ``score`` (POPE's and
+    MME's 0/1 correctness of the doc), on every probed doc that gave them: the docs lost and
+    won of a task none of whose metrics is a mean of numbers."""
+    scored = []
+    for spec in loaded.metrics:
+        values = [result[spec.name] for result in results if spec.name in result]
+        if values and all(isinstance(value, Mapping) and isinstance(value.get("score"), int | float) and not isinstance(value.get("score"), bool) for value in values):
+            scored.append(spec.name)
+    return tuple(scored)
+
+
 def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition:
     """The evaluator of the suite entry ``name``: its task loaded (:func:`load_task`)."""
     loaded = load_task(settings)
     names = [spec.name for spec in loaded.metrics]
-    refused = ungateable(loaded)
-    metrics = tuple(
-        Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True, ungateable=refused.get(spec.name, "")) for spec in loaded.metrics
-    )
+    probed = _probe(loaded)
+    refused = ungateable(loaded, probed)
+    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True, ungateable=refused.get(spec.name, "")) for spec in loaded.metrics)
     means = [spec for spec in loaded.metrics if spec.is_mean]
+    item_scores = tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means)
+    scored = scored_metrics(loaded, probed) if not means else ()
+    if scored:  # the doc's own score, behind every metric that carries it
+        first = next(spec for spec in loaded.metrics if spec.name == scored[0])
+        item_scores = (ItemScore(DOC_SCORE, "higher" if first.higher_is_better else "lower", scored),)
     return EvaluatorDefinition(
         name=name,
         title=f"lmms-eval {loaded.name}",
         schema=TaskSchema(names),
-        per_sample=lambda arrays: _per_sample(arrays, names),
+        per_sample=lambda arrays: _per_sample(arrays, names, scored),
         aggregate=lambda frame: _aggregate(loaded, name, frame),
         metrics=(
             *metrics,
             count_metric("n_empty", max_share=MAX_EMPTY_SHARE, unusable="empty answers: a backend that loses its output is not a model that knows nothing"),
             count_metric("n_unparsed", max_share=MAX_UNPARSED_SHARE, unusable="answers the task's filters cannot read: a prompt or template the model does not follow is no measure of what it knows"),
         ),
-        columns=(Column("response", free_text=True), indicator_column("empty"), indicator_column("unparsed"), *(Column(metric, opaque=True) for metric in names)),
+        columns=(
+            Column("response", free_text=True),
+            indicator_column("empty"),
+            indicator_column("unparsed"),
+            *(Column(metric, opaque=True) for metric in names),
+            *((Column(DOC_SCORE, None, None, nullable=True),) if scored else ()),
+        ),
         settings=LmmsEvalSettings,
         build_runner=lambda spec, context: build_runner(spec, context, name),
         protocols=(protocol_of(loaded),),
         example=Path(),
         load_items=lambda spec, _out: load_docs(spec),
         resampled=(lambda frame, weights: _resampled(loaded, frame, weights)) if means else None,
-        item_scores=tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means),
+        item_scores=item_scores,
         item_fields=("prompt", "response"),
+        item_images=lambda record: doc_images(loaded, record),
     )
 
 

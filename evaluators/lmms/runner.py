@@ -2,9 +2,10 @@
 answered greedily by the suite's backend, filtered by the task's own filter ensembles, and
 scored by its own ``process_results``. One record a doc (docs/lmms-eval.md):
 
-``{"id", "doc_id", "prompt", "response", "filtered": {FILTER: response}, "unparsed", "results": {METRIC: value}}``
+``{"id", "doc_id", "doc_sha256", "prompt", "response", "filtered": {FILTER: response}, "unparsed", "results": {METRIC: value}}``
 
-where ``prompt`` is the text the doc was asked (its turn's text parts, for the views), ``unparsed`` says that an extraction filter of the scored ensemble found nothing it
+where ``doc_sha256`` is the doc's digest (:func:`doc_digest`: the views show a doc's images
+only while the task's doc is still the one asked), ``prompt`` is the text the doc was asked (its turn's text parts, for the views), ``unparsed`` says that an extraction filter of the scored ensemble found nothing it
 reads (its fallback, lmms-eval's ``[invalid]``), and ``results`` holds ``process_results``'s values for the task's first filter ensemble
 (lmms-eval's ``none`` where the task names none: the first response) as JSON, which the
 task's aggregations read back.
@@ -53,7 +54,7 @@ def load_docs(settings: LmmsEvalSettings, first: int | None = None) -> tuple[lis
     """The task's eval docs in its order, the first ``limit`` of them (lmms-eval's ``--limit``);
     ``first``: fewer still (the model check's few), so only those are read and hashed."""
     loaded = load_task(settings)
-    count = min(len(loaded.docs), *(n for n in (settings.limit, first) if n is not None))
+    count = min([len(loaded.docs), *(n for n in (settings.limit, first) if n is not None)])
     return [TaskDoc(str(doc_id), doc_id, doc_digest(loaded.doc(doc_id))) for doc_id in range(count)], []
 
 
@@ -104,6 +105,23 @@ def request_of(loaded: LoadedTask, doc: TaskDoc) -> GenerateRequest:
     return GenerateRequest(tuple(images), prompt, loaded.generation.max_new_tokens, tuple(turn))
 
 
+def doc_images(loaded: LoadedTask, record: Record) -> list[Image.Image]:
+    """The images a record's doc was asked with, rebuilt by the task's own ``doc_to_messages``;
+    none where the task's doc is no longer the one the record answered (another digest) or
+    cannot be rebuilt."""
+    doc_id = record.get("doc_id")
+    if not isinstance(doc_id, int) or not 0 <= doc_id < len(loaded.docs):
+        return []
+    source = loaded.doc(doc_id)
+    digest = doc_digest(source)
+    if record.get("doc_sha256") != digest:
+        return []
+    try:
+        return list(request_of(loaded, TaskDoc(str(record.get("id")), doc_id, digest)).images)
+    except (ItemLoadError, TaskError):
+        return []
+
+
 def score_doc(loaded: LoadedTask, doc: TaskDoc, response: str) -> Record:
     """One doc's record: the response through every filter ensemble of the task, then the
     first ensemble's result through the task's ``process_results``."""
@@ -125,7 +143,7 @@ def score_doc(loaded: LoadedTask, doc: TaskDoc, response: str) -> Record:
     except KeyError as error:
         field = error.args[0] if error.args else "?"
         raise TaskError(f"lmms-eval task {loaded.name!r}, doc {doc.id}: the doc lacks the field {field!r}, which the task's process_results reads") from None
-    return {"id": doc.id, "doc_id": doc.doc_id, "response": response, "filtered": filtered, "unparsed": unparsed, "results": {str(metric): _json(value) for metric, value in results.items()}}
+    return {"id": doc.id, "doc_id": doc.doc_id, "doc_sha256": doc.digest, "response": response, "filtered": filtered, "unparsed": unparsed, "results": {str(metric): _json(value) for metric, value in results.items()}}
 
 
 @contextlib.contextmanager

@@ -8,7 +8,8 @@ it indexes at DEBUG), and the Pillow setting its import changes is put back (``_
 
 A task's **digest** covers what decides its answers and scores: lmms-eval's version, the
 task's whole configuration (with every function it names replaced by the function's
-module, name and the sha256 of its source file: a changed ``utils.py`` is a changed task),
+module, name and the sha256 of its source file: a changed ``utils.py`` is a changed task;
+and every local data file by its name and content's sha256, not where it lies),
 the overrides of the suite entry and the generation settings as run. It is part of every
 record's fingerprint, so a changed task never reuses old answers.
 """
@@ -234,6 +235,8 @@ def one_line(error: BaseException) -> str:
 def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, version: str) -> str:
     """sha256 of what decides the task's answers and scores (module docstring)."""
     config = dataclasses.asdict(task.config)
+    if isinstance(config.get("dataset_kwargs"), Mapping) and "data_files" in config["dataset_kwargs"]:
+        config["dataset_kwargs"] = {**config["dataset_kwargs"], "data_files": _data_files(config["dataset_kwargs"]["data_files"])}
     payload = {
         "lmms_eval": version,
         "config": _canonical(config),
@@ -245,6 +248,28 @@ def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, v
 
 
 _source_digests: dict[str, str] = {}
+_file_digests: dict[tuple[str, int, int], str] = {}
+
+
+def _data_files(value: Any) -> Any:
+    """``dataset_kwargs.data_files`` with each local file as its name and content's sha256,
+    not the absolute path lmms-eval resolved it to: a task folder moved elsewhere is the same
+    task, and a data file changed under the same name is another."""
+    if isinstance(value, Mapping):
+        return {str(key): _data_files(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_data_files(item) for item in value]
+    if isinstance(value, str) and Path(value).is_file():
+        stat = Path(value).stat()
+        key = (str(Path(value).resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _file_digests:
+            digest = hashlib.sha256()
+            with open(value, "rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            _file_digests[key] = digest.hexdigest()
+        return {"file": Path(value).name, "sha256": _file_digests[key]}
+    return value
 
 
 def _canonical(value: Any) -> Any:

@@ -104,16 +104,17 @@ def _task_entries(tasks: Mapping[str, object], base: Path | None) -> dict[str, E
     return entries
 
 
-def define_logged_tasks(suite_text: str) -> list[str]:
-    """The lmms-eval evaluators of a suite as a validation run logged it (its
-    ``config/suite.yaml``), defined in this process as reading the suite defined them in the
-    flow's: what a report, ``vlgate diff`` or a judgement read back from MLflow needs to read
-    those evaluators' records. The names defined."""
+def define_logged_tasks(suite_text: str, base: Path | None = None) -> list[str]:
+    """The lmms-eval evaluators of a suite as a validation run logged it (under ``config/``),
+    defined in this process as reading the suite defined them in the flow's (``base``: the
+    suite's folder then, which a relative ``include_path`` names a folder in): what a report,
+    ``vlgate diff`` or a judgement read back from MLflow needs to read those evaluators'
+    records. The names defined."""
     from vlgate.config import parse_yaml
 
     entries = (parse_yaml(suite_text) or {}).get("evaluators") or {}
     tasks = {name: entry for name, entry in entries.items() if _is_task_entry(entry) and name not in registry.names()} if isinstance(entries, dict) else {}
-    return list(_task_entries(tasks, None))
+    return list(_task_entries(tasks, base))
 
 
 class Suite(BaseModel):

@@ -1,15 +1,25 @@
-"""The world's yes/no data as an lmms-eval task folder (docs/lmms-eval.md): what a team's own
-task looks like to vlgate, and the task vlgate's runs are held to lmms-eval's own on
-(``tests/test_lmms_eval.py``).
+"""The world's yes/no data as lmms-eval task folders (docs/lmms-eval.md): what a team's own
+task looks like to vlgate, a real task of the installed package on the world's images, and
+the tasks vlgate's runs are held to lmms-eval's own on (``tests/test_lmms_eval.py``).
 
-``export_world_task(world_data, out)`` writes ``out/world_yesno.yaml``, its ``utils.py``,
-``out/world_yesno/test.parquet`` (the items in a POPE-like schema, images embedded as
-Hugging Face's ``Image`` feature) and ``out/suite.yaml``, a suite whose one entry is the
-task: ``python -m vlgate.evaluators.world.lmms_task DIR`` writes them from the shipped world,
-then ``vlgate evaluate --model evaluators/world/shipped/checkpoints/vlm-steps10000 --suite
-DIR/suite.yaml --out /tmp/lmms`` runs it (docs/lmms-eval.md). The prompt is the one the world's models were trained
-on; the metric, ``exact_match``, is lmms-eval's built-in ``mean`` of per-doc 0/1 scores,
-so the gate pairs it linearly; ``yes_ratio`` is a ratio the task's own function computes.
+``export_world_task(world_data, out)`` writes into ``out``:
+
+- ``world_yesno.yaml``, its ``utils.py`` and ``world_yesno/test.parquet``: the world's own
+  task (the items in a POPE-like schema, images embedded as Hugging Face's ``Image``
+  feature). The prompt is the one the world's models were trained on; ``exact_match`` is
+  lmms-eval's built-in ``mean`` of per-doc 0/1 scores, so the gate pairs it linearly;
+  ``yes_ratio`` is a ratio the task's own function computes;
+- ``pope_world.yaml`` and ``pope_world/test.parquet``: POPE of the installed lmms-eval,
+  its YAML included unchanged but for where its docs are, on the same items written in
+  POPE's schema (``question_id``, ``question``, ``answer``, ``image_source``, ``category``,
+  ``image``);
+- ``suite.yaml``: a suite whose one entry is the world's task;
+- the recipe (docs/lmms-eval.md, "Recipe"): ``recipe-suite.yaml`` (VL-LCM's multiple-choice
+  evaluator on the world's data beside POPE, asked with the instruction the world's models
+  were trained on), ``recipe-gate.yaml`` (one policy on both) and ``vlgate.yaml`` (the model
+  ``world-vlm`` configured with them), so that ``VLGATE_HOME=DIR`` is a service home.
+
+``python -m vlgate.evaluators.world.lmms_task DIR`` writes them from the shipped world.
 """
 
 from __future__ import annotations
@@ -21,6 +31,10 @@ from pathlib import Path
 from vlgate.evaluators.prompts import YES_NO_INSTRUCTION
 
 TASK = "world_yesno"
+#: POPE of the installed lmms-eval on the world's items
+POPE_TASK = "pope_world"
+#: the registered model the recipe's ``vlgate.yaml`` configures
+RECIPE_MODEL = "world-vlm"
 
 _YAML = """\
 # The synthetic world's yes/no items as an lmms-eval task (vlgate's evaluators/world/lmms_task.py).
@@ -76,28 +90,76 @@ def yes_ratio(results):
 '''
 
 
-def export_world_task(world_data: Path, out: Path) -> Path:
-    """The world's ``yesno/`` items as the lmms-eval task folder ``out`` (its YAML's path returned)."""
+_POPE_YAML = """\
+# POPE of the installed lmms-eval ({pope}), unchanged but for where its docs are: the
+# synthetic world's yes/no items in POPE's schema (vlgate's evaluators/world/lmms_task.py).
+include: {pope}
+task: {task}
+dataset_path: parquet
+dataset_kwargs:
+  data_files:
+    test: {parquet}
+"""
+
+_RECIPE_SUITE = """\
+# VL-LCM and POPE in one decision (docs/lmms-eval.md, "Recipe"). POPE is asked with the
+# instruction the world's models were trained on, through the task's own post_prompt.
+name: world-lcm-and-pope
+batch_size: 8
+evaluators:
+  lcm-mc: {{data: {mc}, protocol: vlgate}}
+  {pope}:
+    kind: lmms-eval
+    task: {pope}
+    include_path: .
+    lmms_eval_specific_kwargs: {{post_prompt: " {instruction}"}}
+"""
+
+_RECIPE_GATE = """\
+# One policy on VL-LCM and POPE: a version must be logically consistent and accurate on
+# POPE, and must not fall behind the champion on either.
+required: [lcm-mc, {pope}]
+floors:
+  lcm-mc/lcm: 0.75
+  {pope}/pope_accuracy: 0.8
+regressions:
+  lcm-mc/lcm: {{max_drop: 0.05}}
+  {pope}/pope_accuracy: {{max_drop: 0.05}}
+resamples: 500
+"""
+
+
+def _write_parquet(rows: list[dict[str, object]], images: list[Path], parquet: Path) -> None:
+    """``rows`` with their ``image`` column the bytes of ``images`` (as a released data set holds them)."""
     import datasets
 
-    rows = [json.loads(line) for line in (world_data / "yesno" / "items.jsonl").read_text().splitlines() if line.strip()]
-    table = datasets.Dataset.from_dict(
-        {
-            "question_id": [row["id"] for row in rows],
-            "question": [row["question"] for row in rows],
-            "answer": [row["answer"] for row in rows],
-            "category": [row["category"] for row in rows],
-            # the bytes themselves, so the file holds its images as a released data set does
-            "image": [{"bytes": (world_data / "yesno" / row["image"]).read_bytes(), "path": Path(row["image"]).name} for row in rows],
-        }
-    ).cast_column("image", datasets.Image())
-    parquet = out / TASK / "test.parquet"
+    datasets.disable_progress_bars()
+    table = datasets.Dataset.from_dict({**{column: [row[column] for row in rows] for column in rows[0]}, "image": [{"bytes": image.read_bytes(), "path": image.name} for image in images]}).cast_column(
+        "image", datasets.Image()
+    )
     parquet.parent.mkdir(parents=True, exist_ok=True)
     table.to_parquet(str(parquet))
+
+
+def export_world_task(world_data: Path, out: Path) -> Path:
+    """The world's ``yesno/`` items as the lmms-eval task folder ``out`` with the recipe
+    beside it (module docstring); the world's task's YAML path returned."""
+    import lmms_eval
+
+    rows = [json.loads(line) for line in (world_data / "yesno" / "items.jsonl").read_text().splitlines() if line.strip()]
+    images = [world_data / "yesno" / row["image"] for row in rows]
+    _write_parquet([{"question_id": row["id"], "question": row["question"], "answer": row["answer"], "category": row["category"]} for row in rows], images, out / TASK / "test.parquet")
     (out / "utils.py").write_text(_UTILS)
     config = out / f"{TASK}.yaml"
     config.write_text(_YAML.format(task=TASK, parquet=json.dumps(f"{TASK}/test.parquet"), instruction=YES_NO_INSTRUCTION))
+    pope_rows = [{"question_id": row["id"], "question": row["question"], "answer": row["answer"], "image_source": Path(row["image"]).stem, "category": "adversarial"} for row in rows]
+    _write_parquet(pope_rows, images, out / POPE_TASK / "test.parquet")
+    pope = Path(lmms_eval.__file__).parent / "tasks" / "pope" / "pope.yaml"
+    (out / f"{POPE_TASK}.yaml").write_text(_POPE_YAML.format(pope=json.dumps(str(pope)), task=POPE_TASK, parquet=json.dumps(f"{POPE_TASK}/test.parquet")))
     (out / "suite.yaml").write_text(f"name: world-lmms-eval\nevaluators:\n  {TASK}:\n    kind: lmms-eval\n    task: {TASK}\n    include_path: .\n")
+    (out / "recipe-suite.yaml").write_text(_RECIPE_SUITE.format(mc=json.dumps(str((world_data / "mc").resolve())), pope=POPE_TASK, instruction=YES_NO_INSTRUCTION))
+    (out / "recipe-gate.yaml").write_text(_RECIPE_GATE.format(pope=POPE_TASK))
+    (out / "vlgate.yaml").write_text(f"models:\n  {RECIPE_MODEL}: {{suite: recipe-suite.yaml, policy: recipe-gate.yaml}}\n")
     return config
 
 

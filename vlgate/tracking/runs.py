@@ -109,22 +109,26 @@ def log_tables(client: MlflowClient, run_id: str, tables: Mapping[str, pd.DataFr
         client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(logged + missing))
 
 
-def define_run_tasks(client: MlflowClient, run_id: str, evaluators: Iterable[str]) -> None:
-    """The lmms-eval evaluators among ``evaluators`` (a run's evaluator folders) that this
-    process has not defined, defined from the suite the run logged (``config/suite.yaml``),
-    so that a reader of the run reads their records as the flow wrote them. A task that can
+def define_run_tasks(client: MlflowClient, run_id: str, evaluators: Iterable[str] | None = None) -> None:
+    """The lmms-eval evaluators among ``evaluators`` (a run's evaluator folders; None: every
+    one the run's suite names) that this process has not defined, defined from the suite the
+    run logged (``config/``, under the name its ``vlgate.suite_path`` tag gives), so that a reader of the run reads their records as
+    the flow wrote them, and a policy read beside it may name their metrics. A task that can
     no longer be built here (its folder gone) is logged and left out."""
     from vlgate.evaluators import registry
     from vlgate.evaluators.running.suite import define_logged_tasks
 
-    if all(name in registry.names() for name in evaluators):
+    if evaluators is not None and all(name in registry.names() for name in evaluators):
+        return
+    suite_path = client.get_run(run_id).data.tags.get(tag_keys.SUITE_PATH)
+    if not suite_path:  # a run that logged no suite: nothing to define from
         return
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            suite = Path(client.download_artifacts(run_id, "config/suite.yaml", scratch)).read_text(encoding="utf-8")
-        except Exception:  # a run that logged no suite: nothing to define from
+            suite = Path(client.download_artifacts(run_id, f"config/{Path(suite_path).name}", scratch)).read_text(encoding="utf-8")
+        except Exception:  # its suite's artifact missing: nothing to define from
             return
     try:
-        define_logged_tasks(suite)
+        define_logged_tasks(suite, Path(suite_path).parent)  # a task folder named relative to the suite's, as the flow read it
     except ValueError as error:
         logger.warning("run %s: its suite's lmms-eval tasks cannot be built here: %s", run_id, error)
