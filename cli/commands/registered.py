@@ -264,14 +264,16 @@ class Gate(Command):
         if config is None and args.policy is None:
             raise UserError(not_configured(home, args.name, service_config) or "")
         policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
-        client = tracking.connect(home)
-        run_id = registered_version(client, args.name, args.version).tags.get(tag_keys.VALIDATION_RUN)
-        if run_id:  # the run's lmms-eval tasks, so that the policy may name their metrics
-            tracking.define_run_tasks(client, run_id)
+        if names_undefined_evaluators(policy_path):  # an lmms-eval task's metrics: the tasks the version's run logged
+            client = tracking.connect(home)
+            run_id = registered_version(client, args.name, args.version).tags.get(tag_keys.VALIDATION_RUN)
+            if run_id:
+                tracking.define_run_tasks(client, run_id)
         try:
-            GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is judged
+            GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
         except ValueError as error:
             raise UserError(str(error)) from None
+        registered_version(tracking.connect(home), args.name, args.version)
         try:
             rejudged = judge_again(args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:
@@ -281,6 +283,24 @@ class Gate(Command):
 
             deliver_now(home, service_config.all_channels())
         return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
+
+
+def names_undefined_evaluators(policy_path: Path) -> bool:
+    """Whether the policy file names an evaluator this process has not defined (``required``,
+    or the ``EVALUATOR/METRIC`` keys of its rules): an lmms-eval task, defined by reading a
+    suite. False for a file that does not parse: reading it says why."""
+    from vlgate.config import parse_yaml
+    from vlgate.evaluators import registry
+
+    try:
+        policy = parse_yaml(policy_path.read_text(encoding="utf-8"))
+    except Exception:  # unreadable or not YAML: GatePolicy.from_file says so in its one line
+        return False
+    if not isinstance(policy, Mapping):
+        return False
+    named = {str(name) for name in policy.get("required") or [] if isinstance(name, str)}
+    named |= {str(key).split("/")[0] for rules in policy.values() if isinstance(rules, Mapping) for key in rules if "/" in str(key)}
+    return bool(named - set(registry.names()))
 
 
 class Drift(Command):
