@@ -28,7 +28,7 @@ from pydantic import JsonValue
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
-from vlgate.decisions import Rule, Verdict
+from vlgate.decisions import Check, Rule, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
@@ -50,9 +50,19 @@ IMAGE_FIELDS = ("image", "images", "seed")
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(loader=jinja2.PackageLoader("vlgate.dashboards", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
     environment.filters["num"] = format_number
+    environment.filters["verdict_class"] = verdict_class
     environment.filters["shell"] = shell_command  # a command to paste: every word quoted
     environment.tests["count"] = is_count
     return environment
+
+
+def verdict_class(check: Check) -> str:
+    """A check's colour on the page: ``pass`` (passed or waived), ``fail`` (failed, or could
+    not be judged: both fail closed) or ``undecided`` (inconclusive: more items would decide;
+    neither a pass nor a failure)."""
+    if check.passed:
+        return "pass"
+    return "undecided" if check.verdict == Verdict.INCONCLUSIVE else "fail"
 
 
 def format_number(value: object, count: bool = False) -> str:
@@ -162,10 +172,15 @@ def against_champion(data: ValidationReportData, evaluator: str, image_roots: tu
         return {"champion": data.judged_against, "checks": checks, "scores": [], "lists": [], "listed": None, "missing": data.not_compared.get(evaluator, "not compared")}
     # the checks that held the version back on its numbers (a could-not-judge one has no items)
     failing = [check for check in judged if check.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE) and check.metric.startswith(f"{evaluator}/")]
-    behind = {score: [check.name for check in failing if score in diff.scores_behind([check.metric.removeprefix(f"{evaluator}/")])] for score in diff.scores}
+    behind_checks = {score: [check for check in failing if score in diff.scores_behind([check.metric.removeprefix(f"{evaluator}/")])] for score in diff.scores}
+    behind = {score: [check.name for check in checks] for score, checks in behind_checks.items()}
     listed_scores = diff.listed_scores(check.metric.removeprefix(f"{evaluator}/") for check in failing)
     first = [score for score in listed_scores if behind[score]]
-    scores: list[dict[str, object]] = [{"score": name, "direction": diff.scores[name].direction, "behind": behind[name], **diff.summary()[name]} for name in [*first, *(name for name in diff.scores if name not in first)]]
+    scores: list[dict[str, object]] = [
+        # behind a failing check in red; behind undecided ones only, neutral
+        {"score": name, "direction": diff.scores[name].direction, "behind": behind[name], "behind_class": "fail" if any(verdict_class(c) == "fail" for c in behind_checks[name]) else "undecided", **diff.summary()[name]}
+        for name in [*first, *(name for name in diff.scores if name not in first)]
+    ]
     rows = {row["score"]: row for row in scores}
     lists = [{**rows[score], "items": lost_items(data, diff, score, image_roots), "won_items": lost_items(data, diff, score, image_roots, which="won")} for score in listed_scores]
     return {"champion": data.judged_against, "checks": checks, "scores": scores, "lists": lists, "listed": lists[0], "missing": None}

@@ -303,7 +303,7 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     history = page[page.index('id="decision-history"') : page.index("</table>", page.index('id="decision-history"'))]
     rows = re.findall(r'<tr><td class="num">(\d+)</td><td>([^<]+)</td>', history)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", history)
-    assert rows == [("1", "validation")] and cells[3:6] == ['<span class="decision rejected">inconclusive</span>', "v2", "v2"]  # outcome, against, champion after
+    assert rows == [("1", "validation")] and cells[3:6] == ['<span class="decision inconclusive">inconclusive</span>', "v2", "v2"]  # outcome (not decided: neutral, not red), against, champion after
 
 
 def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports):
@@ -338,6 +338,11 @@ def test_a_version_judged_against_the_champion_shows_the_items_it_lost_as_vlgate
     assert lost["lcm-mc/correct"] == 0 and "First items lost on p_lc (largest drop first)" in section
     # the score behind the lcm check that held v3 back (inconclusive) is marked with it
     assert re.findall(r'data-behind="lcm-mc/([^"]+)"', section) == ["p_lc"]
+    # not decided is neither a pass nor a failure: neutral wherever the check is shown, and
+    # so is the score behind it alone
+    assert re.findall(r'<span class="([a-z]+)" data-behind="lcm-mc/p_lc">', section) == ["undecided"]
+    assert re.findall(r'<td class="([a-z]+)" data-verdict="lcm-mc/lcm vs champion">([a-z ]+)<', page) == [("undecided", "inconclusive")]
+    assert re.findall(r'<span class="([a-z]+)" data-verdict="lcm-mc/lcm vs champion">', page) == ["undecided"]
     assert re.findall(r'data-lost-item="lcm-mc/([^"]+)"', section) == change.index[:5].tolist()
     # and the first items won beside them, the largest rise first, as vlgate diff lists them
     assert main(["diff", "shapes", "3", "2", "--evaluator", "lcm-mc", "--score", "p_lc", "--limit", "5", "--json"]) == 0
