@@ -74,8 +74,16 @@ def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
 
 def _suite_key(suite: Suite) -> str:
     """The folder a batch's records go to: the suite's content as loaded (not its file's
-    bytes: a comment changes nothing) and its data files' names and sizes."""
-    material = [suite.model_dump_json()] + [str(sorted((p.name, p.stat().st_size) for p in Path(s.data).rglob("*") if p.is_file())) for s in suite.evaluators.values()]
+    bytes: a comment changes nothing) and its data files' names and sizes; for an lmms-eval
+    task, whose docs are its own and no ``data`` folder, the task's digest (its data files' content)."""
+    from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, load_task
+
+    material = [suite.model_dump_json()]
+    for settings in suite.evaluators.values():
+        if isinstance(settings, LmmsEvalSettings):
+            material.append(load_task(settings).digest)
+        else:
+            material.append(str(sorted((p.name, p.stat().st_size) for p in Path(settings.data).rglob("*") if p.is_file())))
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 

@@ -221,7 +221,7 @@ def test_every_doc_gets_the_filtered_response_and_every_metric_the_aggregate_of_
 def test_a_tasks_metrics_are_evaluator_metrics_with_their_direction_and_linear_resampling_where_the_aggregation_is_a_mean(vlgate_run: dict) -> None:
     world = registry.get(WORLD_TASK)
     assert world.metric("exact_match").direction == "higher" and world.metric("yes_ratio") is not None
-    assert world.resampled is not None and [score.column for score in world.item_scores] == ["exact_match"]
+    assert world.resampled is not None and [score.column for score in world.item_scores] == ["exact_match", "yes_ratio"] and world.drift_score is None
     pope = registry.get("pope_world")
     assert pope.resampled is None  # POPE's aggregations are the task's own functions: the generic path
     # POPE's per-doc records hold the doc's 0/1 score: its docs lost and won, behind every metric that carries it
@@ -240,7 +240,7 @@ def test_a_task_whose_per_doc_values_hold_no_score_is_not_compared_doc_by_doc_an
     outputs = {name: EvaluatorOutput.from_folder(name, vlgate_run["out"] / name) for name in ("mmmu_val_world", "pope_world", WORLD_TASK)}
     diffs, skipped = compare_outputs(outputs, outputs)  # MMMU's per-doc values are its parsed answers
     assert skipped == {"mmmu_val_world": "mmmu_val_world has no per-item score to compare item by item"}
-    assert {name: list(diff.scores) for name, diff in diffs.items()} == {"pope_world": ["doc_score"], WORLD_TASK: ["exact_match"]}
+    assert {name: list(diff.scores) for name, diff in diffs.items()} == {"pope_world": ["doc_score"], WORLD_TASK: ["exact_match", "yes_ratio"]}
     assert diffs["pope_world"].summary()["doc_score"]["n_shared"] == LIMIT and diffs["pope_world"].summary()["doc_score"]["lost"] == 0
 
 
@@ -262,6 +262,19 @@ def test_a_task_whose_utils_cannot_be_imported_and_a_sampling_one_are_refused_na
         Suite.model_validate({"name": "s", "evaluators": {"b": {"kind": "lmms-eval", "task": "broken_task", "include_path": str(broken)}}})
     with pytest.raises(ValueError, match=r"lmms-eval task 'world_yesno': generation_kwargs samples"):
         Suite.model_validate({"name": "s", "evaluators": {"w2": {"kind": "lmms-eval", "task": WORLD_TASK, "include_path": str(task_folder), "generation_kwargs": {"temperature": 0.7}}}})
+
+
+def test_a_drift_metric_is_a_mean_of_the_task_whose_fall_is_drift_and_anything_else_is_refused(task_folder: Path) -> None:
+    def entry(task: str, metric: str) -> dict:
+        return {"name": "s", "evaluators": {"d": {"kind": "lmms-eval", "task": task, "include_path": str(task_folder), "drift_metric": metric}}}
+
+    with pytest.raises(ValueError, match=r"evaluators\.d: lmms-eval task 'world_yesno': drift_metric 'no_such' is not one of its metrics \(exact_match, yes_ratio\)"):
+        Suite.model_validate(entry(WORLD_TASK, "no_such"))
+    with pytest.raises(ValueError, match=r"evaluators\.d: lmms-eval task 'pope_world': drift_metric 'pope_yes_ratio' is not lmms-eval's mean of per-doc numbers"):
+        Suite.model_validate(entry("pope_world", "pope_yes_ratio"))
+    Suite.model_validate(entry(WORLD_TASK, "yes_ratio"))
+    drifting = registry.get("d")
+    assert (drifting.drift_score.column, drifting.drift_score.metric) == ("yes_ratio", "yes_ratio") and [score.column for score in drifting.item_scores] == ["exact_match"]
 
 
 def test_a_changed_task_is_a_changed_fingerprint(task_folder: Path, tmp_path: Path) -> None:
@@ -316,7 +329,8 @@ def test_the_recipe_gates_one_model_on_pope_and_vl_lcm_together(tmp_path: Path) 
     and is rejected on VL-LCM alone. v3 (3,000 steps) falls below VL-LCM's floor and behind
     v1 on it, and on POPE's 48 docs its drop is too uncertain to decide. ``vlgate gate`` judges v3 again from
     its run alone; ``vlgate diff`` and its report show the POPE docs it lost (the report
-    with their images)."""
+    with their images). Last, the champion's drift check on the world's task without
+    answers (``drift_metric: yes_ratio``) finds the batch of questions about absent objects."""
     from vlgate.evaluators.world.lmms_task import POPE_TASK, RECIPE_MODEL
 
     home = tmp_path / "home"
@@ -360,6 +374,13 @@ def test_the_recipe_gates_one_model_on_pope_and_vl_lcm_together(tmp_path: Path) 
     assert lost and all(doc.isdigit() for doc in lost)
     card = section[section.index(f'data-lost-item="{POPE_TASK}/{lost[0]}"') :]
     assert card.index("<img src=\"data:image/png;base64,") < card.index("</div>") and "Please answer yes or no." in card[: card.index("</table>")]
+    # the champion's drift check on the world's task without answers: its share of "yes", which
+    # needs no label, falls on a batch of questions about objects not in view
+    done = vlgate("drift", RECIPE_MODEL, "--json")
+    checked = json.loads(done.stdout)
+    (check,) = checked["checks"]
+    assert (checked["outcome"], checked["version"], check["metric"], check["drifted"]) == ("drifted", "1", f"{WORLD_TASK}/yes_ratio", True), done.stderr[-2000:]
+    assert (check["n_reference"], check["n_current"]) == (48, 24) and check["mean_reference"] > 0.4 > 0.1 > check["mean_current"]
 
 
 def test_a_metric_whose_aggregation_needs_its_docs_whole_is_shown_but_a_policy_naming_it_is_refused(task_folder: Path, vlgate_run: dict) -> None:

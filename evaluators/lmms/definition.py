@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from vlgate.evaluators import schemas
-from vlgate.evaluators.definition import Column, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
+from vlgate.evaluators.definition import Column, DriftScore, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
 from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, doc_images, load_docs, protocol_of, task_code
 from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task, one_line
 from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
@@ -171,15 +171,37 @@ def scored_metrics(loaded: LoadedTask, results: Sequence[Mapping[str, Any]]) -> 
     return tuple(scored)
 
 
+def drift_metric(loaded: LoadedTask, settings: LmmsEvalSettings) -> str | None:
+    """The entry's ``drift_metric``, which must be one of the task's metrics and a mean of
+    per-doc numbers (a drift check compares the per-doc values of two batches with a KS
+    test); :class:`TaskError` otherwise. Whether it needs a label is the task's to say:
+    vlgate cannot tell from outside which fields ``process_results`` reads."""
+    if settings.drift_metric is None:
+        return None
+    spec = next((spec for spec in loaded.metrics if spec.name == settings.drift_metric), None)
+    if spec is None:
+        raise TaskError(f"lmms-eval task {loaded.name!r}: drift_metric {settings.drift_metric!r} is not one of its metrics ({', '.join(s.name for s in loaded.metrics)})")
+    if not spec.is_mean:
+        raise TaskError(f"lmms-eval task {loaded.name!r}: drift_metric {spec.name!r} is not lmms-eval's mean of per-doc numbers; a drift check compares per-doc values")
+    if not spec.higher_is_better:
+        raise TaskError(f"lmms-eval task {loaded.name!r}: drift_metric {spec.name!r} is better lower; a drift check flags a fall of its metric's mean")
+    return spec.name
+
+
 def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition:
     """The evaluator of the suite entry ``name``: its task loaded (:func:`load_task`)."""
     loaded = load_task(settings)
     names = [spec.name for spec in loaded.metrics]
     probed = _probe(loaded)
     refused = ungateable(loaded, probed)
-    metrics = tuple(Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=True, headline=True, ungateable=refused.get(spec.name, "")) for spec in loaded.metrics)
+    drift = drift_metric(loaded, settings)
+    metrics = tuple(
+        Metric(spec.name, None, None, direction="higher" if spec.higher_is_better else "lower", labelled=spec.name != drift, headline=True, ungateable=refused.get(spec.name, ""))
+        for spec in loaded.metrics
+    )
     means = [spec for spec in loaded.metrics if spec.is_mean]
-    item_scores = tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means)
+    # a label-free share says nothing of which docs a version got right
+    item_scores = tuple(ItemScore(spec.name, "higher" if spec.higher_is_better else "lower", (spec.name,)) for spec in means if spec.name != drift)
     scored = scored_metrics(loaded, probed) if not means else ()
     if scored:  # the doc's own score, behind every metric that carries it
         first = next(spec for spec in loaded.metrics if spec.name == scored[0])
@@ -209,6 +231,7 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
         load_items=lambda spec, _out: load_docs(spec),
         resampled=(lambda frame, weights: _resampled(loaded, frame, weights)) if means else None,
         item_scores=item_scores,
+        drift_score=DriftScore(drift, drift) if drift else None,
         item_fields=("prompt", "response"),
         item_images=lambda record: doc_images(loaded, record),
     )

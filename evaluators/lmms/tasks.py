@@ -58,6 +58,9 @@ class LmmsEvalSettings(EvaluatorSettings):
     data: Path = Path(".")
     lmms_eval_specific_kwargs: dict[str, JsonValue] | None = Field(default=None, description="merged over the task's own lmms_eval_specific_kwargs.default, as lmms-eval merges them")
     generation_kwargs: dict[str, JsonValue] | None = Field(default=None, description="merged over the task's own generation_kwargs; greedy only")
+    drift_metric: str | None = Field(
+        default=None, min_length=1, description="the task's metric drift checks compare between batches: a mean of per-doc numbers that needs no label (the task's to say)"
+    )
 
     def protocol_overrides(self) -> Mapping[str, int | str | None]:
         """The task's digest (its first 12 hex digits): the protocol as run names the task as

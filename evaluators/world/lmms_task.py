@@ -8,7 +8,8 @@ the tasks vlgate's runs are held to lmms-eval's own on (``tests/test_lmms_eval.p
   task (the items in a POPE-like schema, images embedded as Hugging Face's ``Image``
   feature). The prompt is the one the world's models were trained on; ``exact_match`` is
   lmms-eval's built-in ``mean`` of per-doc 0/1 scores, so the gate pairs it linearly;
-  ``yes_ratio`` is a ratio the task's own function computes;
+  ``yes_ratio``, the share of answers "yes", is one too and needs no label (docs without
+  answers give no ``exact_match``);
 - ``pope_world.yaml`` and ``pope_world/test.parquet``: POPE of the installed lmms-eval,
   its YAML included unchanged but for where its docs are, on the same items written in
   POPE's schema (``question_id``, ``question``, ``answer``, ``image_source``, ``category``,
@@ -18,6 +19,11 @@ the tasks vlgate's runs are held to lmms-eval's own on (``tests/test_lmms_eval.p
   evaluator on the world's data beside POPE, asked with the instruction the world's models
   were trained on), ``recipe-gate.yaml`` (one policy on both) and ``vlgate.yaml`` (the model
   ``world-vlm`` configured with them), so that ``VLGATE_HOME=DIR`` is a service home.
+
+- two drift batches of the world's task without answers, ``world_yesno_unlabelled`` (every
+  item) and ``world_yesno_absent`` (the items whose object is not in the image), and their
+  drift suites (``drift-reference.yaml``, ``drift-batch.yaml``, ``drift_metric: yes_ratio``),
+  which ``vlgate.yaml`` names as ``world-vlm``'s drift check.
 
 ``python -m vlgate.evaluators.world.lmms_task DIR`` writes them from the shipped world.
 """
@@ -47,7 +53,7 @@ test_split: test
 output_type: generate_until
 doc_to_visual: !function utils.doc_to_visual
 doc_to_text: !function utils.doc_to_text
-doc_to_target: answer
+doc_to_target: !function utils.doc_to_target
 generation_kwargs:
   max_new_tokens: 8
   temperature: 0
@@ -57,8 +63,8 @@ metric_list:
   - metric: exact_match
     aggregation: mean
     higher_is_better: true
-  - metric: yes_ratio
-    aggregation: !function utils.yes_ratio
+  - metric: yes_ratio  # needs no label: the drift checks' metric
+    aggregation: mean
     higher_is_better: true
 lmms_eval_specific_kwargs:
   default:
@@ -68,7 +74,9 @@ metadata:
 """
 
 _UTILS = '''\
-"""The world's yes/no task: the question and the instruction the world's models were trained on."""
+"""The world's yes/no task: the question and the instruction the world's models were trained
+on. Its docs may come without answers (a drift batch): exact_match is then undefined (None),
+and yes_ratio, the share of answers "yes", needs no label."""
 
 
 def doc_to_visual(doc):
@@ -80,15 +88,38 @@ def doc_to_text(doc, lmms_eval_specific_kwargs=None):
     return f"{doc['question']}{post_prompt}"
 
 
+def doc_to_target(doc):
+    return doc.get("answer") or ""
+
+
 def process_results(doc, results):
     prediction = results[0].strip().lower().rstrip(".")
-    return {"exact_match": float(prediction == doc["answer"]), "yes_ratio": {"id": doc["question_id"], "prediction": prediction}}
-
-
-def yes_ratio(results):
-    return sum(result["prediction"] == "yes" for result in results) / len(results)
+    answer = doc.get("answer")
+    return {"exact_match": float(prediction == answer) if answer else None, "yes_ratio": float(prediction == "yes")}
 '''
 
+
+_BATCH_YAML = """\
+# The world's task on another batch of its items, without their answers (vlgate's
+# evaluators/world/lmms_task.py): {what}.
+include: {world}.yaml
+task: {task}
+dataset_kwargs:
+  data_files:
+    test: {parquet}
+"""
+
+#: the drift batches: the world's items unlabelled, and the items whose object is absent
+#: (a batch of questions about what is not in view: its share of "yes" falls)
+REFERENCE_BATCH, ABSENT_BATCH = "world_yesno_unlabelled", "world_yesno_absent"
+
+_DRIFT_SUITE = """\
+# A drift batch of the world's task (docs/lmms-eval.md, "Recipe"): yes_ratio, which needs no
+# label, compared between the reference batch and a new one (a fall of its mean is drift).
+name: world-drift-{role}
+evaluators:
+  {world}: {{kind: lmms-eval, task: {task}, include_path: ., drift_metric: yes_ratio}}
+"""
 
 _POPE_YAML = """\
 # POPE of the installed lmms-eval ({pope}), unchanged but for where its docs are: the
@@ -159,7 +190,14 @@ def export_world_task(world_data: Path, out: Path) -> Path:
     (out / "suite.yaml").write_text(f"name: world-lmms-eval\nevaluators:\n  {TASK}:\n    kind: lmms-eval\n    task: {TASK}\n    include_path: .\n")
     (out / "recipe-suite.yaml").write_text(_RECIPE_SUITE.format(mc=json.dumps(str((world_data / "mc").resolve())), pope=POPE_TASK, instruction=YES_NO_INSTRUCTION))
     (out / "recipe-gate.yaml").write_text(_RECIPE_GATE.format(pope=POPE_TASK))
-    (out / "vlgate.yaml").write_text(f"models:\n  {RECIPE_MODEL}: {{suite: recipe-suite.yaml, policy: recipe-gate.yaml}}\n")
+    unlabelled = [{"question_id": row["id"], "question": row["question"], "category": row["category"]} for row in rows]
+    absent = [index for index, row in enumerate(rows) if row["answer"] == "no"]
+    for task, kept, what in ((REFERENCE_BATCH, list(range(len(rows))), "every item"), (ABSENT_BATCH, absent, "the items whose object is not in the image")):
+        _write_parquet([unlabelled[index] for index in kept], [images[index] for index in kept], out / task / "test.parquet")
+        (out / f"{task}.yaml").write_text(_BATCH_YAML.format(what=what, world=TASK, task=task, parquet=json.dumps(f"{task}/test.parquet")))
+    for role, task in (("reference", REFERENCE_BATCH), ("batch", ABSENT_BATCH)):
+        (out / f"drift-{role}.yaml").write_text(_DRIFT_SUITE.format(role=role, world=TASK, task=task))
+    (out / "vlgate.yaml").write_text(f"models:\n  {RECIPE_MODEL}:\n    suite: recipe-suite.yaml\n    policy: recipe-gate.yaml\n    drift: {{reference: drift-reference.yaml, batch: drift-batch.yaml}}\n")
     return config
 
 
