@@ -24,7 +24,11 @@ from vlgate.config import ConfigError
 from vlgate.text import visible
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command. Given ``command_name`` (the command a command line
+    names), only that command's arguments are built: the others keep their name and help,
+    which is all ``vlgate --help`` and an unknown command's error show, and none of the
+    imports some commands' arguments need (the evaluators' names) is paid by another."""
     from vlgate import __version__
 
     parser = argparse.ArgumentParser(
@@ -34,8 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vlgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.add_to(commands)
+        command.add_to(commands, with_arguments=command_name in (None, command.name))
     return parser
+
+
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (the
+    top-level options, ``--help`` and ``--version``, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def render(answer: Answer, as_json: bool) -> int:
@@ -51,7 +61,8 @@ def render(answer: Answer, as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(named_command(words)).parse_args(words)
     try:
         answer = args.command_object.run(args)
     except (UserError, ConfigError) as exc:  # a config file read by any command is the user's input too

@@ -28,7 +28,7 @@ from pydantic import JsonValue
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
-from vlgate.decisions import Check, Rule, Verdict
+from vlgate.decisions import Check, DecisionRecord, Rule, RulePower, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
@@ -53,7 +53,14 @@ def _environment() -> jinja2.Environment:
     environment.filters["verdict_class"] = verdict_class
     environment.filters["shell"] = shell_command  # a command to paste: every word quoted
     environment.tests["count"] = is_count
+    environment.tests["not_applied"] = not_applied
     return environment
+
+
+def not_applied(rule: RulePower, data: ValidationReportData) -> bool:
+    """Whether a rule of the power plan did not apply to this validation: a comparison with
+    the champion where there was none (its warning is then no reason for concern)."""
+    return rule.rule in (Rule.REGRESSION, Rule.SUPERIORITY) and data.judged_against is None
 
 
 def verdict_class(check: Check) -> str:
@@ -405,6 +412,8 @@ def render_leaderboard(
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     groups = leaderboard_groups(headline or other[:12])
     rows = [{"version": version, **row} for version, row in board.iterrows()]
+    latest = {v.version: v.records[-1] for v in (history.versions if history is not None else []) if v.records}
+    why = {version: leaderboard_why(record) for version, record in latest.items()}
     figures = [f for f in (*shared.correlations, *shared.across_versions.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
@@ -412,12 +421,34 @@ def render_leaderboard(
         groups=groups,
         figures=figures,
         links=report_links or {},
+        why=why,
         history=history,
         tracking_uri=tracking_uri,
         mlflow_ui=mlflow_ui_command(tracking_uri),
         generated=datetime.now(timezone.utc),
     )
     return RenderedReport(html, figures)
+
+
+class Why(TypedDict):
+    """The leaderboard's "why" for one version: what its latest decision rests on, and the
+    lines of its summary left out of the cell (all of them are in the cell's title)."""
+
+    text: str
+    more: int
+    title: str
+
+
+def leaderboard_why(record: DecisionRecord) -> Why:
+    """A promotion, or a decision whose checks all passed (awaiting a sign-off), says what
+    held: every line of its summary; any other its first check that did not pass, with how
+    many more there are; a record without checks (a person's sign-off) its reasons."""
+    summary = record.summary
+    # the summary's first lines are the checks that did not pass (and the waived), one each
+    not_passed = summary[: sum(1 for check in record.checks if check.verdict is not Verdict.PASS)]
+    if record.promote or not not_passed:
+        return {"text": "; ".join(summary), "more": 0, "title": "\n".join(summary)}
+    return {"text": not_passed[0], "more": len(not_passed) - 1, "title": "\n".join(summary)}
 
 
 def mlflow_ui_command(tracking_uri: str) -> str:

@@ -213,6 +213,29 @@ def test_every_command_is_one_object_with_json_exactly_where_it_has_a_text_form(
         assert ("--json" in options) == (command.json_help is not None), command.name
 
 
+def test_a_command_line_builds_the_arguments_of_the_command_it_names_alone():
+    import argparse
+    import subprocess
+    import sys
+
+    from vlgate.cli.main import build_parser, named_command
+
+    assert named_command(["validate", "m", "1"]) == "validate" and named_command(["--version"]) is None and named_command([]) is None
+
+    def arguments(parser: argparse.ArgumentParser, name: str) -> set[str]:
+        (subcommands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        return {action.dest for action in subcommands.choices[name]._actions} - {"help"}
+
+    named, full = build_parser("validate"), build_parser()
+    assert arguments(named, "validate") == arguments(full, "validate") and "complete" in arguments(named, "validate")
+    assert arguments(named, "score") == set() and "evaluator" in arguments(full, "score")  # the other commands keep name and help only
+    line = ["validate", "m", "007", "--complete", "--json"]
+    assert vars(named.parse_args(line)) == vars(full.parse_args(line))
+    # naming a command that is not `score` never imports the evaluators to list score's choices
+    probe = "import sys; from vlgate.cli.main import build_parser; build_parser('history'); print('vlgate.evaluators.registry' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
 def test_an_answer_is_printed_as_text_or_json_and_gives_its_status(capsys):
     from vlgate.cli.commands.base import Answer
     from vlgate.cli.main import render

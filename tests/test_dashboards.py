@@ -19,7 +19,7 @@ import yaml
 
 from vlgate import tag_keys
 from vlgate.dashboards import plots
-from vlgate.decisions import DecisionKind
+from vlgate.decisions import DecisionKind, Rule
 from vlgate.evaluators import registry
 from vlgate.evaluators.decc.figures import decc_matrix, decc_matrix_figure
 from vlgate.evaluators.genception.figures import ImageChain, genception_chain_figure, genception_curves_figure
@@ -301,9 +301,20 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     assert "lcm-mc/lcm is" not in warnings  # it differs between versions
     # the decision records, the latest the one shown: here the validation's one
     history = page[page.index('id="decision-history"') : page.index("</table>", page.index('id="decision-history"'))]
-    rows = re.findall(r'<tr><td class="num">(\d+)</td><td>([^<]+)</td>', history)
+    rows = re.findall(r'<tr data-record="\d+"><td class="num">(\d+)</td><td>([^<]+)</td>', history)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", history)
-    assert rows == [("1", "validation")] and cells[3:6] == ['<span class="decision inconclusive">inconclusive</span>', "v2", "v2"]  # outcome (not decided: neutral, not red), against, champion after
+    assert rows == [("1", "validation")] and cells[4:7] == ['<span class="decision inconclusive">inconclusive</span>', "v2", "v2"]  # outcome (not decided: neutral, not red), against, champion after
+    # who judged, and whether that is an authenticated identity; the policy by its digest, the path beside it
+    record = tracking.decision_history(client, run_id)[-1]
+    assert record.judged_by is not None and not record.judged_by.verified and record.policy_digest
+    judged_by = re.search(r'data-judged-by="1">(.*?)</td>', history, re.S).group(1)
+    assert judged_by.startswith(html.escape(record.judged_by.user or record.judged_by.process)) and "(not verified)" in judged_by
+    assert re.search(rf'data-policy-digest="1"[^>]*>{record.policy_digest[:12]}</code>', history)
+    assert 'id="decision-history" open' in page  # the records are in view, not folded away
+    # the reasons lead with what did not pass, each check in full; what held is counted; every reason is kept below
+    summary = re.findall(r"<li>(.*?)</li>", page[page.index('id="reasons"') : page.index("</ul>", page.index('id="reasons"'))])
+    assert summary == [html.escape(line) for line in record.summary] and summary[0].startswith("lcm-mc/lcm vs champion: inconclusive, ")
+    assert summary[1:] == ["5 evaluators ran", "expectations passed on 5 evaluators", "1 floor held"]
 
 
 def test_low_lcm_examples_are_the_lowest_p_lc_samples_with_their_prompts(reports):
@@ -560,6 +571,11 @@ def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(repo
         for metric, value in data_values(row).items():
             assert value == pytest.approx(board.loc[version, metric], rel=1e-12)
     assert 'data-metric="lcm-mc/lcm"' in page and 'id="figure-drift-history"' in page
+    # "why": a promotion says what held, from its latest record; a rejection its first check that did not pass
+    why = dict(re.findall(r'data-why="(\d+)" title="[^"]*">(.*?)</td>', page, flags=re.S))
+    assert why["2"] == '<a href="v2.html#reasons">5 evaluators ran; expectations passed on 5 evaluators; 1 floor held; 1 comparison with the champion passed</a>'
+    assert "comparison with the champion not made: no champion yet" in why["1"]
+    assert re.fullmatch(r'<a href="v4.html#against-the-champion">lcm-mc/lcm vs champion: fail, [^<]+</a>( \(\+\d+ more\))?', why["4"])
 
 
 def test_reports_are_logged_to_the_validation_runs(reports):
@@ -701,3 +717,55 @@ def test_mlflow_s_own_pages_show_the_decision_its_data_sets_and_the_headline_num
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_a_decision_summary_counts_what_held_and_lists_each_check_that_did_not_pass():
+    from datetime import date
+
+    from vlgate.decisions import Check, CheckKey, Verdict, Waiver, summarize_checks
+
+    def check(rule: Rule, metric: str, verdict: Verdict, **numbers: object) -> Check:
+        return Check.of(CheckKey(rule, metric), verdict, f"detail of {metric}", **numbers)
+
+    waiver = Waiver(check="vlind/s_lp floor", by="ana", reason="known dip", until=date(2027, 1, 31))
+    checks = [
+        check(Rule.RAN, "lcm-mc", Verdict.PASS), check(Rule.RAN, "vlind", Verdict.PASS),
+        check(Rule.EXPECTATIONS, "lcm-mc", Verdict.PASS), check(Rule.EXPECTATIONS, "vlind", Verdict.COULD_NOT_JUDGE),
+        check(Rule.FLOOR, "lcm-mc/lcm", Verdict.PASS, candidate=0.8, limit=0.7), check(Rule.FLOOR, "vlind/s_lp", Verdict.WAIVED, candidate=0.6, limit=0.7, waiver=waiver),
+        check(Rule.REGRESSION, "lcm-mc/lcm", Verdict.INCONCLUSIVE, candidate=0.8, champion=0.81, interval=(-0.04, 0.02)),
+        check(Rule.REGRESSION, "lcm-mc/acc", Verdict.PASS, candidate=0.8, champion=0.79, interval=(-0.01, 0.03)),
+        check(Rule.REGRESSION, "vlind/s_lp", Verdict.FAIL, candidate=0.6, champion=0.8, interval=(-0.3, -0.1)),
+    ]  # fmt: skip
+    assert summarize_checks(checks) == [
+        "vlind expectations: could not judge, detail of vlind",
+        "vlind/s_lp vs champion: fail, detail of vlind/s_lp",
+        "lcm-mc/lcm vs champion: inconclusive, detail of lcm-mc/lcm",
+        "vlind/s_lp floor: waived by ana until 2027-01-31 (known dip)",
+        "2 evaluators ran",
+        "expectations passed on 1 evaluator",
+        "1 floor held",
+        "1 comparison with the champion passed",
+    ]
+    # with no champion a comparison passes without numbers: said as not made
+    assert summarize_checks([check(Rule.REGRESSION, "lcm-mc/lcm", Verdict.PASS), check(Rule.REGRESSION, "decc/reliable_rate", Verdict.PASS)]) == ["2 comparisons with the champion not made: no champion yet"]
+
+
+def test_a_power_warning_of_a_comparison_that_had_no_champion_is_not_shown_as_a_failure():
+    from vlgate.dashboards.collect import ValidationReportData
+    from vlgate.dashboards.report import ModelFigures, render_version_report
+    from vlgate.decisions import PowerPlan, RulePower
+
+    rules = [
+        RulePower(check="lcm-mc/lcm floor", rule=Rule.FLOOR, items=48, spread=0.3, spread_from="assumed", level=0.05, warning="lcm-mc/lcm floor 0.9: too close"),
+        RulePower(check="lcm-mc/lcm vs champion", rule=Rule.REGRESSION, items=48, spread=0.3, spread_from="assumed", level=0.05, warning="lcm-mc/lcm vs champion (max_drop 0.01): too small"),
+    ]
+    empty = pd.DataFrame(columns=["time", "version", "metric", "value", "drifted", "run_id", "batch"])
+
+    def warnings(judged_against: str | None) -> dict[str, str]:
+        data = ValidationReportData(model="m", version="2", run_id="r", decision="promoted", reasons=[], champion="2", source=None, description="")
+        data.power, data.judged_against = PowerPlan(model="m", champion=judged_against, baseline=None, alpha=0.05, power=0.8, rules=rules), judged_against
+        page = render_version_report(data, ModelFigures([], {}, None), empty, "sqlite:///x.db").html
+        return {check: shown_as for shown_as, check in re.findall(r'<li class="(\w+)" data-power-warning="([^"]+)"', page)}
+
+    assert warnings(None) == {"lcm-mc/lcm floor": "fail", "lcm-mc/lcm vs champion": "undecided"}
+    assert warnings("1") == {"lcm-mc/lcm floor": "fail", "lcm-mc/lcm vs champion": "fail"}

@@ -243,6 +243,44 @@ class Check(BaseModel):
         return self.verdict in (Verdict.PASS, Verdict.WAIVED)
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def summarize_checks(checks: list[Check]) -> list[str]:
+    """A decision's checks in a few lines, for a reader at a glance: each check that did not
+    pass on its own line (``name: verdict, detail``; the ones that fail closed first), each
+    waived one with its waiver, then one line per rule whose checks passed, counted
+    (``6 floors held``). What the full list says is kept in the record's ``reasons``."""
+    blocking = [c for c in checks if c.verdict in (Verdict.FAIL, Verdict.COULD_NOT_JUDGE)]
+    undecided = [c for c in checks if c.verdict == Verdict.INCONCLUSIVE]
+    lines = [f"{c.name}: {c.verdict.value}, {c.detail}" for c in (*blocking, *undecided)]
+    lines += [f"{c.name}: waived by {c.waiver.by} until {c.waiver.until.isoformat()} ({c.waiver.reason})" for c in checks if c.verdict == Verdict.WAIVED and c.waiver is not None]
+    passed = [c for c in checks if c.verdict == Verdict.PASS]
+
+    def of(rule: Rule) -> list[Check]:
+        return [c for c in passed if c.rule == rule]
+
+    if ran := of(Rule.RAN):
+        lines.append(f"{_count(len(ran), 'evaluator', 'evaluators')} ran")
+    if expected := of(Rule.EXPECTATIONS):
+        lines.append(f"expectations passed on {_count(len(expected), 'evaluator', 'evaluators')}")
+    if floors := of(Rule.FLOOR):
+        lines.append(f"{_count(len(floors), 'floor', 'floors')} held")
+    if ceilings := of(Rule.CEILING):
+        lines.append(f"{_count(len(ceilings), 'ceiling', 'ceilings')} held")
+    comparisons = of(Rule.REGRESSION) + of(Rule.SUPERIORITY)
+    # a comparison passes without numbers only where there was nothing to compare with
+    compared = [c for c in comparisons if c.champion is not None or c.interval is not None]
+    if compared:
+        lines.append(f"{_count(len(compared), 'comparison', 'comparisons')} with the champion passed")
+    if len(compared) < len(comparisons):
+        lines.append(f"{_count(len(comparisons) - len(compared), 'comparison', 'comparisons')} with the champion not made: no champion yet")
+    if of(Rule.ALIAS):
+        lines.append("the champion judged against still held the alias")
+    return lines
+
+
 class LookRecord(BaseModel):
     """The look of a group-sequential validation a decision was taken at: ``index``
     (0-based) of ``of`` looks, after ``fraction`` of each evaluator's items; ``settled``:
@@ -325,6 +363,12 @@ class DecisionRecord(BaseModel):
         """Whether this decision stands: always for a fixed-sample one; at a look, when it
         stopped the validation (:class:`LookRecord`)."""
         return self.look is None or self.look.settled
+
+    @property
+    def summary(self) -> list[str]:
+        """Its checks at a glance (:func:`summarize_checks`); its reasons where it holds no
+        checks (a person's sign-off: the reasons say who and why)."""
+        return summarize_checks(self.checks) if self.checks else list(self.reasons)
 
     @classmethod
     def read(cls, path: Path) -> DecisionRecord:

@@ -103,13 +103,16 @@ class Command:
     def run(self, args: argparse.Namespace) -> Answer:
         raise NotImplementedError
 
-    def add_to(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        """This command's parser, added to the subparsers ``commands``."""
+    def add_to(self, commands: argparse._SubParsersAction[argparse.ArgumentParser], *, with_arguments: bool = True) -> None:
+        """This command's parser, added to the subparsers ``commands``; without its
+        arguments where ``with_arguments`` is false (a command line naming another command)."""
         parser = commands.add_parser(self.name, help=self.help, description=self.description)
+        parser.set_defaults(command_object=self)
+        if not with_arguments:
+            return
         self.add_arguments(parser)
         if self.json_help is not None:
             parser.add_argument("--json", action="store_true", help=self.json_help)
-        parser.set_defaults(command_object=self)
 
 
 def service_home() -> Path:
