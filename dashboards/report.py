@@ -30,10 +30,12 @@ from vlgate.dashboards import plots
 from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.decisions import Check, DecisionRecord, Rule, RulePower, Verdict
 from vlgate.evaluators import registry
+from vlgate.evaluators.definition import ItemLines
 from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
+from vlgate.evaluators.records import Record
 from vlgate.history import ModelHistory, model_history
 from vlgate.text import shell_command
 
@@ -213,15 +215,33 @@ def lost_items(data: ValidationReportData, diff: EvaluatorDiff, score: str, imag
         images = [thumbnail(artifact_path(output.folder, evaluator, path, image_roots)) for path in paths if isinstance(path, str)]
         if definition.item_images is not None and record:
             images += [image_thumbnail(image) for image in definition.item_images(record)]
+        tabled = definition.item_lines.fields if definition.item_lines is not None else ()
         rows = [
             {"field": name, "candidate": field_text(values["candidate"], 240), "champion": field_text(values["champion"], 240)}
             for name, values in item["fields"].items()
-            if name not in image_fields
+            if name not in image_fields and name not in tabled
         ]
         shown = {key: format_number(item[key], count=binary) for key in ("candidate", "champion")}
         category = None if pd.isna(item["category"]) else str(item["category"])
-        items.append({"id": item["id"], "category": category, **shown, "images": [image for image in images if image], "rows": rows})
+        lines = item_lines(definition.item_lines, record, diff.champion_records.get(str(item["id"]), {})) if definition.item_lines is not None else None
+        items.append({"id": item["id"], "category": category, **shown, "images": [image for image in images if image], "rows": rows, "lines": lines})
     return items
+
+
+def item_lines(lines: ItemLines, candidate: Record, champion: Record) -> dict[str, object]:
+    """Both versions' lines of one item side by side (``ItemLines``): each line's text and
+    answer mark from the candidate's record (the champion's where the candidate's has
+    none), and each column's number rounded for both."""
+    mine, theirs = lines.read(candidate) if candidate else [], lines.read(champion) if champion else []
+    rows = []
+    for k in range(max(len(mine), len(theirs))):
+        line = mine[k] if k < len(mine) else theirs[k]
+        cells = [
+            (format_number(mine[k].values[c] if k < len(mine) else None), format_number(theirs[k].values[c] if k < len(theirs) else None))
+            for c in range(len(lines.columns))
+        ]
+        rows.append({"text": field_text(line.text, 240), "answer": line.answer, "cells": cells})
+    return {"columns": list(lines.columns), "rows": rows}
 
 
 def correlation_figures(versions: pd.DataFrame) -> list[Figure]:

@@ -188,6 +188,28 @@ def boolean_column(name: str) -> Column:
 
 
 @dataclass(frozen=True)
+class ItemLine:
+    """One line of a compared item's table: what it stands for (an option, with its label),
+    whether it is the item's answer, and its numbers, one per :attr:`ItemLines.columns`."""
+
+    text: str
+    answer: bool
+    values: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class ItemLines:
+    """A compared item's record fields read as a table, a line per option (an MC item's
+    options with their P_MC and P(yes)), instead of the raw fields: ``fields`` are the
+    record fields the lines show (left out of the field rows beside them), ``columns``
+    the numbers of each line, ``read`` a record's lines (none where it lacks a field)."""
+
+    fields: tuple[str, ...]
+    columns: tuple[str, ...]
+    read: Callable[[Record], list[ItemLine]]
+
+
+@dataclass(frozen=True)
 class DriftScore:
     """The label-free per-sample column drift checks compare between batches, and the
     name its mean is reported under (``EVALUATOR/METRIC``)."""
@@ -247,6 +269,8 @@ class EvaluatorDefinition:
     item_scores: tuple[ItemScore, ...] = ()
     #: the record fields shown beside a compared item (question, options, answers, images)
     item_fields: tuple[str, ...] = ()
+    #: some of ``item_fields`` shown as a table of lines, both versions side by side
+    item_lines: ItemLines | None = None
     #: an item's pictures where its record names no file (an lmms-eval doc's, rebuilt by
     #: the task's own code); none where they cannot be rebuilt as they were evaluated
     item_images: Callable[[Record], Sequence[PIL.Image.Image]] | None = None

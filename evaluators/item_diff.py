@@ -199,14 +199,21 @@ def compare_outputs(candidate: dict[str, EvaluatorOutput], champion: dict[str, E
     return diffs, skipped
 
 
-def field_text(value: JsonValue, width: int = 100) -> str:
-    """A record field on one line: numbers to 3 digits, cut at ``width`` characters."""
+def _readable(value: JsonValue) -> str:
+    """A field's value as a person reads it: numbers to 3 digits, at any depth of lists
+    (a 2×2 matrix of probabilities); a list of texts as the texts, ``·`` between them."""
     if isinstance(value, float):
-        text = f"{value:.3g}"
-    elif isinstance(value, list) and value and all(isinstance(entry, float) for entry in value):
-        text = "[" + ", ".join(f"{entry:.3g}" for entry in value) + "]"
-    else:
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return f"{value:.3g}"
+    if isinstance(value, list) and value and all(isinstance(entry, str) for entry in value):
+        return " · ".join(str(entry) for entry in value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_readable(entry) for entry in value) + "]"
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def field_text(value: JsonValue, width: int = 100) -> str:
+    """A record field on one line (:func:`_readable`), cut at ``width`` characters."""
+    text = _readable(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -385,8 +385,19 @@ def test_the_items_lost_are_shown_with_their_pictures_and_both_versions_answers(
     first = section[section.index(f'data-lost-item="lcm-mc/{listed[0]}"') :]
     first = first[: first.index("</table>")]
     assert first.count('<img src="data:image/png;base64,') == 1
-    assert f"<td>question</td><td>What is shown in {listed[0]}?</td><td>What is shown in {listed[0]}?</td>" in first
-    assert "<td>p_mc</td>" in first
+    assert f"<td>question</td><td>What is shown in {listed[0]}?</td><td>What is shown in {listed[0]}?</td>" in section
+    # the options as a table, labelled as the prompt labels them, the answer marked, both versions' numbers rounded
+    fields = diff["lost"][0]["fields"]
+    options, answer = fields["options"]["candidate"], fields["answer"]["candidate"]
+    table = first[first.index(f'data-item-lines="lcm-mc/{listed[0]}"') :]
+    lines = re.findall(r'<tr class="(answer)?"><td>(.*?)</td>(.*?)</tr>', table)
+    assert [(bool(marked), text) for marked, text, _ in lines] == [(k == answer, html.escape(f"({chr(65 + k)}) {option}") + (" ✓" if k == answer else "")) for k, option in enumerate(options)]
+    numbers = [re.findall(r'<td class="num">([^<]*)</td>', cells) for *_, cells in lines]
+    assert numbers == [[f"{fields[name][version][k]:.4f}" for name in ("p_mc", "p_yes") for version in ("candidate", "champion")] for k in range(len(options))]
+    # none of those fields is shown raw beside it: no JSON, no 0-based index
+    rows = section[section.index(f'data-lost-item="lcm-mc/{listed[0]}"') :]
+    rows = rows[: rows.index("</div>\n  </div>")]
+    assert not re.search(r"<td>(options|answer|p_mc|p_yes)</td>", rows) and "<td>question</td>" in rows
 
 
 def test_against_the_champion_lists_the_items_behind_the_failing_check_first():
@@ -769,3 +780,17 @@ def test_a_power_warning_of_a_comparison_that_had_no_champion_is_not_shown_as_a_
 
     assert warnings(None) == {"lcm-mc/lcm floor": "fail", "lcm-mc/lcm vs champion": "undecided"}
     assert warnings("1") == {"lcm-mc/lcm floor": "fail", "lcm-mc/lcm vs champion": "fail"}
+
+
+def test_an_item_reads_as_labelled_lines_and_its_other_fields_as_rounded_text():
+    from vlgate.evaluators.definition import ItemLine
+    from vlgate.evaluators.item_diff import field_text
+    from vlgate.evaluators.vl_lcm.items import mc_item_lines, nb_item_lines
+
+    mc = {"options": ["1", "2", "3"], "answer": 1, "p_mc": [0.1, 0.7, 0.2], "p_yes": [0.05, 0.9, 0.3]}
+    assert mc_item_lines(mc) == [ItemLine("(A) 1", False, (0.1, 0.05)), ItemLine("(B) 2", True, (0.7, 0.9)), ItemLine("(C) 3", False, (0.2, 0.3))]
+    assert [line.answer for line in mc_item_lines(mc | {"answer": None})] == [False] * 3  # unlabelled: nothing marked
+    nb = {"texts": ["a red square", "a blue circle"], "p_yes": [[0.91, 0.12], [0.2, 0.83]]}
+    assert nb_item_lines(nb) == [ItemLine("T1: a red square", False, (0.91, 0.2)), ItemLine("T2: a blue circle", False, (0.12, 0.83))]
+    assert field_text([[0.123456789, 0.5], [1.0, 0.98765]]) == "[[0.123, 0.5], [1, 0.988]]"
+    assert field_text(["cat", "dog"]) == "cat · dog" and field_text({"a": 1}) == '{"a": 1}' and field_text("x" * 200, 10) == "x" * 9 + "…"

@@ -10,6 +10,7 @@ from vlgate.evaluators.definition import (
     Column,
     DriftScore,
     EvaluatorDefinition,
+    ItemLines,
     ItemScore,
     Metric,
     boolean_column,
@@ -73,6 +74,7 @@ LCM_MC_DEFINITION = EvaluatorDefinition(
     champion_correlated="p_lc",
     item_scores=(ItemScore("correct", metrics=("acc", "f1")), ItemScore("p_lc", metrics=("lcm",)), ItemScore("reliable", metrics=("n_reliable",))),
     item_fields=("question", "options", "answer", "p_mc", "p_yes", "image"),
+    item_lines=ItemLines(("options", "answer", "p_mc", "p_yes"), ("P_MC", "P(yes)"), imported_when_called("vlgate.evaluators.vl_lcm.items", "mc_item_lines")),
     report_section=imported_when_called("vlgate.evaluators.vl_lcm.figures", "section"),
     versions_figure=VersionsFigure(
         "response-distribution",
@@ -120,6 +122,7 @@ LCM_NB_DEFINITION = EvaluatorDefinition(
     champion_correlated="p_lc",
     item_scores=(ItemScore("g_correct", metrics=("g_acc",)), ItemScore("p_lc", metrics=("lcm",)), ItemScore("yn_correct", metrics=("acc", "f1"))),
     item_fields=("texts", "answer", "p_yes", "images"),
+    item_lines=ItemLines(("texts", "p_yes"), ("P(yes | V1)", "P(yes | V2)"), imported_when_called("vlgate.evaluators.vl_lcm.items", "nb_item_lines")),
     report_section=imported_when_called("vlgate.evaluators.vl_lcm.figures", "section"),
     example=EXAMPLES / "lcm-nb.jsonl",
 )
