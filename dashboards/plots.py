@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from datetime import timezone
 
+import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -77,5 +79,11 @@ def drift_history_figure(history: pd.DataFrame, title: str = "") -> Figure:
     axes.set_title(title or "Drift checks: label-free metrics over time")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
+    # the tick labels say the time as the report's table does (UTC, hours and minutes at
+    # least): matplotlib's own choice for checks minutes apart is minutes and microseconds
+    times = pd.to_datetime(history["time"], utc=True)
+    within_a_day = len(times) and times.max() - times.min() < pd.Timedelta(days=1)
+    axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S" if within_a_day else "%Y-%m-%d %H:%M", tz=timezone.utc))
+    axes.set_xlabel(f"time (UTC, {times.min():%Y-%m-%d})" if within_a_day else "time (UTC)")
     figure.autofmt_xdate()
     return figure

@@ -27,7 +27,7 @@ from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
 from vlgate.dashboards import plots
-from vlgate.dashboards.collect import ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
+from vlgate.dashboards.collect import DRIFT_COLUMNS, ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.decisions import Check, DecisionRecord, Rule, RulePower, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.definition import ItemLines
@@ -349,6 +349,31 @@ def _records_from_cache(data: ValidationReportData, evaluator: str) -> int | Non
     return int(value) if value is not None else None
 
 
+class DriftStatus(TypedDict):
+    """A version's latest drift check: when, on which batch, which metrics it checked and
+    which of them drifted."""
+
+    time: datetime
+    batch: str | None
+    checked: list[str]
+    drifted: list[str]
+
+
+def latest_drift(drift: pd.DataFrame, version: str) -> DriftStatus | None:
+    """The latest drift check of ``version`` (its rows of the latest drift run); None: never checked."""
+    rows = drift[drift["version"].astype(str) == str(version)]
+    if not len(rows):
+        return None
+    latest = rows[rows["run_id"] == rows.sort_values("time", kind="stable")["run_id"].iloc[-1]]
+    batch = latest["batch"].iloc[0]
+    return {
+        "time": latest["time"].iloc[0].to_pydatetime(),
+        "batch": None if pd.isna(batch) else str(batch),
+        "checked": [str(m) for m in latest["metric"]],
+        "drifted": [str(m) for m in latest.loc[latest["drifted"].astype(bool), "metric"]],
+    }
+
+
 def render_version_report(data: ValidationReportData, shared: ModelFigures, drift: pd.DataFrame, tracking_uri: str, correlations: list[Figure] | None = None) -> RenderedReport:
     """The report page of one validated version; ``correlations``: its correlation figures
     (``version_correlation_figures``; the model's current ones when not given)."""
@@ -384,6 +409,7 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
         correlation_figures=correlations,
         drift_figure=shared.drift,
         drift=drift.tail(20).to_dict("records"),
+        drift_status=latest_drift(drift, data.version),
         checks=data.gate.checks if data.gate is not None else [],
         champion_before=data.gate.champion_before if data.gate is not None else None,
         tracking_uri=tracking_uri,
@@ -425,15 +451,19 @@ def leaderboard_groups(metrics: list[str]) -> list[LeaderboardGroup]:
 
 def render_leaderboard(
     model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None, history: ModelHistory | None = None,
+    drift: pd.DataFrame | None = None,
 ) -> RenderedReport:  # fmt: skip
-    """Every version of the model side by side: decision, champion, the key metrics; and
-    the champion's timeline from the decision records (``history``)."""
+    """Every version of the model side by side: decision, champion, its latest drift check
+    (``drift``: ``drift_history``'s), the key metrics; and the champion's timeline from the
+    decision records (``history``)."""
+    drift = drift if drift is not None else pd.DataFrame(columns=DRIFT_COLUMNS)
     headline = leaderboard_metrics([str(c) for c in board.columns])
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     groups = leaderboard_groups(headline or other[:12])
     rows = [{"version": version, **row} for version, row in board.iterrows()]
     latest = {v.version: v.records[-1] for v in (history.versions if history is not None else []) if v.records}
     why = {version: leaderboard_why(record) for version, record in latest.items()}
+    drift_status = {str(version): status for version in board.index if (status := latest_drift(drift, str(version))) is not None}
     figures = [f for f in (*shared.correlations, *shared.across_versions.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
@@ -442,6 +472,7 @@ def render_leaderboard(
         figures=figures,
         links=report_links or {},
         why=why,
+        drift_status=drift_status,
         history=history,
         tracking_uri=tracking_uri,
         mlflow_ui=mlflow_ui_command(tracking_uri),
@@ -512,7 +543,7 @@ def write_reports(
                 log_report(client, data.run_id, path, rendered.figures)
         links = {v: report_file_name(v) for v in board.index if (out / report_file_name(v)).is_file()}
         history = model_history(model, tracking.version_histories(client, model), tracking.champion_version(client, model))
-        board_page = render_leaderboard(model, board, shared, client.tracking_uri, links, history)
+        board_page = render_leaderboard(model, board, shared, client.tracking_uri, links, history, drift)
         board_path = out / "leaderboard.html"
         board_path.write_text(board_page.html, encoding="utf-8")
         if log_to_mlflow:

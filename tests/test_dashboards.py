@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 import pytest
@@ -136,6 +137,12 @@ def test_drift_history_marks_only_the_drifted_checks():
     assert axes.lines[0].get_ydata().tolist() == [0.6, 0.59, 0.4]
     assert axes.collections[0].get_offsets()[:, 1].tolist() == [0.4]
     assert "drift detected" in [t.get_text() for t in axes.get_legend().get_texts()]
+    # the time axis reads as the report's table: UTC, to the minute (to the second within a day)
+    formatter = axes.xaxis.get_major_formatter()
+    assert formatter(mdates.date2num(times[1].to_pydatetime())) == "2026-11-02 00:00" and axes.get_xlabel() == "time (UTC)"
+    minutes = pd.to_datetime(["2026-11-01 22:18:05", "2026-11-01 22:19:40"], utc=True)
+    axes = plots.drift_history_figure(history.iloc[:2].assign(time=minutes)).axes[0]
+    assert axes.xaxis.get_major_formatter()(mdates.date2num(minutes[0].to_pydatetime())) == "22:18:05" and axes.get_xlabel() == "time (UTC, 2026-11-01)"
 
 
 # --- the report and leaderboard from a real embedded MLflow store -----------------------
@@ -582,6 +589,11 @@ def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(repo
         for metric, value in data_values(row).items():
             assert value == pytest.approx(board.loc[version, metric], rel=1e-12)
     assert 'data-metric="lcm-mc/lcm"' in page and 'id="figure-drift-history"' in page
+    # the champion's latest drift check drifted: said on its row, and at the top of its report
+    drifts = dict(re.findall(r'<td data-drift="(\d+)">(.*?)</td>', page, flags=re.S))
+    assert drifts["2"].startswith('<span class="fail" title="lcm-nb/lcm">drifted</span>') and drifts["1"] == drifts["3"] == ""
+    report = written.versions["2"].read_text()
+    assert report.index('id="drift-status" data-drifted="lcm-nb/lcm"') < report.index('id="reasons"') and 'id="drift-status"' not in written.versions["3"].read_text()
     # "why": a promotion says what held, from its latest record; a rejection its first check that did not pass
     why = dict(re.findall(r'data-why="(\d+)" title="[^"]*">(.*?)</td>', page, flags=re.S))
     assert why["2"] == '<a href="v2.html#reasons">5 evaluators ran; expectations passed on 5 evaluators; 1 floor held; 1 comparison with the champion passed</a>'
