@@ -42,6 +42,8 @@ class ValidationReportData:
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     run_status: str | None = None
+    #: the validation run's experiment (its page in MLflow's UI is under it)
+    experiment_id: str | None = None
     #: whether vlgate's fast paths are exact on these weights (the run's stamp; None: not checked)
     model_check: str | None = None
     started: datetime | None = None
@@ -125,6 +127,7 @@ def load_validation(client: MlflowClient, model_name: str, version: str, scratch
     data.metrics = {tracking.logged_metric_name(k): v for k, v in run.data.metrics.items()}
     data.params = dict(run.data.params)
     data.run_status = run.info.status
+    data.experiment_id = run.info.experiment_id
     data.model_check = run.data.tags.get(tag_keys.MODEL_CHECK)
     data.started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     scratch.mkdir(parents=True, exist_ok=True)

@@ -414,6 +414,8 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
         champion_before=data.gate.champion_before if data.gate is not None else None,
         tracking_uri=tracking_uri,
         mlflow_ui=mlflow_ui_command(tracking_uri),
+        run_page=tracking.run_page_url(tracking_uri, data.experiment_id, data.run_id) if data.experiment_id and data.run_id else None,
+        embedded=tracking.embedded(tracking_uri),
         generated=datetime.now(timezone.utc),
     )
     return RenderedReport(html, all_figures)
@@ -503,9 +505,10 @@ def leaderboard_why(record: DecisionRecord) -> Why:
 
 
 def mlflow_ui_command(tracking_uri: str) -> str:
+    """How a reader opens MLflow's UI on this store, as a command to paste."""
     if tracking.embedded(tracking_uri):
-        return f"mlflow ui --backend-store-uri {tracking_uri}"
-    return f"open {tracking_uri}"
+        return shell_command("mlflow", "ui", "--backend-store-uri", tracking_uri)
+    return shell_command("open", tracking_uri)
 
 
 @dataclass

@@ -19,6 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.runners.cache import RecordCacheSettings  # a task parameter: resolved at run time
 from vlgate.evaluators.running.suite import Suite, SuiteSummary
 from vlgate.flows import notifying, progress
-from vlgate.flows.recording import where_it_runs
+from vlgate.flows.recording import RUN_NOTE, log_suite_datasets, where_it_runs
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 
 if TYPE_CHECKING:
@@ -87,23 +88,41 @@ def _suite_key(suite: Suite) -> str:
     return hashlib.sha256("".join(material).encode()).hexdigest()[:12]
 
 
+def drift_note(batch: str, results: Sequence[ScoreDrift]) -> str:
+    """A drift run's description in MLflow's UI (markdown): the outcome, the batch, and each
+    check's means."""
+    drifted = [r.metric for r in results if r.drifted]
+    lines = [f"**{'drifted' if drifted else 'no drift'}** on batch `{tag_keys.cut(batch)}`" + (f": {', '.join(drifted)}." if drifted else "."), ""]
+    for r in results:
+        means = f"{r.mean_reference:.4f} → {r.mean_current:.4f}" if r.mean_reference is not None and r.mean_current is not None else "not testable"
+        lines.append(f"- {r.metric}: {means}{' (drift)' if r.drifted else ''}")
+    return "\n".join(lines)
+
+
 def log_drift_run(
     client: MlflowClient, model_name: str, version: str, batch: str, evaluators: Mapping[str, SummaryJson], results: Sequence[ScoreDrift],
-    home: Path | None = None, where: dict[str, str] | None = None,
+    home: Path | None = None, where: dict[str, str] | None = None, suites: Sequence[tuple[str, Suite]] = (),
 ) -> str:  # fmt: skip
-    """One drift run in the model's experiment: tags ``vlgate.kind=drift``,
-    ``vlgate.drift=true|false``, the checks in brief (``TAG_DRIFT_CHECKS``) and ``where``
-    (the flow run and process that checked: ``recording.where_it_runs``), the batch's
+    """One drift run in the model's experiment, named by the version, the batch and the
+    time it was checked: tags ``vlgate.kind=drift``, ``vlgate.drift=true|false``, the checks
+    in brief (``TAG_DRIFT_CHECKS``) and ``where`` (the flow run and process that checked:
+    ``recording.where_it_runs``), a description (:func:`drift_note`), the data sets of
+    ``suites`` (context, suite: the reference and the batch) as its inputs, the batch's
     metrics, each check's statistics (``drift/METRIC/...``) and ``drift.json`` with every check."""
     from mlflow.entities import Metric
 
     drifted = any(r.drifted for r in results)
     experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
     tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: model_name, tag_keys.VERSION: version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch} | (where or {})
+    tags[RUN_NOTE] = tag_keys.cut(drift_note(batch, results))
     checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
     if len(checks) <= tag_keys.MAX_VALUE_CHARS:
         tags[tag_keys.DRIFT_CHECKS] = checks
-    run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version} drift check", tags)
+    checked_at = datetime.now(timezone.utc)
+    name = f"{model_name} v{version} drift check: {Path(batch).parent.name or Path(batch).name}/{Path(batch).name} {checked_at:%Y-%m-%d %H:%M:%S} UTC"
+    run_id = tracking.create_run_once(client, experiment, name, tags)
+    for context, suite in suites:
+        log_suite_datasets(client, run_id, suite, context)
     now = int(time.time() * 1000)
     metrics = []
     for evaluator, entry in evaluators.items():
@@ -211,7 +230,8 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     results = detect_drifts(scores, alpha=drift.alpha, max_mean_drop=drift.max_mean_drop)  # Holm across the scores of the batch
     drifted = [r for r in results if r.drifted]
 
-    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home, where_it_runs())
+    datasets = [("drift reference", reference_suite), ("drift batch", current_suite)]
+    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home, where_it_runs(), datasets)
     outcome = DriftOutcome.DRIFTED if drifted else DriftOutcome.NO_DRIFT if any(r.p_value is not None for r in results) else DriftOutcome.NOT_CHECKED
     summary = DriftResult(model=model_name, version=str(champion), drifted=bool(drifted), outcome=outcome, run_id=run_id, checks=[r.as_dict() for r in results])
     if drifted:

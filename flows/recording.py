@@ -68,19 +68,21 @@ def log_measures(client: MlflowClient, run_id: str, outputs: Sequence[EvaluatorO
     """Set-level metrics ``EVALUATOR/METRIC``, how many records came from the shared record
     cache (``records_from_cache/EVALUATOR``), the fingerprints' digest and whether the
     expectations passed (tags: no compare-view axis), for every output in one batch (MLflow
-    takes 1,000 metrics and 100 tags a batch)."""
+    takes 1,000 metrics and 100 tags a batch). Each metric is logged at the step of the
+    items it was computed on: a sequential validation's looks are its points in MLflow's
+    charts, and the run's latest value is its last look's."""
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
     metrics: list[Metric] = []
     tags: list[RunTag] = []
     for output in outputs:
-        evaluator = output.evaluator
+        evaluator, step = output.evaluator, output.summary.n_items
         if output.metrics:
             top, _ = tracking.split_breakdowns(output.metrics)
-            metrics += [Metric(key, value, now, 0) for key, value in tracking.flatten_metrics(top, evaluator)]
+            metrics += [Metric(key, value, now, step) for key, value in tracking.flatten_metrics(top, evaluator)]
         if output.error is None:
-            metrics.append(Metric(tracking.mlflow_metric_name(f"{RECORDS_FROM_CACHE}/{evaluator}"), float(output.summary.from_cache), now, 0))
+            metrics.append(Metric(tracking.mlflow_metric_name(f"{RECORDS_FROM_CACHE}/{evaluator}"), float(output.summary.from_cache), now, step))
         if output.records:
             tags.append(RunTag(tag_keys.fingerprints(evaluator), fingerprint_digest(output.records)))
         if output.expectations is not None:
@@ -279,9 +281,10 @@ def run_outputs(client: MlflowClient, run_id: str) -> dict[str, EvaluatorOutput]
 RUN_NOTE = "mlflow.note.content"
 
 
-def run_note(record: DecisionRecord, items_saved: float | None, report_logged: bool) -> str:
+def run_note(record: DecisionRecord, items_saved: float | None, report_logged: bool, run: tuple[str, str] | None = None) -> str:
     """The validation run's description in MLflow's UI (markdown): the latest decision, its
-    first reasons, the items a sequential design saved, and where the report is."""
+    first reasons, the items a sequential design saved, and where the report is: with
+    ``run`` (its experiment and run ids) a link that opens it in the run's artifact view."""
     judged = f"record {record.sequence}, {record.kind.value}" if record.sequence and record.kind else "not recorded"
     against = f"v{record.champion_before}" if record.champion_before else "no champion"
     lines = [f"**{record.outcome.value}** ({judged}) against {against}; champion after it: {'v' + record.champion_after if record.champion_after else 'none'}."]
@@ -293,7 +296,8 @@ def run_note(record: DecisionRecord, items_saved: float | None, report_logged: b
     if items_saved is not None:
         lines += ["", f"A sequential design saved {items_saved:.0%} of the item evaluations."]
     if report_logged:
-        lines += ["", "The report: artifacts, `report/report.html`."]
+        where = f"[report/report.html]({tracking.run_page_path(*run)}/artifactPath/report/report.html)" if run is not None else "`report/report.html`"
+        lines += ["", f"The report: {where} (the run's artifacts)."]
     return "\n".join(lines)
 
 
@@ -306,10 +310,10 @@ def data_digest(data: str) -> str:
     return hashlib.sha256(repr(listing or data).encode()).hexdigest()[:16]
 
 
-def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite) -> None:
-    """Each evaluator's data set as an input of the validation run (the run page's
-    "Datasets"), named ``EVALUATOR: FOLDER``, its source the data path, tagged as the
-    validation context."""
+def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite, context: str = "validation") -> None:
+    """Each evaluator's data set as an input of the run (the run page's "Datasets"), named
+    ``EVALUATOR: FOLDER``, its source the data path, tagged with ``context`` (a validation,
+    a drift check's reference or batch)."""
     import json
 
     from mlflow.entities import Dataset, DatasetInput, InputTag
@@ -319,7 +323,7 @@ def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite) -> None:
     for name, settings in suite.evaluators.items():
         data = str(settings.data)
         dataset = Dataset(name=f"{name}: {Path(data).name or data}", digest=data_digest(data), source_type="local", source=json.dumps({"uri": data}))
-        inputs.append(DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "validation")]))
+        inputs.append(DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)]))
     # MLflow's store looks a data set up by (experiment, name, digest) and inserts it when
     # missing: two versions of one model validated at once race to insert the same one, and
     # the loser is refused. Asked again, the store finds the winner's row.

@@ -318,6 +318,9 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
     assert judged_by.startswith(html.escape(record.judged_by.user or record.judged_by.process)) and "(not verified)" in judged_by
     assert re.search(rf'data-policy-digest="1"[^>]*>{record.policy_digest[:12]}</code>', history)
     assert 'id="decision-history" open' in page  # the records are in view, not folded away
+    # the run's own page in MLflow's UI, where `mlflow ui` serves this embedded store
+    experiment = client.get_run(run_id).info.experiment_id
+    assert f'<a id="run-page" href="http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"' in page
     # the reasons lead with what did not pass, each check in full; what held is counted; every reason is kept below
     summary = re.findall(r"<li>(.*?)</li>", page[page.index('id="reasons"') : page.index("</ul>", page.index('id="reasons"'))])
     assert summary == [html.escape(line) for line in record.summary] and summary[0].startswith("lcm-mc/lcm vs champion: inconclusive, ")
@@ -806,3 +809,15 @@ def test_an_item_reads_as_labelled_lines_and_its_other_fields_as_rounded_text():
     assert nb_item_lines(nb) == [ItemLine("T1: a red square", False, (0.91, 0.2)), ItemLine("T2: a blue circle", False, (0.12, 0.83))]
     assert field_text([[0.123456789, 0.5], [1.0, 0.98765]]) == "[[0.123, 0.5], [1, 0.988]]"
     assert field_text(["cat", "dog"]) == "cat · dog" and field_text({"a": 1}) == '{"a": 1}' and field_text("x" * 200, 10) == "x" * 9 + "…"
+
+
+def test_a_run_s_description_links_its_report_in_mlflow_s_artifact_view_and_its_page_is_found_on_any_server():
+    from vlgate import tracking
+    from vlgate.decisions import DecisionRecord, Outcome
+    from vlgate.flows.recording import run_note
+
+    record = DecisionRecord(outcome=Outcome.PROMOTED, sequence=1, kind=DecisionKind.VALIDATION)
+    assert run_note(record, None, report_logged=True, run=("7", "abc")).splitlines()[-1] == "The report: [report/report.html](#/experiments/7/runs/abc/artifactPath/report/report.html) (the run's artifacts)."
+    assert run_note(record, None, report_logged=True).splitlines()[-1] == "The report: `report/report.html` (the run's artifacts)."
+    assert tracking.run_page_url("https://mlflow.example.org/", "7", "abc") == "https://mlflow.example.org/#/experiments/7/runs/abc"
+    assert tracking.run_page_url("sqlite:////tmp/x/mlflow.db", "7", "abc") == "http://127.0.0.1:5000/#/experiments/7/runs/abc"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from prefect.testing.fixtures import asserting_events_worker, mock_should_emit_e
 
 from vlgate import tag_keys, tracking
 from vlgate.evaluators.metrics.drift import detect_drift
+from vlgate.evaluators.running.suite import Suite
 from vlgate.flows import drift
 
 pytestmark = pytest.mark.service
@@ -35,8 +37,21 @@ def test_every_drift_check_is_a_tagged_run_with_its_statistics(tmp_path, monkeyp
     same = detect_drift("lcm-nb/lcm", REFERENCE, REFERENCE, alpha=0.05, max_mean_drop=0.05)
     shifted = detect_drift("decc/reliable_rate/multi", REFERENCE, REFERENCE - 0.3, alpha=0.05, max_mean_drop=0.05)
     evaluators = {"lcm-nb": {"metrics": {"lcm": 0.6, "n": 40}}}
-    run_id = drift.log_drift_run(client, "m", "2", "/data/batch/suite.yaml", evaluators, [same, shifted], tmp_path)
+    reference, batch = tmp_path / "reference", tmp_path / "batch-3"
+    for folder in (reference, batch):
+        folder.mkdir()
+        (folder / "items.jsonl").write_text("{}\n")
+    suites = [(context, Suite.model_validate({"name": context, "evaluators": {"lcm-nb": {"data": str(folder)}}})) for context, folder in (("drift reference", reference), ("drift batch", batch))]
+    run_id = drift.log_drift_run(client, "m", "2", "/data/batch/suite.yaml", evaluators, [same, shifted], tmp_path, suites=suites)
     run = client.get_run(run_id)
+    # named by its batch and time, described, its data sets as inputs: two checks never look alike in MLflow's UI
+    assert re.fullmatch(r"m v2 drift check: batch/suite\.yaml \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", run.info.run_name)
+    assert run.data.tags["mlflow.note.content"].splitlines() == [
+        "**drifted** on batch `/data/batch/suite.yaml`: decc/reliable_rate/multi.", "",
+        f"- lcm-nb/lcm: {same.mean_reference:.4f} → {same.mean_current:.4f}", f"- decc/reliable_rate/multi: {shifted.mean_reference:.4f} → {shifted.mean_current:.4f} (drift)",
+    ]  # fmt: skip
+    inputs = {(i.dataset.name, next(t.value for t in i.tags if t.key == "mlflow.data.context")) for i in run.inputs.dataset_inputs}
+    assert inputs == {("lcm-nb: reference", "drift reference"), ("lcm-nb: batch-3", "drift batch")}
     assert run.data.tags["vlgate.kind"] == "drift" and run.data.tags["vlgate.drift"] == "true"
     assert (run.data.tags["vlgate.version"], run.data.tags["vlgate.batch"]) == ("2", "/data/batch/suite.yaml")
     assert run.data.metrics["lcm-nb/lcm"] == 0.6

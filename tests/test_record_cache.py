@@ -394,10 +394,12 @@ def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
     from vlgate.flows import recording
 
     logged: list[tuple[str, float]] = []
+    steps: list[int] = []
 
     class Client:
         def log_batch(self, run_id, metrics=(), tags=()):
             logged.extend((metric.key, metric.value) for metric in metrics)
+            steps.extend(metric.step for metric in metrics)
 
         def log_dict(self, *args, **kwargs):
             pass
@@ -409,6 +411,7 @@ def test_the_validation_run_logs_the_records_from_the_cache(monkeypatch):
     logged.clear()
     recording.log_look.fn("run-1", {"lcm-mc": output, "decc": EvaluatorOutput("decc", summary=EvaluatorSummary(n_items=2, from_cache=2))})
     assert logged == [("records_from_cache/lcm-mc", 7.0), ("records_from_cache/decc", 2.0)]  # one batch for the look
+    assert steps[-2:] == [10, 2]  # each at the step of the items its evaluator's look evaluated
 
 
 def _worker_reads(settings_json: str, home: str, fingerprint: str, answer: multiprocessing.Queue) -> None:

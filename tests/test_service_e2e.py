@@ -568,9 +568,14 @@ def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_
     (home / "gate-s.yaml").write_text(yaml.safe_dump({"required": ["lcm-mc"], "floors": {"lcm-mc/lcm": 0.0}, "resamples": 200, "sequential": looks}))
     tracking.register_checkpoint(client, "s", world / "checkpoints" / "vlm-language-prior", home=home)
     assert main(["validate", "s", "2", "--json"]) == 0
-    every = json.loads(capsys.readouterr().out)["sequential"]
+    promoted = json.loads(capsys.readouterr().out)
+    every = promoted["sequential"]
     assert [look["look"]["index"] for look in every["looks"]] == [0, 1, 2, 3] and [look["items"]["lcm-mc"] for look in every["looks"]] == [12, 24, 36, 48]
     assert every["saved_fraction"] == 0.0 and every["looks"][-1]["outcome"] == "promoted"
+    # each look's metrics at the step of its items: MLflow charts the sequential path, and the latest value is the last look's
+    path = client.get_metric_history(promoted["run_id"], "lcm-mc/lcm")
+    assert [m.step for m in sorted(path, key=lambda m: m.step)] == [12, 24, 36, 48]
+    assert client.get_run(promoted["run_id"]).data.metrics["lcm-mc/lcm"] == max(path, key=lambda m: m.step).value
 
 
 def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_there_is_one(home, tiny_world, capsys, caplog):

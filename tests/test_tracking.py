@@ -149,6 +149,13 @@ def test_an_alias_is_resolved_to_its_version_each_time(tmp_path, monkeypatch):
         tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / marker, marker), home=home)
     client.set_registered_model_alias("m", tracking.CHAMPION, "1")
     assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "first"
+    # a model registered through vlgate says what moves its alias; one its owner described keeps the owner's words
+    from vlgate.tracking.registration import REGISTERED_MODEL_DESCRIPTION
+
+    assert client.get_registered_model("m").description == REGISTERED_MODEL_DESCRIPTION and "`champion` alias moves only" in REGISTERED_MODEL_DESCRIPTION
+    client.create_registered_model("own", description="the team's words")
+    tracking.register_checkpoint(client, "own", _checkpoint(tmp_path / "own", "own"), home=home)
+    assert client.get_registered_model("own").description == "the team's words"
     client.set_registered_model_alias("m", tracking.CHAMPION, "2")
     assert json.loads((resolve_model("models:/m@champion", cache) / "config.json").read_text())["marker"] == "second"
 

@@ -24,6 +24,8 @@ from vlgate.tracking.naming import (
     mlflow_metric_name,
     reasons_tag,
     registered_description,
+    run_page_path,
+    run_page_url,
     split_breakdowns,
     validation_experiment,
 )
@@ -72,6 +74,8 @@ __all__ = [
     "reasons_tag",
     "register_checkpoint",
     "registered_description",
+    "run_page_path",
+    "run_page_url",
     "registered_models",
     "require_reachable",
     "search_all_runs",

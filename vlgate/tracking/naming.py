@@ -1,5 +1,6 @@
 """How vlgate's names become MLflow's and back: experiments, metric names, breakdown
-tables, the reasons tag and the line a version's description gets."""
+tables, the reasons tag, the line a version's description gets and where MLflow's UI
+shows a run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ def validation_experiment(model_name: str) -> str:
 
 
 _INVALID = re.compile(r"[^/\w.\- :]")
+
+
+#: where ``mlflow ui`` serves by default: the UI of an embedded store, once it is started
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"
+
+
+def run_page_path(experiment_id: str, run_id: str) -> str:
+    """A run's page in MLflow's UI, relative to the UI's root (its router's hash path)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def run_page_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in MLflow's UI: on the tracking server itself, or where ``mlflow ui``
+    serves an embedded store (:data:`MLFLOW_UI_DEFAULT`)."""
+    root = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else MLFLOW_UI_DEFAULT
+    return f"{root}/{run_page_path(experiment_id, run_id)}"
 
 
 def mlflow_metric_name(name: str) -> str:

@@ -50,6 +50,14 @@ def check_uploadable(folder: Path) -> None:
         )
 
 
+#: what a model registered through vlgate says of itself in MLflow's registry
+REGISTERED_MODEL_DESCRIPTION = (
+    "Validated by vlgate: every version is evaluated on the model's suite and judged by its gate policy "
+    "(logical consistency as well as accuracy); the `champion` alias moves only when the gate promotes a version. "
+    f"Each version's validation run, with its decision records and report, is named by its tag `{tag_keys.VALIDATION_RUN}`."
+)
+
+
 def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None) -> ModelVersion:
     """Log a checkpoint folder to a run and register it as a new version of ``model_name``
     (a tracking server refuses a version whose source is a bare local path, so the
@@ -69,9 +77,9 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
     check_uploadable(folder)
     digest = model_digest(folder)
     try:
-        client.create_registered_model(model_name)
+        client.create_registered_model(model_name, description=REGISTERED_MODEL_DESCRIPTION)
     except MlflowException:
-        pass  # exists
+        pass  # exists (its description is its owner's)
     for version in model_versions(client, model_name):
         if version.tags.get(tag_keys.CHECKPOINT_DIGEST) == digest:
             return version
