@@ -15,7 +15,7 @@ import functools
 import io
 import math
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -244,11 +244,18 @@ def item_lines(lines: ItemLines, candidate: Record, champion: Record) -> dict[st
     return {"columns": list(lines.columns), "rows": rows}
 
 
-def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
+def early_versions(board: pd.DataFrame) -> set[str]:
+    """The versions whose leaderboard metrics were measured at an early look (:func:`early_measures`)."""
+    return {str(version) for version, row in board.iterrows() if early_measures(row)}
+
+
+def correlation_figures(versions: pd.DataFrame, early: Collection[str] = ()) -> list[Figure]:
     """One figure per label-free metric against the labelled metrics its definition pairs it
     with: the same pairs, and for each pair the same rows (the versions that have both),
     as the correlation table computed from ``versions``, so its legend's coefficients are
-    the table's."""
+    the table's. A version of ``early`` (measured at an early look, on fewer items than the
+    others) is labelled ``vN*`` and named in the caption: the points do not compare like
+    with like, and the figure says so."""
     paired: dict[str, list[str]] = {}
     for x, y in registry.correlated_pairs([str(c) for c in versions.columns]):
         if y in versions.columns:
@@ -260,8 +267,13 @@ def correlation_figures(versions: pd.DataFrame) -> list[Figure]:
             continue
         name = f"correlation-{x.replace('/', '-')}"
         shown: dict[str, dict[str, object]] = {y: {"versions": [str(v) for v in rows.index[rows[y].notna()]], **values} for y, values in correlate_table(rows, x, present).items()}
-        draw = lambda rows=rows, x=x, present=present: plots.correlation_figure(rows, x, present, labels=[f"v{v}" for v in rows.index])
-        figures.append(_figure(name, f"{x} against {', '.join(present)} across versions", draw, shown))
+        marked = [str(v) for v in rows.index if str(v) in early]
+        labels = [f"v{v}*" if str(v) in early else f"v{v}" for v in rows.index]
+        draw = lambda rows=rows, x=x, present=present, labels=labels: plots.correlation_figure(rows, x, present, labels=labels)
+        caption = f"{x} against {', '.join(present)} across versions"
+        if marked:
+            caption += f"; * {', '.join(f'v{v}' for v in marked)} measured at an early look, on fewer items than the others"
+        figures.append(_figure(name, caption, draw, {y: {**values, "early": marked} for y, values in shown.items()}))
     return [f for f in figures if f is not None]
 
 
@@ -270,9 +282,9 @@ def version_correlation_figures(data: ValidationReportData, board: pd.DataFrame)
     computed from when it was validated (``correlation_versions.json``); for a run older
     than that file, the versions up to this one."""
     if data.correlation_versions is not None:
-        return correlation_figures(data.correlation_versions)
+        return correlation_figures(data.correlation_versions, early_versions(board))
     earlier = [v for v in board.index if tracking.version_number(v) <= tracking.version_number(data.version)]
-    return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]])
+    return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]], early_versions(board))
 
 
 @dataclass
@@ -296,7 +308,7 @@ def model_figures(board: pd.DataFrame, drift: pd.DataFrame, image_roots: tuple[P
         if d.versions_figure is not None
     }
     return ModelFigures(
-        correlations=correlation_figures(board),
+        correlations=correlation_figures(board, early_versions(board)),
         across_versions=across_versions,
         drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
         image_roots=image_roots,
@@ -340,6 +352,17 @@ def _correlation_rows(correlations: Mapping[str, Mapping[str, object]]) -> list[
 class RenderedReport:
     html: str
     figures: list[Figure]
+
+
+def _early_section(data: ValidationReportData, evaluator: str) -> EarlyMeasure | None:
+    """Where a sequential validation stopped before the evaluator's last item: what its
+    section's numbers were measured on (None: the whole suite)."""
+    if data.sequential is None:
+        return None
+    n, total = data.sequential.items_evaluated.get(evaluator), data.sequential.items_total.get(evaluator)
+    if n is None or total is None or n >= total:
+        return None
+    return {"n": n, "total": total, "look": data.sequential.stopped_at.index + 1}
 
 
 def _records_from_cache(data: ValidationReportData, evaluator: str) -> int | None:
@@ -396,10 +419,14 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
                 "error": output.error,
                 "against": against_champion(data, name, shared.image_roots),
                 "from_cache": _records_from_cache(data, name),
+                "early": _early_section(data, name),
             }
         )
     for name in sorted(set(data.expectations) - set(data.evaluators)):
-        sections.append({"name": name, "protocol": None, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged", "against": None})
+        sections.append(
+            {"name": name, "protocol": None, "metrics": [], "breakdowns": [], "expectations": data.expectations[name], "figures": [], "examples": [], "error": "no outputs were logged", "against": None}
+            | {"from_cache": None, "early": None}
+        )
     all_figures += correlations + ([shared.drift] if shared.drift else [])
     html = _environment().get_template("report.html.j2").render(
         data=data,
@@ -462,7 +489,7 @@ def render_leaderboard(
     headline = leaderboard_metrics([str(c) for c in board.columns])
     other = sorted(c for c in board.columns if "/" in c and c not in headline and not c.startswith(("correlation/", "drift/")))
     groups = leaderboard_groups(headline or other[:12])
-    rows = [{"version": version, **row} for version, row in board.iterrows()]
+    rows = [{"version": version, **row, "early": early_measures(row)} for version, row in board.iterrows()]
     latest = {v.version: v.records[-1] for v in (history.versions if history is not None else []) if v.records}
     why = {version: leaderboard_why(record) for version, record in latest.items()}
     drift_status = {str(version): status for version in board.index if (status := latest_drift(drift, str(version))) is not None}
@@ -481,6 +508,31 @@ def render_leaderboard(
         generated=datetime.now(timezone.utc),
     )
     return RenderedReport(html, figures)
+
+
+class EarlyMeasure(TypedDict):
+    """An evaluator's metrics of a version measured at a look before the last: on ``n`` of
+    the suite's ``total`` items, at look ``look`` (1-based)."""
+
+    n: int
+    total: int
+    look: int | None
+
+
+def early_measures(row: Mapping[str, object]) -> dict[str, EarlyMeasure]:
+    """Each evaluator whose metrics in a leaderboard row were measured on fewer items than
+    the suite holds (a sequential validation stopped early: its run's
+    ``sequential/items_evaluated/E`` below ``sequential/items_total/E``)."""
+    early: dict[str, EarlyMeasure] = {}
+    look = row.get("sequential/stopped_at_look")
+    for key, value in row.items():
+        if not str(key).startswith("sequential/items_evaluated/") or not isinstance(value, int | float) or math.isnan(value):
+            continue
+        evaluator = str(key).removeprefix("sequential/items_evaluated/")
+        total = row.get(f"sequential/items_total/{evaluator}")
+        if isinstance(total, int | float) and not math.isnan(total) and value < total:
+            early[evaluator] = {"n": int(value), "total": int(total), "look": int(look) if isinstance(look, int | float) and not math.isnan(look) else None}
+    return early
 
 
 class Why(TypedDict):

@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import Check, DecisionRecord, Judge, Outcome, Rule, decision_file, outcome_label
+from vlgate.decisions import Check, DecisionRecord, Judge, LookRecord, Outcome, Rule, decision_file, outcome_label
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.registry_hooks.claims import ClaimStore
@@ -165,14 +165,14 @@ def log_metric_dict(client: MlflowClient, run_id: str, metrics: dict[str, float]
 
 def write_decision_tags(
     client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None = None,
-    checks: Sequence[Check] = (),
+    checks: Sequence[Check] = (), look: LookRecord | None = None,
 ) -> None:  # fmt: skip
     """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
     rejected, inconclusive or could not judge) and ``vlgate.reasons`` on the version (and its run):
     always written, the latest judgement's; ``record``: the number of the decision record
     they show (``vlgate.decision_record``; a validation that failed makes none). ``checks``:
     the decision's, whose judged metrics become the version's headline tags
-    (:func:`headline_metrics`), replacing the last decision's."""
+    (:func:`headline_metrics`; ``look``: the look they were measured at), replacing the last decision's."""
     label = outcome_label(outcome)
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
@@ -182,7 +182,7 @@ def write_decision_tags(
         if run_id:
             client.set_tag(run_id, key, value)
     if checks:
-        headline = headline_metrics(checks)
+        headline = headline_metrics(checks, look)
         stale = [key for key in client.get_model_version(model_name, version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
         for key in stale:
             client.delete_model_version_tag(model_name, version, key)
@@ -190,13 +190,16 @@ def write_decision_tags(
             client.set_model_version_tag(model_name, version, key, value)
 
 
-def headline_metrics(checks: Sequence[Check]) -> dict[str, str]:
+def headline_metrics(checks: Sequence[Check], look: LookRecord | None = None) -> dict[str, str]:
     """The version's headline tags: each metric a floor, ceiling or comparison judged, over
     all items (per-category rules are in the record), as the candidate's value to four
-    significant digits: ``vlgate.metric.lcm-mc/acc`` → ``0.8125`` (named as MLflow's metric is: ``genception/gc_at_3``)."""
+    significant digits: ``vlgate.metric.lcm-mc/acc`` → ``0.8125`` (named as MLflow's metric is: ``genception/gc_at_3``).
+    Measured at a look before the last (``look``), each value says so: ``1 (look 2 of 4)``,
+    never read as one on the whole suite."""
     judged = (Rule.FLOOR, Rule.CEILING, Rule.REGRESSION, Rule.SUPERIORITY)
     prefix = tag_keys.HEADLINE_METRIC_PREFIX
-    return {f"{prefix}{tracking.mlflow_metric_name(check.metric)}": f"{check.candidate:.4g}" for check in checks if check.rule in judged and check.category is None and check.candidate is not None}
+    early = f" (look {look.index + 1} of {look.of})" if look is not None and look.index + 1 < look.of else ""
+    return {f"{prefix}{tracking.mlflow_metric_name(check.metric)}": f"{check.candidate:.4g}{early}" for check in checks if check.rule in judged and check.category is None and check.candidate is not None}
 
 
 def log_item_diffs(client: MlflowClient, model_name: str, run_id: str, candidate: dict[str, EvaluatorOutput], champion: dict[str, EvaluatorOutput] | None, champion_version: str | None) -> list[str]:

@@ -821,3 +821,23 @@ def test_a_run_s_description_links_its_report_in_mlflow_s_artifact_view_and_its_
     assert run_note(record, None, report_logged=True).splitlines()[-1] == "The report: `report/report.html` (the run's artifacts)."
     assert tracking.run_page_url("https://mlflow.example.org/", "7", "abc") == "https://mlflow.example.org/#/experiments/7/runs/abc"
     assert tracking.run_page_url("sqlite:////tmp/x/mlflow.db", "7", "abc") == "http://127.0.0.1:5000/#/experiments/7/runs/abc"
+
+
+def test_a_version_measured_at_an_early_look_is_marked_in_the_leaderboard_and_in_the_correlations():
+    from vlgate.dashboards.report import correlation_figures, early_measures, early_versions
+
+    board = pd.DataFrame(
+        {
+            "lcm-mc/lcm": [0.6, 0.7, 0.8, 1.0], "lcm-mc/acc": [0.5, 0.6, 0.8, 0.9],
+            "sequential/items_evaluated/lcm-mc": [np.nan, 400, 400, 100], "sequential/items_total/lcm-mc": [np.nan, 400, 400, 400],
+            "sequential/stopped_at_look": [np.nan, 4, 4, 1],
+        },
+        index=pd.Index(["1", "2", "3", "4"], name="version"),
+    )  # fmt: skip
+    assert early_measures(board.loc["4"]) == {"lcm-mc": {"n": 100, "total": 400, "look": 1}} and early_measures(board.loc["2"]) == early_measures(board.loc["1"]) == {}
+    assert early_versions(board) == {"4"}
+    figures = {figure.name: figure for figure in correlation_figures(board[["lcm-mc/lcm", "lcm-mc/acc"]], early_versions(board))}
+    plain = {figure.name: figure for figure in correlation_figures(board[["lcm-mc/lcm", "lcm-mc/acc"]])}
+    (name,) = figures
+    assert figures[name].caption.endswith("; * v4 measured at an early look, on fewer items than the others") and "*" not in plain[name].caption
+    assert all(shown["early"] == ["4"] for shown in figures[name].data.values())

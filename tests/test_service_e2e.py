@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -552,6 +553,12 @@ def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_
     assert run.data.tags["vlgate.sequential"] == brief and client.get_model_version("s", "1").tags["vlgate.sequential"] == brief
     page = Path(result["report"]).read_text()
     assert "Decided at look 1 of 4 (25% of the items): 12 of 48 items evaluated, 75% saved." in page and "<td>lcm-mc/lcm floor</td>" in page
+    # numbers of an early look say so wherever they are shown: the section, the leaderboard, the version's headline tags
+    assert '<p class="early" data-items="lcm-mc">Measured at look 1 of 4, on 12 of 48 items (the validation stopped there)' in page
+    board = (Path(result["report"]).parent / "leaderboard.html").read_text()
+    cells = re.findall(r'<td class="num early" data-metric="(lcm-mc/[^"]+)" data-value="[^"]*" data-items="12/48"[^>]*>[^<]*<sup>n=12</sup></td>', board)
+    assert "lcm-mc/lcm" in cells and 'id="early-legend"' in board
+    assert client.get_model_version("s", "1").tags["vlgate.metric.lcm-mc/lcm"] == f"{floor['candidate']:.4g} (look 1 of 4)"
     assert main(["validate", "s", "1"]) == 3 and "items evaluated: 12 of 48; 75% saved" in capsys.readouterr().out
     assert main(["status", "s", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["models"][0]["versions"][0]["sequential"] == brief
