@@ -384,6 +384,8 @@ class DriftStatus(TypedDict):
 
 def latest_drift(drift: pd.DataFrame, version: str) -> DriftStatus | None:
     """The latest drift check of ``version`` (its rows of the latest drift run); None: never checked."""
+    if "version" not in drift.columns:  # no drift check at all (a frame without its columns)
+        return None
     rows = drift[drift["version"].astype(str) == str(version)]
     if not len(rows):
         return None
