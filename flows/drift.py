@@ -119,7 +119,7 @@ def log_drift_run(
     if len(checks) <= tag_keys.MAX_VALUE_CHARS:
         tags[tag_keys.DRIFT_CHECKS] = checks
     checked_at = datetime.now(timezone.utc)
-    name = f"{model_name} v{version} drift check: {Path(batch).parent.name or Path(batch).name}/{Path(batch).name} {checked_at:%Y-%m-%d %H:%M:%S} UTC"
+    name = f"{model_name} v{version} drift check: {'/'.join(Path(batch).parts[-2:])} {checked_at:%Y-%m-%d %H:%M:%S} UTC"
     run_id = tracking.create_run_once(client, experiment, name, tags)
     for context, suite in suites:
         log_suite_datasets(client, run_id, suite, context)

@@ -22,6 +22,7 @@ from vlgate.registry_hooks.outbox import COMMAND_DELIVERY_BUDGET_S, DeliveryRepo
 from vlgate.registry_hooks.senders import one_line
 from vlgate.registry_hooks.state_db import StateDatabase
 from vlgate.text import shell_command
+from vlgate.tracking.naming import run_page_path
 
 log = logging.getLogger("vlgate.notify")
 
@@ -43,7 +44,7 @@ def run_url(tracking_uri: str, experiment_id: str | None, run_id: str | None) ->
     """The MLflow UI's page of a run, where the tracking server serves one (not an embedded store)."""
     if run_id is None or experiment_id is None or not tracking_uri.startswith(("http://", "https://")):
         return None
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{tracking_uri.rstrip('/')}/{run_page_path(experiment_id, run_id)}"
 
 
 def decision_notification(

@@ -419,7 +419,7 @@ def _validate(
         client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
         report = None
     saved = sequential.saved_fraction if sequential is not None else None
-    client.set_tag(run_id, RUN_NOTE, run_note(decision, saved, report_logged=report is not None, run=(client.get_run(run_id).info.experiment_id, run_id)))
+    client.set_tag(run_id, RUN_NOTE, run_note(decision, saved, report_logged=report is not None, run=(run.info.experiment_id, run_id)))
     from_cache = {name: entry.from_cache for name, entry in entries.items() if entry.error is None}
     records = {name: entry.reused + entry.from_cache + entry.computed for name, entry in entries.items() if entry.error is None}
     result = ValidationResult(
