@@ -17,10 +17,14 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.definition import Metric
 from vlgate.evaluators.metrics.correlation import correlations, paired_sample_correlations
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.flows.recording import log_metric_dict
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+#: the run's MLflow tables of its coefficients (:func:`correlation_table`): across the
+#: model's versions, and its per-sample scores against the champion's
+CORRELATIONS_ACROSS_VERSIONS = "tables/correlations_across_versions.json"
+CORRELATIONS_WITH_CHAMPION = "tables/correlations_with_champion.json"
 
 #: each pair's (``X~Y``) or per-sample score's coefficients: pearson, spearman, kendall and n (None where undefined)
 Correlations = dict[str, dict[str, float | int | None]]
@@ -133,12 +137,12 @@ def correlated_columns(table: pd.DataFrame) -> pd.DataFrame:
 def log_correlations_across_versions(client: MlflowClient, run_id: str, table: pd.DataFrame) -> Correlations:
     """The correlations across versions, computed once from ``table`` and logged with the
     rows they were computed from: ``correlations.json``, ``correlation_versions.json``
-    ({version: {metric: value}}) and the coefficients as metrics."""
+    ({version: {metric: value}}) and the table ``tables/CORRELATIONS_ACROSS_VERSIONS``."""
     across = correlate_across_versions(table)
     client.log_dict(run_id, across, "correlations.json")
     used = correlated_columns(table)
     client.log_dict(run_id, {str(v): {k: (None if pd.isna(x) else float(x)) for k, x in row.items()} for v, row in used.iterrows()}, "correlation_versions.json")
-    log_metric_dict(client, run_id, correlation_metrics(across))
+    tracking.log_tables(client, run_id, {CORRELATIONS_ACROSS_VERSIONS: correlation_table(across)})
     return across
 
 
@@ -156,13 +160,11 @@ def correlate_with_champion(candidate: dict[str, EvaluatorOutput], champion: dic
     return result
 
 
-def correlation_metrics(found: Correlations) -> dict[str, float]:
-    """The coefficients as MLflow metrics ``correlation/X_vs_Y/METHOD`` (``/`` in X, Y as ``.``)."""
-    out: dict[str, float] = {}
-    for pair, values in found.items():
-        x, _, y = pair.partition("~")
-        for method in ("pearson", "spearman", "kendall"):
-            value = values.get(method)
-            if value is not None:
-                out[tracking.mlflow_metric_name(f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}")] = float(value)
-    return out
+def correlation_table(found: Correlations) -> pd.DataFrame:
+    """The coefficients as a table, a row per pair (``x``, ``y``: the metrics, or a per-sample
+    score and ``champion``) with its pearson, spearman, kendall and n (empty where undefined).
+    Logged as an MLflow table rather than as run metrics: they measure the model's history,
+    not this run's model, and as metrics they would head MLflow's chart view (a section per
+    pair, sorted before the evaluators' own) above the numbers the gate judged."""
+    rows = [{"x": x, "y": y, **{key: values.get(key) for key in ("pearson", "spearman", "kendall", "n")}} for x, _, y in (pair.partition("~") for pair in found) for values in (found[f"{x}~{y}"],)]
+    return pd.DataFrame(rows, columns=["x", "y", "pearson", "spearman", "kendall", "n"])

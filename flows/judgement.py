@@ -20,8 +20,8 @@ from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRe
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.flows import notifying
 from vlgate.flows.champion_items import champion_outputs
-from vlgate.flows.correlations import correlate_with_champion, correlation_metrics, identical_across_versions, version_table
-from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, log_metric_dict, run_note, run_outputs, write_decision_tags
+from vlgate.flows.correlations import CORRELATIONS_WITH_CHAMPION, correlate_with_champion, correlation_table, identical_across_versions, version_table
+from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, run_note, run_outputs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
@@ -109,7 +109,8 @@ def judge(
             }
         )  # fmt: skip
         if record and decision.settled:
-            log_metric_dict(client, run_id, correlation_metrics(per_sample))
+            if per_sample:
+                tracking.log_tables(client, run_id, {CORRELATIONS_WITH_CHAMPION: correlation_table(per_sample)})
             log_item_diffs(client, model_name, run_id, outputs, champion, champion_version)
             alias_moves = decision.promote and current != version
             if alias_moves:
@@ -152,10 +153,10 @@ def judge_again(model_name: str, version: str, policy_path: str, record: bool = 
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model_name} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model_name, version)})")
-    look = client.get_run(run_id).data.tags.get(tag_keys.LOOK)  # a sequential validation: judged at the look it stopped at
+    look = tag_keys.look_index(client.get_run(run_id).data.tags.get(tag_keys.LOOK))  # a sequential validation: judged at the look it stopped at
     judged = judge(
         model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record,
-        look=int(look) if look else None, kind=DecisionKind.REJUDGEMENT, against_current=against_current,
+        look=look, kind=DecisionKind.REJUDGEMENT, against_current=against_current,
     )  # fmt: skip
     recorded = judged.sequence is not None  # an interim look that does not settle records nothing
     return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=recorded, judged=judged)

@@ -28,6 +28,7 @@ from vlgate.registry_hooks.claims import ClaimStore
 if TYPE_CHECKING:
     import pandas as pd
     from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
 
     from vlgate.evaluators.running.suite import Suite
 
@@ -153,14 +154,6 @@ def link_validation_run(client: MlflowClient, model_name: str, version: str, exp
     description = client.get_model_version(model_name, version).description or ""
     if line not in description:
         client.update_model_version(model_name, version, description=f"{description.rstrip()}\n\n{line}".strip())
-
-
-def log_metric_dict(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> None:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    if metrics:
-        client.log_batch(run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
 
 
 def write_decision_tags(
@@ -311,6 +304,20 @@ def data_digest(data: str) -> str:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
     listing = [(str(p.relative_to(path) if path.is_dir() else p.name), p.stat().st_size) for p in files]
     return hashlib.sha256(repr(listing or data).encode()).hexdigest()[:16]
+
+
+def log_version_model(client: MlflowClient, run_id: str, version: ModelVersion) -> None:
+    """The logged model the version was registered from as the run's model input: MLflow's
+    run page then lists the version under "Registered models" (through the logged model's
+    ``mlflow.modelVersions``, written here where the store was reached without the server).
+    A version registered from a bare artifact path has no logged model, and no such link."""
+    from mlflow.entities import LoggedModelInput
+
+    model_id = tracking.version_logged_model(version)
+    if model_id is None:
+        return
+    tracking.name_registered_version(client, model_id, version.name, str(version.version))
+    client.log_inputs(run_id, models=[LoggedModelInput(model_id)])
 
 
 def log_suite_datasets(client: MlflowClient, run_id: str, suite: Suite, context: str = "validation") -> None:

@@ -42,7 +42,7 @@ from vlgate.flows.evaluation import check_evaluator, evaluation
 from vlgate.flows.judgement import Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, run_note, run_outputs, where_it_runs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, log_version_model, run_note, run_outputs, where_it_runs, write_decision_tags
 from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState, ClaimStore
 from vlgate.versions import VersionError, canonical_version
@@ -300,7 +300,7 @@ def record_looks(client: MlflowClient, model_name: str, version: str, run_id: st
     client.log_dict(run_id, record.as_json(), "sequential.json")
     brief = f"look {stopped.index + 1} of {stopped.of} ({stopped.fraction:.0%} of the items): {looks[-1].outcome}; {record.saved_fraction:.0%} of item evaluations saved"
     client.set_tag(run_id, tag_keys.SEQUENTIAL, brief)
-    client.set_tag(run_id, tag_keys.LOOK, str(stopped.index))
+    client.set_tag(run_id, tag_keys.LOOK, tag_keys.look_tag(stopped.index, stopped.of))
     client.set_model_version_tag(model_name, version, tag_keys.SEQUENTIAL, brief)
     return record
 
@@ -338,7 +338,7 @@ def _validate(
     except ValueError as error:
         raise ValidationError(str(error)) from None
     client = tracking.connect(home)
-    tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
+    registered = tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     run_id = ensure_validation_run(client, claims, model_name, version)
     from mlflow.entities import Param, RunTag
 
@@ -358,6 +358,7 @@ def _validate(
         client.log_artifact(run_id, str(config.suite), artifact_path="config")
         client.log_dict(run_id, plan.as_logged(), "config/plan.json")
         log_suite_datasets(client, run_id, suite)
+        log_version_model(client, run_id, registered)
     if backends.get(suite.backend).other_engine:  # another engine is checked first: if it is not exact, nothing it scored would count
         engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None

@@ -179,8 +179,12 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     from vlgate.flows import correlations, evaluation, judgement, recording
     from vlgate.gate.policy import GatePolicy
 
-    run = client.create_run(tracking.experiment_id(client, f"{model} (registrations)", home))
-    version = client.create_model_version(model, f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
+    experiment = tracking.experiment_id(client, f"{model} (registrations)", home)
+    run = client.create_run(experiment)
+    validations = tracking.experiment_id(client, tracking.validation_experiment(model), home)
+    logged_model = client.create_logged_model(validations, name="checkpoint", source_run_id=run.info.run_id)  # as register_checkpoint registers
+    registered = client.create_model_version(model, f"models:/{logged_model.model_id}", run_id=run.info.run_id, model_id=logged_model.model_id)
+    version = registered.version
     claims.claim(model, str(version), via="manual")
     run_id = recording.ensure_validation_run(client, claims, model, str(version))
     outcomes = {}
@@ -207,6 +211,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
 
     suite = Suite.model_validate({"name": "shapes", "evaluators": {"lcm-mc": {"data": str(home / "validations" / model / str(version) / "lcm-mc")}}})
     recording.log_suite_datasets(client, run_id, suite)
+    recording.log_version_model(client, run_id, registered)
     client.set_tag(run_id, recording.RUN_NOTE, recording.run_note(decision, None, report_logged=False))
     client.set_terminated(run_id, "FINISHED")
     return str(version)
@@ -292,7 +297,8 @@ def test_version_report_puts_the_decision_first_and_shows_the_logged_numbers(rep
                 group = cells.pop(by.removeprefix("by_"))
                 logged |= {f"{evaluator}/{by}/{group}/{name}": value for name, value in cells.items() if value is not None and value == value}
     shown = data_values(page)
-    evaluator_metrics = {k: v for k, v in logged.items() if not k.startswith("correlation/")}
+    evaluator_metrics = logged  # the correlations are a table of their own, not run metrics
+    assert not any(k.startswith("correlation") for k in logged)
     assert shown.keys() == evaluator_metrics.keys() and len(shown) > 40 and any("/by_" in k for k in shown)
     # MLflow writes a table's cells with ten decimals (pandas' to_json): metrics are exact
     assert [(k, v, shown[k]) for k, v in evaluator_metrics.items() if shown[k] != (pytest.approx(v, abs=1e-10) if "/by_" in k else pytest.approx(v, rel=1e-12))] == []
@@ -530,13 +536,17 @@ def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(
 
 def test_correlations_in_the_report_are_the_logged_ones(reports):
     client, written = reports
+    from vlgate.flows.correlations import CORRELATIONS_ACROSS_VERSIONS, CORRELATIONS_WITH_CHAMPION
+
     run_id = client.get_model_version("shapes", "4").tags["vlgate.validation_run_id"]
-    logged = client.get_run(run_id).data.metrics
+    tables = [client.load_table(client.get_run(run_id).info.experiment_id, CORRELATIONS_ACROSS_VERSIONS, run_ids=[run_id])]
+    tables.append(client.load_table(client.get_run(run_id).info.experiment_id, CORRELATIONS_WITH_CHAMPION, run_ids=[run_id]))
+    logged = {f"{row.x}~{row.y}/{method}": getattr(row, method) for table in tables for row in table.itertuples() for method in ("pearson", "spearman", "kendall")}
     page = written.versions["4"].read_text()
     for pair in ("lcm-mc/lcm vs lcm-mc/f1", "lcm-mc/p_lc vs champion"):
         x, y = pair.split(" vs ")
         row = re.search(rf"<td>{pair}</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td><td class=\"num\">([^<]+)</td>", page)
-        key = f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}"
+        key = f"{x}~{'champion' if y == 'champion' else y}"
         assert row, pair
         for shown, method in zip(row.groups(), ("pearson", "spearman", "kendall")):
             assert float(shown) == pytest.approx(logged[f"{key}/{method}"], abs=5e-5)
@@ -555,7 +565,7 @@ def test_correlations_in_the_report_are_the_logged_ones(reports):
             for method, cell in (("pearson", pearson), ("spearman", spearman), ("kendall", kendall)):
                 assert (shown[method] is None) == (cell == "–")
                 if shown[method] is not None:
-                    key = f"correlation/{x.replace('/', '.')}_vs_{y.replace('/', '.')}/{method}"
+                    key = f"{x}~{y}/{method}"
                     assert shown[method] == pytest.approx(logged[key], rel=1e-12) and float(cell) == pytest.approx(shown[method], abs=5e-5)
             compared += 1
     assert compared >= 3
@@ -687,8 +697,9 @@ def test_report_and_leaderboard_render_in_headless_chromium(reports):
 @pytest.mark.skipif(chromium() is None and not os.environ.get("VLGATE_REQUIRE_CHROMIUM"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
 def test_mlflow_s_own_pages_show_the_decision_its_data_sets_and_the_headline_numbers(validated_store):
     """A real ``mlflow server`` on the store, its UI in headless Chromium: the validation
-    run's page has the decision as its description and the suite's data sets as inputs (not
-    "No description" and "Datasets: None"), and the version's page shows the decision and
+    run's page has the decision as its description, the suite's data sets as inputs and the
+    version among its registered models (not "No description", "Datasets: None" and
+    "Registered models: None"), and the version's page shows the decision and
     its headline metrics."""
     import subprocess
     import sys
@@ -732,7 +743,16 @@ def test_mlflow_s_own_pages_show_the_decision_its_data_sets_and_the_headline_num
                 assert "No description" not in body
                 dataset = run.inputs.dataset_inputs[0].dataset.name
                 assert dataset.startswith("lcm-mc: ") and dataset in body, body[:3000]
+                # the version it validated, under "Registered models", links to the version's page
+                registered = page.locator('a[href*="models/shapes/versions/3"]').first
+                registered.wait_for(timeout=60_000)
+                assert "shapes" in registered.inner_text() and "v3" in registered.inner_text()
                 page.screenshot(path=str(ARTEFACTS / "mlflow-run-page.png"), full_page=True)
+                # the charts open on the evaluators' metrics: no section of correlations (a table of the run) heads them
+                page.get_by_text("Model metrics").first.click()
+                page.get_by_text("lcm-mc", exact=True).first.wait_for(timeout=60_000)
+                sections = page.inner_text("body")
+                assert "correlation" not in sections and sections.index("lcm-mc") < sections.index("records_from_cache"), sections[:3000]
                 page.goto(f"{url}/#/models/shapes/versions/3")
                 page.get_by_text("vlgate.metric.lcm-mc/lcm").first.wait_for(timeout=60_000)
                 body = page.inner_text("body")

@@ -186,3 +186,10 @@ def test_a_first_look_at_five_percent_of_the_items_is_judged():
         assert (last.settled, last.look.index) == (True, 1)  # 8 of 400 lost: a change of −0.02, on the margin
     assert verdicts["obrien-fleming"][0] is Verdict.INCONCLUSIVE and not verdicts["obrien-fleming"][2]
     assert verdicts["pocock"] == (Verdict.FAIL, Outcome.REJECTED, True)
+
+
+def test_the_look_tag_counts_as_the_text_does_and_reads_the_index_runs_carried_before():
+    from vlgate import tag_keys
+
+    assert tag_keys.look_tag(0, 4) == "1 of 4" and tag_keys.look_index("1 of 4") == 0 and tag_keys.look_index("4 of 4") == 3
+    assert tag_keys.look_index("2") == 2 and tag_keys.look_index(None) is None and tag_keys.look_index("") is None

@@ -262,7 +262,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
         assert report.success and any(r["column"] == "gc@5" and r["expectation"] == "ExpectColumnValuesToNotBeNull" for r in report.results)
         recording.log_look.fn(run_id, {output.evaluator: output})
         recording.log_outputs.fn(run_id, {output.evaluator: output})
-        recording.log_metric_dict(client, run_id, {"lcm-mc/acc": acc})
+        client.log_metric(run_id, "lcm-mc/acc", acc)
         client.set_terminated(run_id, "FINISHED")
         outputs[version] = output
 

@@ -548,7 +548,11 @@ def test_a_sequential_policy_stops_at_the_first_look_that_decides_and_a_stopped_
     assert [look["look"]["index"] for look in sequential["looks"]] == [0] and sequential["looks"][0]["decided"] == ["lcm-mc/lcm floor"]
     assert (sequential["items_evaluated"], sequential["items_total"], sequential["saved_fraction"]) == ({"lcm-mc": 12}, {"lcm-mc": 48}, 0.75)
     run = client.get_run(result["run_id"])
-    assert run.data.metrics["sequential/saved_fraction"] == 0.75 and run.data.metrics["sequential/items_evaluated/lcm-mc"] == 12 and run.data.tags["vlgate.look"] == "0"
+    assert run.data.metrics["sequential/saved_fraction"] == 0.75 and run.data.metrics["sequential/items_evaluated/lcm-mc"] == 12 and run.data.tags["vlgate.look"] == "1 of 4"
+    # the run takes the version's logged model as its input: MLflow's run page lists "s v1" under its registered models
+    [model_input] = run.inputs.model_inputs
+    assert model_input.model_id == tracking.version_logged_model(client.get_model_version("s", "1"))
+    assert json.loads(client.get_logged_model(model_input.model_id).tags["mlflow.modelVersions"]) == [{"name": "s", "version": "1"}]
     brief = "look 1 of 4 (25% of the items): rejected; 75% of item evaluations saved"
     assert run.data.tags["vlgate.sequential"] == brief and client.get_model_version("s", "1").tags["vlgate.sequential"] == brief
     page = Path(result["report"]).read_text()

@@ -235,7 +235,9 @@ def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads
     (checkpoint / "alias.json").symlink_to(checkpoint / "config.json")  # inside: uploaded as its content
     assert main(["register", "m", str(checkpoint)]) == 0
     [version] = tracking.model_versions(client, "m")
-    downloaded = Path(client.download_artifacts(version.run_id, "checkpoint", str(tmp_path / "down")))
+    import mlflow
+
+    downloaded = Path(mlflow.artifacts.download_artifacts(artifact_uri="models:/m/1", dst_path=str(tmp_path / "down")))
     assert sorted(p.name for p in downloaded.iterdir()) == ["alias.json", "config.json"]
     assert (downloaded / "alias.json").read_text() == (checkpoint / "config.json").read_text()
 

@@ -70,8 +70,8 @@ ITEM_DIFF_CHAMPION_RUN = "vlgate.item_diff.champion_run_id"
 FLOW_RUN = "vlgate.flow_run_id"
 EXECUTED_BY = "vlgate.executed_by"
 #: a sequential validation in brief, on the version and its run ("look 1 of 4 (25% of the
-#: items): rejected; 75% of item evaluations saved"), and the look's index (0-based) on the
-#: run, which ``vlgate gate`` judges it at again
+#: items): rejected; 75% of item evaluations saved"), and the look it stopped at on the run
+#: ("1 of 4", counted as the text counts), which ``vlgate gate`` judges it at again
 SEQUENTIAL = "vlgate.sequential"
 LOOK = "vlgate.look"
 SUITE_PATH = "vlgate.suite_path"
@@ -112,3 +112,17 @@ def runs_of_kind(kind: RunKind) -> str:
 def cut(value: str) -> str:
     """``value`` as MLflow keeps it: at most :data:`MAX_VALUE_CHARS` characters."""
     return value[:MAX_VALUE_CHARS]
+
+
+def look_tag(index: int, of: int) -> str:
+    """:data:`LOOK`'s value for the look at 0-based ``index`` of ``of``: ``"1 of 4"``."""
+    return f"{index + 1} of {of}"
+
+
+def look_index(value: str | None) -> int | None:
+    """The 0-based look index a :data:`LOOK` value names: ``"1 of 4"``, or a bare 0-based
+    index, as runs recorded before the tag counted from one carry it; ``None`` without one."""
+    if not value:
+        return None
+    number, of, _ = value.partition(" of ")
+    return int(number) - 1 if of else int(number)

@@ -37,7 +37,9 @@ from vlgate.tracking.registration import (
     check_uploadable,
     links_leaving,
     model_name_problem,
+    name_registered_version,
     register_checkpoint,
+    version_logged_model,
     wait_for_version,
 )
 from vlgate.tracking.runs import create_run_once, define_run_tasks, experiment_id, first_run_with_token, log_tables, validation_runs
@@ -70,6 +72,7 @@ __all__ = [
     "mlflow_metric_name",
     "model_name_problem",
     "model_versions",
+    "name_registered_version",
     "pages",
     "reasons_tag",
     "register_checkpoint",
@@ -86,5 +89,6 @@ __all__ = [
     "validation_runs",
     "version_histories",
     "version_number",
+    "version_logged_model",
     "wait_for_version",
 ]

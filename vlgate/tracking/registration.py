@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vlgate import tag_keys
+from vlgate.tracking.naming import validation_experiment
 from vlgate.tracking.paging import model_versions
 from vlgate.tracking.runs import create_run_once, experiment_id
 from vlgate.versions import model_name_problem
@@ -84,11 +85,45 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
         if version.tags.get(tag_keys.CHECKPOINT_DIGEST) == digest:
             return version
     experiment = experiment_id(client, f"{model_name} (registrations)", home)
-    run = client.get_run(create_run_once(client, experiment, Path(folder).name, {tag_keys.KIND: tag_keys.RunKind.REGISTRATION, tag_keys.CHECKPOINT_DIGEST: digest}))
-    client.log_artifacts(run.info.run_id, str(folder), artifact_path="checkpoint")
-    client.set_terminated(run.info.run_id)
-    source = f"{run.info.artifact_uri}/checkpoint"
-    return client.create_model_version(model_name, source, run_id=run.info.run_id, description=description, tags={tag_keys.CHECKPOINT_DIGEST: digest, **(tags or {})})
+    run_id = create_run_once(client, experiment, Path(folder).name, {tag_keys.KIND: tag_keys.RunKind.REGISTRATION, tag_keys.CHECKPOINT_DIGEST: digest})
+    # the logged model lives where the versions' validation runs do: MLflow's run page finds a
+    # run's input models in the run's own experiment only
+    validations = experiment_id(client, validation_experiment(model_name), home)
+    model = client.create_logged_model(validations, name=Path(folder).name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+    client.log_model_artifacts(model.model_id, str(folder))
+    client.finalize_logged_model(model.model_id, "READY")
+    client.set_terminated(run_id)
+    version = client.create_model_version(
+        model_name, f"models:/{model.model_id}", run_id=run_id, description=description, tags={tag_keys.CHECKPOINT_DIGEST: digest, **(tags or {})}, model_id=model.model_id,
+    )  # fmt: skip
+    name_registered_version(client, model.model_id, model_name, str(version.version))
+    return version
+
+
+def name_registered_version(client: MlflowClient, model_id: str, model_name: str, version: str) -> None:
+    """The logged model's ``mlflow.modelVersions`` tag names ``model_name`` v``version``, as
+    MLflow's own ``register_model`` and tracking server write it (a store reached without the
+    server writes nothing): MLflow's run page lists a run's registered models from its
+    logged models' tags."""
+    import json
+
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    named = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    entry = {"name": model_name, "version": version}
+    if entry not in named:
+        client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*named, entry])})
+
+
+def version_logged_model(version: ModelVersion) -> str | None:
+    """The id of the logged model a version was registered from (MLflow 3), where it names
+    one: its ``model_id``, or a ``models:/m-...`` source a store without the server keeps."""
+    if getattr(version, "model_id", None):
+        return str(version.model_id)
+    source = version.source or ""
+    if source.startswith("models:/m-") and "/" not in source[len("models:/") :]:
+        return source[len("models:/") :]
+    return None
 
 
 def wait_for_version(client: MlflowClient, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> ModelVersion:

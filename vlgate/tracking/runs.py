@@ -101,7 +101,8 @@ def log_tables(client: MlflowClient, run_id: str, tables: Mapping[str, pd.DataFr
         for artifact_file, frame in tables.items():
             path = Path(scratch) / artifact_file
             path.parent.mkdir(parents=True, exist_ok=True)
-            frame.to_json(path, orient="split", index=False, date_format="iso")  # as log_table writes a .json table
+            # as log_table writes a .json table, but at pandas' full precision (its default keeps 10 decimals)
+            frame.to_json(path, orient="split", index=False, date_format="iso", double_precision=15)
         client.log_artifacts(run_id, scratch)
     logged = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
     missing = [entry for entry in ({"path": artifact_file, "type": "table"} for artifact_file in tables) if entry not in logged]
