@@ -259,7 +259,7 @@ def test_twelve_concurrent_versions_webhooks_and_poller_each_validated_exactly_o
         client.create_registered_model("many")
         template = tracking.register_checkpoint(client, "many-template", world / "checkpoints" / "vlm-steps3", home=service)
         with ThreadPoolExecutor(max_workers=10) as pool:
-            versions = list(pool.map(lambda _: client.create_model_version("many", template.source, run_id=template.run_id), range(VERSIONS)))
+            versions = list(pool.map(lambda _: client.create_model_version("many", template.source, run_id=template.run_id, model_id=tracking.version_logged_model(template)), range(VERSIONS)))
         assert sorted(int(v.version) for v in versions) == list(range(1, VERSIONS + 1))
         wait_until(lambda: len(claims.all("many")) == VERSIONS, 120, "not every version was claimed")
         # the tracking server goes away for a while during the runs; MLflow's client retries

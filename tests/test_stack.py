@@ -137,7 +137,7 @@ def test_versions_registered_at_once_each_run_once_on_a_worker_decide_as_validat
         registered = {name: tracking.register_checkpoint(client, f"source-{name}", world / "checkpoints" / name, home=home) for name in CHECKPOINTS}
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(registered)) as pool:  # registrations at once, as a sweep makes them
-            created = dict(zip(registered, pool.map(lambda source: client.create_model_version("stacked", source.source, run_id=source.run_id), registered.values())))
+            created = dict(zip(registered, pool.map(lambda source: client.create_model_version("stacked", source.source, run_id=source.run_id, model_id=tracking.version_logged_model(source)), registered.values())))
         checkpoint_of = {str(version.version): name for name, version in created.items()}
         claims = ClaimStore(state.environment()["VLGATE_STATE_DB"])
         deadline = time.monotonic() + 900
@@ -270,7 +270,7 @@ class Stacked:
             for name, value in self.state.environment().items():
                 patch.setenv(name, value)
             source = tracking.register_checkpoint(self.client, f"source-{checkpoint}", self.world / "checkpoints" / checkpoint, home=self.home)
-        return str(self.client.create_model_version("stacked", source.source, run_id=source.run_id).version)
+        return str(self.client.create_model_version("stacked", source.source, run_id=source.run_id, model_id=tracking.version_logged_model(source)).version)
 
     def records(self, version: str) -> int:
         return sum(len(path.read_text().splitlines()) for path in (self.home / "validations" / "stacked" / version).rglob("*.jsonl") if path.parent.name != "expectations")

@@ -440,7 +440,7 @@ def test_a_version_awaiting_approval_suspends_its_flow_without_holding_the_worke
         assert made.status_code == 200, made.text
         for checkpoint in PASSING:
             source = tracking.register_checkpoint(client, f"source-{checkpoint}", world / "checkpoints" / checkpoint, home=home)
-            client.create_model_version("stacked", source.source, run_id=source.run_id)
+            client.create_model_version("stacked", source.source, run_id=source.run_id, model_id=tracking.version_logged_model(source))
 
         def by_version() -> dict[str, dict]:
             return {r["parameters"]["version"]: r for r in flow_runs(state)}
