@@ -274,6 +274,12 @@ class EvaluatorDefinition:
     #: an item's pictures where its record names no file (an lmms-eval doc's, rebuilt by
     #: the task's own code); none where they cannot be rebuilt as they were evaluated
     item_images: Callable[[Record], Sequence[PIL.Image.Image]] | None = None
+    #: a suite-defined evaluator's scoring, ``(what, digest)``: what defines it (``lmms-eval
+    #: task 'pope'``) and the digest of what its metrics are computed with (an lmms-eval
+    #: task's metric list, aggregations and ``process_results``, each function by its
+    #: source's sha256). A process keeps one definition a name: another suite may define the
+    #: name again only with the same digest (``registry.define``)
+    scored_by: tuple[str, str] | None = None
     #: what its section of a version's report shows, drawn from that version's records
     report_section: Callable[[SectionInputs], Section] | None = None
     #: the figure drawn once per model across its versions, shown in its section and on the leaderboard

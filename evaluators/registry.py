@@ -28,6 +28,11 @@ BUILT_IN = ("vlgate.evaluators.vl_lcm", "vlgate.evaluators.vlind", "vlgate.evalu
 ENTRY_POINT_GROUP = "vlgate.evaluators"
 
 
+class DefinitionConflict(ValueError):
+    """A suite gives an entry name that another suite read by this process defined to an
+    evaluator scored otherwise: one of the two would be read with the other's functions."""
+
+
 class UnknownEvaluatorError(ValueError):
     pass
 
@@ -87,10 +92,17 @@ def define(definition: EvaluatorDefinition) -> EvaluatorDefinition:
     """Add an evaluator that a suite entry builds (an lmms-eval task, ``evaluators/lmms/``),
     after the others: its functions are the task's own, so it has no example records to
     check itself on. Reading the same entry again replaces it; a name the packages or a
-    plugin registered is refused."""
+    plugin registered is refused, and so is a name another suite gave an evaluator scored
+    otherwise (:class:`DefinitionConflict`: one process keeps one definition a name, and the
+    records of the first would be aggregated with the second's functions)."""
     registered = _registered()
     if definition.name in registered and definition.name not in _FROM_SUITES:
         raise ValueError(f"evaluator {definition.name!r} is already registered; name the suite entry otherwise")
+    before = registered.get(definition.name)
+    if before is not None and before.scored_by is not None and definition.scored_by is not None and before.scored_by[1] != definition.scored_by[1]:
+        raise DefinitionConflict(
+            f"another suite read by this process gives {definition.name!r} to {before.scored_by[0]}, scored otherwise than {definition.scored_by[0]}: give one of the entries another name"
+        )
     registered.pop(definition.name, None)
     _FROM_SUITES.add(definition.name)
     _CHECKED.add(definition.name)

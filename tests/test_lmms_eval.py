@@ -277,6 +277,29 @@ def test_a_drift_metric_is_a_mean_of_the_task_whose_fall_is_drift_and_anything_e
     assert (drifting.drift_score.column, drifting.drift_score.metric) == ("yes_ratio", "yes_ratio") and [score.column for score in drifting.item_scores] == ["exact_match"]
 
 
+def test_a_name_another_suite_gave_a_task_scored_otherwise_is_refused_and_a_tasks_drift_batches_may_share_it(task_folder: Path) -> None:
+    """One process keeps one definition an entry name: a second suite that gives the name
+    to a task scored otherwise (another metric list, or another drift metric) is refused
+    when read, naming both, and the first definition stays; the world's drift batches, the
+    same task's code on other docs, share the name."""
+    from vlgate.evaluators.world.lmms_task import ABSENT_BATCH, REFERENCE_BATCH
+
+    def suite(task: str, drift: str | None = None) -> dict:
+        entry = {"kind": "lmms-eval", "task": task, "include_path": str(task_folder), "limit": 2} | ({"drift_metric": drift} if drift else {})
+        return {"name": "s", "evaluators": {"shared": entry}}
+
+    Suite.model_validate(suite(WORLD_TASK))
+    with pytest.raises(ValueError, match=r"evaluators\.shared: another suite read by this process gives 'shared' to lmms-eval task 'world_yesno', scored otherwise than lmms-eval task 'pope_world': give one of the entries another name"):
+        Suite.model_validate(suite("pope_world"))
+    assert registry.get("shared").scored_by[0] == "lmms-eval task 'world_yesno'" and [m.name for m in registry.get("shared").metrics][:2] == ["exact_match", "yes_ratio"]
+    with pytest.raises(ValueError, match=r"scored otherwise than lmms-eval task 'world_yesno' with drift_metric 'yes_ratio'"):
+        Suite.model_validate(suite(WORLD_TASK, "yes_ratio"))
+    registry.unregister("shared")
+    Suite.model_validate(suite(REFERENCE_BATCH, "yes_ratio"))
+    Suite.model_validate(suite(ABSENT_BATCH, "yes_ratio"))  # the same code on other docs: alike
+    assert registry.get("shared").scored_by[0] == "lmms-eval task 'world_yesno_absent' with drift_metric 'yes_ratio'"
+
+
 def test_a_changed_task_is_a_changed_fingerprint(task_folder: Path, tmp_path: Path) -> None:
     same = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder))
     longer = LmmsEvalSettings(kind="lmms-eval", task=WORLD_TASK, include_path=str(task_folder), generation_kwargs={"max_new_tokens": 16})

@@ -29,7 +29,7 @@ import pandas as pd
 from vlgate.evaluators import schemas
 from vlgate.evaluators.definition import Column, DriftScore, EvaluatorDefinition, ItemScore, Metric, count_metric, indicator_column
 from vlgate.evaluators.lmms.runner import TaskDoc, build_runner, doc_images, load_docs, protocol_of, task_code
-from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task, one_line
+from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, LoadedTask, TaskError, load_task, one_line, scoring_digest
 from vlgate.evaluators.metrics.common import MetricValues, Weights, weighted_mean
 from vlgate.evaluators.records import Record
 from vlgate.evaluators.schemas import Arrays, Problem
@@ -234,6 +234,8 @@ def definition_for(name: str, settings: LmmsEvalSettings) -> EvaluatorDefinition
         drift_score=DriftScore(drift, drift) if drift else None,
         item_fields=("prompt", "response"),
         item_images=lambda record: doc_images(loaded, record),
+        # the drift metric is scored apart (label-free, no item score): part of the scoring
+        scored_by=(f"lmms-eval task {loaded.name!r}" + (f" with drift_metric {drift!r}" if drift else ""), f"{scoring_digest(loaded.task)}+{drift or ''}"),
     )
 
 

@@ -250,6 +250,16 @@ def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, v
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def scoring_digest(task: Any) -> str:
+    """sha256 of what a task's metrics are computed with: its metric list (each metric's
+    name, aggregation and direction) and ``process_results``, functions by their module,
+    name and source file's sha256. Two tasks that differ only in their docs, prompts or
+    generation (a task's drift batches) score alike."""
+    config = dataclasses.asdict(task.config)
+    payload = {"metric_list": _canonical(config.get("metric_list")), "process_results": _canonical(config.get("process_results"))}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
 _source_digests: dict[str, str] = {}
 _file_digests: dict[tuple[str, int, int], str] = {}
 

@@ -98,7 +98,7 @@ def _task_entries(tasks: Mapping[str, object], base: Path | None) -> dict[str, E
             raise ValueError(f"evaluators.{name}.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         try:
             registry.define(definition_for(name, settings))
-        except TaskError as error:
+        except (TaskError, registry.DefinitionConflict) as error:
             raise ValueError(f"evaluators.{name}: {error}") from None
         entries[name] = settings
     return entries
