@@ -60,10 +60,11 @@ REGISTERED_MODEL_DESCRIPTION = (
 
 
 def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, description: str = "", tags: dict[str, str] | None = None, home: Path | None = None) -> ModelVersion:
-    """Log a checkpoint folder to a run and register it as a new version of ``model_name``
-    (a tracking server refuses a version whose source is a bare local path, so the
-    checkpoint goes into the run's artifacts first). Idempotent per checkpoint content:
-    the same weights registered twice give the existing version back.
+    """Log a checkpoint folder as an MLflow logged model (made by a registration run, kept
+    in the model's validation experiment) and register it as a new version of
+    ``model_name`` (a tracking server refuses a version whose source is a bare local path,
+    so the checkpoint is uploaded first). Idempotent per checkpoint content: the same
+    weights registered twice give the existing version back.
 
     A folder with a link out of it is refused before anything is uploaded: MLflow copies a
     linked file's content, so ``secrets -> ~/.ssh/id_ed25519`` would land in the artifact
