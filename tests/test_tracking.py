@@ -242,6 +242,16 @@ def test_register_refuses_a_checkpoint_with_a_link_out_of_its_folder_and_uploads
     assert (downloaded / "alias.json").read_text() == (checkpoint / "config.json").read_text()
 
 
+def test_a_checkpoint_folder_named_with_dots_registers_as_a_logged_model_named_without_them(tmp_path, monkeypatch):
+    """MLflow refuses ``. / : % " '`` in a logged model's name; a folder such as
+    ``llava-1.5`` registers all the same, its logged model named ``llava-1-5``."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    client = tracking.connect(home)
+    version = tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / "llava-1.5", "dots"), home=home)
+    assert client.get_logged_model(tracking.version_logged_model(version)).name == "llava-1-5"
+
+
 @pytest.mark.parametrize("name", ["team/model", "team:model", "  ", ".."])
 def test_register_refuses_a_name_the_registry_would_refuse_and_uploads_nothing(name, tmp_path, monkeypatch, capsys):
     """``vlgate register team/model ./ck`` uploaded the checkpoint and then failed with a

@@ -4,6 +4,7 @@ it), waiting for a version the registry does not answer for yet, and the ``champ
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,7 +91,7 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
     # the logged model lives where the versions' validation runs do: MLflow's run page finds a
     # run's input models in the run's own experiment only
     validations = experiment_id(client, validation_experiment(model_name), home)
-    model = client.create_logged_model(validations, name=Path(folder).name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+    model = client.create_logged_model(validations, name=logged_model_name(Path(folder).name), source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
     client.log_model_artifacts(model.model_id, str(folder))
     client.finalize_logged_model(model.model_id, "READY")
     client.set_terminated(run_id)
@@ -99,6 +100,12 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
     )  # fmt: skip
     name_registered_version(client, model.model_id, model_name, str(version.version))
     return version
+
+
+def logged_model_name(folder_name: str) -> str:
+    """A checkpoint folder's name as a logged model's, which MLflow refuses with any of
+    ``/ : . % " '`` in it (``llava-1.5`` → ``llava-1-5``)."""
+    return re.sub(r"[/:.%\"']", "-", folder_name) or "checkpoint"
 
 
 def name_registered_version(client: MlflowClient, model_id: str, model_name: str, version: str) -> None:
