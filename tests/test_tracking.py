@@ -252,6 +252,33 @@ def test_a_checkpoint_folder_named_with_dots_registers_as_a_logged_model_named_w
     assert client.get_logged_model(tracking.version_logged_model(version)).name == "llava-1-5"
 
 
+def test_a_user_who_may_not_write_to_the_validations_experiment_still_registers(tmp_path, monkeypatch):
+    """Behind a tracking server's auth, ``vlgate/NAME`` may be the service's, where a team's
+    account only reads: the logged model then stays with the registration run (the double
+    below answers as MLflow's server does, PERMISSION_DENIED) and the version registers,
+    loadable as ever."""
+    import mlflow
+    from mlflow.exceptions import RestException
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("VLGATE_HOME", str(home))
+    client = tracking.connect(home)
+    validations = tracking.experiment_id(client, tracking.validation_experiment("m"), home)
+    create = client.create_logged_model
+
+    def refused_in_validations(experiment_id, **kwargs):
+        if experiment_id == validations:
+            raise RestException({"error_code": "PERMISSION_DENIED", "message": "Permission denied"})
+        return create(experiment_id, **kwargs)
+
+    monkeypatch.setattr(client, "create_logged_model", refused_in_validations)
+    version = tracking.register_checkpoint(client, "m", _checkpoint(tmp_path / "ckpt", "mine"), home=home)
+    logged = client.get_logged_model(tracking.version_logged_model(version))
+    assert logged.experiment_id == client.get_experiment_by_name("m (registrations)").experiment_id != validations
+    downloaded = Path(mlflow.artifacts.download_artifacts(artifact_uri="models:/m/1", dst_path=str(tmp_path / "down")))
+    assert json.loads((downloaded / "config.json").read_text()) == {"marker": "mine"}
+
+
 @pytest.mark.parametrize("name", ["team/model", "team:model", "  ", ".."])
 def test_register_refuses_a_name_the_registry_would_refuse_and_uploads_nothing(name, tmp_path, monkeypatch, capsys):
     """``vlgate register team/model ./ck`` uploaded the checkpoint and then failed with a

@@ -89,9 +89,16 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
     experiment = experiment_id(client, f"{model_name} (registrations)", home)
     run_id = create_run_once(client, experiment, Path(folder).name, {tag_keys.KIND: tag_keys.RunKind.REGISTRATION, tag_keys.CHECKPOINT_DIGEST: digest})
     # the logged model lives where the versions' validation runs do: MLflow's run page finds a
-    # run's input models in the run's own experiment only
-    validations = experiment_id(client, validation_experiment(model_name), home)
-    model = client.create_logged_model(validations, name=logged_model_name(Path(folder).name), source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+    # run's input models in the run's own experiment only. A user who may not write there
+    # (a tracking server's auth: vlgate/NAME made by the service) keeps it with the
+    # registration run: the version registers, and its run page lists no registered model
+    name = logged_model_name(Path(folder).name)
+    try:
+        model = client.create_logged_model(experiment_id(client, validation_experiment(model_name), home), name=name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+    except MlflowException as error:
+        if error.error_code != "PERMISSION_DENIED":
+            raise
+        model = client.create_logged_model(experiment, name=name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
     client.log_model_artifacts(model.model_id, str(folder))
     client.finalize_logged_model(model.model_id, "READY")
     client.set_terminated(run_id)
