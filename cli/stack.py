@@ -46,7 +46,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, field_serializer
@@ -344,9 +344,9 @@ class LocalStack:
         self._write(state)  # from here on, `down` can stop what was started, whatever fails next
         create_databases(postgres, databases.values())
         self.echo(f"stack: PostgreSQL {postgres}, databases {', '.join(databases.values())}")
-        self._start_mlflow(state)
+        state = self._on_a_free_port(state, "mlflow_url", self._start_mlflow)
         self.echo(f"stack: MLflow {state.mlflow_url}" + (f" (basic-auth; credentials in {self.folder / CREDENTIALS_FILE})" if auth else " (no authentication)"))
-        self._start_prefect(state)
+        state = self._on_a_free_port(state, "prefect_url", self._start_prefect)
         self.echo(f"stack: Prefect {state.prefect_url}" + (" (auth string)" if auth else " (no authentication)"))
         self._deploy(state, {name: model.drift.cron for name, model in config.models.items() if model.drift is not None})
         self.echo(f"stack: work pool {WORK_POOL} and its deployments; starting {workers} worker(s) and vlgate serve")
@@ -359,6 +359,22 @@ class LocalStack:
             )
         self._start_serve(state)
         return self.read_state() or state
+
+    def _on_a_free_port(self, state: StackState, url: Literal["mlflow_url", "prefect_url"], start: Callable[[StackState], None], tries: int = 3) -> StackState:
+        """``start`` the server at the state's ``url``; where its port was taken between
+        choosing it and binding it (another process on a busy machine), on another free
+        port, up to ``tries`` times. The state as the server runs (also written)."""
+        for attempt in range(1, tries + 1):
+            try:
+                start(state)
+                return state
+            except StackError as error:
+                if "address already in use" not in str(error).lower() or attempt == tries:
+                    raise
+            moved = f"{getattr(state, url).rsplit(':', 1)[0]}:{free_port()}"
+            state = state.model_copy(update={url: moved})
+            self._write((self.read_state() or state).model_copy(update={url: moved}))
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _credentials(self) -> StackCredentials:
         """The stack's credentials: those of an earlier start (its accounts live on in the auth
