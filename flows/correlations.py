@@ -166,5 +166,9 @@ def correlation_table(found: Correlations) -> pd.DataFrame:
     Logged as an MLflow table rather than as run metrics: they measure the model's history,
     not this run's model, and as metrics they would head MLflow's chart view (a section per
     pair, sorted before the evaluators' own) above the numbers the gate judged."""
-    rows = [{"x": x, "y": y, **{key: values.get(key) for key in ("pearson", "spearman", "kendall", "n")}} for x, _, y in (pair.partition("~") for pair in found) for values in (found[f"{x}~{y}"],)]
-    return pd.DataFrame(rows, columns=["x", "y", "pearson", "spearman", "kendall", "n"])
+    coefficients = ("pearson", "spearman", "kendall", "n")
+    rows = []
+    for pair, values in found.items():
+        x, _, y = pair.partition("~")
+        rows.append({"x": x, "y": y, **{key: values.get(key) for key in coefficients}})
+    return pd.DataFrame(rows, columns=["x", "y", *coefficients])

@@ -247,7 +247,7 @@ def task_digest(task: Any, settings: LmmsEvalSettings, generation: Generation, v
         "filters": [[ensemble.name, [_canonical(type(f)) for f in ensemble.filters], [_canonical(vars(f)) for f in ensemble.filters]] for ensemble in getattr(task, "_filters", ())],
         "generation": generation.as_json(),
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return _sha256_of(payload)
 
 
 def scoring_digest(task: Any) -> str:
@@ -256,7 +256,10 @@ def scoring_digest(task: Any) -> str:
     name and source file's sha256. Two tasks that differ only in their docs, prompts or
     generation (a task's drift batches) score alike."""
     config = dataclasses.asdict(task.config)
-    payload = {"metric_list": _canonical(config.get("metric_list")), "process_results": _canonical(config.get("process_results"))}
+    return _sha256_of({"metric_list": _canonical(config.get("metric_list")), "process_results": _canonical(config.get("process_results"))})
+
+
+def _sha256_of(payload: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 

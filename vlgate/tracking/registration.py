@@ -3,6 +3,7 @@ it), waiting for a version the registry does not answer for yet, and the ``champ
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -92,13 +93,13 @@ def register_checkpoint(client: MlflowClient, model_name: str, folder: Path, des
     # run's input models in the run's own experiment only. A user who may not write there
     # (a tracking server's auth: vlgate/NAME made by the service) keeps it with the
     # registration run: the version registers, and its run page lists no registered model
-    name = logged_model_name(Path(folder).name)
+    name, model_tags = logged_model_name(Path(folder).name), {tag_keys.CHECKPOINT_DIGEST: digest}
     try:
-        model = client.create_logged_model(experiment_id(client, validation_experiment(model_name), home), name=name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+        model = client.create_logged_model(experiment_id(client, validation_experiment(model_name), home), name=name, source_run_id=run_id, tags=model_tags)
     except MlflowException as error:
         if error.error_code != "PERMISSION_DENIED":
             raise
-        model = client.create_logged_model(experiment, name=name, source_run_id=run_id, tags={tag_keys.CHECKPOINT_DIGEST: digest})
+        model = client.create_logged_model(experiment, name=name, source_run_id=run_id, tags=model_tags)
     client.log_model_artifacts(model.model_id, str(folder))
     client.finalize_logged_model(model.model_id, "READY")
     client.set_terminated(run_id)
@@ -120,8 +121,6 @@ def name_registered_version(client: MlflowClient, model_id: str, model_name: str
     MLflow's own ``register_model`` and tracking server write it (a store reached without the
     server writes nothing): MLflow's run page lists a run's registered models from its
     logged models' tags."""
-    import json
-
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
     named = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
