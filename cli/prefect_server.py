@@ -138,18 +138,24 @@ class LocalPrefectServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the local Prefect server exited with {self.process.returncode}; see {self.log_path}")
             if self._answers():
+                threading.Thread(target=self._answers, args=("/api/admin/version", 10), name="vlgate-prefect-warm-up", daemon=True).start()
                 return self.url
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"the local Prefect server did not answer on {self.url} within {timeout_s:.0f} s; see {self.log_path}")
 
-    def _answers(self) -> bool:
-        """Whether the API's health check answers 200. Plain HTTP on loopback: no proxy from
-        the environment, and no TLS context, whose CA bundle httpx would load at every poll
-        (what that cost a cached validation: benchmarks/RESULTS.md)."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+    def _answers(self, path: str = "/api/health", timeout_s: float = 2) -> bool:
+        """Whether the API answers 200 on ``path`` (its health check). Plain HTTP on loopback:
+        no proxy from the environment, and no TLS context, whose CA bundle httpx would load at
+        every poll (what that cost a cached validation: benchmarks/RESULTS.md).
+
+        Once healthy, the server is also asked its API version, in the background: every
+        Prefect client asks it first, and a new server takes a quarter of a second to answer
+        it the first time (benchmarks/RESULTS.md); asked here, that happens on the server's
+        core while this process goes on to its flow."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
         try:
-            connection.request("GET", "/api/health")
+            connection.request("GET", path)
             return connection.getresponse().status == 200
         except (OSError, http.client.HTTPException):
             return False

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from prefect.futures import PrefectFuture
 from prefect.states import State
 from prefect.task_runners import TaskRunner
 from prefect.tasks import exponential_backoff
+from pydantic import BaseModel, ConfigDict
 
 from vlgate import tracking
 from vlgate.evaluators.lmms.tasks import TaskError
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
     from vlgate.flows.settings import EvaluationConfig
 
 
-def _tree_state(path: Path) -> list[tuple[str, int, int]]:
-    """(name, size, time) of every data file under ``path``: a file, a folder, or a glob of
-    one split's release tables (``MMMU/*/validation-*.parquet``)."""
+def data_state(path: Path) -> str:
+    """sha256 of (name, size, time) of every data file under ``path``: a file, a folder, or
+    a glob of one split's release tables (``MMMU/*/validation-*.parquet``)."""
     from vlgate.evaluators.loaders.tables import glob_files, has_glob
 
     path = Path(path)
@@ -46,29 +47,42 @@ def _tree_state(path: Path) -> list[tuple[str, int, int]]:
         files, base = glob_files(path), Path(path.anchor)
     else:
         files, base = ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())), path.parent
-    return [(str(p.relative_to(base)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    listing = [(str(p.relative_to(base)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+
+
+class ShardInputs(BaseModel):
+    """What a shard's results depend on outside the plan, read once per validation (as its
+    data sets are read once, ``remembering_items``) and handed to every shard: the
+    registered version's identity (its source, run and creation time, since a deleted
+    model's version number comes back with other weights: ``mlflow_identity``) and the
+    evaluator's data files (:func:`data_state`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version_identity: str
+    data_state: str
 
 
 def evaluator_cache_key(_context: TaskRunContext, parameters: Mapping[str, object]) -> str:
-    """(The registered version's identity — its source, run and creation time, since a
-    deleted model's version number comes back with other weights —, evaluator, shard,
-    what the evaluator's results depend on in the suite (``ValidationPlan.evaluator_digest``:
-    its content, not its file's bytes), the data files' names/sizes/times, vlgate's version,
-    the output folder: results are files there) identifies a shard's result."""
+    """(The version's identity and the data files' state (:class:`ShardInputs`), evaluator,
+    shard, what the evaluator's results depend on in the suite
+    (``ValidationPlan.evaluator_digest``: its content, not its file's bytes), vlgate's
+    version, the output folder: results are files there, the look's items) identifies a
+    shard's result."""
     from vlgate import __version__
-    from vlgate.evaluators.backends.loading import mlflow_identity
 
-    plan, evaluator = parameters["plan"], str(parameters["evaluator"])
-    if not isinstance(plan, ValidationPlan):  # Prefect validated the task's parameters against its signature
-        raise TypeError(f"plan: a ValidationPlan, not {type(plan).__name__}")
-    tracking.connect()  # run where the task runs (a Dask worker): models:/ resolved on the flow's MLflow, see evaluate_shard
+    plan, inputs = parameters["plan"], parameters["inputs"]
+    if not isinstance(plan, ValidationPlan) or not isinstance(inputs, ShardInputs):  # Prefect validated the task's parameters against its signature
+        raise TypeError(f"plan, inputs: a ValidationPlan and ShardInputs, not {type(plan).__name__} and {type(inputs).__name__}")
+    evaluator = str(parameters["evaluator"])
     material = [
-        mlflow_identity(plan.model_uri)[1],
+        inputs.version_identity,
         evaluator,
         parameters["shard"],
         parameters["n_shards"],
         plan.evaluator_digest(evaluator),
-        _tree_state(plan.suite.evaluators[evaluator].data),
+        inputs.data_state,
         __version__,
         parameters["out"],
         plan.items.model_dump() if plan.items is not None else None,
@@ -115,10 +129,18 @@ def retry_unless_timed_out(_task: Task[..., object], _run: TaskRun, state: State
     result_serializer="json",
 )
 def evaluate_shard(
-    plan: ValidationPlan, evaluator: str, shard: int, n_shards: int, out: str, cache_dir: str, time_limit_s: float | None = None, record_cache: RecordCacheSettings | None = None
+    plan: ValidationPlan,
+    evaluator: str,
+    inputs: ShardInputs,
+    shard: int,
+    n_shards: int,
+    out: str,
+    cache_dir: str,
+    time_limit_s: float | None = None,
+    record_cache: RecordCacheSettings | None = None,
 ) -> ShardResult:
     """One shard of one evaluator on the plan's version; raises (so Prefect retries) when it
-    fails. Records are written as they complete, so a retry picks up where it stopped;
+    fails. ``inputs``: what its cache key reads besides the plan (:func:`evaluator_cache_key`). Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
     ``time_limit_s`` it stops for good (:func:`within_time_limit`). ``record_cache``: the
     shared record cache's settings, opened here (in a Dask worker, its own process: the
@@ -155,6 +177,8 @@ class Evaluation:
     n_shards: int = 1
     task_timeout_s: float | None = None
     record_cache: RecordCacheSettings | None = None
+    #: the versions' identities and the data sets' states, read once per validation (:class:`ShardInputs`)
+    _read_once: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
 
     def __call__(self, plan: ValidationPlan, out: str) -> dict[str, EvaluatorSummary]:
         from vlgate.evaluators.running.suite import holding_models, merge_shards
@@ -163,7 +187,8 @@ class Evaluation:
         entries: dict[str, EvaluatorSummary] = {}
         with holding_models():  # one load of the candidate per task thread, not one per evaluator
             for name in plan.suite.evaluators:
-                shards[name] = [self.runner.submit(evaluate_shard, self._shard_parameters(plan, name, shard, out)) for shard in range(self.n_shards)]
+                inputs = self._inputs(plan, name)
+                shards[name] = [self.runner.submit(evaluate_shard, self._shard_parameters(plan, name, inputs, shard, out)) for shard in range(self.n_shards)]
             for name, futures in shards.items():
                 try:
                     # merged here, in the flow: local files under ``out``, which the flow reads next
@@ -175,9 +200,23 @@ class Evaluation:
                     entries[name] = EvaluatorSummary.failed(f"{type(error).__name__}: {error}")
         return entries
 
-    def _shard_parameters(self, plan: ValidationPlan, evaluator: str, shard: int, out: str) -> dict[str, object]:
+    def _inputs(self, plan: ValidationPlan, evaluator: str) -> ShardInputs:
+        from vlgate.evaluators.backends.loading import mlflow_identity
+
+        def once(kind: str, key: str, read: Callable[[], str]) -> str:
+            if (kind, key) not in self._read_once:
+                self._read_once[kind, key] = read()
+            return self._read_once[kind, key]
+
+        data = plan.suite.evaluators[evaluator].data
+        return ShardInputs(
+            version_identity=once("version", plan.model_uri, lambda: mlflow_identity(plan.model_uri)[1]),
+            data_state=once("data", str(data), lambda: data_state(data)),
+        )
+
+    def _shard_parameters(self, plan: ValidationPlan, evaluator: str, inputs: ShardInputs, shard: int, out: str) -> dict[str, object]:
         return {
-            "plan": plan, "evaluator": evaluator, "shard": shard, "n_shards": self.n_shards, "out": out, "cache_dir": self.cache_dir,
+            "plan": plan, "evaluator": evaluator, "inputs": inputs, "shard": shard, "n_shards": self.n_shards, "out": out, "cache_dir": self.cache_dir,
             "time_limit_s": self.task_timeout_s, "record_cache": self.record_cache,
         }  # fmt: skip
 

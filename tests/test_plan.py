@@ -5,6 +5,7 @@ suite's content rather than its file's bytes."""
 from __future__ import annotations
 
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,34 @@ def test_an_evaluators_cache_key_follows_its_content_not_the_files_bytes(tmp_pat
     assert other_entry["lcm-nb"] != plain["lcm-nb"] and all(other_entry[n] == plain[n] for n in ("lcm-mc", "vlind", "genception", "decc"))
     shared = digests(_suite_text(batch_size=4))  # a suite-wide setting: every evaluator's results
     assert all(shared[n] != plain[n] for n in ("lcm-mc", "lcm-nb", "vlind", "genception", "decc"))
+
+
+def test_a_shards_cache_key_follows_the_versions_identity_and_its_data_read_once_per_validation(monkeypatch, tmp_path):
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from vlgate.evaluators.backends import loading
+    from vlgate.flows.evaluation import Evaluation, data_state, evaluator_cache_key
+
+    data = tmp_path / "data"
+    shutil.copytree(EXAMPLES, data)
+    suite = yaml.safe_load(_suite_text())
+    suite["evaluators"]["lcm-mc"]["data"] = str(data / "mc")
+    plan = ValidationPlan.read(_config(tmp_path, yaml.safe_dump(suite)), "shapes", "3")
+    identities = iter(['["shapes", "3", "s3://a", "r1", 1]', '["shapes", "3", "s3://b", "r2", 2]'])
+    asked: list[str] = []
+    monkeypatch.setattr(loading, "mlflow_identity", lambda uri: (asked.append(uri), (uri, next(identities)))[1])
+    evaluation = Evaluation(ThreadPoolTaskRunner(), str(tmp_path / "cache"))
+    inputs = evaluation._inputs(plan, "lcm-mc")
+    assert evaluation._inputs(plan, "lcm-mc") == inputs and evaluation._inputs(plan.at_look(1), "lcm-mc") == inputs  # read once per validation
+    assert asked == ["models:/shapes/3"] and inputs.data_state == data_state(data / "mc")
+
+    def key(**changes) -> str:
+        parameters = {"plan": plan, "evaluator": "lcm-mc", "inputs": inputs, "shard": 0, "n_shards": 1, "out": "out"} | changes
+        return evaluator_cache_key(None, parameters)  # type: ignore[arg-type]
+
+    plain = key()
+    assert key() == plain and key(shard=1) != plain and key(out="elsewhere") != plain
+    assert Evaluation(ThreadPoolTaskRunner(), "c")._inputs(plan, "lcm-mc").version_identity != inputs.version_identity  # the number registered again: other weights
+    assert key(inputs=inputs.model_copy(update={"version_identity": "other"})) != plain
+    (data / "mc" / "extra.txt").write_text("a file more")
+    assert data_state(data / "mc") != inputs.data_state  # a new validation reads the data's new state
