@@ -129,7 +129,10 @@ class LocalPrefectServer:
 
     def wait_ready(self, timeout_s: float = 180) -> str:
         """Block until the API answers; its URL. Raises with the server's log named when
-        it exits or does not answer in time."""
+        it exits or does not answer in time. Once healthy, the server is also asked its API
+        version, in the background: every Prefect client asks that first, and a new server
+        takes a quarter of a second to answer it the first time (benchmarks/RESULTS.md);
+        asked here, that happens on the server's core while this process goes on."""
         deadline = time.monotonic() + timeout_s
         self._starter.join(timeout_s)
         if self._start_error is not None or self.process is None:
@@ -147,12 +150,7 @@ class LocalPrefectServer:
     def _answers(self, path: str = "/api/health", timeout_s: float = 2) -> bool:
         """Whether the API answers 200 on ``path`` (its health check). Plain HTTP on loopback:
         no proxy from the environment, and no TLS context, whose CA bundle httpx would load at
-        every poll (what that cost a cached validation: benchmarks/RESULTS.md).
-
-        Once healthy, the server is also asked its API version, in the background: every
-        Prefect client asks it first, and a new server takes a quarter of a second to answer
-        it the first time (benchmarks/RESULTS.md); asked here, that happens on the server's
-        core while this process goes on to its flow."""
+        every poll (what that cost a cached validation: benchmarks/RESULTS.md)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
         try:
             connection.request("GET", path)
