@@ -38,7 +38,8 @@ import vlgate.evaluators.world
 from vlgate.evaluators.loaders.easyvqa import OPTIONS, package_split
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.running.suite import Suite, finished_entry, load_items, load_vlm, make_runner
+from vlgate.evaluators.running.items import load_items
+from vlgate.evaluators.running.suite import Suite, finished_entry, load_vlm, make_runner
 
 SHIPPED = Path(vlgate.evaluators.world.__file__).parent / "shipped"
 METRICS = ("lcm", "acc", "j_acc", "f1")

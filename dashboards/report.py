@@ -10,13 +10,10 @@ the logged number, so tests (and scrapers) compare the page with MLflow exactly.
 
 from __future__ import annotations
 
-import base64
-import functools
-import io
 import math
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -26,22 +23,19 @@ import pandas as pd
 from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
-from vlgate.dashboards import plots
 from vlgate.dashboards.collect import DRIFT_COLUMNS, ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
-from vlgate.decisions import Check, DecisionRecord, Rule, RulePower, Verdict
+from vlgate.dashboards.leaderboard_rows import EarlyMeasure, early_measures, leaderboard_groups, leaderboard_metrics, leaderboard_why
+from vlgate.dashboards.pictures import Figure, ModelFigures, evaluator_figures, image_thumbnail, model_figures, thumbnail, version_correlation_figures
+from vlgate.decisions import Check, Rule, RulePower, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.definition import ItemLines
-from vlgate.evaluators.figures import SectionInputs, readable_image
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
-from vlgate.evaluators.metrics.correlation import correlate_table
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.evaluators.records import Record
 from vlgate.history import ModelHistory, model_history
 from vlgate.text import shell_command
 
 if TYPE_CHECKING:
-    import matplotlib.figure
-    import PIL.Image
     from mlflow.tracking import MlflowClient
 
 LOST_ITEMS = 5  # the items lost against the champion shown per listed item score
@@ -88,80 +82,6 @@ def format_number(value: object, count: bool = False) -> str:
 def is_count(name: str) -> bool:
     last = name.rsplit("/", 1)[-1]
     return last == "n" or last.startswith("n_")
-
-
-def data_uri(png_bytes: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png_bytes).decode()
-
-
-def thumbnail(path: Path | None, size: int = 160) -> str | None:
-    """A PNG ``data:`` URI of the picture at ``path``; None when it is missing or unreadable."""
-    image = readable_image(path)
-    return None if image is None else image_thumbnail(image, size)
-
-
-def image_thumbnail(image: PIL.Image.Image, size: int = 160) -> str:
-    """A PNG ``data:`` URI of ``image`` at most ``size`` pixels a side (``image`` left as it is)."""
-    image = image.copy()
-    image.thumbnail((size, size))
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return data_uri(buffer.getvalue())
-
-
-@dataclass
-class Figure:
-    """One rendered plot: its name (also its PNG's file name), caption and bytes."""
-
-    name: str
-    caption: str
-    png: bytes
-    #: numbers the plot shows, for the page's data attributes (a correlation figure's
-    #: coefficients per y, as its legend prints them)
-    data: dict[str, dict[str, object]] = field(default_factory=dict)
-
-    @property
-    def uri(self) -> str:
-        return data_uri(self.png)
-
-
-def _figure(name: str, caption: str, build: Callable[[], matplotlib.figure.Figure], data: dict[str, dict[str, object]] | None = None) -> Figure | None:
-    """A plot that cannot be drawn from what was logged is left out, not an error: the
-    report of a failed or partial run must still render."""
-    try:
-        figure = build()
-    except (KeyError, ValueError, IndexError):
-        return None
-    return Figure(name, caption, plots.png(figure), data or {})
-
-
-def section_inputs(output: EvaluatorOutput, image_roots: tuple[Path, ...] = ()) -> SectionInputs:
-    """What an evaluator's section is drawn from; its pictures are found among the run's
-    artifacts and the model's data folders only (``collect.artifact_path``)."""
-    assert output.samples is not None
-    return SectionInputs(
-        evaluator=output.evaluator,
-        samples=output.samples,
-        records=output.records,
-        # a record's picture is a path (a string); nothing else names a file
-        artifact=lambda reference: artifact_path(output.folder, output.evaluator, reference if isinstance(reference, str) else None, image_roots),
-        thumbnail=thumbnail,
-    )
-
-
-def evaluator_figures(output: EvaluatorOutput, shared: ModelFigures) -> tuple[list[Figure], list[dict[str, JsonValue]]]:
-    """The plots of one evaluator's section and its examples: the figure its definition draws
-    across versions, then what its package's ``section`` draws from this version's records."""
-    if output.evaluator not in registry.names():
-        return [], []
-    definition = registry.get(output.evaluator)
-    figures: list[Figure | None] = [shared.across_versions.get(output.evaluator)]
-    examples: list[dict[str, JsonValue]] = []
-    if definition.report_section is not None and output.samples is not None:
-        section = definition.report_section(section_inputs(output, shared.image_roots))
-        figures += [_figure(figure.name, figure.caption, figure.draw) for figure in section.figures]
-        examples += section.examples
-    return [f for f in figures if f is not None], examples
 
 
 def against_champion(data: ValidationReportData, evaluator: str, image_roots: tuple[Path, ...] = ()) -> dict[str, object] | None:
@@ -242,77 +162,6 @@ def item_lines(lines: ItemLines, candidate: Record, champion: Record) -> dict[st
         ]
         rows.append({"text": field_text(line.text, 240), "answer": line.answer, "cells": cells})
     return {"columns": list(lines.columns), "rows": rows}
-
-
-def early_versions(board: pd.DataFrame) -> set[str]:
-    """The versions whose leaderboard metrics were measured at an early look (:func:`early_measures`)."""
-    return {str(version) for version, row in board.iterrows() if early_measures(row)}
-
-
-def correlation_figures(versions: pd.DataFrame, early: Collection[str] = ()) -> list[Figure]:
-    """One figure per label-free metric against the labelled metrics its definition pairs it
-    with: the same pairs, and for each pair the same rows (the versions that have both),
-    as the correlation table computed from ``versions``, so its legend's coefficients are
-    the table's. A version of ``early`` (measured at an early look, on fewer items than the
-    others) is labelled ``vN*`` and named in the caption: the points do not compare like
-    with like, and the figure says so."""
-    paired: dict[str, list[str]] = {}
-    for x, y in registry.correlated_pairs([str(c) for c in versions.columns]):
-        if y in versions.columns:
-            paired.setdefault(x, []).append(y)
-    figures = []
-    for x, present in paired.items():
-        rows = versions.loc[versions[x].notna(), [x, *present]]
-        if int(rows[present].notna().sum().max()) < 3:  # coefficients need three versions
-            continue
-        name = f"correlation-{x.replace('/', '-')}"
-        shown: dict[str, dict[str, object]] = {y: {"versions": [str(v) for v in rows.index[rows[y].notna()]], **values} for y, values in correlate_table(rows, x, present).items()}
-        marked = [str(v) for v in rows.index if str(v) in early]
-        labels = [f"v{v}*" if str(v) in early else f"v{v}" for v in rows.index]
-        draw = lambda rows=rows, x=x, present=present, labels=labels: plots.correlation_figure(rows, x, present, labels=labels)
-        caption = f"{x} against {', '.join(present)} across versions"
-        if marked:
-            caption += f"; * {', '.join(f'v{v}' for v in marked)} measured at an early look, on fewer items than the others"
-        figures.append(_figure(name, caption, draw, {y: {**values, "early": marked} for y, values in shown.items()}))
-    return [f for f in figures if f is not None]
-
-
-def version_correlation_figures(data: ValidationReportData, board: pd.DataFrame) -> list[Figure]:
-    """A version page's correlation figures, from the rows its correlation table was
-    computed from when it was validated (``correlation_versions.json``); for a run older
-    than that file, the versions up to this one."""
-    if data.correlation_versions is not None:
-        return correlation_figures(data.correlation_versions, early_versions(board))
-    earlier = [v for v in board.index if tracking.version_number(v) <= tracking.version_number(data.version)]
-    return correlation_figures(board.loc[earlier, [c for c in board.columns if "/" in str(c)]], early_versions(board))
-
-
-@dataclass
-class ModelFigures:
-    """The plots across a model's versions: the same on every version's page and on the
-    leaderboard, so drawn once per ``write_reports``."""
-
-    correlations: list[Figure]
-    #: evaluator → the figure its definition draws across versions (lcm-mc's response distribution)
-    across_versions: dict[str, Figure | None]
-    drift: Figure | None
-    #: the folders besides a run's artifacts that its records' images may be shown from
-    #: (the model's suite's data; ``collect.artifact_path``)
-    image_roots: tuple[Path, ...] = ()
-
-
-def model_figures(board: pd.DataFrame, drift: pd.DataFrame, image_roots: tuple[Path, ...] = ()) -> ModelFigures:
-    across_versions = {
-        d.name: _figure(f"{d.name}-{d.versions_figure.name}", d.versions_figure.caption, functools.partial(d.versions_figure.draw, board, d.name))
-        for d in registry.definitions()
-        if d.versions_figure is not None
-    }
-    return ModelFigures(
-        correlations=correlation_figures(board, early_versions(board)),
-        across_versions=across_versions,
-        drift=_figure("drift-history", "Label-free metrics of the drift checks over time (✕ = drift)", lambda: plots.drift_history_figure(drift)) if len(drift) else None,
-        image_roots=image_roots,
-    )
 
 
 def _numbers(metrics: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, float | None]]:
@@ -450,36 +299,6 @@ def render_version_report(data: ValidationReportData, shared: ModelFigures, drif
     return RenderedReport(html, all_figures)
 
 
-def leaderboard_metrics(columns: list[str]) -> list[str]:
-    """The leaderboard's metric columns: every evaluator's headline metrics that were
-    logged, in registry order."""
-    shown = []
-    for definition in registry.definitions():
-        prefix = f"{definition.name}/"
-        shown += [prefix + name for name in definition.headline(c.removeprefix(prefix) for c in columns if c.startswith(prefix))]
-    return shown
-
-
-class LeaderboardGroup(TypedDict):
-    """One evaluator's columns of the leaderboard: its name, title and metrics (full and short names)."""
-
-    evaluator: str
-    title: str
-    metrics: list[dict[str, str]]
-
-
-def leaderboard_groups(metrics: list[str]) -> list[LeaderboardGroup]:
-    """The leaderboard's metric columns grouped per evaluator, in registry order: each
-    group a small table of its own, so the groups wrap to the page's width and every
-    evaluator's headline stays in view."""
-    groups: dict[str, list[dict[str, str]]] = {}
-    for metric in metrics:
-        evaluator, short = registry.split_metric(metric)
-        groups.setdefault(evaluator, []).append({"name": metric, "short": short})
-    titles = {d.name: d.title for d in registry.definitions()}
-    return [{"evaluator": name, "title": titles.get(name, name), "metrics": columns} for name, columns in groups.items()]
-
-
 def render_leaderboard(
     model: str, board: pd.DataFrame, shared: ModelFigures, tracking_uri: str, report_links: dict[str, str] | None = None, history: ModelHistory | None = None,
     drift: pd.DataFrame | None = None,
@@ -510,52 +329,6 @@ def render_leaderboard(
         generated=datetime.now(timezone.utc),
     )
     return RenderedReport(html, figures)
-
-
-class EarlyMeasure(TypedDict):
-    """An evaluator's metrics of a version measured at a look before the last: on ``n`` of
-    the suite's ``total`` items, at look ``look`` (1-based)."""
-
-    n: int
-    total: int
-    look: int | None
-
-
-def early_measures(row: Mapping[str, object]) -> dict[str, EarlyMeasure]:
-    """Each evaluator whose metrics in a leaderboard row were measured on fewer items than
-    the suite holds (a sequential validation stopped early: its run's
-    ``sequential/items_evaluated/E`` below ``sequential/items_total/E``)."""
-    early: dict[str, EarlyMeasure] = {}
-    look = row.get("sequential/stopped_at_look")
-    for key, value in row.items():
-        if not str(key).startswith("sequential/items_evaluated/") or not isinstance(value, int | float) or math.isnan(value):
-            continue
-        evaluator = str(key).removeprefix("sequential/items_evaluated/")
-        total = row.get(f"sequential/items_total/{evaluator}")
-        if isinstance(total, int | float) and not math.isnan(total) and value < total:
-            early[evaluator] = {"n": int(value), "total": int(total), "look": int(look) if isinstance(look, int | float) and not math.isnan(look) else None}
-    return early
-
-
-class Why(TypedDict):
-    """The leaderboard's "why" for one version: what its latest decision rests on, and the
-    lines of its summary left out of the cell (all of them are in the cell's title)."""
-
-    text: str
-    more: int
-    title: str
-
-
-def leaderboard_why(record: DecisionRecord) -> Why:
-    """A promotion, or a decision whose checks all passed (awaiting a sign-off), says what
-    held: every line of its summary; any other its first check that did not pass, with how
-    many more there are; a record without checks (a person's sign-off) its reasons."""
-    summary = record.summary
-    # the summary's first lines are the checks that did not pass (and the waived), one each
-    not_passed = summary[: sum(1 for check in record.checks if check.verdict is not Verdict.PASS)]
-    if record.promote or not not_passed:
-        return {"text": "; ".join(summary), "more": 0, "title": "\n".join(summary)}
-    return {"text": not_passed[0], "more": len(not_passed) - 1, "title": "\n".join(summary)}
 
 
 def mlflow_ui_command(tracking_uri: str) -> str:

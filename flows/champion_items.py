@@ -27,7 +27,7 @@ from mlflow import MlflowClient
 from vlgate import tracking
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
 from vlgate.evaluators.records import Record, read_jsonl
-from vlgate.evaluators.running.suite import ItemIds
+from vlgate.evaluators.running.items import ItemIds
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import version_outputs
 

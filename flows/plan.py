@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from vlgate.evaluators.running.suite import ItemIds, ItemSelection, Suite
+from vlgate.evaluators.running.items import ItemIds, ItemSelection
+from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.settings import ModelConfig, read_model_config
 from vlgate.gate.policy import GatePolicy
 

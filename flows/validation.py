@@ -33,7 +33,8 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
-from vlgate.evaluators.running.suite import count_items, remembering_items
+from vlgate.evaluators.running.items import remembering_items
+from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import notifying, progress
 from vlgate.flows.approval import await_sign_off
 from vlgate.flows.champion_items import evaluate_champion_items

@@ -13,7 +13,8 @@ from test_gate import POLICY, _mc_records, _result
 from test_plan import _config, _suite_text
 
 from vlgate.evaluators.output import EvaluatorOutput
-from vlgate.evaluators.running.suite import ItemIds, Suite, load_items
+from vlgate.evaluators.running.items import ItemIds, load_items
+from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.champion_items import missing_items, with_champion_items
 from vlgate.flows.plan import ValidationPlan
 from vlgate.gate.fixed import decide

@@ -106,7 +106,7 @@ def test_genception_chain_grid_has_seed_and_each_iteration_titled_with_s(tmp_pat
 def test_a_file_that_is_not_an_image_is_left_out_of_the_report_not_fatal(tmp_path):
     from PIL import Image
 
-    from vlgate.dashboards.report import thumbnail
+    from vlgate.dashboards.pictures import thumbnail
 
     seed, text, truncated = tmp_path / "seed.png", tmp_path / "notes.png", tmp_path / "cut.png"
     Image.new("RGB", (16, 16), (200, 10, 10)).save(seed)
@@ -501,7 +501,7 @@ def test_a_report_shows_images_from_the_runs_artifacts_and_the_models_data_only(
     from PIL import Image
 
     from vlgate.dashboards.collect import artifact_path
-    from vlgate.dashboards.report import section_inputs, thumbnail
+    from vlgate.dashboards.pictures import section_inputs, thumbnail
     from vlgate.evaluators.output import EvaluatorOutput
     from vlgate.evaluators.vl_lcm.figures import low_p_lc_examples
 
@@ -590,7 +590,7 @@ def test_leaderboard_lists_every_version_with_decision_champion_and_metrics(repo
     spells = re.findall(r'<tr data-spell="(\d+)"><td>v\d+</td><td>([^<]+)</td><td>([^<]+)</td>', page)
     assert [(version, until) for version, _, until in spells] == [("1", spells[1][1]), ("2", "holds it")] and 'id="moved-outside"' not in page
     # every evaluator's headline metrics, grouped per evaluator, each number the logged one
-    from vlgate.dashboards.report import leaderboard_metrics
+    from vlgate.dashboards.leaderboard_rows import leaderboard_metrics
 
     headline = leaderboard_metrics([str(c) for c in board.columns])
     assert {m.split("/")[0] for m in headline} == {"lcm-mc", "lcm-nb", "vlind", "genception", "decc"}
@@ -797,7 +797,8 @@ def test_a_decision_summary_counts_what_held_and_lists_each_check_that_did_not_p
 
 def test_a_power_warning_of_a_comparison_that_had_no_champion_is_not_shown_as_a_failure():
     from vlgate.dashboards.collect import ValidationReportData
-    from vlgate.dashboards.report import ModelFigures, render_version_report
+    from vlgate.dashboards.pictures import ModelFigures
+    from vlgate.dashboards.report import render_version_report
     from vlgate.decisions import PowerPlan, RulePower
 
     rules = [
@@ -843,7 +844,8 @@ def test_a_run_s_description_links_its_report_in_mlflow_s_artifact_view_and_its_
 
 
 def test_a_version_measured_at_an_early_look_is_marked_in_the_leaderboard_and_in_the_correlations():
-    from vlgate.dashboards.report import correlation_figures, early_measures, early_versions
+    from vlgate.dashboards.leaderboard_rows import early_measures
+    from vlgate.dashboards.pictures import correlation_figures, early_versions
 
     board = pd.DataFrame(
         {

@@ -98,15 +98,16 @@ def _mc_data(folder, n=3):
 
 
 def test_a_validation_reads_each_data_set_once_and_hands_every_caller_the_same_items(monkeypatch, tmp_path):
-    from vlgate.evaluators.running import suite as suite_module
-    from vlgate.evaluators.running.suite import ItemIds, Suite, load_items, remembering_items
+    from vlgate.evaluators.running import items as items_module
+    from vlgate.evaluators.running.items import ItemIds, load_items, remembering_items
+    from vlgate.evaluators.running.suite import Suite
 
     _mc_data(tmp_path / "mc")
     spec = Suite(name="s", evaluators={"lcm-mc": {"data": str(tmp_path / "mc"), "protocol": "vlgate"}}).evaluators["lcm-mc"]
     plain, plain_errors = load_items("lcm-mc", spec, tmp_path / "out")
     loads = []
-    real = suite_module.loaded_items
-    monkeypatch.setattr(suite_module, "loaded_items", lambda *args: loads.append(args[0]) or real(*args))
+    real = items_module.loaded_items
+    monkeypatch.setattr(items_module, "loaded_items", lambda *args: loads.append(args[0]) or real(*args))
 
     load_items("lcm-mc", spec, tmp_path / "out")
     load_items("lcm-mc", spec, tmp_path / "out")

@@ -320,36 +320,36 @@ def test_a_suite_on_a_frame_it_saw_before_is_given_gx_s_results_for_exactly_that
     """The same suite on the same frame, in this process or another (the results read back
     from VLGATE_HOME), gives GX's own report without running GX; a frame one float ulp away,
     another dtype or another expected row count runs GX again."""
-    from vlgate.flows import expectations
+    from vlgate.flows import gx_suites
 
     monkeypatch.setenv("VLGATE_HOME", str(tmp_path))
-    monkeypatch.setattr(expectations, "_results_memo", {})
+    monkeypatch.setattr(gx_suites, "_results_memo", {})
     frame, metrics = examples["lcm-mc"]
     first = _run(examples, "lcm-mc")
     assert len(list((tmp_path / "expectation-results").glob("*.json"))) == 2  # records and metrics
     ran: list[str] = []
-    real = expectations._validate_with_gx
-    monkeypatch.setattr(expectations, "_validate_with_gx", lambda *args: ran.append(args[0]) or real(*args))
-    monkeypatch.setattr(expectations, "_results_memo", {})  # another process: read back from the folder
+    real = gx_suites._validate_with_gx
+    monkeypatch.setattr(gx_suites, "_validate_with_gx", lambda *args: ran.append(args[0]) or real(*args))
+    monkeypatch.setattr(gx_suites, "_results_memo", {})  # another process: read back from the folder
     again = _run(examples, "lcm-mc")
     assert ran == [] and (again.success, again.results) == (first.success, first.results)
     nudged = frame.copy()
     column = next(name for name in nudged.columns if nudged[name].dtype.kind == "f")
     nudged.loc[0, column] = np.nextafter(nudged.loc[0, column], np.inf)
-    assert expectations.frame_digest(nudged) != expectations.frame_digest(frame)
-    assert expectations.frame_digest(frame.astype({column: "float32"})) != expectations.frame_digest(frame)
+    assert gx_suites.frame_digest(nudged) != gx_suites.frame_digest(frame)
+    assert gx_suites.frame_digest(frame.astype({column: "float32"})) != gx_suites.frame_digest(frame)
     _run(examples, "lcm-mc", frame=nudged)
     assert ran == ["records"]  # the metrics frame is the same one
     broken = _run(examples, "lcm-mc", expected_rows=EXAMPLE_ROWS["lcm-mc"] + 1)
     assert not broken.success and ran == ["records", "records", "metrics"]
     (next((tmp_path / "expectation-results").glob("*.json"))).write_text("not json")  # damaged: computed again
-    monkeypatch.setattr(expectations, "_results_memo", {})
+    monkeypatch.setattr(gx_suites, "_results_memo", {})
     assert _run(examples, "lcm-mc").results == first.results
     from datetime import timedelta
 
     kept = sorted((tmp_path / "expectation-results").glob("*.json"))
     os.utime(kept[0], (0, 0))  # last used in 1970
-    assert expectations.prune_expectation_results(tmp_path, timedelta(days=30)) == 1
+    assert gx_suites.prune_expectation_results(tmp_path, timedelta(days=30)) == 1
     assert sorted((tmp_path / "expectation-results").glob("*.json")) == kept[1:]
 
 

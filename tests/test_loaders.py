@@ -457,7 +457,8 @@ def test_aokvqa_with_coco_in_its_own_folder_as_its_readme_sets_it_up(tmp_path):
     for another format is refused."""
     import yaml
 
-    from vlgate.evaluators.running.suite import Suite, load_items
+    from vlgate.evaluators.running.items import load_items
+    from vlgate.evaluators.running.suite import Suite
 
     aokvqa, coco = tmp_path / "datasets" / "aokvqa", tmp_path / "datasets" / "coco"
     write_image(coco / "val2017" / "000000000139.jpg")

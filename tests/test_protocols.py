@@ -71,7 +71,7 @@ def test_a_suite_names_a_protocol_per_evaluator_and_an_unknown_one_is_refused(tm
 def test_the_genception_protocol_reads_seed_images_as_the_released_find_image_files(tmp_path):
     from PIL import Image
 
-    from vlgate.evaluators.running.suite import load_items
+    from vlgate.evaluators.running.items import load_items
 
     seeds = tmp_path / "seeds"
     (seeds / "animals").mkdir(parents=True)

@@ -59,8 +59,11 @@ def _coin_records(p: list[float]) -> list[dict]:
 
 def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gates_correlates_and_reports(coin, tmp_path):
     from vlgate.dashboards.collect import ValidationReportData
-    from vlgate.dashboards.report import leaderboard_metrics, model_figures, render_version_report
-    from vlgate.evaluators.running.suite import Suite, finish_evaluator, load_items, make_runner
+    from vlgate.dashboards.leaderboard_rows import leaderboard_metrics
+    from vlgate.dashboards.pictures import model_figures
+    from vlgate.dashboards.report import render_version_report
+    from vlgate.evaluators.running.items import load_items
+    from vlgate.evaluators.running.suite import Suite, finish_evaluator, make_runner
     from vlgate.flows.correlations import correlate_across_versions
     from vlgate.flows.expectations import validate_evaluator_output
     from vlgate.gate.fixed import decide
@@ -198,7 +201,7 @@ def test_a_plugin_entry_point_that_cannot_be_loaded_is_named(tmp_path, monkeypat
 def test_every_evaluator_section_draws_from_its_example_records(evaluator, tmp_path):
     from matplotlib.figure import Figure
 
-    from vlgate.dashboards.report import section_inputs
+    from vlgate.dashboards.pictures import section_inputs
     from vlgate.evaluators.scoring import per_sample_frame
 
     definition = registry.get(evaluator)

@@ -123,7 +123,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     # the flow published the version's report: logged, kept under $VLGATE_HOME, and the
     # GenCeption chains' images (seed from the data, X^t from the run's artifacts) resolve
     from vlgate.dashboards.collect import load_validation
-    from vlgate.dashboards.report import section_inputs
+    from vlgate.dashboards.pictures import section_inputs
     from vlgate.evaluators.genception.figures import genception_chains
     from vlgate.flows.settings import report_image_roots
 

@@ -25,7 +25,8 @@ from test_service_postgres import _postgres_up
 
 from vlgate import tag_keys
 from vlgate.cli.processes import free_port, group_alive
-from vlgate.cli.stack import LocalStack, StackState, database_names, stack_deployments
+from vlgate.cli.stack import LocalStack
+from vlgate.cli.stack_state import StackState, database_names, stack_deployments
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -23,11 +23,11 @@ import httpx
 import pytest
 import yaml
 
-from vlgate.cli.stack import (
+from vlgate.cli.stack import LocalStack
+from vlgate.cli.stack_state import (
     CREDENTIALS_FILE,
     ENV_FILE,
     SECRET_FILES,
-    LocalStack,
     StackCredentials,
     StackState,
     exposure_problem,

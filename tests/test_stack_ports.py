@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from vlgate.cli.processes import StackError, answers, stop_group, wait_until
-from vlgate.cli.stack import LocalStack, StackState
+from vlgate.cli.stack import LocalStack
+from vlgate.cli.stack_state import StackState
 
 
 def _stack(tmp_path: Path, port: int) -> tuple[LocalStack, StackState]:

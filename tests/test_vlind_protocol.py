@@ -19,7 +19,8 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest, VisionLanguageBackend
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
-from vlgate.evaluators.running.suite import Suite, load_items
+from vlgate.evaluators.running.items import load_items
+from vlgate.evaluators.running.suite import Suite
 from vlgate.evaluators.scoring import score, validate
 from vlgate.evaluators.vlind import protocols as vlind_protocols
 from vlgate.evaluators.vlind.runner import VlindSettings, vlind_runner

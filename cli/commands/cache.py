@@ -47,7 +47,7 @@ class Cache(Command):
         try:
             removed = cache.prune(older_than, max_bytes) if args.action == "prune" else None
             if removed is not None and older_than is not None:  # the expectation results kept beside the records (docs/record-cache.md)
-                from vlgate.flows.expectations import prune_expectation_results
+                from vlgate.flows.gx_suites import prune_expectation_results
 
                 prune_expectation_results(home, older_than)
         except CacheNotWritable as error:

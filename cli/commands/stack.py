@@ -37,7 +37,8 @@ class Stack(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.cli.processes import StackError, alive
-        from vlgate.cli.stack import LocalStack, describe, exposure_problem, loose_secret_files, state_json
+        from vlgate.cli.stack import LocalStack
+        from vlgate.cli.stack_state import describe, exposure_problem, loose_secret_files, state_json
 
         if args.action == "up":  # before anything is read or started
             problem = exposure_problem(args.host, auth=not args.no_auth)
