@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from vlgate.decisions import Check, DecisionRecord, Rule, Verdict
+from vlgate.decisions import Check, DecisionRecord, Verdict
 from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, holm_adjusted, samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
@@ -70,11 +70,8 @@ def comparison_check(policy: GatePolicy, comparison: Comparison, result: PairedS
         # towards a pass the uncorrected lower bound decides; towards a fail the bound at the corrected level
         half_width = improvement - low if improvement > limit else result.bound(fail_level, lower=False) - improvement
         samples_needed = samples_to_decide(result.n_shared, improvement - limit, half_width)
-    detail = rendering.comparison(
-        verdict, comparison.key.rule is Rule.SUPERIORITY, result.candidate, result.champion, result.n_shared, improvement, (low, high),
-        limit, policy.confidence, policy.correction, p_value, family, samples_needed,
-    )  # fmt: skip
-    return Check.of(
-        comparison.key, verdict, detail, candidate=result.candidate, champion=result.champion, limit=limit, interval=(low, high), bound=low,
+    check = Check.of(
+        comparison.key, verdict, "", candidate=result.candidate, champion=result.champion, limit=limit, interval=(low, high), bound=low,
         p_value=p_value, n_shared=result.n_shared, samples_needed=samples_needed,
     )  # fmt: skip
+    return check.described(rendering.comparison(check, improvement, policy.confidence, policy.correction, family))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vlgate.decisions import Check, LookRecord, Verdict, Waiver
+from vlgate.decisions import Check, LookRecord, Rule, Verdict, Waiver
 from vlgate.text import shell_command
 
 NO_RESULT = "no result (fail closed)"
@@ -71,21 +71,23 @@ def _decide_with(samples_needed: int | None, unit: str) -> str:
     return f"about {samples_needed} {unit} would decide" if samples_needed else f"the estimate sits on the margin: no number of {unit.split()[-1]} decides"
 
 
-def comparison(
-    verdict: Verdict, superiority: bool, candidate: float, champion: float, n_shared: int, improvement: float, interval: tuple[float, float],
-    limit: float, confidence: float, correction: str, p_value: float, family: int, samples_needed: int | None,
-) -> str:  # fmt: skip
-    """A fixed-sample comparison: passed (its lower bound clears the margin), shown below it
-    (failed), or inconclusive (the interval spans it: about how many shared samples would decide)."""
-    head = _change(candidate, champion, n_shared, improvement)
-    low, high = interval
-    if verdict is Verdict.PASS:
+def comparison(check: Check, improvement: float, confidence: float, correction: str, family: int) -> str:
+    """A fixed-sample comparison's words, from its check: passed (its lower bound clears the
+    margin), shown below it (failed: its ``p_value`` adjusted by ``correction`` over the
+    ``family`` of comparisons), or inconclusive (the interval spans it: about how many shared
+    samples would decide). ``improvement``: the candidate's estimated gain."""
+    assert check.candidate is not None and check.champion is not None and check.n_shared is not None
+    assert check.interval is not None and check.limit is not None and check.p_value is not None
+    superiority, limit = check.rule is Rule.SUPERIORITY, check.limit
+    head = _change(check.candidate, check.champion, check.n_shared, improvement)
+    low, high = check.interval
+    if check.verdict is Verdict.PASS:
         return f"{head}, {confidence:.0%} lower bound {low:+.4f} {'> ' if superiority else '>= '}{limit:+g} {'required' if superiority else 'allowed'}"
-    corrected = _corrected(correction, p_value, family)
-    if verdict is Verdict.FAIL:
+    corrected = _corrected(correction, check.p_value, family)
+    if check.verdict is Verdict.FAIL:
         side = "not shown above" if superiority else "shown below"
         return f"{head} ({side} {limit:+g}: {corrected}), {confidence:.0%} lower bound {low:+.4f} {'<=' if superiority else '<'} {limit:+g} {'required' if superiority else 'allowed'}"
-    return f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {_decide_with(samples_needed, 'shared samples')}"
+    return f"{head}, interval [{low:+.4f}, {high:+.4f}] spans {limit:+g} ({corrected}): inconclusive, {_decide_with(check.samples_needed, 'shared samples')}"
 
 
 def look_place(look: LookRecord) -> str:
@@ -97,23 +99,24 @@ def not_decided_yet(detail: str) -> str:
     return f"not decided at this look: {detail}"
 
 
-def look_test(
-    verdict: Verdict, comparison: bool, candidate: float | None, champion: float | None, items: int, estimate: float, shown_value: float,
-    shown_limit: float, z: float, p_below: float, pass_level: float, where: str, last: bool, samples_needed: int | None,
-) -> str:  # fmt: skip
-    """A rule tested at a look of a sequential validation: shown beyond its limit (failed),
-    shown within it (passed), inconclusive at the last look, or not decided yet."""
-    if comparison and candidate is not None and champion is not None:
-        head = _change(candidate, champion, items, estimate)
+def look_test(check: Check, estimate: float, z: float, pass_level: float, where: str, last: bool) -> str:
+    """A rule's words at a look of a sequential validation, from its check: shown beyond its
+    limit (failed), shown within it (passed, at the look's ``pass_level``), inconclusive at
+    the ``last`` look, or not decided yet. ``estimate``: what was tested (a ceiling's value
+    negated), ``z`` its statistic, ``where`` the look (:func:`look_place`)."""
+    assert check.limit is not None and check.n_shared is not None and check.p_value is not None
+    items = check.n_shared
+    if check.rule in (Rule.REGRESSION, Rule.SUPERIORITY) and check.candidate is not None and check.champion is not None:
+        head = _change(check.candidate, check.champion, items, estimate)
     else:
-        head = f"{shown_value:.4f} on {items} records"
+        head = f"{-estimate if check.rule is Rule.CEILING else estimate:.4f} on {items} records"
     z_text = f"z {z:+.2f}"
-    if verdict is Verdict.FAIL:
-        return f"{head} ({z_text}, p {p_below:.3g}): shown beyond {shown_limit:+g} at {where}"
-    if verdict is Verdict.PASS:
-        return f"{head} ({z_text}): shown within {shown_limit:+g} at {where} (level {pass_level:.3g})"
+    if check.verdict is Verdict.FAIL:
+        return f"{head} ({z_text}, p {check.p_value:.3g}): shown beyond {check.limit:+g} at {where}"
+    if check.verdict is Verdict.PASS:
+        return f"{head} ({z_text}): shown within {check.limit:+g} at {where} (level {pass_level:.3g})"
     if last:
-        return f"{head} ({z_text}): neither side of {shown_limit:+g} shown at {where}: inconclusive, {_decide_with(samples_needed, 'items')}"
+        return f"{head} ({z_text}): neither side of {check.limit:+g} shown at {where}: inconclusive, {_decide_with(check.samples_needed, 'items')}"
     return f"{head} ({z_text}): not decided at {where}"
 
 

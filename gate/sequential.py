@@ -170,7 +170,7 @@ def look_check(test: LookTest, failed: bool, pass_level: float, last: bool, wher
         low, high = test.estimate - bound * test.standard_error, test.estimate + bound * test.standard_error
     comparison = test.key.rule in (Rule.REGRESSION, Rule.SUPERIORITY)
     flip = -1.0 if test.key.rule is Rule.CEILING else 1.0  # a ceiling's estimate is the value negated
-    shown_value, shown_limit = test.estimate * flip, test.limit * flip
+    shown_limit = test.limit * flip
     samples_needed = None
     if failed:
         verdict = Verdict.FAIL
@@ -181,12 +181,9 @@ def look_check(test: LookTest, failed: bool, pass_level: float, last: bool, wher
         if last:
             half_width = (test.estimate - low if test.estimate > test.limit else high - test.estimate) if test.score is not None else bound * test.standard_error
             samples_needed = samples_to_decide(test.items, test.estimate - test.limit, half_width)
-    detail = rendering.look_test(
-        verdict, comparison, test.candidate, test.champion, test.items, test.estimate, shown_value, shown_limit, test.z, test.p_below(),
-        pass_level, where, last, samples_needed,
-    )  # fmt: skip
     interval = (low, high) if comparison else (min(low * flip, high * flip), max(low * flip, high * flip))
-    return Check.of(
-        test.key, verdict, detail, candidate=test.candidate, champion=test.champion, limit=test.limit if comparison else shown_limit,
+    check = Check.of(
+        test.key, verdict, "", candidate=test.candidate, champion=test.champion, limit=test.limit if comparison else shown_limit,
         interval=interval, bound=interval[0] if comparison or flip > 0 else interval[1], p_value=test.p_below(), n_shared=test.items, samples_needed=samples_needed,
     )  # fmt: skip
+    return check.described(rendering.look_test(check, test.estimate, test.z, pass_level, where, last))

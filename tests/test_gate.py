@@ -477,15 +477,27 @@ def test_vlgate_gate_refuses_a_negative_seed_in_one_line_with_exit_2(tmp_path, m
 
 def test_the_words_of_a_check_are_made_from_its_numbers():
     """gate/rendering.py alone writes prose: each sentence from the fields the gate decided on."""
-    from vlgate.decisions import Verdict, Waiver
+    from vlgate.decisions import Check, CheckKey, Rule, Verdict, Waiver
     from vlgate.gate import rendering
 
     assert rendering.bound(0.75, 0.95, floor=True, passed=False) == "0.7500 >= 0.95 fails"
     assert rendering.too_few_records(3, 4) == "skipped: 3 records < min_samples 4"
-    shown_below = rendering.comparison(Verdict.FAIL, False, 0.8, 0.9, 40, -0.1, (-0.13, -0.07), -0.02, 0.95, "holm", 0.001, 3, None)
+    regression, superiority = CheckKey(Rule.REGRESSION, "lcm-mc/acc"), CheckKey(Rule.SUPERIORITY, "lcm-mc/acc")
+    below = Check.of(regression, Verdict.FAIL, "", candidate=0.8, champion=0.9, n_shared=40, interval=(-0.13, -0.07), limit=-0.02, p_value=0.001)
+    shown_below = rendering.comparison(below, -0.1, 0.95, "holm", 3)
     assert shown_below == "0.8000 vs 0.9000 on 40 shared samples: change -0.1000 (shown below -0.02: holm-adjusted p 0.001 over 3 comparisons), 95% lower bound -0.1300 < -0.02 allowed"
-    undecided = rendering.comparison(Verdict.INCONCLUSIVE, True, 0.8, 0.8, 30, 0.0, (-0.05, 0.05), 0.0, 0.95, "holm", 0.5, 1, None)
+    assert below.described(shown_below).detail == shown_below and below.described(shown_below).verdict is Verdict.FAIL
+    spanning = Check.of(superiority, Verdict.INCONCLUSIVE, "", candidate=0.8, champion=0.8, n_shared=30, interval=(-0.05, 0.05), limit=0.0, p_value=0.5)
+    undecided = rendering.comparison(spanning, 0.0, 0.95, "holm", 1)
     assert undecided.endswith("spans +0 (p 0.5): inconclusive, the estimate sits on the margin: no number of samples decides")
+    assert rendering.comparison(spanning.model_copy(update={"samples_needed": 120}), 0.0, 0.95, "holm", 1).endswith("inconclusive, about 120 shared samples would decide")
+    ceiling = Check.of(CheckKey(Rule.CEILING, "vlind/one_answer_share"), Verdict.FAIL, "", limit=0.9, n_shared=50, p_value=0.004)
+    at_look = rendering.look_test(ceiling, -0.95, 2.5, 0.01, "look 2 of 4, 50% of the items", last=False)
+    assert at_look == "0.9500 on 50 records (z +2.50, p 0.004): shown beyond +0.9 at look 2 of 4, 50% of the items"  # the ceiling's value, not its negation
+    within = Check.of(regression, Verdict.PASS, "", candidate=0.9, champion=0.88, n_shared=60, limit=-0.02, p_value=0.9)
+    assert rendering.look_test(within, 0.02, -1.2, 0.0123, "look 1 of 2, 50% of the items", last=False) == (
+        "0.9000 vs 0.8800 on 60 shared samples: change +0.0200 (z -1.20): shown within -0.02 at look 1 of 2, 50% of the items (level 0.0123)"
+    )
     waiver = Waiver(check="lcm-mc/acc floor", by="alice@example.com", reason="relabelling (JIRA-123)", until="2026-12-31")
     assert rendering.waived("0.7500 >= 0.95 fails", waiver) == "0.7500 >= 0.95 fails; WAIVED by alice@example.com until 2026-12-31: relabelling (JIRA-123)"
     assert rendering.waiver_expired("x", waiver) == "x (waiver by alice@example.com expired on 2026-12-31)"

@@ -228,6 +228,11 @@ class Check(BaseModel):
     def of(cls, key: CheckKey, verdict: Verdict, detail: str, **numbers: object) -> Check:
         return cls.model_validate({"rule": key.rule, "metric": key.metric, "category": key.category, "verdict": verdict, "detail": detail, **numbers})
 
+    def described(self, detail: str) -> Check:
+        """This check with the words that explain it, which ``gate/rendering.py`` writes from
+        the check's own fields."""
+        return self.model_copy(update={"detail": detail})
+
     @property
     def key(self) -> CheckKey:
         return CheckKey(self.rule, self.metric, self.category)
