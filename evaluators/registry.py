@@ -15,11 +15,11 @@ What a definition holds and who reads what: ``evaluators/definition.py``.
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 
 from vlgate.evaluators.definition import DefinitionError, EvaluatorDefinition, Metric
+from vlgate.evaluators.registries import Registry
 
 #: The evaluators of the papers: each package's ``DEFINITIONS``, registered in this order.
 BUILT_IN = ("vlgate.evaluators.vl_lcm", "vlgate.evaluators.vlind", "vlgate.evaluators.genception", "vlgate.evaluators.decc")
@@ -37,51 +37,44 @@ class UnknownEvaluatorError(ValueError):
     pass
 
 
-_REGISTRY: dict[str, EvaluatorDefinition] = {}
-#: the evaluators whose self-check passed in this process
-_CHECKED: set[str] = set()
-_RESOLVED = threading.Event()
-_RESOLVING = threading.RLock()
-#: the plugins the first resolution found
-_PLUGINS_FOUND_FIRST: list[str] = []
-
-
-def _registered(check_plugins: bool = False) -> dict[str, EvaluatorDefinition]:
-    """The registry, its sources resolved on first use: the built-in packages in order, then
-    the installed plugins (once per process, one thread resolving while the others wait);
-    ``check_plugins``: the plugins found now check themselves as they are added."""
-    if not _RESOLVED.is_set():
-        with _RESOLVING:
-            if not _RESOLVED.is_set():
-                for package in BUILT_IN:
-                    for definition in importlib.import_module(package).DEFINITIONS:
-                        _add(definition)
-                _PLUGINS_FOUND_FIRST[:] = _add_plugins(check=check_plugins)
-                _RESOLVED.set()
-    return _REGISTRY
-
-
-def _add(definition: EvaluatorDefinition) -> EvaluatorDefinition:
-    if definition.name in _REGISTRY:
-        raise ValueError(f"evaluator {definition.name!r} is already registered")
+def _check_targets(definition: EvaluatorDefinition) -> None:
     for metric in definition.metrics:
         for target in metric.correlate_with:
             evaluator, _, name = target.partition("/")
             if not name:
                 raise DefinitionError(f"{definition.name}/{metric.name}: correlate_with {target!r} is not EVALUATOR/METRIC")
-    _REGISTRY[definition.name] = definition
-    return definition
+
+
+def _built_in_and_plugins() -> Iterator[EvaluatorDefinition]:
+    """The registry's sources: the built-in packages in order, then the installed plugins
+    (unchecked: :func:`register_plugins` and :func:`check_definitions` check them)."""
+    _PLUGINS_FOUND_FIRST.clear()
+    for package in BUILT_IN:
+        yield from importlib.import_module(package).DEFINITIONS
+    for definition in _plugins():
+        _PLUGINS_FOUND_FIRST.append(definition.name)
+        yield definition
+
+
+#: every evaluator, resolved on first use (``registries.Registry``)
+EVALUATORS: Registry[EvaluatorDefinition] = Registry(
+    "evaluator", lambda definition: definition.name, sources=_built_in_and_plugins, on_add=_check_targets, unknown=UnknownEvaluatorError, sorted_names=True
+)
+#: the evaluators whose self-check passed in this process
+_CHECKED: set[str] = set()
+#: the plugins the first resolution found
+_PLUGINS_FOUND_FIRST: list[str] = []
 
 
 def register(definition: EvaluatorDefinition) -> EvaluatorDefinition:
     """Add an evaluator (a plugin's or a test's), after the built-in ones, once it has
     checked itself on its example records (:meth:`EvaluatorDefinition.check`); its name
     must be new."""
-    if definition.name in _registered():
+    if definition.name in EVALUATORS:
         raise ValueError(f"evaluator {definition.name!r} is already registered")
     definition.check()
     _CHECKED.add(definition.name)
-    return _add(definition)
+    return EVALUATORS.add(definition)
 
 
 #: the evaluators built from a suite's entries (lmms-eval tasks), by name
@@ -95,55 +88,49 @@ def define(definition: EvaluatorDefinition) -> EvaluatorDefinition:
     plugin registered is refused, and so is a name another suite gave an evaluator scored
     otherwise (:class:`DefinitionConflict`: one process keeps one definition a name, and the
     records of the first would be aggregated with the second's functions)."""
-    registered = _registered()
-    if definition.name in registered and definition.name not in _FROM_SUITES:
+    before = EVALUATORS.find(definition.name)
+    if before is not None and definition.name not in _FROM_SUITES:
         raise ValueError(f"evaluator {definition.name!r} is already registered; name the suite entry otherwise")
-    before = registered.get(definition.name)
     if before is not None and before.scored_by is not None and definition.scored_by is not None and before.scored_by[1] != definition.scored_by[1]:
         raise DefinitionConflict(
             f"another suite read by this process gives {definition.name!r} to {before.scored_by[0]}, scored otherwise than {definition.scored_by[0]}: give one of the entries another name"
         )
-    registered.pop(definition.name, None)
     _FROM_SUITES.add(definition.name)
     _CHECKED.add(definition.name)
-    return _add(definition)
+    return EVALUATORS.replace(definition)
 
 
 def check_definitions() -> list[str]:
     """Every registered evaluator checked on its example records (each once per process);
     the names checked. A definition that disagrees with itself raises
     :class:`DefinitionError` naming the evaluator and every disagreement."""
-    for definition in _registered().values():
+    for definition in EVALUATORS.values():
         if definition.name not in _CHECKED and definition.name not in _FROM_SUITES:  # a suite's are the task's own functions
             try:
                 definition.check()
             except DefinitionError as error:
                 raise DefinitionError(f"evaluator {definition.name!r}: {error}") from None
             _CHECKED.add(definition.name)
-    return list(_REGISTRY)
+    return list(EVALUATORS.names())
 
 
 def unregister(name: str) -> None:
-    _registered().pop(name, None)
+    EVALUATORS.remove(name)
     _CHECKED.discard(name)
     _FROM_SUITES.discard(name)
 
 
 def names() -> tuple[str, ...]:
     """Every registered evaluator, in registration order (the order reports show them in)."""
-    return tuple(_registered())
+    return EVALUATORS.names()
 
 
 def definitions() -> tuple[EvaluatorDefinition, ...]:
-    return tuple(_registered().values())
+    return EVALUATORS.values()
 
 
 def get(name: str) -> EvaluatorDefinition:
-    registered = _registered()
-    try:
-        return registered[name]
-    except KeyError:
-        raise UnknownEvaluatorError(f"unknown evaluator {name!r}; expected one of {', '.join(sorted(registered))}") from None
+    return EVALUATORS.get(name)
 
 
 def split_metric(qualified: str) -> tuple[str, str]:
@@ -155,14 +142,14 @@ def split_metric(qualified: str) -> tuple[str, str]:
 def metric(qualified: str) -> Metric | None:
     """The definition of ``EVALUATOR/METRIC``, or None for an unknown evaluator or metric."""
     evaluator, name = split_metric(qualified)
-    definition = _registered().get(evaluator)
+    definition = EVALUATORS.find(evaluator)
     return definition.metric(name) if definition is not None and name else None
 
 
 def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
     """(label-free, labelled) pairs of qualified metric names among ``available`` (e.g. the
     columns of the across-versions table), templates matched against what is there."""
-    for definition in _registered().values():
+    for definition in EVALUATORS.values():
         for spec in definition.metrics:
             if not spec.correlate_with:
                 continue
@@ -174,16 +161,32 @@ def correlated_pairs(available: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 def register_plugins() -> list[str]:
     """Register every evaluator the installed packages name in :data:`ENTRY_POINT_GROUP`
-    that is not registered yet (a package installed while vlgate runs); the names
-    registered. A plugin that cannot be loaded or whose definition fails its check raises
-    :class:`DefinitionError` naming the entry point."""
-    resolving_now = not _RESOLVED.is_set()
-    _registered(check_plugins=True)
-    return (list(_PLUGINS_FOUND_FIRST) if resolving_now else []) + _add_plugins(check=True)
-
-
-def _add_plugins(check: bool) -> list[str]:
+    that is not registered yet (a package installed while vlgate runs), each checked on its
+    example records; the names registered. A plugin that cannot be loaded or whose
+    definition fails its check raises :class:`DefinitionError` naming the entry point, and
+    is not registered."""
+    found_first = list(_PLUGINS_FOUND_FIRST) if EVALUATORS.resolve() else []
+    for name in found_first:  # found by this call's resolution: checked as the rest
+        definition = EVALUATORS.get(name)
+        try:
+            definition.check()
+        except DefinitionError:
+            EVALUATORS.remove(name)
+            raise
+        _CHECKED.add(name)
     added = []
+    for definition in _plugins():
+        if definition.name not in EVALUATORS:
+            definition.check()
+            _CHECKED.add(definition.name)
+            EVALUATORS.add(definition)
+            added.append(definition.name)
+    return found_first + added
+
+
+def _plugins() -> Iterator[EvaluatorDefinition]:
+    """The definitions the installed packages name in :data:`ENTRY_POINT_GROUP` that the
+    registry does not hold yet."""
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = point.load()
@@ -193,13 +196,8 @@ def _add_plugins(check: bool) -> list[str]:
         for definition in found:
             if not isinstance(definition, EvaluatorDefinition):
                 raise DefinitionError(f"entry point {point.name!r} ({point.value}) names {type(definition).__name__}, not an EvaluatorDefinition")
-            if definition.name not in _REGISTRY:
-                if check:
-                    definition.check()
-                    _CHECKED.add(definition.name)
-                _add(definition)
-                added.append(definition.name)
-    return added
+            if definition.name not in EVALUATORS:
+                yield definition
 
 __all__ = [
     "BUILT_IN",

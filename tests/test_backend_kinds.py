@@ -87,22 +87,25 @@ def test_the_candidate_and_decc_agents_are_loaded_through_the_backend_each_names
     assert llm.closed and decomposer.closed and not candidate.closed
 
 
-def test_genceptions_helpers_are_chosen_from_the_same_registry(tmp_path, monkeypatch):
+def test_genceptions_helpers_are_chosen_from_the_same_registry(tmp_path):
     from vlgate.evaluators.genception.settings import GenceptionSettings
 
     assert backends.image_generator("scene-renderer").name == "scene-renderer" and not backends.image_generator("scene-renderer").needs_model
     assert backends.image_generator("models/sd-1.5").name == "diffusers"
+    assert backends.IMAGE_ENCODERS.names() == ("vit", "clip") and backends.IMAGE_GENERATORS.names()[0] == "diffusers"
     with pytest.raises(ValueError, match="unknown image encoder 'dino'; expected one of vit, clip"):
         GenceptionSettings(data=tmp_path, encoder="x", encoder_kind="dino")
 
     loaded: list[tuple[str, str, backends.BackendOptions]] = []
-    monkeypatch.setitem(backends.IMAGE_ENCODERS, "vit", backends.HelperKind("vit", lambda model, options: loaded.append(("encoder", model, options)) or Stub(model, options)))
-    monkeypatch.setitem(backends.IMAGE_GENERATORS, "diffusers", backends.HelperKind("diffusers", lambda model, options: loaded.append(("generator", model, options)) or Stub(model, options)))
-    suite_file = tmp_path / "suite.yaml"
-    suite_file.write_text(yaml.safe_dump({"name": "g", "evaluators": {"genception": {"data": str(tmp_path), "encoder": "enc", "generator": "sd"}}}))
-    suite = Suite.from_file(suite_file)
-    runner = make_runner("genception", suite.evaluators["genception"], Stub("candidate", backends.BackendOptions()), tmp_path / "out", suite, cache_dir=tmp_path / "cache")
-    options = backends.BackendOptions(policy=suite.policy, cache_dir=tmp_path / "cache")
-    assert loaded == [("encoder", "enc", options), ("generator", "sd", options)]
-    assert [helper.model for helper in runner.owned] == ["enc", "sd"]
-    runner.close()
+    encoder = backends.HelperKind("vit", lambda model, options: loaded.append(("encoder", model, options)) or Stub(model, options))
+    generator = backends.HelperKind("diffusers", lambda model, options: loaded.append(("generator", model, options)) or Stub(model, options))
+    with backends.IMAGE_ENCODERS.swapped(encoder), backends.IMAGE_GENERATORS.swapped(generator):
+        suite_file = tmp_path / "suite.yaml"
+        suite_file.write_text(yaml.safe_dump({"name": "g", "evaluators": {"genception": {"data": str(tmp_path), "encoder": "enc", "generator": "sd"}}}))
+        suite = Suite.from_file(suite_file)
+        runner = make_runner("genception", suite.evaluators["genception"], Stub("candidate", backends.BackendOptions()), tmp_path / "out", suite, cache_dir=tmp_path / "cache")
+        options = backends.BackendOptions(policy=suite.policy, cache_dir=tmp_path / "cache")
+        assert loaded == [("encoder", "enc", options), ("generator", "sd", options)]
+        assert [helper.model for helper in runner.owned] == ["enc", "sd"]
+        runner.close()
+    assert backends.IMAGE_ENCODERS.get("vit") is not encoder and backends.IMAGE_GENERATORS.get("diffusers") is not generator  # put back

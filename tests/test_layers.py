@@ -237,12 +237,12 @@ def test_importing_a_value_type_loads_a_handful_of_modules_and_runs_nothing():
 
     probe = (
         "import sys; from vlgate.evaluators.output import EvaluatorOutput; print(' '.join(sorted(m for m in sys.modules if m.startswith('vlgate')))); "
-        "from vlgate.evaluators import registry; print(len(registry._REGISTRY), len(registry._CHECKED))"
+        "from vlgate.evaluators import registry; print(registry.EVALUATORS.is_resolved, len(registry._CHECKED))"
     )
     lines = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
     loaded = lines[0].split()
     assert len(loaded) <= 15 and "vlgate.evaluators.output" in loaded and not [name for name in loaded if name.endswith(".definition")]
-    assert lines[1] == "0 0"  # nothing registered, nothing checked
+    assert lines[1] == "False 0"  # nothing resolved, nothing checked
 
 
 def signatures_mentioning_any(path: Path) -> tuple[int, int]:

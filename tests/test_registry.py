@@ -445,7 +445,7 @@ def test_the_registry_resolves_its_sources_on_first_use_and_checks_each_definiti
 
     lcm = registry.get("lcm-mc")
     broken = replace(lcm, name="lcm-broken", columns=tuple(c for c in lcm.columns if c.name != "n_yes"))
-    registry._registered()["lcm-broken"] = broken  # as a plugin found on first use is added: unchecked
+    registry.EVALUATORS.add(broken)  # as a plugin found on first use is added: unchecked
     try:
         with pytest.raises(DefinitionError, match="evaluator 'lcm-broken': .*n_yes"):
             registry.check_definitions()

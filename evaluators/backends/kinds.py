@@ -14,7 +14,7 @@ its name. GenCeption's helper models are chosen the same way, from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 from vlgate.evaluators.backends.base import MODEL_LOAD_LOCK, BackendError, BackendInfo, ImageEncoder, ImageGenerator, VisionLanguageBackend
 from vlgate.evaluators.backends.deferred import NOT_LOADED, DeferredBackend, DeferredEncoder, DeferredGenerator
 from vlgate.evaluators.backends.loading import LoadPolicy, check_checkpoint, model_digest, resolve_model
+from vlgate.evaluators.registries import Registry
 
 
 @dataclass(frozen=True)
@@ -97,34 +98,29 @@ def _load_openai(model: str, options: BackendOptions) -> VisionLanguageBackend:
     return OpenAIHttpBackend(base_url, served_name or "default")
 
 
-_KINDS: dict[str, BackendKind] = {}
-
-
 class UnknownBackendError(ValueError):
     pass
 
 
+#: the backends a suite may name (``registries.Registry``)
+BACKENDS: Registry[BackendKind] = Registry("backend", lambda kind: kind.name, unknown=UnknownBackendError)
+
+
 def register(kind: BackendKind) -> BackendKind:
     """Add a backend; its name must be new."""
-    if kind.name in _KINDS:
-        raise ValueError(f"backend {kind.name!r} is already registered")
-    _KINDS[kind.name] = kind
-    return kind
+    return BACKENDS.add(kind)
 
 
 def unregister(name: str) -> None:
-    _KINDS.pop(name, None)
+    BACKENDS.remove(name)
 
 
 def names() -> tuple[str, ...]:
-    return tuple(_KINDS)
+    return BACKENDS.names()
 
 
 def get(name: str) -> BackendKind:
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise UnknownBackendError(f"unknown backend {name!r}; expected one of {', '.join(_KINDS)}") from None
+    return BACKENDS.get(name)
 
 
 def load(name: str, model: str, options: BackendOptions) -> VisionLanguageBackend:
@@ -192,29 +188,22 @@ def _load_diffusers(model: str, options: BackendOptions) -> ImageGenerator:
 
 
 #: GenCeption's image encoders: ViT's CLS token (the paper's) or CLIP's image embedding
-IMAGE_ENCODERS: dict[str, HelperKind[ImageEncoder]] = {
-    kind.name: kind
-    for kind in (
+IMAGE_ENCODERS: Registry[HelperKind[ImageEncoder]] = Registry(
+    "image encoder",
+    lambda kind: kind.name,
+    entries=(
         HelperKind("vit", _load_vit, describe=local_checkpoint("vit-cls"), deferred=DeferredEncoder),
         HelperKind("clip", _load_clip, describe=local_checkpoint("clip-image"), deferred=DeferredEncoder),
-    )
-}
+    ),
+)
 #: The entry-point group where a package registers an image generator kind (a ``HelperKind``):
 #: the synthetic world's scene renderer is one (``evaluators/scenes/generator.py``).
 IMAGE_GENERATOR_ENTRY_POINTS = "vlgate.image_generators"
-#: GenCeption's image generators: a diffusers pipeline folder, and the kinds registered by entry point
-IMAGE_GENERATORS: dict[str, HelperKind[ImageGenerator]] = {"diffusers": HelperKind("diffusers", _load_diffusers, describe=local_checkpoint("diffusers", _check_pipeline), deferred=DeferredGenerator)}
 
 
-_entry_points_read = False
-
-
-def registered_image_generators() -> dict[str, HelperKind[ImageGenerator]]:
-    """The image generator kinds: the built-in ones, then those registered by entry point,
-    resolved on first use (nothing is imported until a suite names a generator)."""
-    global _entry_points_read
-    if _entry_points_read:  # reading the installed packages' metadata takes 0.05-0.1 s: once a process
-        return IMAGE_GENERATORS
+def _generators_by_entry_point() -> Iterator[HelperKind[ImageGenerator]]:
+    """The image generator kinds the installed packages register (read on first use: the
+    packages' metadata takes 0.05-0.1 s, and nothing is imported until a suite names one)."""
     from importlib.metadata import entry_points
 
     for point in entry_points(group=IMAGE_GENERATOR_ENTRY_POINTS):
@@ -222,14 +211,20 @@ def registered_image_generators() -> dict[str, HelperKind[ImageGenerator]]:
             kind = point.load()
             if not isinstance(kind, HelperKind) or kind.name != point.name:
                 raise BackendError(f"entry point {point.name} = {point.value} ({IMAGE_GENERATOR_ENTRY_POINTS}) is not the HelperKind named {point.name!r}")
-            IMAGE_GENERATORS[point.name] = kind
-    _entry_points_read = True
-    return IMAGE_GENERATORS
+            yield kind
+
+
+#: GenCeption's image generators: a diffusers pipeline folder, and the kinds registered by entry point
+IMAGE_GENERATORS: Registry[HelperKind[ImageGenerator]] = Registry(
+    "image generator",
+    lambda kind: kind.name,
+    entries=(HelperKind("diffusers", _load_diffusers, describe=local_checkpoint("diffusers", _check_pipeline), deferred=DeferredGenerator),),
+    sources=_generators_by_entry_point,
+)
 
 
 def image_generator(generator: str) -> HelperKind[ImageGenerator]:
     """The kind behind a suite's ``generator:``: a generator that needs no model, by its name;
     anything else is a diffusers pipeline's folder or id."""
-    kinds = registered_image_generators()
-    named = kinds.get(generator)
-    return named if named is not None and not named.needs_model else kinds["diffusers"]
+    named = IMAGE_GENERATORS.find(generator)
+    return named if named is not None and not named.needs_model else IMAGE_GENERATORS.get("diffusers")
