@@ -39,7 +39,8 @@ from vlgate.cli.displays import display
 from vlgate.cli.terminal import terminal_console
 from vlgate.cli.world_progress import WorldBuildProgress
 from vlgate.flows import progress
-from vlgate.flows.settings import CONFIG_FILE, prepare_environment, report_image_roots
+from vlgate.flows.context import ServiceContext
+from vlgate.flows.settings import CONFIG_FILE, report_image_roots
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -138,21 +139,22 @@ def run_demo(console: Console | None = None, size: str = "medium") -> int:
     # a log or a pipe gets 120 columns rather than rich's 80: the tables are wide; what
     # the flows report (failures, reasons) is shown with its control characters escaped
     console = console or terminal_console(width=None if sys.stdout.isatty() else 120)
-    home = prepare_environment()
-    refuse_another_size(home, size)  # before any server starts
+    context = ServiceContext.open()
+    refuse_another_size(context, size)  # before any server starts
     from vlgate.cli.prefect_server import local_prefect_server
 
-    with local_prefect_server(home):
-        return _run_demo(console, home, size)
+    with local_prefect_server(context.home):
+        return _run_demo(console, context, size)
 
 
-def _run_demo(console: Console, home: Path, size: str) -> int:
+def _run_demo(console: Console, context: ServiceContext, size: str) -> int:
     from vlgate.evaluators.world.build import build_world
     from vlgate.registry_hooks.claims import ClaimStore
     from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
 
     console.rule("1. the synthetic world")
     # copied in seconds; trained (minutes) only where the shipped world is not the one asked for
+    home = context.home
     with WorldBuildProgress(home / "world", write=lambda line: console.print(f"  {line}", markup=False, highlight=False)) as phases:
         manifest = build_world(home / "world", size, seed=0, on_phase=phases)
     if manifest.get("cached"):
@@ -165,7 +167,7 @@ def _run_demo(console: Console, home: Path, size: str) -> int:
     write_demo_config(home)
 
     console.rule(f"2. register versions of {MODEL_NAME} in MLflow ({tracking.tracking_uri(home)})")
-    client = tracking.connect(home)
+    client = context.tracking
     for folder, description, _ in VERSIONS:
         version = tracking.register_checkpoint(client, MODEL_NAME, home / "world" / "checkpoints" / folder, description=description, home=home)
         console.print(f"  v{version.version}: {folder} — {description}")
@@ -185,7 +187,7 @@ def _run_demo(console: Console, home: Path, size: str) -> int:
     dispatcher.close()
 
     console.rule("4. drift: the champion on new unlabelled batches")
-    checks = run_drift_checks(home, console)
+    checks = run_drift_checks(context, console)
 
     console.rule("5. result")
     from vlgate.dashboards.report import write_reports
@@ -195,10 +197,10 @@ def _run_demo(console: Console, home: Path, size: str) -> int:
     # `vlgate report` rebuilds them all)
     champion = tracking.champion_version(client, MODEL_NAME)
     with console.status("reports (plots, HTML, leaderboard)…"):
-        reports = write_reports(client, MODEL_NAME, [champion] if champion else [], home / "reports" / MODEL_NAME, image_roots=report_image_roots(home, MODEL_NAME))
+        reports = write_reports(client, MODEL_NAME, [champion] if champion else [], home / "reports" / MODEL_NAME, image_roots=report_image_roots(context.config, MODEL_NAME))
     from vlgate.cli.service import service_status
 
-    status = service_status(home, MODEL_NAME)
+    status = service_status(context, MODEL_NAME)
     table, rejections = results_table(client, status)
     console.print(table)
     for line in rejections:
@@ -220,16 +222,17 @@ class DemoError(ValueError):
     """A home the demo cannot run in as asked (one line for the user)."""
 
 
-def refuse_another_size(home: Path, size: str) -> None:
+def refuse_another_size(context: ServiceContext, size: str) -> None:
     """One world size a home: versions validated on one size's data are never judged
     against those of another (the demo's second run would reuse their decisions)."""
+    home = context.home
     manifest = home / "world" / "manifest.json"
     if not manifest.is_file():
         return
     there = json.loads(manifest.read_text()).get("size")
     if there == size:
         return
-    if tracking.model_versions(tracking.connect(home), MODEL_NAME):
+    if tracking.model_versions(context.tracking, MODEL_NAME):
         raise DemoError(f"{home} holds the demo on the {there} world; run the {size} one in another VLGATE_HOME (or `vlgate demo --size {there}` here)")
 
 
@@ -250,16 +253,16 @@ def build_drift_batches(home: Path) -> dict[str, Path]:
     return suites
 
 
-def run_drift_checks(home: Path, console: Console) -> list[dict[str, JsonValue]]:
+def run_drift_checks(context: ServiceContext, console: Console) -> list[dict[str, JsonValue]]:
     """The scheduled drift flow, run now on the clean and on the shifted batch. The
     champion's records on a batch are fingerprinted, so a second demo run reuses them."""
     from vlgate.flows.drift import drift_check
 
-    client = tracking.connect(home)
+    client = context.tracking
     if tracking.champion_version(client, MODEL_NAME) is None:
         console.print("  no champion: nothing to check for drift")
         return []
-    suites = build_drift_batches(home)
+    suites = build_drift_batches(context.home)
     checks: list[dict[str, JsonValue]] = []
     with display(console):  # the champion's items on the reference and on each batch
         for name in ("incoming-clean", "incoming-shifted"):

@@ -16,10 +16,9 @@ from pydantic import JsonValue
 from vlgate import tag_keys, tracking
 from vlgate.cli.prefect_server import local_prefect_server
 from vlgate.config import ConfigError
-from vlgate.flows.settings import DriftConfig, ServiceConfig, config_problem, drift_problem, prepare_environment
+from vlgate.flows.context import ServiceContext
+from vlgate.flows.settings import DriftConfig, ServiceConfig, config_problem, drift_problem
 from vlgate.registry_hooks.claims import ClaimStore
-from vlgate.registry_hooks.outbox import Outbox
-from vlgate.registry_hooks.state_db import StateDatabase
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -84,13 +83,13 @@ class ServiceStatus(TypedDict):
     failed_deliveries: list[FailedDelivery]
 
 
-def service_status(home: Path, model: str | None = None, version: str | None = None) -> ServiceStatus:
+def service_status(context: ServiceContext, model: str | None = None, version: str | None = None) -> ServiceStatus:
     """Every registered model: its champion and each version's validation state, decision
     and reasons (the latest decision record's, as the version's tags show it). With
     ``version`` (of ``model``), that version alone, with every decision record of its run,
     the first first."""
-    client = tracking.connect(home)
-    claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(home).all(model)}
+    client = context.tracking
+    claims = {(c.model_name, c.version): c for c in ClaimStore.for_home(context.home).all(model)}  # read: no lease of its own
     models: list[ModelStatus] = []
     for registered in sorted(tracking.registered_models(client), key=lambda m: m.name):
         if model is not None and registered.name != model:
@@ -129,7 +128,7 @@ def service_status(home: Path, model: str | None = None, version: str | None = N
             if version is not None:
                 versions[-1]["decisions"] = [record.as_json() for record in tracking.decision_history(client, run_id)] if run_id else []
         models.append({"name": registered.name, "champion": tracking.champion_version(client, registered.name), "versions": versions})
-    outbox = Outbox(StateDatabase.for_home(home))
+    outbox = context.outbox
     counts: dict[str, DeliveryCounts] = {name: {"pending": c.pending, "failed": c.failed, "delivered": c.delivered} for name, c in outbox.counts().items()}
     failed: list[FailedDelivery] = [
         {"channel": row.channel, "event": row.event, "attempts": row.attempts, "last_error": row.last_error, "created_at": row.created_at.isoformat()} for row in outbox.failed_rows()
@@ -172,8 +171,8 @@ def status_table(status: ServiceStatus) -> Table:
 
 def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     """Poller + webhook receiver + drift schedules, until interrupted."""
-    home = prepare_environment()
-    config = ServiceConfig.load(home)  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
+    context = ServiceContext.open()
+    home, config = context.home, context.config  # first: a broken vlgate.yaml is one line (ConfigError), nothing started
     checked_evaluators()  # every evaluator, plugins included, agrees with itself before anything is served
     for name, model in [*config.models.items(), *([("default", config.default)] if config.default else [])]:
         problem = config_problem(model) or (drift_problem(model) if drift and not once else None)
@@ -190,7 +189,7 @@ def serve(webhook: bool = True, once: bool = False, drift: bool = True) -> int:
     # any flow runs in this process: flows started earlier would bring up a temporary
     # server on the same database
     with local_prefect_server(home, services=bool(drift_configs)):
-        return _serve(home, config, drift_configs, webhook=webhook, once=once)
+        return _serve(context, drift_configs, webhook=webhook, once=once)
 
 
 def checked_evaluators() -> list[str]:
@@ -259,17 +258,16 @@ def prefect_auth_problem() -> str | None:
     return f"the Prefect API {url} refused PREFECT_API_AUTH_STRING (401): it must equal the server's PREFECT_SERVER_API_AUTH_STRING"
 
 
-def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
+def warn_underpowered_rules(context: ServiceContext) -> None:
     """Each configured model's power plan (``vlgate plan``), its warnings logged before
     anything is served: a rule the suite is too small to decide is named now, not after
     the GPU time is spent. A warning, not a refusal (the policy may mean it), and a plan
     that cannot be made (data not there yet) says so and stops nothing."""
     from vlgate.cli.power_plan import configured_power_plan
 
-    client = tracking.connect(home)
-    for name, model in config.models.items():
+    for name, model in context.config.models.items():
         try:
-            plan = configured_power_plan(client, name, model)
+            plan = configured_power_plan(context.tracking, name, model)
         except Exception as error:  # the plan is advice; validations report their own problems
             log.warning("model %r: no power plan (%s: %s)", name, type(error).__name__, error)
             continue
@@ -277,7 +275,7 @@ def warn_underpowered_rules(home: Path, config: ServiceConfig) -> None:
             log.warning("model %r: %s (vlgate plan %s)", name, warning, name)
 
 
-def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConfig], *, webhook: bool, once: bool) -> int:
+def _serve(context: ServiceContext, drift_configs: dict[str, DriftConfig], *, webhook: bool, once: bool) -> int:
     # the poller, webhook and flow threads import Prefect, MLflow's stores and the flows
     # lazily; importing them here first keeps those threads from importing the same
     # packages at the same moment as this one (a first poll was seen to hang doing so)
@@ -285,16 +283,16 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
     from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
 
     from vlgate.flows import drift as _drift  # noqa: F401
-    from vlgate.flows.notifying import deliver_now, outbox_at
+    from vlgate.flows.notifying import deliver_now
     from vlgate.flows.validation import validate_model_version
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
     from vlgate.registry_hooks.outbox import deliver_forever
 
     # in the Prefect server's context: the plan reads MLflow through modules that import
     # Prefect, whose settings must be the started server's
-    warn_underpowered_rules(home, config)
+    warn_underpowered_rules(context)
 
-    claims = ClaimStore.for_home(home, lease_seconds=config.lease_s)
+    home, config, claims = context.home, context.config, context.claims
     deployment = os.environ.get("VLGATE_VALIDATE_DEPLOYMENT")
     workers = config.workers or max(1, len(config.models))
     dispatcher = Dispatcher(
@@ -304,9 +302,9 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
         start=None if deployment else validate_model_version,
         configured=lambda name: config.for_model(name) is not None,
         max_crashes=config.max_crashes,
-        give_up=lambda name, version, reason: gave_up(home, config, claims, name, version, reason),
+        give_up=lambda name, version, reason: gave_up(context, name, version, reason),
     )
-    client = tracking.connect(home)
+    client = context.tracking
     channels = config.all_channels()
     if once:
         claimed = poll_once(client, dispatcher)
@@ -317,7 +315,7 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
         return 0
     stop_delivering = threading.Event()
     if channels:  # the deliverer: the outbox's notifications sent, retried with backoff
-        threading.Thread(target=deliver_forever, args=(outbox_at(home), channels, stop_delivering), name="vlgate-notify", daemon=True).start()
+        threading.Thread(target=deliver_forever, args=(context.outbox, channels, stop_delivering), name="vlgate-notify", daemon=True).start()
     poller = Poller(home, dispatcher, config.poll_interval_s).start()
     if webhook:
         _start_webhook(client, dispatcher, config)
@@ -343,16 +341,16 @@ def _serve(home: Path, config: ServiceConfig, drift_configs: dict[str, DriftConf
     return 0
 
 
-def gave_up(home: Path, config: ServiceConfig, claims: ClaimStore, model: str, version: str, reason: str) -> None:
+def gave_up(context: ServiceContext, model: str, version: str, reason: str) -> None:
     """Crash recovery gave up on a version: failed closed on record, and the team told."""
     from vlgate.flows.notifying import failure_notification, tell
     from vlgate.flows.validation import record_failure
     from vlgate.registry_hooks.notifications import NotifyEvent
 
-    record_failure(model, version, claims, reason)
-    claim = claims.get(model, version)
+    record_failure(context, model, version, reason)
+    claim = context.claims.get(model, version)
     attempts = claim.attempts if claim is not None else 0
-    tell(home, failure_notification(model, version, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), config.notify_channels(model))
+    tell(context.home, failure_notification(model, version, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), context.config.notify_channels(model))
 
 
 def _start_webhook(client: MlflowClient, dispatcher: Dispatcher, config: ServiceConfig) -> threading.Thread | None:

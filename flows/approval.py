@@ -42,15 +42,13 @@ from vlgate.decisions import DecisionKind, DecisionRecord, Outcome
 from vlgate.flows import notifying
 from vlgate.flows.judgement import ValidationError, judge_again
 from vlgate.flows.recording import judge_identity, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate.policy import ApprovalPolicy, GatePolicy
-from vlgate.registry_hooks.claims import ClaimStore
-from vlgate.registry_hooks.locks import NamedLocks
-from vlgate.registry_hooks.state_db import StateDatabase
 from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+    from vlgate.flows.context import ServiceContext
 
 log = logging.getLogger("vlgate.approval")
 
@@ -124,15 +122,14 @@ def signer(model: str, by: str | None, from_form: bool = False) -> Signer:
 
 
 def sign_off(
-    model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None,
+    context: ServiceContext, model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None,
     request_id: str | None = None, from_form: bool = False,
 ) -> SignOff:  # fmt: skip
     """Approve (``approve``) or reject the version awaiting approval, as :func:`signer`
     says who signs (``from_form``: an answer given in Prefect's form). With ``request_id``,
     an answer already on record (a resumed flow run replaying it) is returned as recorded
     instead of applied twice."""
-    home = prepare_environment()
-    client = tracking.connect()
+    client = context.tracking
     run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model, version)})")
@@ -152,7 +149,7 @@ def sign_off(
         try:
             # a refused form answer used up its suspension (the flow waits on the next); a
             # refused command leaves the suspension to the answer that may be given
-            _refuse(client, home, model, version, run_id, awaiting, person, verified, refusal, reason, request_id if from_form else None, now)
+            _refuse(context, model, version, run_id, awaiting, person, verified, refusal, reason, request_id if from_form else None, now)
         except Exception as error:  # credentials that may write nothing cannot leave the refusal on record either
             if not _permission_denied(error):
                 raise
@@ -161,14 +158,14 @@ def sign_off(
     current = tracking.champion_version(client, model)
     if approve and current not in (awaiting.champion_before, version) and not _expired(awaiting, approval, now):
         # judged against a champion that no longer holds the alias: against today's first
-        configured = ServiceConfig.load(home).for_model(model)
+        configured = context.config.for_model(model)
         policy_path = str(configured.policy) if configured is not None else awaiting.policy_path
         if policy_path is None:
             raise ValidationError(f"{model} is not configured in vlgate.yaml: no policy to judge it again against v{current}")
-        rejudged = judge_again(model, version, policy_path, record=True, against_current=True).judged
+        rejudged = judge_again(context, model, version, policy_path, record=True, against_current=True).judged
         if rejudged.outcome is not Outcome.AWAITING_APPROVAL:
             return SignOff(model=model, version=version, run_id=run_id, record=rejudged)
-    with NamedLocks(StateDatabase.for_home(home)).hold(f"gate:{model}"):
+    with context.locks.hold(f"gate:{model}"):
         awaiting = _awaiting(client, model, version, run_id)  # under the lock: nobody judged it meanwhile
         current = tracking.champion_version(client, model)
         identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
@@ -187,13 +184,13 @@ def sign_off(
             update |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.PROMOTED, "reasons": [f"approved by {person}: {reason}"], "champion_after": version, "alias_moved": moves}
         record = _append(client, run_id, awaiting.model_copy(update=update))
         write_decision_tags(client, model, version, run_id, record.outcome, record.reasons, record=record.sequence, checks=record.checks, look=record.look)
-    channels = ServiceConfig.load(home).notify_channels(model)
-    notifying.tell(home, notifying.decision_notification(model, version, run_id, record, None, None, None), channels)
-    notifying.deliver_now(home, ServiceConfig.load(home).all_channels())
+    channels = context.config.notify_channels(model)
+    notifying.tell(context.home, notifying.decision_notification(model, version, run_id, record, None, None, None), channels)
+    notifying.deliver_now(context.home, context.config.all_channels())
     return SignOff(model=model, version=version, run_id=run_id, record=record, rejudged=rejudged)
 
 
-def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
+def await_sign_off(context: ServiceContext, model: str, version: str, run_id: str) -> DecisionRecord:
     """In a deployment's flow run: suspend until a person signs off, apply the answer, and
     again while the version still awaits (a refused sign-off); the decision it ends on.
     Suspended, the flow holds no worker slot; resumed, Prefect starts it again from the top
@@ -203,7 +200,7 @@ def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
     from prefect import suspend_flow_run
     from prefect.runtime import flow_run
 
-    awaiting = _awaiting(tracking.connect(), model, version, run_id)
+    awaiting = _awaiting(context.tracking, model, version, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
     record, answered = awaiting, 0
     while record.outcome is Outcome.AWAITING_APPROVAL:
@@ -214,7 +211,7 @@ def await_sign_off(model: str, version: str, run_id: str) -> DecisionRecord:
         answer = suspend_flow_run(wait_for_input=SignOffInput.with_initial_data(description=_form_text(model, version, awaiting)), timeout=timeout, key=f"sign-off-{answered}")
         request_id = f"{flow_run.id}/sign-off-{answered}"
         try:
-            record = sign_off(model, version, answer.approve, answer.reason, answer.by or "prefect-ui", request_id=request_id, from_form=True).record
+            record = sign_off(context, model, version, answer.approve, answer.reason, answer.by or "prefect-ui", request_id=request_id, from_form=True).record
         except ApprovalRefused:  # on record; the version still awaits a sign-off it can take
             continue
     return record
@@ -241,14 +238,14 @@ class SuspendedRun(BaseModel):
         return f"{self.flow_run_id}/{self.pause_key}"
 
 
-def suspended_flow_run(model: str, version: str) -> SuspendedRun | None:
+def suspended_flow_run(context: ServiceContext, model: str, version: str) -> SuspendedRun | None:
     """The deployment's flow run suspended for this version's sign-off, if one is."""
     from uuid import UUID
 
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL
 
-    claim = ClaimStore.for_home(prepare_environment()).get(model, version)
+    claim = context.claims.get(model, version)
     if claim is None or not claim.flow_run_id or not PREFECT_API_URL.value():
         return None  # no Prefect server: the flow ran in this machine's own process, not suspended
     try:
@@ -261,7 +258,7 @@ def suspended_flow_run(model: str, version: str) -> SuspendedRun | None:
     return SuspendedRun(flow_run_id=claim.flow_run_id, pause_key=run.state.state_details.pause_key)
 
 
-def sign_off_suspended(suspended: SuspendedRun, model: str, version: str, approve: bool, reason: str, by: str | None = None) -> SignOff:
+def sign_off_suspended(context: ServiceContext, suspended: SuspendedRun, model: str, version: str, approve: bool, reason: str, by: str | None = None) -> SignOff:
     """The sign-off applied here, as the person running the command (their identity and
     credentials, not the service's), under the suspension's request id; then the suspended
     flow run resumed with the same answer, which finds it on record and ends. A refusal
@@ -272,7 +269,7 @@ def sign_off_suspended(suspended: SuspendedRun, model: str, version: str, approv
     from prefect.exceptions import FlowPauseTimeout, NotPausedError
     from prefect.flow_runs import resume_flow_run
 
-    signed = sign_off(model, version, approve, reason, by, request_id=suspended.request_id)
+    signed = sign_off(context, model, version, approve, reason, by, request_id=suspended.request_id)
     if signed.record.outcome is not Outcome.AWAITING_APPROVAL:
         answer = SignOffInput(approve=approve, reason=reason, by=signed.record.judged_by.user if signed.record.judged_by and signed.record.judged_by.user else "")
         try:
@@ -294,18 +291,18 @@ def _permission_denied(error: BaseException) -> bool:
 
 
 def _refuse(
-    client: MlflowClient, home: Path, model: str, version: str, run_id: str, awaiting: DecisionRecord, person: str, verified: bool,
+    context: ServiceContext, model: str, version: str, run_id: str, awaiting: DecisionRecord, person: str, verified: bool,
     refusal: str, reason: str, request_id: str | None, now: datetime | None,
 ) -> DecisionRecord:  # fmt: skip
     """A sign-off the person may not give, on record: the version still awaits approval (the
     record keeps the awaiting decision's outcome, champion and policy) and nothing moves."""
     identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
-    with NamedLocks(StateDatabase.for_home(home)).hold(f"gate:{model}"):
+    with context.locks.hold(f"gate:{model}"):
         update: dict[str, object] = {
             "kind": DecisionKind.REFUSED_SIGN_OFF, "judged_at": now or datetime.now(UTC), "judged_by": identity, "note": reason, "sequence": None,
             "alias_moved": False, "reasons": [f"sign-off refused: {refusal}"],
         }  # fmt: skip
-        return _append(client, run_id, awaiting.model_copy(update=update))
+        return _append(context.tracking, run_id, awaiting.model_copy(update=update))
 
 
 def _awaiting(client: MlflowClient, model: str, version: str, run_id: str) -> DecisionRecord:

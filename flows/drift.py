@@ -34,8 +34,8 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.runners.cache import RecordCacheSettings  # a task parameter: resolved at run time
 from vlgate.evaluators.running.suite import Suite, SuiteSummary
 from vlgate.flows import notifying, progress
+from vlgate.flows.context import ServiceContext
 from vlgate.flows.recording import RUN_NOTE, log_suite_datasets, where_it_runs
-from vlgate.flows.settings import ServiceConfig, prepare_environment
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -59,7 +59,7 @@ def score_batch(
 
     progress.stage(shown_as, progress.Stage.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)
-    cache = open_record_cache(record_cache or ServiceConfig.load().record_cache.settings())
+    cache = open_record_cache(record_cache or ServiceContext.current().config.record_cache.settings())
     return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done, record_cache=cache)
 
 
@@ -191,13 +191,13 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     from vlgate.evaluators.metrics.drift import detect_drifts
 
     logger = get_run_logger()
-    home = prepare_environment()
-    service_config = ServiceConfig.load(home)
+    context = ServiceContext.open()
+    home, service_config = context.home, context.config
     config = service_config.for_model(model_name)
     if config is None or config.drift is None:
         raise ValueError(f"registered model {model_name!r} has no drift section in {home / 'vlgate.yaml'}")
     drift = config.drift
-    client = tracking.connect(home)
+    client = context.tracking
     champion = tracking.champion_version(client, model_name)
     if champion is None:  # a scheduled check before the first promotion: nothing failed
         logger.warning("drift: %s has no champion yet: nothing to check", model_name)

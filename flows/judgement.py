@@ -9,6 +9,7 @@ through :func:`judge_again`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,17 +23,16 @@ from vlgate.flows import notifying
 from vlgate.flows.champion_items import champion_outputs
 from vlgate.flows.correlations import CORRELATIONS_WITH_CHAMPION, correlate_with_champion, correlation_table, identical_across_versions, version_table
 from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, run_note, run_outputs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, prepare_environment
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
 from vlgate.gate.fixed import decide
 from vlgate.gate.policy import GatePolicy
-from vlgate.registry_hooks.locks import NamedLocks
-from vlgate.registry_hooks.state_db import StateDatabase
 from vlgate.text import shell_command
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+    from vlgate.flows.context import ServiceContext
 
 
 class ValidationError(RuntimeError):
@@ -72,21 +72,37 @@ def alias_moved_meanwhile(model_name: str, version: str, baseline: str | None, c
     return Check.of(CheckKey(Rule.ALIAS, "champion"), Verdict.COULD_NOT_JUDGE, rendering.alias_moved(model_name, version, baseline, current))
 
 
-def judge(
-    model_name: str, version: str, run_id: str, policy: GatePolicy, policy_path: Path, outputs: dict[str, EvaluatorOutput], record: bool,
-    holds: Callable[[], bool] | None = None, look: int | None = None, kind: DecisionKind = DecisionKind.REJUDGEMENT,
-    against_current: bool = False, request_id: str | None = None,
-) -> DecisionRecord:  # fmt: skip
-    """The gate on ``outputs`` (of ``look`` of a sequential policy) against the version's
-    baseline champion (:func:`baseline_champion`), under the model's gate lock. With
-    ``record``, a settled decision is appended as the run's next decision record (never
-    replacing one), the tags show it, and on promotion the alias moves, only from the
-    champion it was judged against. ``holds``: asked under the lock; a flow whose claim
-    was taken over decides nothing. ``request_id``: a retried request whose record is
-    already the latest gets that record back (its tags written again), nothing appended."""
-    client = tracking.connect()
-    locks = NamedLocks(StateDatabase.for_home(prepare_environment()))
-    with locks.hold(f"gate:{model_name}"):
+@dataclass(frozen=True)
+class JudgementRequest:
+    """One judgement asked of the gate: which version and validation run, under which policy
+    (and the file it was read from, for the record), at which look of a sequential policy
+    (None: every item), as which kind of decision, against which champion (its
+    validation's, or today's with ``against_current``: :func:`baseline_champion`), and the
+    request's id (a retried request gets the record it made back)."""
+
+    model: str
+    version: str
+    run_id: str
+    policy: GatePolicy
+    policy_path: Path
+    look: int | None = None
+    kind: DecisionKind = DecisionKind.REJUDGEMENT
+    against_current: bool = False
+    request_id: str | None = None
+
+
+def judge(context: ServiceContext, request: JudgementRequest, outputs: dict[str, EvaluatorOutput], record: bool, holds: Callable[[], bool] | None = None) -> DecisionRecord:
+    """The gate on ``outputs`` (of the request's look of a sequential policy) against the
+    version's baseline champion (:func:`baseline_champion`), under the model's gate lock.
+    With ``record``, a settled decision is appended as the run's next decision record
+    (never replacing one), the tags show it, and on promotion the alias moves, only from
+    the champion it was judged against. ``holds``: asked under the lock; a flow whose claim
+    was taken over decides nothing. A retried request whose record is already the latest
+    gets that record back (its tags written again), nothing appended."""
+    model_name, version, run_id, policy, policy_path = request.model, request.version, request.run_id, request.policy, request.policy_path
+    look, kind, against_current, request_id = request.look, request.kind, request.against_current, request.request_id
+    client = context.tracking
+    with context.locks.hold(f"gate:{model_name}"):
         if holds is not None and not holds():
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         latest = tracking.latest_decision(client, run_id) if record and request_id else None
@@ -121,9 +137,8 @@ def judge(
             write_decision_tags(client, model_name, version, run_id, judged.outcome, judged.reasons, record=judged.sequence, checks=judged.checks, look=judged.look)
             if kind is DecisionKind.REJUDGEMENT:  # a validation writes its description and tells the team with its claim's end
                 client.set_tag(run_id, RUN_NOTE, run_note(judged, None, report_logged=False))
-                home = prepare_environment()
                 told = notifying.decision_notification(model_name, version, run_id, judged, None, None, None)
-                notifying.tell(home, told, ServiceConfig.load(home).notify_channels(model_name))
+                notifying.tell(context.home, told, context.config.notify_channels(model_name))
     return judged
 
 
@@ -145,18 +160,16 @@ class Rejudgement(BaseModel):
         return head | self.judged.as_json()
 
 
-def judge_again(model_name: str, version: str, policy_path: str, record: bool = False, against_current: bool = False) -> Rejudgement:
+def judge_again(context: ServiceContext, model_name: str, version: str, policy_path: str, record: bool = False, against_current: bool = False) -> Rejudgement:
     """``vlgate gate``: the version's existing validation run judged again (a changed
     policy) without evaluating anything, against its validation's champion, or today's
     with ``against_current``; with ``record``, appended as the run's next decision record."""
-    client = tracking.connect()
+    client = context.tracking
     run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
         raise ValidationError(f"{model_name} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model_name, version)})")
     look = tag_keys.look_index(client.get_run(run_id).data.tags.get(tag_keys.LOOK))  # a sequential validation: judged at the look it stopped at
-    judged = judge(
-        model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), run_outputs(client, run_id), record,
-        look=look, kind=DecisionKind.REJUDGEMENT, against_current=against_current,
-    )  # fmt: skip
+    request = JudgementRequest(model_name, version, run_id, GatePolicy.from_file(policy_path), Path(policy_path), look=look, against_current=against_current)
+    judged = judge(context, request, run_outputs(client, run_id), record)
     recorded = judged.sequence is not None  # an interim look that does not settle records nothing
     return Rejudgement(model=model_name, version=version, run_id=run_id, recorded=recorded, judged=judged)

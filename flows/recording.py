@@ -23,6 +23,7 @@ from vlgate import tag_keys, tracking
 from vlgate.decisions import Check, DecisionRecord, Judge, LookRecord, Outcome, Rule, decision_file, outcome_label
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
+from vlgate.flows.context import ServiceContext
 from vlgate.registry_hooks.claims import ClaimStore
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def log_look(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
     """What a look measured, in one batched write: every evaluator's metrics and tags
     (:func:`log_measures`); retried while the tracking server is unreachable. Its records
     and tables are logged once, after the last look (:func:`log_outputs`)."""
-    log_measures(tracking.connect(), run_id, list(outputs.values()))
+    log_measures(ServiceContext.current().tracking, run_id, list(outputs.values()))
 
 
 @task(name="log-outputs", retries=5, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5, cache_policy=NO_CACHE)
@@ -59,7 +60,7 @@ def log_outputs(run_id: str, outputs: Mapping[str, EvaluatorOutput]) -> None:
     """The look's records, tables and expectation results of every evaluator (the tables in
     one upload, replacing a look's before: :func:`output_tables`, :func:`log_artifacts`);
     retried while the tracking server is unreachable."""
-    client = tracking.connect()
+    client = ServiceContext.current().tracking
     tracking.log_tables(client, run_id, {path: frame for output in outputs.values() for path, frame in output_tables(output).items()})
     for output in outputs.values():
         log_artifacts(client, run_id, output)

@@ -279,25 +279,22 @@ class ServiceConfig(BaseModel):
         return self.models.get(model_name, self.default)
 
 
-def not_configured(home: Path, model_name: str, config: ServiceConfig | None = None) -> str | None:
-    """Why ``model_name`` cannot be validated from ``home``'s configuration (``config`` when
-    the caller has read it already), or None (one rule for the CLI, the flow, the webhook and
-    the poller)."""
-    if (config or ServiceConfig.load(home)).for_model(model_name) is None:
+def not_configured(home: Path, model_name: str, config: ServiceConfig) -> str | None:
+    """Why ``model_name`` cannot be validated from ``home``'s configuration ``config``, or
+    None (one rule for the CLI, the flow, the webhook and the poller)."""
+    if config.for_model(model_name) is None:
         return f"registered model {model_name!r} has no suite and policy in {home / CONFIG_FILE} (models: or default:)"
     return None
 
 
-def model_problem(home: Path, model_name: str) -> str | None:
-    """Why ``model_name`` cannot be validated, checked before anything is evaluated: not
-    configured, a suite or policy that does not load, or a policy that judges evaluators
-    the suite does not run. None when it can be."""
-    unconfigured = not_configured(home, model_name)
-    if unconfigured:
-        return unconfigured
-    config = ServiceConfig.load(home).for_model(model_name)
-    assert config is not None
-    return config_problem(config)
+def model_problem(home: Path, model_name: str, config: ServiceConfig) -> str | None:
+    """Why ``model_name`` cannot be validated under ``home``'s configuration ``config``,
+    checked before anything is evaluated: not configured, a suite or policy that does not
+    load, or a policy that judges evaluators the suite does not run. None when it can be."""
+    model_config = config.for_model(model_name)
+    if model_config is None:
+        return not_configured(home, model_name, config)
+    return config_problem(model_config)
 
 
 def read_model_config(config: ModelConfig) -> tuple[Suite, GatePolicy]:
@@ -340,7 +337,7 @@ def drift_problem(config: ModelConfig) -> str | None:
     return None
 
 
-def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
+def report_image_roots(config: ServiceConfig, model_name: str) -> tuple[Path, ...]:
     """The folders a report may show images from besides the run's own artifacts: the data
     of the suite the model is configured with (its records name images there: MC items,
     GenCeption seeds), and the home's cache of images extracted from release tables
@@ -348,11 +345,11 @@ def report_image_roots(home: Path, model_name: str) -> tuple[Path, ...]:
     from vlgate.evaluators.loaders.tables import image_cache_dir
     from vlgate.evaluators.running.suite import Suite
 
-    config = ServiceConfig.load(home).for_model(model_name)
-    if config is None:
+    model_config = config.for_model(model_name)
+    if model_config is None:
         return (image_cache_dir(),)
     try:
-        suite = Suite.from_file(config.suite)
+        suite = Suite.from_file(model_config.suite)
     except ValueError:
         return (image_cache_dir(),)
     return suite_image_roots(suite)

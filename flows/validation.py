@@ -38,14 +38,15 @@ from vlgate.evaluators.running.suite import count_items
 from vlgate.flows import notifying, progress
 from vlgate.flows.approval import await_sign_off
 from vlgate.flows.champion_items import evaluate_champion_items
+from vlgate.flows.context import ServiceContext
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluation
-from vlgate.flows.judgement import Superseded, ValidationError, baseline_champion, judge
+from vlgate.flows.judgement import JudgementRequest, Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, log_version_model, run_note, run_outputs, where_it_runs, write_decision_tags
-from vlgate.flows.settings import ServiceConfig, not_configured, prepare_environment, suite_image_roots
-from vlgate.registry_hooks.claims import Also, Claim, ClaimState, ClaimStore
+from vlgate.flows.settings import not_configured, suite_image_roots
+from vlgate.registry_hooks.claims import Also, Claim, ClaimState
 from vlgate.versions import VersionError, canonical_version
 
 if TYPE_CHECKING:
@@ -126,11 +127,12 @@ def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, Eval
     nothing twice: its record carries the task run's id."""
     from prefect.runtime import task_run
 
-    claims = ClaimStore.for_home(prepare_environment())
-    return judge(
-        plan.model, plan.version, run_id, plan.policy, plan.policy_path, outputs, record=True, holds=lambda: claims.holds(plan.model, plan.version, attempt),
-        look=plan.look, kind=kind, against_current=against_current, request_id=str(task_run.id) if task_run.id else None,
+    context = ServiceContext.current()
+    request = JudgementRequest(
+        plan.model, plan.version, run_id, plan.policy, plan.policy_path, look=plan.look, kind=kind, against_current=against_current,
+        request_id=str(task_run.id) if task_run.id else None,
     )  # fmt: skip
+    return judge(context, request, outputs, record=True, holds=lambda: context.claims.holds(plan.model, plan.version, attempt))
 
 
 # --- report ---------------------------------------------------------------------------
@@ -143,8 +145,8 @@ def publish_report(plan: ValidationPlan) -> str:
     shown from the plan's suite's data."""
     from vlgate.dashboards.report import write_reports
 
-    home = prepare_environment()
-    written = write_reports(tracking.connect(), plan.model, [plan.version], home / "reports" / plan.model, image_roots=suite_image_roots(plan.suite))
+    context = ServiceContext.current()
+    written = write_reports(context.tracking, plan.model, [plan.version], context.home / "reports" / plan.model, image_roots=suite_image_roots(plan.suite))
     return str(written.versions[plan.version])
 
 
@@ -168,12 +170,11 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         version = canonical_version(version)
     except VersionError as error:  # before any claim: a text that names no version is never claimed
         raise ValidationError(str(error)) from None
-    home = prepare_environment()
-    service_config = ServiceConfig.load(home)
-    unjudgeable = not_configured(home, model_name, service_config)
+    context = ServiceContext.open()
+    unjudgeable = not_configured(context.home, model_name, context.config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
         raise ValidationError(unjudgeable)
-    claims = ClaimStore.for_home(home, lease_seconds=service_config.lease_s)
+    claims = context.claims
     flow_run_id = str(flow_run.id) if flow_run.id else None
     while True:
         if claims.get(model_name, version) is None:
@@ -183,16 +184,16 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
             break
         settled = claims.wait(model_name, version)  # another flow run validates it, or it stands decided
         if settled is not None and settled.state in (ClaimState.DONE, ClaimState.FAILED):
-            reported = reported_decision(model_name, version, settled)
+            reported = reported_decision(context, model_name, version, settled)
             # this very flow run decided it and was suspended for a sign-off: resumed, it applies the answer
-            return signed_off(reported) if flow_run_id is not None and settled.flow_run_id == flow_run_id else reported
+            return signed_off(context, reported) if flow_run_id is not None and settled.flow_run_id == flow_run_id else reported
     attempt = begun.attempt
     shown_as = progress.subject(model_name, version)
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
-        with claims.heartbeat(model_name, version), remembering_items():  # the data sets read once for every look
+        with context.active(), claims.heartbeat(model_name, version), remembering_items():  # the data sets read once for every look
             kind = DecisionKind.REVALIDATION if begun.rerun else DecisionKind.VALIDATION
-            summary = _validate(home, service_config, claims, model_name, version, attempt, complete, kind, against_current)
+            summary = _validate(context, model_name, version, attempt, complete, kind, against_current)
     except Superseded:
         progress.stage(shown_as, progress.Stage.FAILED, detail="taken over by a later attempt")
         raise
@@ -200,49 +201,49 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         message = f"{type(error).__name__}: {error}"
         progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
-            delay = claims.defer(model_name, str(version), message, service_config.retry_after_s, attempt=attempt)  # the configuration the flow started with
+            delay = claims.defer(model_name, version, message, context.config.retry_after_s, attempt=attempt)  # the configuration the flow started with
             get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
             raise
-        told = notifying.in_transaction(notifying.outbox_at(home), notifying.failure_notification(model_name, version, message, attempt), service_config.notify_channels(model_name))
+        told = notifying.in_transaction(context.outbox, notifying.failure_notification(model_name, version, message, attempt), context.config.notify_channels(model_name))
         if claims.fail(model_name, version, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
-            record_failure(model_name, str(version), claims, message)
+            record_failure(context, model_name, version, message)
         raise
-    claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(home, service_config, summary))
+    claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(context, summary))
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
-    return signed_off(summary)
+    return signed_off(context, summary)
 
 
-def signed_off(result: ValidationResult) -> ValidationResult:
+def signed_off(context: ServiceContext, result: ValidationResult) -> ValidationResult:
     """A decision awaiting approval, in a deployment's flow run: the flow suspends for the
     sign-off and reports the decision it ends on (flows/approval.py). Run outside a
     deployment (``vlgate validate``) it ends awaiting; ``vlgate approve`` signs off then."""
     if result.record is None or result.run_id is None or result.record.outcome is not Outcome.AWAITING_APPROVAL or deployment.id is None:
         return result
-    return result.model_copy(update={"record": await_sign_off(result.model, result.version, result.run_id)})
+    return result.model_copy(update={"record": await_sign_off(context, result.model, result.version, result.run_id)})
 
 
-def decision_told(home: Path, service_config: ServiceConfig, result: ValidationResult) -> Also | None:
+def decision_told(context: ServiceContext, result: ValidationResult) -> Also | None:
     """The decision's notification, written with the claim's final state (none without a record)."""
-    channels = service_config.notify_channels(result.model)
+    channels = context.config.notify_channels(result.model)
     if result.record is None or result.run_id is None or not channels:
         return None
     try:
-        client = tracking.connect()
+        client = context.tracking
         page = notifying.run_url(client.tracking_uri, client.get_run(result.run_id).info.experiment_id, result.run_id)
     except Exception as error:  # the link is a convenience: the notification goes without it
         log.warning("no MLflow link for the notification of %s v%s: %s", result.model, result.version, error)
         page = None
     saved = result.sequential.saved_fraction if result.sequential is not None else None
     told = notifying.decision_notification(result.model, result.version, result.run_id, result.record, saved, page, result.report)
-    return notifying.in_transaction(notifying.outbox_at(home), told, channels)
+    return notifying.in_transaction(context.outbox, told, channels)
 
 
-def reported_decision(model_name: str, version: str, claim: Claim) -> ValidationResult:
+def reported_decision(context: ServiceContext, model_name: str, version: str, claim: Claim) -> ValidationResult:
     """The decision another flow run made (this one waited for it), as that one returned
     it: its latest record; a validation that failed, as failed."""
     if claim.state == ClaimState.FAILED or not claim.run_id:
         return ValidationResult.failed(model_name, version, claim.detail or "validation failed").model_copy(update={"waited_for_another": True})
-    record = tracking.latest_decision(tracking.connect(), claim.run_id)
+    record = tracking.latest_decision(context.tracking, claim.run_id)
     if record is None:
         return ValidationResult.failed(model_name, version, f"the validation finished without a decision record ({claim.detail})")
     return ValidationResult(model=model_name, version=version, run_id=claim.run_id, record=record, waited_for_another=True)
@@ -265,12 +266,12 @@ def record_model_check(client: MlflowClient, run_id: str, plan: ValidationPlan, 
     client.set_tag(run_id, tag_keys.MODEL_CHECK, stamp(result))
 
 
-def record_failure(model_name: str, version: str, claims: ClaimStore, message: str) -> None:
+def record_failure(context: ServiceContext, model_name: str, version: str, message: str) -> None:
     """Fail closed, visibly: the version is tagged rejected with the error as its reason
     (best effort: the registry itself may be what failed)."""
     try:
-        client = tracking.connect()
-        claim = claims.get(model_name, version)
+        client = context.tracking
+        claim = context.claims.get(model_name, version)
         run_id = claim.run_id if claim else None
         write_decision_tags(client, model_name, version, run_id, Outcome.COULD_NOT_JUDGE, [f"validation failed: {message} (fail closed)"])
         if run_id:
@@ -327,10 +328,10 @@ def record_power_plan(client: MlflowClient, run_id: str, plan: ValidationPlan, o
 
 
 def _validate(
-    home: Path, service_config: ServiceConfig, claims: ClaimStore, model_name: str, version: str, attempt: int, complete: bool = False,
-    kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
+    context: ServiceContext, model_name: str, version: str, attempt: int, complete: bool = False, kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
 ) -> ValidationResult:  # fmt: skip
     logger = get_run_logger()
+    home, service_config = context.home, context.config
     config = service_config.for_model(model_name)
     if config is None:  # checked by the caller on this same configuration
         raise ValidationError(not_configured(home, model_name, service_config))
@@ -338,9 +339,9 @@ def _validate(
         plan = ValidationPlan.read(config, model_name, version)
     except ValueError as error:
         raise ValidationError(str(error)) from None
-    client = tracking.connect(home)
+    client = context.tracking
     registered = tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
-    run_id = ensure_validation_run(client, claims, model_name, version)
+    run_id = ensure_validation_run(client, context.claims, model_name, version)
     from mlflow.entities import Param, RunTag
 
     suite = plan.suite

@@ -264,7 +264,7 @@ def test_init_writes_a_commented_configuration_that_loads_and_keeps_what_is_ther
     assert main(["init", "my-vlm"]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {tmp_path / 'my-vlm' / 'suite.yaml'}" in printed and "vlgate register my-vlm" in printed
-    assert model_problem(tmp_path, "my-vlm") is None
+    assert model_problem(tmp_path, "my-vlm", ServiceConfig.load(tmp_path)) is None
     suite = Suite.from_file(tmp_path / "my-vlm" / "suite.yaml")
     assert list(suite.evaluators) == ["lcm-mc", "lcm-nb", "vlind", "genception", "decc"] and suite.evaluators["lcm-mc"].data == tmp_path / "my-vlm" / "data" / "mc"
     assert suite.evaluators["genception"].encoder_kind == "clip"  # a CLIP id is read as CLIP, not as the default ViT

@@ -30,6 +30,7 @@ from vlgate.evaluators.scoring import per_sample_frame, score, validate
 from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
 from vlgate.evaluators.vl_lcm.figures import response_distribution_figure
 from vlgate.evaluators.vlind.figures import vlind_funnel_figure
+from vlgate.flows.context import ServiceContext
 
 pytestmark = pytest.mark.service
 
@@ -205,7 +206,8 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         recording.log_look.fn(run_id, {name: outcomes[name]})
         recording.log_outputs.fn(run_id, {name: outcomes[name]})
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    decision = judgement.judge(model, str(version), run_id, GatePolicy.from_file(policy), policy, outcomes, record=True, kind=DecisionKind.VALIDATION)
+    request = judgement.JudgementRequest(model, str(version), run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.VALIDATION)
+    decision = judgement.judge(ServiceContext.open(), request, outcomes, record=True)
     # the run page's data sets and description, as the validation flow writes them
     from vlgate.evaluators.running.suite import Suite
 

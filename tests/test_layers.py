@@ -277,3 +277,65 @@ def test_the_backends_never_import_the_world_or_its_scenes():
     found = {name for path in (ROOT / "evaluators" / "backends").rglob("*.py") for name in imported_names(path)}
     assert not {name for name in found if name.startswith(("vlgate.evaluators.scenes", "vlgate.evaluators.world"))}
     assert "vlgate.evaluators.backends.base" in found  # imports are read
+
+
+def package_sources() -> list[Path]:
+    """Every module of the package (the shipped world's copy left out)."""
+    return [path for folder in sorted(set(FOLDERS.values())) for path in sorted((ROOT / folder).rglob("*.py")) if "shipped" not in path.parts]
+
+
+def call_sites(paths: list[Path], pattern: str) -> list[str]:
+    """``file:line`` of every call whose callee, as written, fully matches ``pattern``."""
+    import re
+
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and re.fullmatch(pattern, ast.unparse(node.func)):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def functions_with_many_parameters(paths: list[Path], at_least: int = 8) -> list[str]:
+    """``file:line name`` of every function taking ``at_least`` parameters (``self``/``cls`` not counted, ``*args``/``**kwargs`` counted)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                arguments = node.args
+                names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs) if a.arg not in ("self", "cls")]
+                if len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None) >= at_least:
+                    found.append(f"{path.name}:{node.lineno} {node.name}")
+    return found
+
+
+def test_the_counters_find_what_they_count(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "def f(a, b, c, d, e, f, g, *rest): return prepare_environment()\n"
+        "class C:\n    def m(self, a, b, c, d, e, f, g): return settings.ServiceConfig.load(home)\n"
+        "def g(**options): return str(version), record.model_copy(update={})\n"
+    )
+    assert call_sites([source], r"(\w+\.)*prepare_environment|(\w+\.)*ServiceConfig\.load") == ["m.py:1", "m.py:3"]
+    assert functions_with_many_parameters([source]) == ["m.py:1 f"]  # self does not count
+    assert call_sites([source], r"\w+\.model_copy") == ["m.py:4"]
+
+
+#: how much of the call tree re-reads state, patches records after they are made, passes a
+#: version as a bare string and takes long parameter lists; each figure only comes down
+LIMITS = {"state read again": 15, "model_copy": 29, "str(version)": 24, "functions with 8+ parameters": 17, "lines of the longest module": 500}
+
+
+def test_state_is_read_where_the_work_enters_and_the_call_tree_stays_small():
+    """The home, ``vlgate.yaml`` and the MLflow client are built once where the work enters
+    (``flows/context.py``: ``ServiceContext``) and handed down, not read again deeper in the
+    call tree; modules stay under 500 lines. Each figure is kept at most its limit."""
+    paths = package_sources()
+    figures = {
+        "state read again": len(call_sites(paths, r"(\w+\.)*prepare_environment|(\w+\.)*ServiceConfig\.load|tracking\.connect")),
+        "model_copy": sum(path.read_text().count(".model_copy(update") for path in paths),
+        "str(version)": sum(path.read_text().count("str(version)") for path in paths),
+        "functions with 8+ parameters": len(functions_with_many_parameters(paths)),
+        "lines of the longest module": max(len(path.read_text().splitlines()) for path in paths),
+    }
+    assert {name: figure for name, figure in figures.items() if figure > LIMITS[name]} == {}

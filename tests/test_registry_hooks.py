@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from starlette.testclient import TestClient
 
+from vlgate.flows.context import ServiceContext
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
@@ -230,9 +231,9 @@ def test_model_names_with_quotes_are_polled_and_listed_and_break_nothing_else(tm
     assert sorted(poll_once(client, dispatcher)) == sorted(expected)
     dispatcher.wait()
     assert sorted(recorder.started) == sorted(expected)
-    listed = {model["name"]: [v["version"] for v in model["versions"]] for model in service_status(home)["models"]}
+    listed = {model["name"]: [v["version"] for v in model["versions"]] for model in service_status(ServiceContext.open(home))["models"]}
     assert listed == {quoted: ["1", "2"], "plain": ["1"], "o": ["1"], "say ": ["1"]}
-    (only,) = service_status(home, quoted)["models"]
+    (only,) = service_status(ServiceContext.open(home), quoted)["models"]
     assert only["name"] == quoted
 
 

@@ -20,6 +20,7 @@ import yaml
 from vlgate import tag_keys, tracking
 from vlgate.cli.main import main
 from vlgate.decisions import DecisionKind
+from vlgate.flows.context import ServiceContext
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
@@ -125,7 +126,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     from vlgate.dashboards.collect import load_validation
     from vlgate.dashboards.pictures import section_inputs
     from vlgate.evaluators.genception.figures import genception_chains
-    from vlgate.flows.settings import report_image_roots
+    from vlgate.flows.settings import ServiceConfig, report_image_roots
 
     run_id = third.tags[tag_keys.VALIDATION_RUN]
     assert client.get_run(run_id).data.tags["vlgate.report"] == "report/report.html"
@@ -143,7 +144,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     assert len(list((home / "model-checks").glob("*.json"))) == 3
     data = load_validation(client, "tiny", "3", home / "dl-report")
     # images from the model's configured data only (the report is given those folders)
-    chains = genception_chains(section_inputs(data.evaluators["genception"], report_image_roots(home, "tiny")))
+    chains = genception_chains(section_inputs(data.evaluators["genception"], report_image_roots(ServiceConfig.load(home), "tiny")))
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
 
     # vlgate status --json reports every decision and the champion
@@ -437,12 +438,13 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     assert validate_model_version("r", "2").record.sequence == 2  # a flow run the service sends reports the decision as it stands
 
     # a gate task retried after it recorded: the same request appends nothing twice
-    from vlgate.flows.judgement import judge
+    from vlgate.flows.judgement import JudgementRequest, judge
     from vlgate.flows.recording import run_outputs
     from vlgate.gate.policy import GatePolicy
 
     policy = home / "gate-r.yaml"
-    retried = [judge("r", "2", run_id, GatePolicy.from_file(policy), policy, run_outputs(client, run_id), record=True, kind=DecisionKind.REVALIDATION, request_id="task-run-1") for _ in range(2)]
+    request = JudgementRequest("r", "2", run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.REVALIDATION, request_id="task-run-1")
+    retried = [judge(ServiceContext.open(), request, run_outputs(client, run_id), record=True) for _ in range(2)]
     assert [r.sequence for r in retried] == [3, 3] and retried[0] == retried[1] and len(tracking.decision_history(client, run_id)) == 3
 
     tracking.register_checkpoint(client, "r", world / "checkpoints" / "vlm-language-prior", home=home)
@@ -481,7 +483,7 @@ def test_a_champion_validated_before_the_suite_grew_is_evaluated_on_the_new_item
     left as it was) and a judgement of the run again reads them; with ``shared`` the
     comparison is made on the items both have."""
     from vlgate.evaluators.records import read_jsonl
-    from vlgate.flows.judgement import judge
+    from vlgate.flows.judgement import JudgementRequest, judge
     from vlgate.flows.recording import run_outputs
     from vlgate.gate.policy import GatePolicy
 
@@ -514,7 +516,7 @@ def test_a_champion_validated_before_the_suite_grew_is_evaluated_on_the_new_item
     assert client.get_run(run_2).data.metrics["champion_items/lcm-mc"] == 2
     assert len(run_outputs(client, run_1)["lcm-mc"].records) == 4  # the champion's own run as it was
     policy = home / "gate-g.yaml"
-    again = judge("g", "2", run_2, GatePolicy.from_file(policy), policy, run_outputs(client, run_2), record=False)  # what `vlgate gate g 2` judges
+    again = judge(ServiceContext.open(), JudgementRequest("g", "2", run_2, GatePolicy.from_file(policy), policy), run_outputs(client, run_2), record=False)  # what `vlgate gate g 2` judges
     assert [c.n_shared for c in again.checks if c.rule == "regression"] == [6]
 
     grown_to(8, "shared")
@@ -612,10 +614,9 @@ def test_plan_sizes_each_rule_before_anything_runs_and_from_the_champion_once_th
     import logging
 
     from vlgate.cli.service import warn_underpowered_rules
-    from vlgate.flows.settings import ServiceConfig
 
     with caplog.at_level(logging.WARNING, logger="vlgate.serve"):
-        warn_underpowered_rules(home, ServiceConfig.load(home))
+        warn_underpowered_rules(ServiceContext.open(home))
     assert [r.getMessage() for r in caplog.records if r.name == "vlgate.serve"] == [f"model 'p': {regression['warning']} (vlgate plan p)"]
 
     (home / "gate-p.yaml").write_text(yaml.safe_dump(policy | {"regressions": {"lcm-mc/acc": {"max_drop": 1.0}}}))  # both promoted

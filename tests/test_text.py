@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from vlgate.flows.context import ServiceContext
 from vlgate.text import visible
 
 CLIPBOARD_WRITE = "\x1b]52;c;aGVsbG8=\x07"
@@ -112,7 +113,7 @@ def test_status_shows_names_and_reasons_with_their_escapes_and_brackets(monkeypa
     from vlgate.cli.commands import registered
     from vlgate.cli.main import main
 
-    monkeypatch.setattr(registered, "service_home", lambda: tmp_path)
+    monkeypatch.setattr(registered, "service_context", lambda: ServiceContext(tmp_path))
     monkeypatch.setattr(service, "service_status", lambda *args, **kwargs: STATUS)
     assert main(["status"]) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from vlgate.cli.commands.base import EXIT_CODES, Answer, Command, UserError, exit_status, service_home, version_number
+from vlgate.cli.commands.base import EXIT_CODES, Answer, Command, UserError, exit_status, service_context, version_number
 
 
 class _SignOff(Command):
@@ -25,17 +25,17 @@ class _SignOff(Command):
         from vlgate.flows.judgement import ValidationError
         from vlgate.tracking.permissions import AuthError
 
-        version = str(version_number(args.version))
+        version = version_number(args.version)
         if not args.reason.strip():
             raise UserError("--reason: say why (it is kept in the record)")
-        service_home()
+        context = service_context()
         try:
             # in the deployment the version's flow run is suspended for this answer: resumed once it is on record
-            waiting = suspended_flow_run(args.name, version)
+            waiting = suspended_flow_run(context, args.name, version)
             if waiting is not None:
-                signed = sign_off_suspended(waiting, args.name, version, self.approve, args.reason.strip(), args.by)
+                signed = sign_off_suspended(context, waiting, args.name, version, self.approve, args.reason.strip(), args.by)
             else:
-                signed = sign_off(args.name, version, self.approve, args.reason.strip(), args.by)
+                signed = sign_off(context, args.name, version, self.approve, args.reason.strip(), args.by)
         except (ValidationError, AuthError) as error:
             raise UserError(str(error)) from None
         except MlflowException as error:

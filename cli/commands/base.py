@@ -13,13 +13,14 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
     from mlflow.tracking import MlflowClient
     from pydantic import JsonValue
+
+    from vlgate.flows.context import ServiceContext
 
 EXIT_BAD_INPUT = 2
 #: `vlgate validate` and `vlgate gate`: 0 promoted; the version was judged and rejected;
@@ -115,18 +116,19 @@ class Command:
             parser.add_argument("--json", action="store_true", help=self.json_help)
 
 
-def service_home() -> Path:
-    """``$VLGATE_HOME`` prepared, with its MLflow server answering: an operator command on
-    a tracking server that does not answer gets one line, at once."""
+def service_context() -> ServiceContext:
+    """``$VLGATE_HOME``'s service context (``flows/context.py``), its MLflow server
+    answering: an operator command on a tracking server that does not answer gets one line,
+    at once."""
     from vlgate import tracking
-    from vlgate.flows.settings import prepare_environment
+    from vlgate.flows.context import ServiceContext
 
-    home = prepare_environment()
+    context = ServiceContext.open()
     try:
-        tracking.require_reachable(tracking.tracking_uri(home))
+        tracking.require_reachable(tracking.tracking_uri(context.home))
     except tracking.TrackingUnreachable as error:
         raise UserError(str(error)) from None
-    return home
+    return context
 
 
 def version_number(text: str, what: str = "version") -> str:

@@ -26,7 +26,7 @@ class Cache(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.evaluators.runners.cache import CacheNotWritable, bytes_text, parse_age, parse_size
-        from vlgate.flows.settings import ServiceConfig, prepare_environment
+        from vlgate.flows.context import ServiceContext
         from vlgate.registry_hooks.record_cache import open_record_cache
 
         if args.action == "stats" and (args.older_than or args.max_size):
@@ -38,8 +38,9 @@ class Cache(Command):
             raise UserError(str(error)) from None
         if args.action == "prune" and older_than is None and max_bytes is None:
             raise UserError("prune: say what to remove (--older-than AGE, --max-size SIZE, or both)")
-        home = prepare_environment()
-        settings = ServiceConfig.load(home).record_cache.settings(home)
+        context = ServiceContext.open()
+        home = context.home
+        settings = context.config.record_cache.settings(home)
         cache = open_record_cache(settings, home)
         if cache is None:
             data = {"kind": "off", "entries": 0, "bytes": 0}

@@ -314,7 +314,7 @@ class Init(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         """A commented suite, policy and vlgate.yaml entry for one model, checked as validate checks them."""
         from vlgate.cli.scaffold import ScaffoldError, write_starting_config
-        from vlgate.flows.settings import model_problem
+        from vlgate.flows.settings import ServiceConfig, model_problem
         from vlgate.home import vlgate_home
 
         home = Path(args.dir) if args.dir else vlgate_home()
@@ -322,7 +322,7 @@ class Init(Command):
             written = write_starting_config(home, args.name, force=args.force)
         except ScaffoldError as error:
             raise UserError(str(error)) from None
-        problem = model_problem(home, args.name)
+        problem = model_problem(home, args.name, ServiceConfig.load(home))
         if problem:  # the templates load and agree with each other; this would be vlgate's own bug
             raise RuntimeError(f"vlgate init wrote a configuration it cannot load: {problem}")
         following = (

@@ -13,7 +13,7 @@ from vlgate.cli.commands.base import (
     Command,
     UserError,
     registered_version,
-    service_home,
+    service_context,
     version_number,
 )
 from vlgate.text import shell_command
@@ -47,7 +47,6 @@ class Diff(Command):
         parser.add_argument("--limit", type=int, default=10, help="items listed lost and won, per evaluator (default 10)")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate import tracking
         from vlgate.evaluators import registry
         from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
         from vlgate.flows.recording import run_outputs
@@ -59,7 +58,7 @@ class Diff(Command):
             raise UserError(f"--evaluator {args.evaluator}: not one of {', '.join(registry.names())}")
         if args.score is not None and args.evaluator is None:
             raise UserError("--score names an item score of one evaluator: give --evaluator too")
-        client = tracking.connect(service_home())
+        client = service_context().tracking
         outputs: dict[str, dict[str, EvaluatorOutput]] = {}
         suites: dict[str, str | None] = {}
         for version in (args.version, args.other):
@@ -142,18 +141,17 @@ class Report(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
 
-        from vlgate import tracking
         from vlgate.dashboards.report import write_reports
         from vlgate.flows.settings import report_image_roots
 
         if args.version is not None:
             args.version = version_number(args.version)
-        home = service_home()
-        client = tracking.connect(home)
-        in_the_registry(client, args.model, str(args.version) if args.version is not None else None)
-        out = Path(args.out) if args.out else home / "reports" / args.model
-        versions = [str(args.version)] if args.version is not None else None
-        written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(home, args.model))
+        context = service_context()
+        client = context.tracking
+        in_the_registry(client, args.model, args.version)
+        out = Path(args.out) if args.out else context.home / "reports" / args.model
+        versions = [args.version] if args.version is not None else None
+        written = write_reports(client, args.model, versions, out, log_to_mlflow=not args.no_log, image_roots=report_image_roots(context.config, args.model))
         return Answer({"leaderboard": str(written.leaderboard), "reports": {v: str(p) for v, p in written.versions.items()}})
 
 
@@ -173,16 +171,15 @@ class Plan(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         """The model's power plan from its configuration, its suite's items and its champion's records."""
-        from vlgate import tracking
         from vlgate.cli.power_plan import configured_power_plan
-        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+        from vlgate.flows.settings import CONFIG_FILE
 
-        home = service_home()
-        config = ServiceConfig.load(home).for_model(args.name)
+        context = service_context()
+        config = context.config.for_model(args.name)
         if config is None:
-            raise UserError(f"registered model {args.name!r} is not configured in {home / CONFIG_FILE} (models.NAME: suite, policy)")
+            raise UserError(f"registered model {args.name!r} is not configured in {context.home / CONFIG_FILE} (models.NAME: suite, policy)")
         try:
-            plan = configured_power_plan(tracking.connect(home), args.name, config)
+            plan = configured_power_plan(context.tracking, args.name, config)
         except ValueError as error:
             raise UserError(str(error)) from None
         summary = plan.model_dump(mode="json") | {"warnings": plan.warnings}
@@ -218,8 +215,8 @@ class History(Command):
         from vlgate import tracking
         from vlgate.history import model_history
 
-        version = str(version_number(args.version)) if args.version is not None else None
-        client = tracking.connect(service_home())
+        version = version_number(args.version) if args.version is not None else None
+        client = service_context().tracking
         in_the_registry(client, args.model, version)
         # every version's records, also for one version's: the move that explains today's champion may be another's
         history = model_history(args.model, tracking.version_histories(client, args.model), tracking.champion_version(client, args.model), only=version)

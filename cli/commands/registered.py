@@ -24,7 +24,7 @@ from vlgate.cli.commands.base import (
     json_int,
     json_object,
     registered_version,
-    service_home,
+    service_context,
     version_number,
 )
 from vlgate.text import visible
@@ -83,7 +83,7 @@ class Status(Command):
 
         if args.version is not None:
             args.version = version_number(args.version)
-        status = service_status(service_home(), args.model, args.version)
+        status = service_status(service_context(), args.model, args.version)
         if args.model and not status["models"]:
             raise UserError(f"no registered model {args.model!r}")
         if args.version and not status["models"][0]["versions"]:
@@ -128,19 +128,19 @@ class Release(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from datetime import datetime, timezone
 
-        from vlgate.flows.settings import prepare_environment
+        from vlgate.flows.context import ServiceContext
         from vlgate.registry_hooks.claims import LIVE_STATES, ClaimStore
 
         args.version = version_number(args.version)
-        claims = ClaimStore.for_home(prepare_environment())
-        claim = claims.get(args.name, str(args.version))
+        claims = ClaimStore.for_home(ServiceContext.open().home)  # read and released: no lease of its own
+        claim = claims.get(args.name, args.version)
         if claim is None:
             raise UserError(f"{args.name} v{args.version}: no claim (nothing to release)")
         alive = claim.state in LIVE_STATES and claim.lease_expires > datetime.now(timezone.utc)
         if alive and not args.force:
             raise UserError(f"{args.name} v{args.version} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
-        claims.release(args.name, str(args.version))
-        return Answer({"model": args.name, "version": str(args.version), "released": claim.as_dict()})
+        claims.release(args.name, args.version)
+        return Answer({"model": args.name, "version": args.version, "released": claim.as_dict()})
 
 
 class Register(Command):
@@ -166,7 +166,7 @@ class Register(Command):
             tracking.check_uploadable(folder)
         except tracking.CheckpointError as error:
             raise UserError(str(error)) from None
-        version = tracking.register_checkpoint(tracking.connect(service_home()), args.name, folder, description=args.description or "")
+        version = tracking.register_checkpoint(service_context().tracking, args.name, folder, description=args.description or "")
         return Answer({"model": args.name, "version": str(version.version), "source": version.source})
 
 
@@ -199,14 +199,16 @@ class Validate(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.cli.prefect_server import local_prefect_server
+        from vlgate.flows.context import ServiceContext
         from vlgate.flows.notifying import deliver_now
-        from vlgate.flows.settings import ServiceConfig, model_problem, prepare_environment
+        from vlgate.flows.settings import model_problem
 
         args.version = version_number(args.version)
-        home = prepare_environment()
+        context = ServiceContext.open()
+        home = context.home
 
         def refuse_unjudgeable() -> None:  # config, suite and policy checked before anything is claimed
-            unjudgeable = model_problem(home, args.name)
+            unjudgeable = model_problem(home, args.name, context.config)
             if unjudgeable:
                 raise UserError(unjudgeable)
             importlib.import_module("vlgate.flows.validation")  # the flow's own imports, still while the server starts
@@ -217,7 +219,7 @@ class Validate(Command):
             from vlgate import tracking
             from vlgate.flows.validation import ValidationResult, validate_model_version
 
-            client = tracking.connect(home)
+            client = context.tracking
             try:
                 registered_version(client, args.name, args.version)
                 if args.against_current and tracking.champion_version(client, args.name) == args.version:
@@ -227,8 +229,8 @@ class Validate(Command):
             try:
                 result = validate_model_version(args.name, args.version, complete=args.complete, rerun=True, against_current=args.against_current)
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
-                result = ValidationResult.failed(args.name, str(args.version), error)
-        deliver_now(home, ServiceConfig.load(home).all_channels())  # no service may run: its notifications go now
+                result = ValidationResult.failed(args.name, args.version, error)
+        deliver_now(home, context.config.all_channels())  # no service may run: its notifications go now
         return decision_answer(result.as_json(), result.outcome)
 
 
@@ -254,18 +256,17 @@ class Gate(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate import tag_keys, tracking
         from vlgate.flows.judgement import ValidationError, judge_again
-        from vlgate.flows.settings import ServiceConfig, not_configured
+        from vlgate.flows.settings import not_configured
         from vlgate.gate.policy import GatePolicy
 
         args.version = version_number(args.version)
-        home = service_home()
-        service_config = ServiceConfig.load(home)
-        config = service_config.for_model(args.name)
+        context = service_context()
+        config = context.config.for_model(args.name)
         if config is None and args.policy is None:
-            raise UserError(not_configured(home, args.name, service_config) or "")
+            raise UserError(not_configured(context.home, args.name, context.config) or "")
         policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
         if names_undefined_evaluators(policy_path):  # an lmms-eval task's metrics: the tasks the version's run logged
-            client = tracking.connect(home)
+            client = context.tracking
             run_id = registered_version(client, args.name, args.version).tags.get(tag_keys.VALIDATION_RUN)
             if run_id:
                 tracking.define_run_tasks(client, run_id)
@@ -273,15 +274,15 @@ class Gate(Command):
             GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
         except ValueError as error:
             raise UserError(str(error)) from None
-        registered_version(tracking.connect(home), args.name, args.version)
+        registered_version(context.tracking, args.name, args.version)
         try:
-            rejudged = judge_again(args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
+            rejudged = judge_again(context, args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:
             raise UserError(str(error)) from None
         if rejudged.recorded:
             from vlgate.flows.notifying import deliver_now
 
-            deliver_now(home, service_config.all_channels())
+            deliver_now(context.home, context.config.all_channels())
         return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
 
 
@@ -326,10 +327,11 @@ class Drift(Command):
         from vlgate.evaluators.running.suite import Suite
         from vlgate.flows.drift import DriftOutcome, DriftResult
         from vlgate.flows.notifying import deliver_now
-        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+        from vlgate.flows.settings import CONFIG_FILE
 
-        home = service_home()
-        config = ServiceConfig.load(home).for_model(args.name)
+        context = service_context()
+        home = context.home
+        config = context.config.for_model(args.name)
         if config is None or config.drift is None:
             raise UserError(f"registered model {args.name!r} has no drift section in {home / CONFIG_FILE} (models.NAME.drift: reference, batch)")
         batch = Path(args.batch).resolve() if args.batch else None
@@ -344,9 +346,9 @@ class Drift(Command):
             try:
                 result = drift_check(args.name, str(batch) if batch else None)
             except Exception as error:  # the flow's own log has the traceback; CI needs the outcome
-                champion = tracking.champion_version(tracking.connect(home), args.name)
+                champion = tracking.champion_version(context.tracking, args.name)
                 result = DriftResult(model=args.name, version=champion, outcome=DriftOutcome.NOT_CHECKED, error=f"{type(error).__name__}: {error}", checks=[])
-        deliver_now(home, ServiceConfig.load(home).all_channels())
+        deliver_now(home, context.config.all_channels())
         summary: dict[str, JsonValue] = result.as_json()
 
         def text() -> None:
@@ -397,16 +399,15 @@ class Notify(Command):
         parser.add_argument("name", help="registered model name (its channels)")
 
     def run(self, args: argparse.Namespace) -> Answer:
-        from vlgate.flows.notifying import outbox_at
-        from vlgate.flows.settings import CONFIG_FILE, ServiceConfig
+        from vlgate.flows.settings import CONFIG_FILE
         from vlgate.registry_hooks.notifications import probe_notification
 
-        home = service_home()
-        config = ServiceConfig.load(home)
+        context = service_context()
+        config = context.config
         channels = config.notify_channels(args.name)
         if not channels:
-            raise UserError(f"{args.name}: no notification channels in {home / CONFIG_FILE} (notify: channels, or models.{args.name}.notify)")
-        outbox = outbox_at(home)
+            raise UserError(f"{args.name}: no notification channels in {context.home / CONFIG_FILE} (notify: channels, or models.{args.name}.notify)")
+        outbox = context.outbox
         probe = probe_notification(args.name)
         outbox.notify(probe, channels)
         outbox.deliver_due(config.all_channels(), keys=[probe.idempotency_key])  # the probe alone: a backlog is the deliverer's

@@ -49,9 +49,9 @@ class Stack(Command):
         if args.postgres is not None and not args.postgres.startswith("postgresql://"):
             raise UserError(f"--postgres {args.postgres}: expected postgresql://USER@HOST:PORT")
 
-        from vlgate.flows.settings import prepare_environment
+        from vlgate.flows.context import ServiceContext
 
-        home = prepare_environment()
+        home = ServiceContext.open().home
         folder = Path(args.dir) if args.dir else home / "stack"
         stack = LocalStack(folder, home, echo=lambda line: print(line, file=sys.stderr))
         restarted = None
