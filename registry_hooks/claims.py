@@ -102,6 +102,11 @@ class Begun:
     rerun: bool
 
 
+def _row(model_name: str, version: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
+    """The where clause of one version's claim row."""
+    return claims_table.c.model_name == model_name, claims_table.c.version == str(version)
+
+
 class ClaimStore:
     """The claims of vlgate's state database."""
 
@@ -122,7 +127,7 @@ class ClaimStore:
         now = utc_now()
         row = {
             "model_name": model_name,
-            "version": str(version),
+            "version": version,
             "state": ClaimState.CLAIMED,
             "claimed_via": via,
             "owner": owner or default_owner(),
@@ -171,7 +176,7 @@ class ClaimStore:
         if detail is not None:
             values["detail"] = detail[:4000]
         statement = (
-            claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts).values(**values)
+            claims_table.update().where(*_row(model_name, version)).where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts).values(**values)
         )
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
@@ -212,7 +217,7 @@ class ClaimStore:
         - ``running`` under another flow run → None, even with its lease out: the poller's
           recovery (or :meth:`wait`) takes a lost one over first, so one flow decides."""
         now = utc_now()
-        key = (claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        key = _row(model_name, version)
         claim = self.get(model_name, version)
         if claim is None:
             return None
@@ -279,7 +284,7 @@ class ClaimStore:
     def mark_untold(connection: sa.Connection, model_name: str, version: str, reason: str | None) -> None:
         """In the transaction of a claim's final state: why its notification could not be
         queued (None: it was)."""
-        connection.execute(claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)).values(untold=None if reason is None else reason[:4000]))
+        connection.execute(claims_table.update().where(*_row(model_name, version)).values(untold=None if reason is None else reason[:4000]))
 
     def holds(self, model_name: str, version: str, attempt: int) -> bool:
         """Whether the claim is still live at ``attempt`` (nobody took it over)."""
@@ -287,7 +292,7 @@ class ClaimStore:
         return claim is not None and claim.state in LIVE_STATES and claim.attempts == attempt
 
     def _where(self, model_name: str, version: str, attempt: int | None) -> sa.Update:
-        statement = claims_table.update().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        statement = claims_table.update().where(*_row(model_name, version))
         return statement if attempt is None else statement.where(claims_table.c.attempts == attempt)
 
     def _set(
@@ -325,8 +330,7 @@ class ClaimStore:
         interval = interval_s if interval_s is not None else self.lease.total_seconds() / 3
         stop = threading.Event()
         mine = (
-            claims_table.c.model_name == model_name,
-            claims_table.c.version == str(version),
+            *_row(model_name, version),
             claims_table.c.attempts == claim.attempts,
             claims_table.c.state.in_(LIVE_STATES),
         )
@@ -354,10 +358,10 @@ class ClaimStore:
     def release(self, model_name: str, version: str) -> None:
         """Forget a claim so the version is validated again (an operator's decision)."""
         with self.engine.begin() as connection:
-            connection.execute(claims_table.delete().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version)))
+            connection.execute(claims_table.delete().where(*_row(model_name, version)))
 
     def get(self, model_name: str, version: str) -> Claim | None:
-        query = claims_table.select().where(claims_table.c.model_name == model_name, claims_table.c.version == str(version))
+        query = claims_table.select().where(*_row(model_name, version))
         with self.engine.connect() as connection:
             row = connection.execute(query).first()
         return None if row is None else self._claim(row)
