@@ -1,7 +1,7 @@
 """How the gate's cost grows with the items: the paired score of one metric (the
 jackknife's pseudo-values of the change, what every comparison with the champion is
 tested on) at a small and a large number of items, for a metric of each evaluator, and a
-whole judgement by the gate's public function (``gate.fixed.decide``) under the demo's
+whole judgement by the gate's public function (``gate.gates.decide``) under the demo's
 policy (``cli/demo.py``: six floors, five regressions, four sequential looks), at the
 last look and at an interim one (its floors bootstrapped). The versions are random
 per-sample frames made by each evaluator's own ``per_sample``; the candidate redraws a
@@ -36,7 +36,7 @@ from vlgate.evaluators.definition import EvaluatorDefinition
 from vlgate.evaluators.metrics.score_test import PairedScore, paired_score
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.gate.checks import PairedScores, resampled_statistic, set_statistic
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy, ResolvedMetric, resolve_metric
 
 #: the metric timed for each evaluator: the demo policy's regression on it
@@ -203,7 +203,7 @@ def main() -> None:
             row += f" {shown[0]} | {shown[1]} | {before[1] / before[0]:.0f}× |" if len(before) == 2 else f" {shown[0]} | {shown[1]} | |"
         print(row, flush=True)
 
-    print(f"\na whole judgement of the demo's policy (gate.fixed.decide; {len(DEMO_EVALUATORS)} evaluators; best of {args.repeats}; seconds)")
+    print(f"\na whole judgement of the demo's policy (gate.gates.decide; {len(DEMO_EVALUATORS)} evaluators; best of {args.repeats}; seconds)")
     small, large = judgements(args.small, args.repeats, before=False), judgements(args.judgement, args.repeats, before=False)
     earlier = [judgements(n, args.repeats if n <= 4000 else 1, before=True) for n in (args.small, args.judgement) if args.before and n <= args.before_max]
     header = f"| judgement | {args.small:,} items | {args.judgement:,} items | ratio |"

@@ -25,7 +25,7 @@ from vlgate.flows.correlations import CORRELATIONS_WITH_CHAMPION, correlate_with
 from vlgate.flows.recording import RUN_NOTE, judge_identity, log_item_diffs, run_note, run_outputs, write_decision_tags
 from vlgate.gate import rendering
 from vlgate.gate.checks import with_check
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
 from vlgate.text import shell_command
 

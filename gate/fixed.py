@@ -10,21 +10,17 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 from vlgate.decisions import Check, DecisionRecord, Verdict
-from vlgate.evaluators.metrics.bootstrap import bonferroni_adjusted, holm_adjusted, samples_to_decide
+from vlgate.evaluators.metrics.bootstrap import samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
 from vlgate.gate.checks import Comparison, Outputs, apply_waivers, bound_checks, comparisons, concluded, paired_comparison, ran_checks, signed_off_when_required
+from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy
-from vlgate.gate.sequential import decide_at_look
 
 
-def decide(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None, look: int | None = None) -> DecisionRecord:
-    """Judge a candidate; ``champion`` is None when the model has none yet; ``today``
-    (UTC by default) is the day waivers are checked against; ``look``: the look of the
-    policy's ``sequential`` design the candidate's records are of (judged by
-    :func:`~vlgate.gate.sequential.decide_at_look`), None for the fixed-sample gate on every item."""
-    if look is not None and policy.sequential is not None:
-        return decide_at_look(policy, candidate, champion, look, today)
+def decide_once(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> DecisionRecord:
+    """Judge a candidate on every item, once; ``champion`` is None when the model has none
+    yet; ``today`` (UTC by default) is the day waivers are checked against."""
     checks = [*ran_checks(policy, candidate), *bound_checks(policy, candidate)]
     checks += judge_comparisons(policy, comparisons(policy, candidate, champion), candidate, champion)
     return signed_off_when_required(concluded(apply_waivers(checks, policy, today or datetime.now(UTC).date()), policy.model_dump(mode="json")), policy)
@@ -43,12 +39,10 @@ def judge_comparisons(policy: GatePolicy, made: list[Comparison], candidate: Out
             checks[n] = compared
             continue
         tested.append((n, comparison, compared, compared.p_below(comparison.limit)))
-    raw = [p for *_, p in tested]
-    adjusted = holm_adjusted(raw) if policy.correction == "holm" else bonferroni_adjusted(raw) if policy.correction == "bonferroni" else raw
+    corrected = correction(policy.correction)
+    adjusted = corrected.adjusted([p for *_, p in tested])
     alpha = 1 - policy.confidence
-    # the level a "worse" finding is held to after the correction (Bonferroni's, which
-    # Holm's step-down never asks more than): what an inconclusive check's estimate uses
-    fail_level = alpha / len(tested) if policy.correction != "none" and tested else alpha
+    fail_level = corrected.fail_level(alpha, len(tested))  # what an inconclusive check's estimate uses
     for (n, comparison, result, _p), p_value in zip(tested, adjusted):
         checks[n] = comparison_check(policy, comparison, result, p_value, alpha, fail_level, len(tested))
     return [checks[n] for n in range(len(made))]

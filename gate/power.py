@@ -46,6 +46,7 @@ from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.gate.checks import PairedScores, category_ids, resampled_statistic, set_statistic
+from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
 
 #: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
@@ -191,7 +192,7 @@ def plan_power(
     rules = policy.rules
     categories = [(category_rules, _category_ids(champion, category_rules.metric, category_rules.only)) for category_rules in rules.categories]
     comparisons = len(rules.comparisons) + sum(len(ids) for category_rules, ids in categories if category_rules.limit is not None)
-    fail_level = alpha / comparisons if policy.correction != "none" and comparisons else alpha
+    fail_level = correction(policy.correction).fail_level(alpha, comparisons)
     rows = [_bound_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, power) for rule in rules.bounds]
     rows += [_comparison_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, alpha, fail_level, power) for rule in rules.comparisons]
     for category_rules, by_category in categories:

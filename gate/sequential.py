@@ -17,6 +17,7 @@ from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, sample
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
 from vlgate.gate.checks import Outputs, apply_waivers, bound_checks, category_ids, comparisons, concluded, paired_comparison, ran_checks, resampled_statistic, set_statistic, signed_off_when_required
+from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
 
 
@@ -143,11 +144,7 @@ def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | N
         tests.append(LookTest(comparison.key, comparison.limit, compared.difference, compared.standard_error, compared.n_shared, compared.candidate, compared.champion, compared))
     tested = [t for t in tests if isinstance(t, LookTest) and not np.isnan(t.z)]
     p_below = [t.p_below() for t in tested]
-    if policy.correction == "holm":
-        failed = sequential.sequential_holm(p_below, alpha, fractions, look, design.spending)
-    else:
-        level = alpha / len(tested) if policy.correction == "bonferroni" and tested else alpha
-        failed = np.asarray(p_below) <= sequential.nominal_levels(fractions, level, design.spending)[look]
+    failed = correction(policy.correction).failed_at_look(p_below, alpha, fractions, look, design.spending)
     pass_level = sequential.pass_level(fractions, alpha, look, design.promote_early, design.spending)
     failed_keys = {t.key for t, shown in zip(tested, failed, strict=True) if shown}
     where = LookRecord(index=look, of=len(fractions), fraction=fractions[look], settled=False)

@@ -30,7 +30,7 @@ def test_a_candidate_that_passes_every_rule_awaits_approval_and_one_that_fails_i
     from test_gate import _mc_records, _result
 
     from vlgate.cli.commands.base import EXIT_AWAITING_APPROVAL, exit_status
-    from vlgate.gate.fixed import decide
+    from vlgate.gate.gates import decide
 
     policy = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5}, approval={"approvers": ["alice"]}, resamples=100)
     good, poor = {"lcm-mc": _result(_mc_records([0.9] * 10))}, {"lcm-mc": _result(_mc_records([0.3] * 10))}

@@ -17,7 +17,7 @@ from vlgate.evaluators.running.items import ItemIds, load_items
 from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.champion_items import missing_items, with_champion_items
 from vlgate.flows.plan import ValidationPlan
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples" / "data"
 

@@ -14,7 +14,7 @@ from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
 
 
@@ -501,3 +501,28 @@ def test_the_words_of_a_check_are_made_from_its_numbers():
     waiver = Waiver(check="lcm-mc/acc floor", by="alice@example.com", reason="relabelling (JIRA-123)", until="2026-12-31")
     assert rendering.waived("0.7500 >= 0.95 fails", waiver) == "0.7500 >= 0.95 fails; WAIVED by alice@example.com until 2026-12-31: relabelling (JIRA-123)"
     assert rendering.waiver_expired("x", waiver) == "x (waiver by alice@example.com expired on 2026-12-31)"
+
+
+def test_each_correction_adjusts_and_splits_alpha_as_its_name_says():
+    from vlgate.gate.corrections import correction
+
+    p_values = [0.01, 0.04, 0.03]
+    holm, bonferroni, none = correction("holm"), correction("bonferroni"), correction("none")
+    # Holm: sorted 0.01·3, 0.03·2, 0.04·1, then the running maximum, back in the given order
+    assert holm.adjusted(p_values) == pytest.approx([0.03, 0.06, 0.06])
+    assert bonferroni.adjusted(p_values) == pytest.approx([0.03, 0.12, 0.09]) and none.adjusted(p_values) == p_values
+    assert holm.fail_level(0.05, 3) == bonferroni.fail_level(0.05, 3) == pytest.approx(0.05 / 3) and none.fail_level(0.05, 3) == 0.05
+    assert holm.fail_level(0.05, 0) == 0.05  # nothing tested: nothing to split
+    # at a one-look design's last look, Holm's step-down at the look is Holm's procedure itself
+    assert list(holm.failed_at_look(p_values, 0.05, [1.0], 0, "obrien-fleming")) == [True, False, False]
+    assert list(bonferroni.failed_at_look(p_values, 0.05, [1.0], 0, "obrien-fleming")) == [True, False, False]
+    assert list(none.failed_at_look(p_values, 0.05, [1.0], 0, "obrien-fleming")) == [True, True, True]
+
+
+def test_the_policy_and_the_look_choose_the_gate():
+    from vlgate.gate.gates import FixedSampleGate, SequentialGate, gate_for
+
+    fixed = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5})
+    designed = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5}, sequential={"looks": [0.5, 1.0]})
+    assert gate_for(fixed) == gate_for(fixed, look=1) == FixedSampleGate(fixed)  # no design: a look is every item
+    assert gate_for(designed) == FixedSampleGate(designed) and gate_for(designed, look=1) == SequentialGate(designed, 1)

@@ -15,7 +15,7 @@ from vlgate.evaluators.metrics import score_test, sequential
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
 
 LOOKS = [0.25, 0.5, 0.75, 1.0]

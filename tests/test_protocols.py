@@ -21,7 +21,7 @@ from vlgate.evaluators.schemas import InvalidRecordsError
 from vlgate.evaluators.scoring import score, score_file, validate
 from vlgate.evaluators.vl_lcm import protocols as lcm_protocols
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_runner
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
 
 

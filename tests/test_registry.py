@@ -66,7 +66,7 @@ def test_a_toy_evaluator_added_through_the_registry_alone_runs_scores_checks_gat
     from vlgate.evaluators.running.suite import Suite, finish_evaluator, make_runner
     from vlgate.flows.correlations import correlate_across_versions
     from vlgate.flows.expectations import validate_evaluator_output
-    from vlgate.gate.fixed import decide
+    from vlgate.gate.gates import decide
     from vlgate.gate.policy import GatePolicy
 
     # the suite accepts its entry with its own settings model, and builds its runner
@@ -234,7 +234,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
     from vlgate.flows import recording
     from vlgate.flows.correlations import correlate_across_versions, version_table
     from vlgate.flows.expectations import validate_evaluator_output
-    from vlgate.gate.fixed import decide
+    from vlgate.gate.gates import decide
     from vlgate.gate.policy import GatePolicy
     from vlgate.registry_hooks.claims import ClaimStore
 

@@ -273,7 +273,7 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     from vlgate.evaluators import registry
     from vlgate.evaluators.output import EvaluatorOutput
     from vlgate.evaluators.running.suite import Suite, run_suite
-    from vlgate.gate.fixed import decide
+    from vlgate.gate.gates import decide
     from vlgate.gate.policy import GatePolicy
 
     out, manifest = default_world

@@ -19,7 +19,7 @@ from vlgate.cli.main import main
 from vlgate.evaluators import registry
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.world.build import SHIPPED_WORLD, shipped_manifest
-from vlgate.gate.fixed import decide
+from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]
