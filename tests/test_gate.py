@@ -526,3 +526,34 @@ def test_the_policy_and_the_look_choose_the_gate():
     designed = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5}, sequential={"looks": [0.5, 1.0]})
     assert gate_for(fixed) == gate_for(fixed, look=1) == FixedSampleGate(fixed)  # no design: a look is every item
     assert gate_for(designed) == FixedSampleGate(designed) and gate_for(designed, look=1) == SequentialGate(designed, 1)
+
+
+def test_validate_prints_the_decision_from_the_typed_result(capsys):
+    """``vlgate validate``'s text: the verdict, each rule's (the failed first), the looks of a
+    sequential validation, the records from the cache and the report, read off the result."""
+    from vlgate.cli.commands.registered import print_decision
+    from vlgate.decisions import LookRecord, LookSummary, Outcome, SequentialRecord
+    from vlgate.flows.validation import ValidationResult
+
+    champion = {"lcm-mc": _result(_mc_records([0.9] * 40))}
+    record = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 40))}, champion)
+    looks = [
+        LookSummary(look=LookRecord(index=0, of=2, fraction=0.5, settled=False), outcome=Outcome.PROMOTED, items={"lcm-mc": 20}),
+        LookSummary(look=LookRecord(index=1, of=2, fraction=1.0, settled=True), outcome=Outcome.REJECTED, items={"lcm-mc": 40}),
+    ]
+    sequential = SequentialRecord(looks=looks, items_evaluated={"lcm-mc": 40}, items_total={"lcm-mc": 40})
+    result = ValidationResult(model="m", version="2", record=record, sequential=sequential, records_from_cache={"lcm-mc": 30}, records_total={"lcm-mc": 40}, report="r.html")
+    print_decision(result)
+    lines = capsys.readouterr().out.splitlines()
+    failed = [c for c in record.checks if c.verdict == "fail"]
+    assert lines[0] == "m v2: rejected" and failed
+    assert lines[1 : 1 + len(failed)] == [f"  {'fail':<15} {c.name}: {c.detail}" for c in failed]  # the failed rules first
+    assert lines[-5:] == [
+        "  look 1 of 2 (50%): goes on (lcm-mc 20 items)",
+        "  look 2 of 2 (100%): rejected (lcm-mc 40 items)",
+        "  items evaluated: 40 of 40; 0% saved",
+        "  records from the cache: lcm-mc 30 of 40",
+        "report: r.html",
+    ]
+    print_decision(ValidationResult.failed("m", "3", "RuntimeError: the registry was away"))
+    assert capsys.readouterr().out.splitlines() == ["m v3: could not judge", "  validation failed: RuntimeError: the registry was away"]

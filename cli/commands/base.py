@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
     from mlflow.tracking import MlflowClient
-    from pydantic import JsonValue
 
     from vlgate.flows.context import ServiceContext
 
@@ -67,24 +66,6 @@ class Answer:
 
 def print_json(payload: object) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, allow_nan=False) + "\n")
-
-
-def json_object(value: JsonValue) -> dict[str, JsonValue]:
-    """A value of a JSON answer that is an object where the answer's form says so."""
-    assert isinstance(value, dict), f"expected a JSON object, got {type(value).__name__}"
-    return value
-
-
-def json_array(value: JsonValue) -> list[JsonValue]:
-    """A value of a JSON answer that is an array where the answer's form says so."""
-    assert isinstance(value, list), f"expected a JSON array, got {type(value).__name__}"
-    return value
-
-
-def json_int(value: JsonValue) -> int:
-    """A value of a JSON answer that is an integer (a count) where the answer's form says so."""
-    assert isinstance(value, int), f"expected a JSON integer, got {type(value).__name__}"
-    return value
 
 
 class Command:

@@ -20,9 +20,6 @@ from vlgate.cli.commands.base import (
     Command,
     UserError,
     exit_status,
-    json_array,
-    json_int,
-    json_object,
     registered_version,
     service_context,
     version_number,
@@ -32,40 +29,39 @@ from vlgate.text import visible
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
+    from vlgate.flows.validation import ValidationResult
 
-def print_decision(summary: Mapping[str, JsonValue]) -> None:
-    """The verdict and each rule's, one line each; the reasons a rule failed first
-    (``summary``: a validation's or a judgement's ``as_json``)."""
-    print(f"{summary['model']} v{summary['version']}: {summary['outcome']}")
-    if "error" in summary:
-        print(f"  validation failed: {summary['error']}")
+
+def print_decision(result: ValidationResult) -> None:
+    """The verdict and each rule's, one line each; the reasons a rule failed first."""
+    print(f"{result.model} v{result.version}: {result.outcome.value}")
+    if result.error is not None or result.record is None:
+        print(f"  validation failed: {result.error}")
         return
-    checks = sorted((json_object(check) for check in json_array(summary.get("checks", []))), key=lambda check: check["verdict"] == "pass")
-    for check in checks:
-        print(f"  {check['verdict']:<15} {check['name']}: {check['detail']}")
-    for warning in json_array(summary.get("warnings", [])):
+    from vlgate.decisions import Verdict
+
+    for check in sorted(result.record.checks, key=lambda check: check.verdict is Verdict.PASS):
+        print(f"  {check.verdict.value:<15} {check.name}: {check.detail}")
+    for warning in result.record.warnings:
         print(f"  {'warning':<15} {warning}")
-    sequential = summary.get("sequential")
-    if sequential:  # where a sequential policy stopped, and what it saved
-        sequential = json_object(sequential)
-        for look in map(json_object, json_array(sequential["looks"])):
-            at = json_object(look["look"])
-            where = f"look {json_int(at['index']) + 1} of {at['of']} ({at['fraction']:.0%})"
-            items = ", ".join(f"{name} {n}" for name, n in json_object(look["items"]).items())
-            print(f"  {where}: {look['outcome'] if at['settled'] else 'goes on'} ({items} items)")
-        evaluated = sum(json_int(n) for n in json_object(sequential["items_evaluated"]).values())
-        total = sum(json_int(n) for n in json_object(sequential["items_total"]).values())
-        print(f"  items evaluated: {evaluated} of {total}; {sequential['saved_fraction']:.0%} saved")
-    cached = json_object(summary.get("records_from_cache") or {})
-    if any(json_int(n) for n in cached.values()):  # work done before, for another version or run, not paid again
-        totals = json_object(summary.get("records_total") or {})
-        print("  records from the cache: " + ", ".join(f"{name} {json_int(n)} of {json_int(totals.get(name, n))}" for name, n in cached.items()))
-    if summary.get("report"):
-        print(f"report: {summary['report']}")
+    sequential = result.sequential
+    if sequential is not None:  # where a sequential policy stopped, and what it saved
+        for look in sequential.looks:
+            at = look.look
+            items = ", ".join(f"{name} {n}" for name, n in look.items.items())
+            print(f"  look {at.index + 1} of {at.of} ({at.fraction:.0%}): {look.outcome.value if at.settled else 'goes on'} ({items} items)")
+        evaluated, total = sum(sequential.items_evaluated.values()), sum(sequential.items_total.values())
+        print(f"  items evaluated: {evaluated} of {total}; {sequential.saved_fraction:.0%} saved")
+    cached = result.records_from_cache
+    if any(cached.values()):  # work done before, for another version or run, not paid again
+        print("  records from the cache: " + ", ".join(f"{name} {n} of {result.records_total.get(name, n)}" for name, n in cached.items()))
+    if result.report:
+        print(f"report: {result.report}")
 
 
-def decision_answer(summary: Mapping[str, JsonValue], outcome: str) -> Answer:
-    return Answer(summary, status=exit_status(outcome), text=lambda: print_decision(summary))
+def decision_answer(result: ValidationResult, summary: Mapping[str, JsonValue]) -> Answer:
+    """A decision as ``--json`` prints it (``summary``) and as a person reads it (``result``)."""
+    return Answer(summary, status=exit_status(result.outcome), text=lambda: print_decision(result))
 
 
 class Status(Command):
@@ -231,7 +227,7 @@ class Validate(Command):
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
                 result = ValidationResult.failed(args.name, args.version, error)
         deliver_now(home, context.config.all_channels())  # no service may run: its notifications go now
-        return decision_answer(result.as_json(), result.outcome)
+        return decision_answer(result, result.as_json())
 
 
 class Gate(Command):
@@ -283,7 +279,10 @@ class Gate(Command):
             from vlgate.flows.notifying import deliver_now
 
             deliver_now(context.home, context.config.all_channels())
-        return decision_answer(rejudged.as_json(), rejudged.judged.outcome)
+        from vlgate.flows.validation import ValidationResult
+
+        judged = ValidationResult(model=rejudged.model, version=rejudged.version, run_id=rejudged.run_id, record=rejudged.judged)
+        return decision_answer(judged, rejudged.as_json())
 
 
 def names_undefined_evaluators(policy_path: Path) -> bool:
@@ -352,13 +351,13 @@ class Drift(Command):
         summary: dict[str, JsonValue] = result.as_json()
 
         def text() -> None:
-            print(f"{summary['model']} v{summary['version']}: {summary['outcome']}" if summary["version"] else f"{summary['model']}: {summary['outcome']}")
-            if "error" in summary:
-                print(f"  {summary['error']}")
-            for check in sorted(map(json_object, json_array(summary["checks"])), key=lambda check: not check["drifted"]):
+            print(f"{result.model} v{result.version}: {result.outcome.value}" if result.version else f"{result.model}: {result.outcome.value}")
+            if result.error is not None:
+                print(f"  {result.error}")
+            for check in sorted(result.checks, key=lambda check: not check["drifted"]):
                 print(f"  {'drifted' if check['drifted'] else 'ok':<8} {check['metric']}: {check['reason']}")
-            if summary.get("run_id"):
-                print(f"drift run: {summary['run_id']}")
+            if result.run_id:
+                print(f"drift run: {result.run_id}")
 
         status = EXIT_REJECTED if result.drifted else EXIT_NOT_JUDGED if result.outcome == DriftOutcome.NOT_CHECKED else 0
         return Answer(summary, status=status, text=text)
