@@ -183,7 +183,7 @@ def sign_off(
                 client.set_registered_model_alias(model, tracking.CHAMPION, version)
             update |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.PROMOTED, "reasons": [f"approved by {person}: {reason}"], "champion_after": version, "alias_moved": moves}
         record = _append(client, run_id, awaiting.model_copy(update=update))
-        write_decision_tags(client, model, version, run_id, record.outcome, record.reasons, record=record.sequence, checks=record.checks, look=record.look)
+        write_decision_tags(client, model, version, run_id, record)
     channels = context.config.notify_channels(model)
     notifying.tell(context.home, notifying.decision_notification(model, version, run_id, record, None, None, None), channels)
     notifying.deliver_now(context.home, context.config.all_channels())

@@ -107,7 +107,7 @@ def judge(context: ServiceContext, request: JudgementRequest, outputs: dict[str,
             raise Superseded(f"{model_name} v{version}: a later attempt holds the claim; it decides")
         latest = tracking.latest_decision(client, run_id) if record and request_id else None
         if latest is not None and latest.judged_by is not None and latest.judged_by.request_id == request_id:
-            write_decision_tags(client, model_name, version, run_id, latest.outcome, latest.reasons, record=latest.sequence, checks=latest.checks, look=latest.look)  # what the retried one may not have written
+            write_decision_tags(client, model_name, version, run_id, latest)  # what the retried one may not have written
             return latest
         current = tracking.champion_version(client, model_name)  # under the lock: nobody moves it meanwhile
         champion_version = baseline_champion(client, model_name, version, run_id, current, against_current, fix=record)
@@ -134,7 +134,7 @@ def judge(context: ServiceContext, request: JudgementRequest, outputs: dict[str,
             after = version if decision.promote else current
             judged = judged.model_copy(update={"champion_after": after, "alias_moved": alias_moves, "judged_at": datetime.now(UTC)})
             judged = tracking.append_decision(client, run_id, judged, policy_path)
-            write_decision_tags(client, model_name, version, run_id, judged.outcome, judged.reasons, record=judged.sequence, checks=judged.checks, look=judged.look)
+            write_decision_tags(client, model_name, version, run_id, judged)
             if kind is DecisionKind.REJUDGEMENT:  # a validation writes its description and tells the team with its claim's end
                 client.set_tag(run_id, RUN_NOTE, run_note(judged, None, report_logged=False))
                 told = notifying.decision_notification(model_name, version, run_id, judged, None, None, None)

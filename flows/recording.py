@@ -157,16 +157,29 @@ def link_validation_run(client: MlflowClient, model_name: str, version: str, exp
         client.update_model_version(model_name, version, description=f"{description.rstrip()}\n\n{line}".strip())
 
 
-def write_decision_tags(
-    client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None = None,
-    checks: Sequence[Check] = (), look: LookRecord | None = None,
-) -> None:  # fmt: skip
-    """``vlgate.decision`` (promoted/rejected: fail closed), ``vlgate.outcome`` (promoted,
-    rejected, inconclusive or could not judge) and ``vlgate.reasons`` on the version (and its run):
-    always written, the latest judgement's; ``record``: the number of the decision record
-    they show (``vlgate.decision_record``; a validation that failed makes none). ``checks``:
-    the decision's, whose judged metrics become the version's headline tags
-    (:func:`headline_metrics`; ``look``: the look they were measured at), replacing the last decision's."""
+def write_decision_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, decision: DecisionRecord) -> None:
+    """The decision's tags on the version (and its run): ``vlgate.decision`` (promoted or
+    rejected: fail closed), ``vlgate.outcome``, ``vlgate.reasons`` and the number of the
+    record they show (``vlgate.decision_record``), always the latest judgement's; and its
+    judged metrics as the version's headline tags (:func:`headline_metrics`, at the look
+    they were measured at), replacing the last decision's."""
+    _write_outcome_tags(client, model_name, version, run_id, decision.outcome, decision.reasons, decision.sequence)
+    if decision.checks:
+        headline = headline_metrics(decision.checks, decision.look)
+        stale = [key for key in client.get_model_version(model_name, version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
+        for key in stale:
+            client.delete_model_version_tag(model_name, version, key)
+        for key, value in headline.items():
+            client.set_model_version_tag(model_name, version, key, value)
+
+
+def write_failure_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, reason: str) -> None:
+    """A validation that failed, on the version (and its run): could not judge, ``reason``
+    its one reason; no decision record is made."""
+    _write_outcome_tags(client, model_name, version, run_id, Outcome.COULD_NOT_JUDGE, [reason], None)
+
+
+def _write_outcome_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None) -> None:
     label = outcome_label(outcome)
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
@@ -175,13 +188,6 @@ def write_decision_tags(
         client.set_model_version_tag(model_name, version, key, value)
         if run_id:
             client.set_tag(run_id, key, value)
-    if checks:
-        headline = headline_metrics(checks, look)
-        stale = [key for key in client.get_model_version(model_name, version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
-        for key in stale:
-            client.delete_model_version_tag(model_name, version, key)
-        for key, value in headline.items():
-            client.set_model_version_tag(model_name, version, key, value)
 
 
 def headline_metrics(checks: Sequence[Check], look: LookRecord | None = None) -> dict[str, str]:

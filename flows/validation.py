@@ -44,7 +44,7 @@ from vlgate.flows.evaluation import check_evaluator, evaluation
 from vlgate.flows.judgement import JudgementRequest, Superseded, ValidationError, baseline_champion, judge
 from vlgate.flows.model_check import check_candidate, engine_problem, stamp
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, log_version_model, run_note, run_outputs, where_it_runs, write_decision_tags
+from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, log_version_model, run_note, run_outputs, where_it_runs, write_failure_tags
 from vlgate.flows.settings import not_configured, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState
 from vlgate.versions import VersionError, canonical_version
@@ -273,7 +273,7 @@ def record_failure(context: ServiceContext, model_name: str, version: str, messa
         client = context.tracking
         claim = context.claims.get(model_name, version)
         run_id = claim.run_id if claim else None
-        write_decision_tags(client, model_name, version, run_id, Outcome.COULD_NOT_JUDGE, [f"validation failed: {message} (fail closed)"])
+        write_failure_tags(client, model_name, version, run_id, f"validation failed: {message} (fail closed)")
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
