@@ -5,7 +5,7 @@ gated.
     validate_model_version(model, version):
         run the suite's evaluators on the version        (flows/evaluation.py: shard tasks with retries and cached results, merged)
         check every evaluator's records and metrics      (Great Expectations; records parsed once into an EvaluatorOutput)
-        log everything to the version's validation run   (flows/recording.py: MLflow, retried while the server is away)
+        log everything to the version's validation run   (flows/recorder.py: the run and what the flow writes; flows/recording.py: each look's, retried while the server is away)
         correlate label-free with labelled metrics       (flows/correlations.py: across validated versions; P_LC vs champion)
         judge against the policy and the champion        (flows/judgement.py, gate/): the run's next decision record, `champion` moved if it passes
         publish the report                               (dashboards/: plots, HTML page, leaderboard; logged to the run)
@@ -18,8 +18,6 @@ interrupted evaluator recomputes only what its fingerprinted record store lacks.
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prefect import flow, get_run_logger, task
@@ -29,7 +27,7 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from vlgate import tag_keys, tracking
+from vlgate import tracking
 from vlgate.decisions import DecisionKind, DecisionRecord, LookSummary, Outcome, Rule, SequentialRecord, Verdict
 from vlgate.evaluators.backends import kinds as backends
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary
@@ -42,15 +40,15 @@ from vlgate.flows.context import ServiceContext
 from vlgate.flows.correlations import Correlations, log_correlations_across_versions, version_table
 from vlgate.flows.evaluation import check_evaluator, evaluation
 from vlgate.flows.judgement import JudgementRequest, Superseded, ValidationError, baseline_champion, judge
-from vlgate.flows.model_check import check_candidate, engine_problem, stamp
+from vlgate.flows.model_check import check_candidate, engine_problem
 from vlgate.flows.plan import ValidationPlan
-from vlgate.flows.recording import RUN_NOTE, ensure_validation_run, link_validation_run, log_look, log_outputs, log_suite_datasets, log_version_model, run_note, run_outputs, where_it_runs, write_failure_tags
+from vlgate.flows.recorder import ValidationRecorder
+from vlgate.flows.recording import log_look, log_outputs, write_failure_tags
 from vlgate.flows.settings import not_configured, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState
 from vlgate.versions import VersionError, canonical_version
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
     from prefect import Task
     from prefect.client.schemas.objects import TaskRun
     from prefect.states import State
@@ -249,23 +247,6 @@ def reported_decision(context: ServiceContext, model_name: str, version: str, cl
     return ValidationResult(model=model_name, version=version, run_id=claim.run_id, record=record, waited_for_another=True)
 
 
-def record_model_check(client: MlflowClient, run_id: str, plan: ValidationPlan, home: Path) -> None:
-    """Stamp the run with whether vlgate's fast paths are exact on these weights
-    (``flows/model_check.py``); a check that fails is stamped so and never stops the flow."""
-    model_uri = plan.model_uri
-    try:
-        result = check_candidate(model_uri, plan.suite, str(home / "model-cache"), str(home / "model-checks"))
-    except Exception as error:  # the numbers were computed already; the stamp says it is missing
-        get_run_logger().warning("model check of %s failed: %s", model_uri, error)
-        client.set_tag(run_id, tag_keys.MODEL_CHECK, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
-        return
-    if result is None:
-        client.set_tag(run_id, tag_keys.MODEL_CHECK, "not checked: the model is served over HTTP")
-        return
-    client.log_dict(run_id, dict(result.to_dict()), "model_check.json")
-    client.set_tag(run_id, tag_keys.MODEL_CHECK, stamp(result))
-
-
 def record_failure(context: ServiceContext, model_name: str, version: str, message: str) -> None:
     """Fail closed, visibly: the version is tagged rejected with the error as its reason
     (best effort: the registry itself may be what failed)."""
@@ -285,48 +266,6 @@ def decided_checks(decision: DecisionRecord) -> list[str]:
     return [check.name for check in decision.checks if check.rule not in (Rule.RAN, Rule.EXPECTATIONS) and check.verdict in (Verdict.FAIL, Verdict.PASS, Verdict.WAIVED)]
 
 
-def record_looks(client: MlflowClient, model_name: str, version: str, run_id: str, looks: list[LookSummary], totals: dict[str, int]) -> SequentialRecord:
-    """A sequential validation's looks on its run (``sequential.json``, the items evaluated
-    and in all per evaluator and the share saved as metrics, the look it stopped at as a
-    tag, which ``vlgate gate`` judges it at again) and in brief on the version. ``totals``:
-    the suite's items per evaluator."""
-    from mlflow.entities import Metric
-
-    record = SequentialRecord(looks=looks, items_evaluated=looks[-1].items, items_total={name: totals.get(name, n) for name, n in looks[-1].items.items()})
-    stopped = record.stopped_at
-    now = int(time.time() * 1000)
-    metrics = [Metric("sequential/saved_fraction", record.saved_fraction, now, 0), Metric("sequential/stopped_at_look", stopped.index + 1, now, 0)]
-    metrics += [Metric(f"sequential/items_evaluated/{name}", n, now, 0) for name, n in record.items_evaluated.items()]
-    metrics += [Metric(f"sequential/items_total/{name}", n, now, 0) for name, n in record.items_total.items()]
-    client.log_batch(run_id, metrics=metrics)
-    client.log_dict(run_id, record.as_json(), "sequential.json")
-    brief = f"look {stopped.index + 1} of {stopped.of} ({stopped.fraction:.0%} of the items): {looks[-1].outcome}; {record.saved_fraction:.0%} of item evaluations saved"
-    client.set_tag(run_id, tag_keys.SEQUENTIAL, brief)
-    client.set_tag(run_id, tag_keys.LOOK, tag_keys.look_tag(stopped.index, stopped.of))
-    client.set_model_version_tag(model_name, version, tag_keys.SEQUENTIAL, brief)
-    return record
-
-
-def record_power_plan(client: MlflowClient, run_id: str, plan: ValidationPlan, outputs: dict[str, EvaluatorOutput], champion_version: str | None, totals: dict[str, int]) -> None:
-    """What each rule of the policy can decide on the suite (``vlgate plan``'s table,
-    ``power.json`` on the run, shown in the report), its spreads measured on the champion
-    the version was judged against, paired with this version; assumed without one. A plan
-    that cannot be made is a warning: the decision stands without it."""
-    from vlgate.gate.power import plan_power
-
-    try:
-        champion = None
-        if champion_version is not None and champion_version != plan.version:
-            champion_run = client.get_model_version(plan.model, champion_version).tags.get(tag_keys.VALIDATION_RUN)
-            champion = run_outputs(client, champion_run) if champion_run else None
-        power = plan_power(plan.model, plan.policy, totals, champion, champion_version if champion else None, outputs, plan.version, resamples=min(plan.policy.resamples, 500))
-        client.log_dict(run_id, power.model_dump(mode="json"), "power.json")
-    except Exception as error:
-        if tracking.transient(error):
-            raise
-        get_run_logger().warning("power plan of %s v%s failed: %s", plan.model, plan.version, error)
-
-
 def _validate(
     context: ServiceContext, model_name: str, version: str, attempt: int, complete: bool = False, kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
 ) -> ValidationResult:  # fmt: skip
@@ -341,26 +280,8 @@ def _validate(
         raise ValidationError(str(error)) from None
     client = context.tracking
     registered = tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
-    run_id = ensure_validation_run(client, context.claims, model_name, version)
-    from mlflow.entities import Param, RunTag
-
-    suite = plan.suite
-    run = client.get_run(run_id)
-    link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
-    tags = where_it_runs()  # a resumed validation overwrites them: the last attempt's
-    params: dict[str, str] = {}
-    if not run.data.params:  # a resumed run has them already; params cannot be overwritten
-        # the compare view's axes: what differs between validations (paths and digests are tags)
-        params = {"suite": suite.name, "backend": suite.backend, "evaluators": ",".join(suite.evaluators), "policy": config.policy.name, "model_uri": f"models:/{model_name}/{version}"}
-        params |= {f"protocol.{name}": protocol for name, protocol in suite.protocols().items()}
-        tags |= {tag_keys.SUITE_PATH: str(config.suite), tag_keys.POLICY_PATH: str(config.policy)}
-    client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()], tags=[RunTag(key, value) for key, value in tags.items()])
-    if params:
-        client.log_artifact(run_id, str(config.policy), artifact_path="config")
-        client.log_artifact(run_id, str(config.suite), artifact_path="config")
-        client.log_dict(run_id, plan.as_logged(), "config/plan.json")
-        log_suite_datasets(client, run_id, suite)
-        log_version_model(client, run_id, registered)
+    recorder = ValidationRecorder.begin(client, context.claims, plan, registered)
+    run_id, suite = recorder.run_id, plan.suite
     if backends.get(suite.backend).other_engine:  # another engine is checked first: if it is not exact, nothing it scored would count
         engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None
@@ -380,7 +301,7 @@ def _validate(
             evaluated = evaluate(look_plan, str(out))
             entries = {name: summary.counted_since(entries.get(name)) for name, summary in evaluated.items()}  # records from the cache and computed over every look so far
             if not looks:
-                record_model_check(client, run_id, plan, home)
+                recorder.model_check(home)
             progress.stage(shown_as, progress.Stage.EXPECTATIONS)
             outputs = {name: check_evaluator(name, summary, out / name) for name, summary in entries.items()}
             progress.stage(shown_as, progress.Stage.RECORDING)
@@ -409,9 +330,9 @@ def _validate(
     except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record
         logger.warning("%s v%s: the suite's items could not be counted: %s", model_name, version, error)
         totals = {}
-    sequential = record_looks(client, model_name, version, run_id, looks, totals) if looks else None
-    record_power_plan(client, run_id, plan, outputs, decision.champion_before, totals)
-    client.set_terminated(run_id, "FINISHED")
+    sequential = recorder.looks(looks, totals) if looks else None
+    recorder.power_plan(outputs, decision.champion_before, totals)
+    recorder.finished()
     logger.info("%s v%s: %s", model_name, version, decision.label)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.label)
     progress.stage(shown_as, progress.Stage.REPORT)
@@ -419,10 +340,10 @@ def _validate(
         report = publish_report(plan)
     except Exception as error:
         logger.warning("report of %s v%s failed: %s", model_name, version, error)
-        client.set_tag(run_id, tag_keys.REPORT, tag_keys.cut(f"failed: {type(error).__name__}: {error}"))
+        recorder.report_failed(error)
         report = None
     saved = sequential.saved_fraction if sequential is not None else None
-    client.set_tag(run_id, RUN_NOTE, run_note(decision, saved, report_logged=report is not None, run=(run.info.experiment_id, run_id)))
+    recorder.described(decision, saved, report_logged=report is not None)
     from_cache = {name: entry.from_cache for name, entry in entries.items() if entry.error is None}
     records = {name: entry.reused + entry.from_cache + entry.computed for name, entry in entries.items() if entry.error is None}
     result = ValidationResult(
