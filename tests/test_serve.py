@@ -94,7 +94,7 @@ def test_a_decision_still_undelivered_when_serve_is_killed_is_delivered_once_aft
     delivers it, signed, once."""
     from test_notifications import Receiver
 
-    from vlgate.registry_hooks.outbox import Outbox
+    from vlgate.registry_hooks.outbox import DEFAULT_LEASE_S, Outbox
     from vlgate.registry_hooks.senders import verify_notification
     from vlgate.registry_hooks.state_db import StateDatabase
 
@@ -127,7 +127,9 @@ def test_a_decision_still_undelivered_when_serve_is_killed_is_delivered_once_aft
     receiver.start()
     second = serve("serve-2.log")
     try:
-        wait_until(lambda: len(receiver.requests) >= 1, 180, "the notification delivered by the restarted serve", second)
+        # killed while it held the row for a send, the first serve left it leased: the next
+        # takes it once the lease runs out (outbox.DEFAULT_LEASE_S), so wait past that
+        wait_until(lambda: len(receiver.requests) >= 1, DEFAULT_LEASE_S + 120, "the notification delivered by the restarted serve", second)
         time.sleep(3)  # a second delivery, were there one, would arrive by now
     except BaseException:
         print((tmp_path / "serve-2.log").read_text()[-6000:])
