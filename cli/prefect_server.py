@@ -130,9 +130,9 @@ class LocalPrefectServer:
     def wait_ready(self, timeout_s: float = 180) -> str:
         """Block until the API answers; its URL. Raises with the server's log named when
         it exits or does not answer in time. Once healthy, the server is also asked its API
-        version, in the background: every Prefect client asks that first, and a new server
-        takes a quarter of a second to answer it the first time (benchmarks/RESULTS.md);
-        asked here, that happens on the server's core while this process goes on."""
+        version, in the background: every Prefect client asks that first, and a new server is
+        slow to answer it the first time (benchmarks/RESULTS.md has how slow); asked here,
+        that happens on the server's core while this process goes on."""
         deadline = time.monotonic() + timeout_s
         self._starter.join(timeout_s)
         if self._start_error is not None or self.process is None:

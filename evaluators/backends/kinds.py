@@ -202,8 +202,9 @@ IMAGE_GENERATOR_ENTRY_POINTS = "vlgate.image_generators"
 
 
 def _generators_by_entry_point() -> Iterator[HelperKind[ImageGenerator]]:
-    """The image generator kinds the installed packages register (read on first use: the
-    packages' metadata takes 0.05-0.1 s, and nothing is imported until a suite names one)."""
+    """The image generator kinds the installed packages register, read on first use and
+    once a process: reading every installed package's metadata is not free, and nothing is
+    imported until a suite names a generator."""
     from importlib.metadata import entry_points
 
     for point in entry_points(group=IMAGE_GENERATOR_ENTRY_POINTS):
