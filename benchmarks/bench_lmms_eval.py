@@ -55,11 +55,11 @@ import json, time
 started = time.perf_counter()
 from pathlib import Path
 from vlgate.evaluators.runners.cache import FolderRecordCache
-from vlgate.evaluators.running.suite import Suite, run_suite
+from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
 import lmms_eval.evaluator, lmms_eval.tasks  # what the other side imports before its clock starts (vlgate imports it when the suite names a task)
 imported = time.perf_counter()
 suite = Suite.model_validate({{"name": "bench", "batch_size": {batch}, "evaluators": {{"pope_world": {{"kind": "lmms-eval", "task": "pope_world", "include_path": {folder!r}, "limit": {limit}}}}}}})
-summary = run_suite({checkpoint!r}, suite, Path({out!r}), progress=False, cache_dir=Path({cache!r}) / "models", record_cache=FolderRecordCache(Path({cache!r}) / "records"))
+summary = run_suite({checkpoint!r}, suite, Path({out!r}), RunOptions(cache_dir=Path({cache!r}) / "models", record_cache=FolderRecordCache(Path({cache!r}) / "records"), progress=False))
 done = time.perf_counter()
 records = [json.loads(line) for line in (Path({out!r}) / "pope_world" / "records.jsonl").read_text().splitlines()]
 responses = [record["filtered"]["none"] for record in sorted(records, key=lambda r: r["doc_id"])]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from vlgate.evaluators.records import Record
 from vlgate.evaluators.runners.cache import FolderRecordCache, RecordCache
-from vlgate.evaluators.running.suite import Suite, SuiteSummary, count_items, run_suite
+from vlgate.evaluators.running.suite import RunOptions, Suite, SuiteSummary, count_items, run_suite
 from vlgate.home import vlgate_home
 
 
@@ -65,7 +65,7 @@ class TimedCache(FolderRecordCache):
 
 def timed(model: str, suite: Suite, out: Path, cache: RecordCache) -> tuple[float, SuiteSummary]:
     started = time.perf_counter()
-    summary = run_suite(model, suite, out, progress=False, cache_dir=out.parent / f"{out.name}-model-cache", record_cache=cache)
+    summary = run_suite(model, suite, out, RunOptions(cache_dir=out.parent / f"{out.name}-model-cache", record_cache=cache, progress=False))
     failed = {name: entry["error"] for name, entry in summary["evaluators"].items() if "error" in entry}
     if failed:
         raise SystemExit(f"{out.name}: {failed}")

@@ -29,10 +29,10 @@ from pathlib import Path
 
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.encoders import VitClsEncoder
-from vlgate.evaluators.backends.image_generators import DiffusersGenerator
+from vlgate.evaluators.backends.image_generators import DiffusersGenerator, DiffusionSettings
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 from vlgate.evaluators.decc.runner import decc_runner
-from vlgate.evaluators.genception.runner import genception_runner
+from vlgate.evaluators.genception.runner import GenceptionLoop, genception_runner
 from vlgate.evaluators.loaders import load_dataset
 from vlgate.evaluators.loaders.items import open_image
 from vlgate.evaluators.runners.store import RecordStore
@@ -58,7 +58,7 @@ def main() -> None:
     llm = TransformersBackend.load(world / manifest["checkpoints"]["llm_agent"])
     encoder = VitClsEncoder.load(world / manifest["checkpoints"]["vit_encoder"])
     if args.generator == "diffusion":
-        generator = DiffusersGenerator.load(world / manifest["checkpoints"]["diffusion"], num_inference_steps=args.steps)
+        generator = DiffusersGenerator.load(world / manifest["checkpoints"]["diffusion"], settings=DiffusionSettings(num_inference_steps=args.steps))
     else:
         generator = SceneRendererGenerator()
     seeds = load_dataset("genception", world / "data" / "genception").items
@@ -79,7 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         shared = Path(folder) / "shared-cache"
         for name, make, items in (
-            ("genception", lambda vlm, out: genception_runner(vlm, generator, encoder, 3, artifacts_dir=out, feature_cache_dir=shared / "features"), seeds),
+            ("genception", lambda vlm, out: genception_runner(vlm, generator, encoder, GenceptionLoop(iterations=3), artifacts_dir=out, feature_cache_dir=shared / "features"), seeds),
             ("decc", lambda vlm, out: decc_runner(vlm, llm, decomposer, cache_dir=shared), decc_items),
         ):
             seconds, new_drawings = [], []

@@ -62,7 +62,7 @@ from PIL import Image
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
 from vlgate.evaluators.backends.base import BackendInfo, GenerateRequest
-from vlgate.evaluators.backends.transformers_backend import PrefixSharing, TransformersBackend
+from vlgate.evaluators.backends.transformers_backend import LoadedModel, PrefixSharing, TransformersBackend
 from vlgate.evaluators.loaders.items import McItem
 from vlgate.evaluators.vl_lcm.runner import lcm_mc_requests
 from vlgate.evaluators.world.architectures import build_vlm
@@ -258,10 +258,11 @@ def main() -> None:
         device=str(device),
         extra={"architecture": type(model).__name__, "dtype": str(dtype).removeprefix("torch.")},
     )
-    shared = TransformersBackend(model, processor, tokenizer, info, has_vision=True, batch_size=arguments.batch_size)
-    whole = TransformersBackend(model, processor, tokenizer, info, has_vision=True, batch_size=arguments.batch_size, share_prefixes=False)
+    loaded = LoadedModel(model, processor, tokenizer, has_vision=True)
+    shared = TransformersBackend(loaded, info, batch_size=arguments.batch_size)
+    whole = TransformersBackend(loaded, info, batch_size=arguments.batch_size, share_prefixes=False)
     # the shared path's own speed and difference, whatever the backend's check decides
-    forced = TransformersBackend(model, processor, tokenizer, info, has_vision=True, batch_size=arguments.batch_size)
+    forced = TransformersBackend(loaded, info, batch_size=arguments.batch_size)
     forced.prefix_sharing = PrefixSharing(True, "forced by the benchmark")
     generate_requests = [GenerateRequest(request.images, request.prompt, max_new_tokens=arguments.new_tokens) for request in mc_requests]
 

@@ -41,6 +41,7 @@ from vlgate.cli.world_progress import WorldBuildProgress
 from vlgate.flows import progress
 from vlgate.flows.context import ServiceContext
 from vlgate.flows.settings import CONFIG_FILE, report_image_roots
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -182,7 +183,7 @@ def _run_demo(console: Console, context: ServiceContext, size: str) -> int:
         claimed = poll_once(client, dispatcher)
         resumed = dispatcher.recover()
         console.print(f"  claimed {len(claimed)} version(s): {', '.join('v' + v for _, v in claimed) or 'none new'}")
-        shown.queue(progress.subject(*key) for key in claimed + resumed)
+        shown.queue(progress.subject(VersionRef(model=model, version=version)) for model, version in claimed + resumed)
         dispatcher.wait()
     dispatcher.close()
 

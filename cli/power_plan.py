@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vlgate.decisions import PowerPlan
-from vlgate.gate.power import ESTIMATE_ITSELF, plan_power
+from vlgate.gate.power import ESTIMATE_ITSELF, MeasuredOn, plan_power
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -30,7 +31,7 @@ def configured_power_plan(client: MlflowClient, model: str, config: ModelConfig)
     except (OSError, ValueError) as error:
         raise ValueError(f"suite {config.suite}: {error}") from None
     champion_version = tracking.champion_version(client, model)
-    champion = version_outputs(client, model, champion_version) if champion_version else None
+    champion = version_outputs(client, VersionRef(model=model, version=champion_version)) if champion_version else None
     baseline_version, baseline = None, None
     if champion_version is not None:  # the version validated last before the champion: the paired spread's other side
         runs = tracking.validation_runs(client, model)
@@ -38,7 +39,8 @@ def configured_power_plan(client: MlflowClient, model: str, config: ModelConfig)
         if earlier:
             baseline_version = str(max(earlier))
             baseline = run_outputs(client, runs[baseline_version].info.run_id)
-    return plan_power(model, policy, items, champion or None, champion_version, baseline, baseline_version)
+    measured = MeasuredOn(champion_version, champion) if champion else None
+    return plan_power(model, policy, items, measured, MeasuredOn(baseline_version, baseline) if baseline is not None else None)
 
 
 def _shown(value: float | None, digits: int = 4) -> str:

@@ -19,6 +19,7 @@ from vlgate.config import ConfigError
 from vlgate.flows.context import ServiceContext
 from vlgate.flows.settings import DriftConfig, ServiceConfig, config_problem, drift_problem
 from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -286,7 +287,7 @@ def _serve(context: ServiceContext, drift_configs: dict[str, DriftConfig], *, we
     from vlgate.flows.notifying import deliver_now
     from vlgate.flows.validation import validate_model_version
     from vlgate.registry_hooks.dispatch import Dispatcher, Poller, poll_once
-    from vlgate.registry_hooks.outbox import deliver_forever
+    from vlgate.registry_hooks.seams import deliver_forever
 
     # in the Prefect server's context: the plan reads MLflow through modules that import
     # Prefect, whose settings must be the started server's
@@ -302,7 +303,7 @@ def _serve(context: ServiceContext, drift_configs: dict[str, DriftConfig], *, we
         start=None if deployment else validate_model_version,
         configured=lambda name: config.for_model(name) is not None,
         max_crashes=config.max_crashes,
-        give_up=lambda name, version, reason: gave_up(context, name, version, reason),
+        give_up=lambda name, version, reason: gave_up(context, VersionRef(model=name, version=version), reason),
     )
     client = context.tracking
     channels = config.all_channels()
@@ -341,16 +342,16 @@ def _serve(context: ServiceContext, drift_configs: dict[str, DriftConfig], *, we
     return 0
 
 
-def gave_up(context: ServiceContext, model: str, version: str, reason: str) -> None:
+def gave_up(context: ServiceContext, subject: VersionRef, reason: str) -> None:
     """Crash recovery gave up on a version: failed closed on record, and the team told."""
     from vlgate.flows.notifying import failure_notification, tell
     from vlgate.flows.validation import record_failure
     from vlgate.registry_hooks.notifications import NotifyEvent
 
-    record_failure(context, model, version, reason)
-    claim = context.claims.get(model, version)
+    record_failure(context, subject, reason)
+    claim = context.claims.get(subject.model, subject.version)
     attempts = claim.attempts if claim is not None else 0
-    tell(context.home, failure_notification(model, version, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), context.config.notify_channels(model))
+    tell(context.home, failure_notification(subject, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), context.config.notify_channels(subject.model))
 
 
 def _start_webhook(client: MlflowClient, dispatcher: Dispatcher, config: ServiceConfig) -> threading.Thread | None:

@@ -73,6 +73,7 @@ from vlgate.cli.stack_state import (
     stack_deployments,
     write_private,
 )
+from vlgate.values import replaced
 
 
 class LocalStack:
@@ -159,8 +160,8 @@ class LocalStack:
                 if "address already in use" not in str(error).lower() or attempt == tries:
                     raise
             moved = f"{getattr(state, url).rsplit(':', 1)[0]}:{free_port()}"
-            state = state.model_copy(update={url: moved})
-            self._write((self.read_state() or state).model_copy(update={url: moved}))
+            state = replaced(state, **{url: moved})
+            self._write(replaced(self.read_state() or state, **{url: moved}))
         raise AssertionError("unreachable: the last try returns or raises")
 
     def _credentials(self) -> StackCredentials:
@@ -312,7 +313,7 @@ class LocalStack:
             process = subprocess.Popen(command, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder)
         current = self.read_state() or state
         started = StackProcess(name=name, pid=process.pid, log=str(log), command=command, env=env)
-        self._write(current.model_copy(update={"processes": [*(p for p in current.processes if p.name != name), started]}))
+        self._write(replaced(current, processes=[*(p for p in current.processes if p.name != name), started]))
         return process, log
 
     def restart(self, name: str) -> StackProcess:

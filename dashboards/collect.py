@@ -23,6 +23,7 @@ from vlgate.decisions import DecisionRecord, PowerPlan, SequentialRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -104,16 +105,17 @@ def _download(client: MlflowClient, run_id: str, path: str, into: Path) -> Path 
         return None
 
 
-def load_validation(client: MlflowClient, model_name: str, version: str, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]] | None = None) -> ValidationReportData:
+def load_validation(client: MlflowClient, subject: VersionRef, scratch: Path, runs: dict[str, dict[str, EvaluatorOutput]] | None = None) -> ValidationReportData:
     """Everything the report of one version needs; artifacts are downloaded into ``scratch``.
     ``runs`` keeps the evaluators' outputs of the runs read so far, by run id, so that the
     champion's run is downloaded once for all the versions judged against it."""
-    model_version = client.get_model_version(model_name, str(version))
+    model_name = subject.model
+    model_version = client.get_model_version(model_name, subject.version)
     tags = model_version.tags
     reasons = tags.get(tag_keys.REASONS)
     data = ValidationReportData(
         model=model_name,
-        version=str(version),
+        version=subject.version,
         run_id=tags.get(tag_keys.VALIDATION_RUN),
         decision=tags.get(tag_keys.DECISION),
         reasons=reasons.split("\n") if reasons else [],

@@ -34,6 +34,7 @@ from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.evaluators.records import Record
 from vlgate.history import ModelHistory, model_history
 from vlgate.text import shell_command
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -235,7 +236,7 @@ def latest_drift(drift: pd.DataFrame, version: str) -> DriftStatus | None:
     """The latest drift check of ``version`` (its rows of the latest drift run); None: never checked."""
     if "version" not in drift.columns:  # no drift check at all (a frame without its columns)
         return None
-    rows = drift[drift["version"].astype(str) == str(version)]
+    rows = drift[drift["version"].astype(str) == version]
     if not len(rows):
         return None
     latest = rows[rows["run_id"] == rows.sort_values("time", kind="stable")["run_id"].iloc[-1]]
@@ -313,7 +314,7 @@ def render_leaderboard(
     rows = [{"version": version, **row, "early": early_measures(row)} for version, row in board.iterrows()]
     latest = {v.version: v.records[-1] for v in (history.versions if history is not None else []) if v.records}
     why = {version: leaderboard_why(record) for version, record in latest.items()}
-    drift_status = {str(version): status for version in board.index if (status := latest_drift(drift, str(version))) is not None}
+    drift_status = {version: status for version in board.index.astype(str) if (status := latest_drift(drift, version)) is not None}
     figures = [f for f in (*shared.correlations, *shared.across_versions.values(), shared.drift) if f is not None]
     html = _environment().get_template("leaderboard.html.j2").render(
         model=model,
@@ -364,7 +365,7 @@ def write_reports(
         shared = model_figures(board, drift, image_roots)
         runs: dict[str, dict[str, EvaluatorOutput]] = {}
         for version in wanted:
-            data = load_validation(client, model, version, Path(scratch) / f"v{version}", runs)
+            data = load_validation(client, VersionRef(model=model, version=version), Path(scratch) / f"v{version}", runs)
             rendered = render_version_report(data, shared, drift, client.tracking_uri, version_correlation_figures(data, board))
             path = out / report_file_name(version)
             path.write_text(rendered.html, encoding="utf-8")

@@ -25,6 +25,7 @@ from typing_extensions import TypedDict, Unpack
 
 from vlgate.evaluators.metrics.common import Metrics
 from vlgate.evaluators.records import ParsedLines, Record, read_jsonl
+from vlgate.values import replaced
 
 
 class ItemErrorFields(TypedDict):
@@ -111,7 +112,7 @@ class EvaluatorSummary(BaseModel):
             return self
         from_cache, computed = earlier.from_cache + self.from_cache, earlier.computed + self.computed
         reused = max(self.reused + self.from_cache + self.computed - from_cache - computed, 0)
-        return self.model_copy(update={"from_cache": from_cache, "computed": computed, "reused": reused})
+        return replaced(self, from_cache=from_cache, computed=computed, reused=reused)
 
     def as_json(self) -> SummaryJson:
         """The fields that were set, as JSON values (a NumPy number in the metrics as the

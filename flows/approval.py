@@ -44,6 +44,8 @@ from vlgate.flows.judgement import ValidationError, judge_again
 from vlgate.flows.recording import judge_identity, write_decision_tags
 from vlgate.gate.policy import ApprovalPolicy, GatePolicy
 from vlgate.text import shell_command
+from vlgate.values import replaced
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -121,76 +123,73 @@ def signer(model: str, by: str | None, from_form: bool = False) -> Signer:
     return Signer(person=user, verified=True)
 
 
-def sign_off(
-    context: ServiceContext, model: str, version: str, approve: bool, reason: str, by: str | None = None, now: datetime | None = None,
-    request_id: str | None = None, from_form: bool = False,
-) -> SignOff:  # fmt: skip
-    """Approve (``approve``) or reject the version awaiting approval, as :func:`signer`
-    says who signs (``from_form``: an answer given in Prefect's form). With ``request_id``,
-    an answer already on record (a resumed flow run replaying it) is returned as recorded
-    instead of applied twice."""
-    client = context.tracking
+def sign_off(context: ServiceContext, subject: VersionRef, answer: SignOffInput, now: datetime | None = None, request_id: str | None = None, from_form: bool = False) -> SignOff:
+    """Approve or reject (``answer``) the version awaiting approval, as :func:`signer` says
+    who signs (``answer.by``; ``from_form``: an answer given in Prefect's form). With
+    ``request_id``, an answer already on record (a resumed flow run replaying it) is
+    returned as recorded instead of applied twice."""
+    client, model, version = context.tracking, subject.model, subject.version
     run_id = client.get_model_version(model, version).tags.get(tag_keys.VALIDATION_RUN)
     if not run_id:
-        raise ValidationError(f"{model} v{version} has no validation run yet ({shell_command('vlgate', 'validate', model, version)})")
+        raise ValidationError(f"{subject} has no validation run yet ({shell_command('vlgate', 'validate', model, version)})")
     if request_id is not None:
         answered = [record for record in tracking.decision_history(client, run_id) if record.judged_by is not None and record.judged_by.request_id == request_id]
         if answered:
             return SignOff(model=model, version=version, run_id=run_id, record=answered[-1])
-    who = signer(model, by, from_form)
-    person, verified = who.person, who.verified
+    who = signer(model, answer.by or None, from_form)
     rejudged = None
-    awaiting = _awaiting(client, model, version, run_id)
+    awaiting = _awaiting(client, subject, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
-    refusal = who.refusal
-    if refusal is None and approval is not None and approval.approvers and person not in approval.approvers:
-        refusal = f"{person} is not among the policy's approvers ({', '.join(approval.approvers)})"
-    if refusal is not None:
+    if who.refusal is None and approval is not None and approval.approvers and who.person not in approval.approvers:
+        who = Signer(person=who.person, verified=who.verified, refusal=f"{who.person} is not among the policy's approvers ({', '.join(approval.approvers)})")
+    if who.refusal is not None:
         try:
             # a refused form answer used up its suspension (the flow waits on the next); a
             # refused command leaves the suspension to the answer that may be given
-            _refuse(context, model, version, run_id, awaiting, person, verified, refusal, reason, request_id if from_form else None, now)
+            with context.locks.hold(f"gate:{model}"):
+                _append(context.tracking, run_id, awaiting, _refused(who, answer.reason, request_id if from_form else None, now))
         except Exception as error:  # credentials that may write nothing cannot leave the refusal on record either
             if not _permission_denied(error):
                 raise
-            raise ApprovalRefused(f"{refusal}: nothing changed (MLflow lets these credentials write nothing to the validation run, so the refusal is not recorded)") from None
-        raise ApprovalRefused(f"{refusal}: recorded as refused, nothing else changed")
+            raise ApprovalRefused(f"{who.refusal}: nothing changed (MLflow lets these credentials write nothing to the validation run, so the refusal is not recorded)") from None
+        raise ApprovalRefused(f"{who.refusal}: recorded as refused, nothing else changed")
     current = tracking.champion_version(client, model)
-    if approve and current not in (awaiting.champion_before, version) and not _expired(awaiting, approval, now):
+    if answer.approve and current not in (awaiting.champion_before, version) and not _expired(awaiting, approval, now):
         # judged against a champion that no longer holds the alias: against today's first
         configured = context.config.for_model(model)
         policy_path = str(configured.policy) if configured is not None else awaiting.policy_path
         if policy_path is None:
             raise ValidationError(f"{model} is not configured in vlgate.yaml: no policy to judge it again against v{current}")
-        rejudged = judge_again(context, model, version, policy_path, record=True, against_current=True).judged
+        rejudged = judge_again(context, subject, policy_path, record=True, against_current=True).judged
         if rejudged.outcome is not Outcome.AWAITING_APPROVAL:
             return SignOff(model=model, version=version, run_id=run_id, record=rejudged)
     with context.locks.hold(f"gate:{model}"):
-        awaiting = _awaiting(client, model, version, run_id)  # under the lock: nobody judged it meanwhile
+        awaiting = _awaiting(client, subject, run_id)  # under the lock: nobody judged it meanwhile
         current = tracking.champion_version(client, model)
-        identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
-        moment = now or datetime.now(UTC)
-        update: dict[str, object] = {"judged_at": moment, "judged_by": identity, "note": reason, "sequence": None, "alias_moved": False, "champion_after": current}
+        person, reason = who.person, answer.reason
+        stated: dict[str, object] = {
+            "judged_at": now or datetime.now(UTC), "judged_by": judge_identity(request_id, who.person, who.verified), "note": reason, "alias_moved": False, "champion_after": current,
+        }  # fmt: skip
         if _expired(awaiting, approval, now):
-            update |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.APPROVAL_EXPIRED, "reasons": [f"approval by {person} came after {approval.expires_after if approval else '?'}: {reason}"]}
-        elif not approve:
-            update |= {"kind": DecisionKind.REJECTION, "outcome": Outcome.REJECTED, "reasons": [f"rejected by {person}: {reason}"]}
+            stated |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.APPROVAL_EXPIRED, "reasons": [f"approval by {person} came after {approval.expires_after if approval else '?'}: {reason}"]}
+        elif not answer.approve:
+            stated |= {"kind": DecisionKind.REJECTION, "outcome": Outcome.REJECTED, "reasons": [f"rejected by {person}: {reason}"]}
         elif current not in (awaiting.champion_before, version):  # moved again since the re-judgement: judge again
             raise ValidationError(f"v{current} took the alias meanwhile: run {shell_command('vlgate', 'approve', model, version)} again")
         else:
             moves = current != version
             if moves:
                 client.set_registered_model_alias(model, tracking.CHAMPION, version)
-            update |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.PROMOTED, "reasons": [f"approved by {person}: {reason}"], "champion_after": version, "alias_moved": moves}
-        record = _append(client, run_id, awaiting.model_copy(update=update))
-        write_decision_tags(client, model, version, run_id, record)
+            stated |= {"kind": DecisionKind.APPROVAL, "outcome": Outcome.PROMOTED, "reasons": [f"approved by {person}: {reason}"], "champion_after": version, "alias_moved": moves}
+        record = _append(client, run_id, awaiting, stated)
+        write_decision_tags(client, subject, run_id, record)
     channels = context.config.notify_channels(model)
-    notifying.tell(context.home, notifying.decision_notification(model, version, run_id, record, None, None, None), channels)
+    notifying.tell(context.home, notifying.decision_notification(subject, run_id, record, None, None, None), channels)
     notifying.deliver_now(context.home, context.config.all_channels())
     return SignOff(model=model, version=version, run_id=run_id, record=record, rejudged=rejudged)
 
 
-def await_sign_off(context: ServiceContext, model: str, version: str, run_id: str) -> DecisionRecord:
+def await_sign_off(context: ServiceContext, subject: VersionRef, run_id: str) -> DecisionRecord:
     """In a deployment's flow run: suspend until a person signs off, apply the answer, and
     again while the version still awaits (a refused sign-off); the decision it ends on.
     Suspended, the flow holds no worker slot; resumed, Prefect starts it again from the top
@@ -200,7 +199,7 @@ def await_sign_off(context: ServiceContext, model: str, version: str, run_id: st
     from prefect import suspend_flow_run
     from prefect.runtime import flow_run
 
-    awaiting = _awaiting(context.tracking, model, version, run_id)
+    awaiting = _awaiting(context.tracking, subject, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
     record, answered = awaiting, 0
     while record.outcome is Outcome.AWAITING_APPROVAL:
@@ -208,20 +207,20 @@ def await_sign_off(context: ServiceContext, model: str, version: str, run_id: st
         timeout = None
         if approval is not None and awaiting.judged_at is not None:
             timeout = max(1, int((awaiting.judged_at + approval.expires_after - datetime.now(UTC)).total_seconds()))
-        answer = suspend_flow_run(wait_for_input=SignOffInput.with_initial_data(description=_form_text(model, version, awaiting)), timeout=timeout, key=f"sign-off-{answered}")
+        answer = suspend_flow_run(wait_for_input=SignOffInput.with_initial_data(description=_form_text(subject, awaiting)), timeout=timeout, key=f"sign-off-{answered}")
         request_id = f"{flow_run.id}/sign-off-{answered}"
         try:
-            record = sign_off(context, model, version, answer.approve, answer.reason, answer.by or "prefect-ui", request_id=request_id, from_form=True).record
+            record = sign_off(context, subject, SignOffInput(approve=answer.approve, reason=answer.reason, by=answer.by or "prefect-ui"), request_id=request_id, from_form=True).record
         except ApprovalRefused:  # on record; the version still awaits a sign-off it can take
             continue
     return record
 
 
-def _form_text(model: str, version: str, awaiting: DecisionRecord) -> str:
+def _form_text(subject: VersionRef, awaiting: DecisionRecord) -> str:
     """What the Prefect UI shows above the sign-off form (markdown)."""
     reasons = "\n".join(f"- {reason}" for reason in awaiting.reasons[:5])
-    command = f"`vlgate approve|reject {shell_command(model, version)} --reason TEXT`"
-    return f"**{model} v{version}** passed every rule and awaits a sign-off (champion: {awaiting.champion_before or 'none'}).\n\n{reasons}\n\nApprove moves the champion alias; {command} answers this form too."
+    command = f"`vlgate approve|reject {shell_command(subject.model, subject.version)} --reason TEXT`"
+    return f"**{subject}** passed every rule and awaits a sign-off (champion: {awaiting.champion_before or 'none'}).\n\n{reasons}\n\nApprove moves the champion alias; {command} answers this form too."
 
 
 class SuspendedRun(BaseModel):
@@ -238,14 +237,14 @@ class SuspendedRun(BaseModel):
         return f"{self.flow_run_id}/{self.pause_key}"
 
 
-def suspended_flow_run(context: ServiceContext, model: str, version: str) -> SuspendedRun | None:
+def suspended_flow_run(context: ServiceContext, subject: VersionRef) -> SuspendedRun | None:
     """The deployment's flow run suspended for this version's sign-off, if one is."""
     from uuid import UUID
 
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL
 
-    claim = context.claims.get(model, version)
+    claim = context.claims.get(subject.model, subject.version)
     if claim is None or not claim.flow_run_id or not PREFECT_API_URL.value():
         return None  # no Prefect server: the flow ran in this machine's own process, not suspended
     try:
@@ -258,7 +257,7 @@ def suspended_flow_run(context: ServiceContext, model: str, version: str) -> Sus
     return SuspendedRun(flow_run_id=claim.flow_run_id, pause_key=run.state.state_details.pause_key)
 
 
-def sign_off_suspended(context: ServiceContext, suspended: SuspendedRun, model: str, version: str, approve: bool, reason: str, by: str | None = None) -> SignOff:
+def sign_off_suspended(context: ServiceContext, suspended: SuspendedRun, subject: VersionRef, answer: SignOffInput) -> SignOff:
     """The sign-off applied here, as the person running the command (their identity and
     credentials, not the service's), under the suspension's request id; then the suspended
     flow run resumed with the same answer, which finds it on record and ends. A refusal
@@ -269,11 +268,12 @@ def sign_off_suspended(context: ServiceContext, suspended: SuspendedRun, model: 
     from prefect.exceptions import FlowPauseTimeout, NotPausedError
     from prefect.flow_runs import resume_flow_run
 
-    signed = sign_off(context, model, version, approve, reason, by, request_id=suspended.request_id)
+    signed = sign_off(context, subject, answer, request_id=suspended.request_id)
     if signed.record.outcome is not Outcome.AWAITING_APPROVAL:
-        answer = SignOffInput(approve=approve, reason=reason, by=signed.record.judged_by.user if signed.record.judged_by and signed.record.judged_by.user else "")
+        judged_by = signed.record.judged_by
+        resumed = SignOffInput(approve=answer.approve, reason=answer.reason, by=judged_by.user if judged_by and judged_by.user else "")
         try:
-            resume_flow_run(UUID(suspended.flow_run_id), run_input=answer.model_dump(mode="json"))
+            resume_flow_run(UUID(suspended.flow_run_id), run_input=resumed.model_dump(mode="json"))
         except (FlowPauseTimeout, NotPausedError) as error:  # the record stands either way
             log.info("flow run %s not resumed: %s", suspended.flow_run_id, error)
     return signed
@@ -290,29 +290,24 @@ def _permission_denied(error: BaseException) -> bool:
     return isinstance(error, HTTPError) and error.response is not None and error.response.status_code == 403
 
 
-def _refuse(
-    context: ServiceContext, model: str, version: str, run_id: str, awaiting: DecisionRecord, person: str, verified: bool,
-    refusal: str, reason: str, request_id: str | None, now: datetime | None,
-) -> DecisionRecord:  # fmt: skip
-    """A sign-off the person may not give, on record: the version still awaits approval (the
-    record keeps the awaiting decision's outcome, champion and policy) and nothing moves."""
-    identity = judge_identity(request_id).model_copy(update={"user": person, "verified": verified})
-    with context.locks.hold(f"gate:{model}"):
-        update: dict[str, object] = {
-            "kind": DecisionKind.REFUSED_SIGN_OFF, "judged_at": now or datetime.now(UTC), "judged_by": identity, "note": reason, "sequence": None,
-            "alias_moved": False, "reasons": [f"sign-off refused: {refusal}"],
-        }  # fmt: skip
-        return _append(context.tracking, run_id, awaiting.model_copy(update=update))
+def _refused(who: Signer, reason: str, request_id: str | None, now: datetime | None) -> dict[str, object]:
+    """What a sign-off the person may not give states on record: the version still awaits
+    approval (the record keeps the awaiting decision's outcome, champion and policy) and
+    nothing moves."""
+    return {
+        "kind": DecisionKind.REFUSED_SIGN_OFF, "judged_at": now or datetime.now(UTC), "judged_by": judge_identity(request_id, who.person, who.verified), "note": reason,
+        "alias_moved": False, "reasons": [f"sign-off refused: {who.refusal}"],
+    }  # fmt: skip
 
 
-def _awaiting(client: MlflowClient, model: str, version: str, run_id: str) -> DecisionRecord:
+def _awaiting(client: MlflowClient, subject: VersionRef, run_id: str) -> DecisionRecord:
     """The decision that left the version awaiting approval (refused sign-offs since then
     change nothing: its time, champion and policy are the ones that count)."""
     history = tracking.decision_history(client, run_id)
     latest = history[-1] if history else None
     if latest is None or latest.outcome is not Outcome.AWAITING_APPROVAL:
         shown = latest.outcome.value if latest is not None else "none yet"
-        raise ValidationError(f"{model} v{version} is not awaiting approval (its latest decision: {shown})")
+        raise ValidationError(f"{subject} is not awaiting approval (its latest decision: {shown})")
     return next(record for record in reversed(history) if record.kind is not DecisionKind.REFUSED_SIGN_OFF)
 
 
@@ -322,9 +317,13 @@ def _expired(awaiting: DecisionRecord, approval: ApprovalPolicy | None, now: dat
     return (now or datetime.now(UTC)) > awaiting.judged_at + approval.expires_after
 
 
-def _append(client: MlflowClient, run_id: str, record: DecisionRecord) -> DecisionRecord:
-    """The record appended with the policy it applies beside it (the awaiting decision's, as judged)."""
+def _append(client: MlflowClient, run_id: str, awaiting: DecisionRecord, stated: dict[str, object]) -> DecisionRecord:
+    """The sign-off's record, built once from the awaiting decision it answers and what it
+    ``stated``, appended as the run's next record with the policy it applies beside it (the
+    awaiting decision's, as judged). Call under the model's gate lock."""
     with tempfile.TemporaryDirectory() as scratch:
         policy = Path(scratch) / "policy.yaml"
-        policy.write_text(yaml.safe_dump(record.policy, sort_keys=False))
-        return tracking.append_decision(client, run_id, record, policy)
+        policy.write_text(yaml.safe_dump(awaiting.policy, sort_keys=False))
+        record = replaced(awaiting, **stated, sequence=tracking.next_decision_number(client, run_id), policy_digest=tracking.file_digest(policy))
+        tracking.log_decision(client, run_id, record, policy)
+        return record

@@ -30,6 +30,7 @@ from vlgate.evaluators.records import Record, read_jsonl
 from vlgate.evaluators.running.items import ItemIds
 from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.recording import version_outputs
+from vlgate.versions import VersionRef
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,10 @@ def logged_champion_items(client: MlflowClient, run_id: str, champion_version: s
         return {path.parent.name: read_jsonl(path).records for path in sorted(local.glob("*/records.jsonl"))}
 
 
-def champion_outputs(client: MlflowClient, model_name: str, champion_version: str, run_id: str) -> dict[str, EvaluatorOutput]:
+def champion_outputs(client: MlflowClient, champion: VersionRef, run_id: str) -> dict[str, EvaluatorOutput]:
     """The champion's outputs as a judgement of the run ``run_id`` compares with: its own
     run's, and the records evaluated for this candidate on the items it lacked."""
-    return with_champion_items(version_outputs(client, model_name, champion_version), logged_champion_items(client, run_id, champion_version))
+    return with_champion_items(version_outputs(client, champion), logged_champion_items(client, run_id, champion.version))
 
 
 Evaluate = Callable[[ValidationPlan, str], dict[str, EvaluatorSummary]]
@@ -107,7 +108,7 @@ def evaluate_champion_items(
     the champion is logged and left out: its comparison is made on the shared items."""
     from mlflow.entities import Metric
 
-    missing = missing_items(candidate, version_outputs(client, plan.model, champion_version))
+    missing = missing_items(candidate, version_outputs(client, VersionRef(model=plan.model, version=champion_version)))
     if not missing.ids:
         return {}
     folder = out / CHAMPION_ITEMS / f"v{champion_version}"

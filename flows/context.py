@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from vlgate.registry_hooks.claims import ClaimStore
-    from vlgate.registry_hooks.locks import NamedLocks
-    from vlgate.registry_hooks.outbox import Outbox
+    from vlgate.registry_hooks.seams import NamedLockManager, NotificationOutbox
 
 _CURRENT: ContextVar[ServiceContext | None] = ContextVar("vlgate_service_context", default=None)
 
@@ -78,14 +77,14 @@ class ServiceContext:
         return ClaimStore.for_home(self.home, lease_seconds=self.config.lease_s)
 
     @cached_property
-    def locks(self) -> NamedLocks:
+    def locks(self) -> NamedLockManager:
         from vlgate.registry_hooks.locks import NamedLocks
         from vlgate.registry_hooks.state_db import StateDatabase
 
         return NamedLocks(StateDatabase.for_home(self.home))
 
     @cached_property
-    def outbox(self) -> Outbox:
+    def outbox(self) -> NotificationOutbox:
         from vlgate.registry_hooks.outbox import Outbox
         from vlgate.registry_hooks.state_db import StateDatabase
 

@@ -80,7 +80,7 @@ def best_value(spec: Metric) -> float | None:
 def identical_runs(table: pd.DataFrame, version: str, last: int = IDENTICAL_RUN) -> list[IdenticalRun]:
     """The headline metrics whose value is exactly the same in each of the ``last``
     validated versions up to ``version`` (by version number), in the table's order."""
-    if str(version) not in table.index.astype(str):
+    if version not in table.index.astype(str):
         return []
     number = tracking.version_number
     upto = sorted((str(v) for v in table.index if number(v) <= number(version)), key=number)

@@ -19,6 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +37,7 @@ from vlgate.evaluators.running.suite import Suite, SuiteSummary
 from vlgate.flows import notifying, progress
 from vlgate.flows.context import ServiceContext
 from vlgate.flows.recording import RUN_NOTE, log_suite_datasets, where_it_runs
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -54,13 +56,13 @@ def score_batch(
     its items are published as ``part``
     of ``shown_as`` (``flows/progress.py``). ``record_cache``: the cache's settings
     (default: ``vlgate.yaml``'s ``record_cache``)."""
-    from vlgate.evaluators.running.suite import run_suite
+    from vlgate.evaluators.running.suite import RunOptions, run_suite
     from vlgate.registry_hooks.record_cache import open_record_cache
 
     progress.stage(shown_as, progress.Stage.SCORING, part=part)
     items_done = progress.suite_counter(shown_as, part)
     cache = open_record_cache(record_cache or ServiceContext.current().config.record_cache.settings())
-    return run_suite(model_uri, suite, Path(out), progress=False, cache_dir=Path(cache_dir), on_progress=items_done, record_cache=cache)
+    return run_suite(model_uri, suite, Path(out), RunOptions(cache_dir=Path(cache_dir), record_cache=cache, progress=False), on_progress=items_done)
 
 
 def per_sample_scores(folder: Path, evaluator: str, column: str) -> np.ndarray:
@@ -99,29 +101,39 @@ def drift_note(batch: str, results: Sequence[ScoreDrift]) -> str:
     return "\n".join(lines)
 
 
-def log_drift_run(
-    client: MlflowClient, model_name: str, version: str, batch: str, evaluators: Mapping[str, SummaryJson], results: Sequence[ScoreDrift],
-    home: Path | None = None, where: dict[str, str] | None = None, suites: Sequence[tuple[str, Suite]] = (),
-) -> str:  # fmt: skip
+@dataclass(frozen=True)
+class BatchChecked:
+    """What one drift check found: the batch's suite file, each evaluator's summary on the
+    batch, every score's check, and the data sets compared (context, suite: the reference
+    and the batch), logged as the run's inputs."""
+
+    batch: str
+    evaluators: Mapping[str, SummaryJson]
+    results: Sequence[ScoreDrift]
+    suites: Sequence[tuple[str, Suite]] = ()
+
+
+def log_drift_run(client: MlflowClient, champion: VersionRef, checked: BatchChecked, home: Path | None = None, where: dict[str, str] | None = None) -> str:
     """One drift run in the model's experiment, named by the version, the batch and the
     time it was checked: tags ``vlgate.kind=drift``, ``vlgate.drift=true|false``, the checks
     in brief (``TAG_DRIFT_CHECKS``) and ``where`` (the flow run and process that checked:
-    ``recording.where_it_runs``), a description (:func:`drift_note`), the data sets of
-    ``suites`` (context, suite: the reference and the batch) as its inputs, the batch's
-    metrics, each check's statistics (``drift/METRIC/...``) and ``drift.json`` with every check."""
+    ``recording.where_it_runs``), a description (:func:`drift_note`), the checked data sets
+    as its inputs, the batch's metrics, each check's statistics (``drift/METRIC/...``) and
+    ``drift.json`` with every check."""
     from mlflow.entities import Metric
 
+    batch, evaluators, results = checked.batch, checked.evaluators, checked.results
     drifted = any(r.drifted for r in results)
-    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name), home)
-    tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: model_name, tag_keys.VERSION: version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch} | (where or {})
+    experiment = tracking.experiment_id(client, tracking.validation_experiment(champion.model), home)
+    tags = {tag_keys.KIND: tag_keys.RunKind.DRIFT, tag_keys.MODEL: champion.model, tag_keys.VERSION: champion.version, tag_keys.DRIFT: str(drifted).lower(), tag_keys.BATCH: batch} | (where or {})
     tags[RUN_NOTE] = tag_keys.cut(drift_note(batch, results))
     checks = json.dumps([[r.metric, r.mean_current, r.drifted] for r in results], separators=(",", ":"))
     if len(checks) <= tag_keys.MAX_VALUE_CHARS:
         tags[tag_keys.DRIFT_CHECKS] = checks
     checked_at = datetime.now(timezone.utc)
-    name = f"{model_name} v{version} drift check: {'/'.join(Path(batch).parts[-2:])} {checked_at:%Y-%m-%d %H:%M:%S} UTC"
+    name = f"{champion} drift check: {'/'.join(Path(batch).parts[-2:])} {checked_at:%Y-%m-%d %H:%M:%S} UTC"
     run_id = tracking.create_run_once(client, experiment, name, tags)
-    for context, suite in suites:
+    for context, suite in checked.suites:
         log_suite_datasets(client, run_id, suite, context)
     now = int(time.time() * 1000)
     metrics = []
@@ -175,13 +187,13 @@ NO_CHAMPION = "no champion yet: nothing to check for drift"
 DRIFT_EVENT = "vlgate.drift.detected"
 
 
-def emit_drift_event(model_name: str, version: str, run_id: str, drifted: Sequence[ScoreDrift]) -> None:
+def emit_drift_event(checked: VersionRef, run_id: str, drifted: Sequence[ScoreDrift]) -> None:
     from prefect.events import emit_event
 
     emit_event(
         event=DRIFT_EVENT,
-        resource={"prefect.resource.id": f"vlgate.model.{model_name}", "prefect.resource.name": model_name},
-        payload={"version": version, "run_id": run_id, "metrics": [r.metric for r in drifted], "reasons": [r.reason for r in drifted]},
+        resource={"prefect.resource.id": f"vlgate.model.{checked.model}", "prefect.resource.name": checked.model},
+        payload={"version": checked.version, "run_id": run_id, "metrics": [r.metric for r in drifted], "reasons": [r.reason for r in drifted]},
     )
 
 
@@ -202,9 +214,10 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     if champion is None:  # a scheduled check before the first promotion: nothing failed
         logger.warning("drift: %s has no champion yet: nothing to check", model_name)
         return DriftResult(model=model_name, version=None, outcome=DriftOutcome.NOT_CHECKED, error=NO_CHAMPION, checks=[])
-    model_uri = f"models:/{model_name}/{champion}"
+    checked = VersionRef(model=model_name, version=champion)
+    model_uri = checked.uri
     batch_suite = Path(batch) if batch else drift.batch
-    shown_as = progress.subject(model_name, str(champion), drift_batch=batch_suite.parent.name)
+    shown_as = progress.subject(checked, drift_batch=batch_suite.parent.name)
     progress.stage(shown_as, progress.Stage.STARTED)
     folder = home / "drift" / model_name / f"v{champion}"
     cache = str(home / "model-cache")
@@ -231,15 +244,15 @@ def drift_check(model_name: str, batch: str | None = None) -> DriftResult:
     drifted = [r for r in results if r.drifted]
 
     datasets = [("drift reference", reference_suite), ("drift batch", current_suite)]
-    run_id = log_drift_run(client, model_name, str(champion), str(batch_suite), current["evaluators"], results, home, where_it_runs(), datasets)
+    run_id = log_drift_run(client, checked, BatchChecked(str(batch_suite), current["evaluators"], results, datasets), home, where_it_runs())
     outcome = DriftOutcome.DRIFTED if drifted else DriftOutcome.NO_DRIFT if any(r.p_value is not None for r in results) else DriftOutcome.NOT_CHECKED
-    summary = DriftResult(model=model_name, version=str(champion), drifted=bool(drifted), outcome=outcome, run_id=run_id, checks=[r.as_dict() for r in results])
+    summary = DriftResult(model=model_name, version=checked.version, drifted=bool(drifted), outcome=outcome, run_id=run_id, checks=[r.as_dict() for r in results])
     if drifted:
-        emit_drift_event(model_name, str(champion), run_id, drifted)
-        logger.warning("drift in %s v%s: %s", model_name, champion, "; ".join(r.reason for r in drifted))
+        emit_drift_event(checked, run_id, drifted)
+        logger.warning("drift in %s: %s", checked, "; ".join(r.reason for r in drifted))
     if outcome is not DriftOutcome.NO_DRIFT:  # drift found, or a champion that could not be checked: the team is told
         page = notifying.run_url(client.tracking_uri, client.get_run(run_id).info.experiment_id, run_id)
         reasons = [f"{r.metric}: {r.reason}" for r in (drifted or results)] or ["no evaluator of the suites has a label-free score to test"]  # each names its score
-        notifying.tell(home, notifying.drift_notification(model_name, str(champion), run_id, bool(drifted), reasons, page), service_config.notify_channels(model_name))
+        notifying.tell(home, notifying.drift_notification(model_name, checked.version, run_id, bool(drifted), reasons, page), service_config.notify_channels(model_name))
     progress.stage(shown_as, progress.Stage.DONE, detail=outcome)
     return summary

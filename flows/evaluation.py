@@ -27,6 +27,7 @@ from vlgate import tracking
 from vlgate.evaluators.lmms.tasks import TaskError
 from vlgate.evaluators.output import EvaluatorOutput, EvaluatorSummary, ShardResult
 from vlgate.evaluators.runners.cache import RecordCacheSettings  # a parameter of the flow and its tasks: resolved at run time
+from vlgate.evaluators.running.suite import EvaluatorShard  # a task's parameter, read by its cache key
 from vlgate.flows import progress
 from vlgate.flows.plan import ValidationPlan  # a flow's and a task's parameters are validated against it
 
@@ -66,21 +67,21 @@ class ShardInputs(BaseModel):
 
 def evaluator_cache_key(_context: TaskRunContext, parameters: Mapping[str, object]) -> str:
     """(The version's identity and the data files' state (:class:`ShardInputs`), evaluator,
-    shard, what the evaluator's results depend on in the suite
+    shard (:class:`EvaluatorShard`), what the evaluator's results depend on in the suite
     (``ValidationPlan.evaluator_digest``: its content, not its file's bytes), vlgate's
     version, the output folder: results are files there, the look's items) identifies a
     shard's result."""
     from vlgate import __version__
 
-    plan, inputs = parameters["plan"], parameters["inputs"]
-    if not isinstance(plan, ValidationPlan) or not isinstance(inputs, ShardInputs):  # Prefect validated the task's parameters against its signature
-        raise TypeError(f"plan, inputs: a ValidationPlan and ShardInputs, not {type(plan).__name__} and {type(inputs).__name__}")
-    evaluator = str(parameters["evaluator"])
+    plan, inputs, shard = parameters["plan"], parameters["inputs"], parameters["shard"]
+    if not isinstance(plan, ValidationPlan) or not isinstance(inputs, ShardInputs) or not isinstance(shard, EvaluatorShard):  # Prefect validated the task's parameters against its signature
+        raise TypeError(f"plan, inputs, shard: a ValidationPlan, ShardInputs and EvaluatorShard, not {type(plan).__name__}, {type(inputs).__name__} and {type(shard).__name__}")
+    evaluator = shard.evaluator
     material = [
         inputs.version_identity,
         evaluator,
-        parameters["shard"],
-        parameters["n_shards"],
+        shard.index,
+        shard.n_shards,
         plan.evaluator_digest(evaluator),
         inputs.data_state,
         __version__,
@@ -130,33 +131,32 @@ def retry_unless_timed_out(_task: Task[..., object], _run: TaskRun, state: State
 )
 def evaluate_shard(
     plan: ValidationPlan,
-    evaluator: str,
+    shard: EvaluatorShard,
     inputs: ShardInputs,
-    shard: int,
-    n_shards: int,
     out: str,
     cache_dir: str,
     time_limit_s: float | None = None,
     record_cache: RecordCacheSettings | None = None,
 ) -> ShardResult:
     """One shard of one evaluator on the plan's version; raises (so Prefect retries) when it
-    fails. ``inputs``: what its cache key reads besides the plan (:func:`evaluator_cache_key`). Records are written as they complete, so a retry picks up where it stopped;
+    fails. ``inputs``: what its cache key reads besides the plan and the shard (:func:`evaluator_cache_key`). Records are written as they complete, so a retry picks up where it stopped;
     its items are published as they complete (``flows/progress.py``). Past
     ``time_limit_s`` it stops for good (:func:`within_time_limit`). ``record_cache``: the
     shared record cache's settings, opened here (in a Dask worker, its own process: the
     folder the settings name, or the state database its environment names)."""
-    from vlgate.evaluators.running.suite import run_evaluator_shard
+    from vlgate.evaluators.running.suite import RunOptions, run_evaluator_shard
     from vlgate.registry_hooks.record_cache import open_record_cache
 
     # a Dask worker is a process of its own: its registry is the MLflow that vlgate's
     # settings name (MLFLOW_TRACKING_URI, or VLGATE_HOME's), as the flow's, not an
     # MLFLOW_REGISTRY_URI it inherited, which would resolve models:/NAME/N to another model
     tracking.connect()
-    subject = progress.subject(plan.model, plan.version)
-    progress.stage(subject, progress.Stage.EVALUATING, evaluator=evaluator, shard=shard, shards=n_shards)
-    items_done = within_time_limit(time_limit_s, progress.item_counter(subject, evaluator, shard=shard, shards=n_shards))
+    subject = progress.subject(plan.subject)
+    progress.stage(subject, progress.Stage.EVALUATING, evaluator=shard.evaluator, shard=shard.index, shards=shard.n_shards)
+    items_done = within_time_limit(time_limit_s, progress.item_counter(subject, shard.evaluator, shard=shard.index, shards=shard.n_shards))
     cache = open_record_cache(record_cache) if record_cache is not None else None
-    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), evaluator, shard, n_shards, cache_dir=Path(cache_dir), on_progress=items_done, selection=plan.items, record_cache=cache)
+    options = RunOptions(cache_dir=Path(cache_dir), record_cache=cache)
+    return run_evaluator_shard(plan.model_uri, plan.suite, Path(out), shard, options, on_progress=items_done, selection=plan.items)
 
 
 @dataclass(frozen=True)
@@ -216,8 +216,8 @@ class Evaluation:
 
     def _shard_parameters(self, plan: ValidationPlan, evaluator: str, inputs: ShardInputs, shard: int, out: str) -> dict[str, object]:
         return {
-            "plan": plan, "evaluator": evaluator, "inputs": inputs, "shard": shard, "n_shards": self.n_shards, "out": out, "cache_dir": self.cache_dir,
-            "time_limit_s": self.task_timeout_s, "record_cache": self.record_cache,
+            "plan": plan, "shard": EvaluatorShard(evaluator=evaluator, index=shard, n_shards=self.n_shards), "inputs": inputs, "out": out,
+            "cache_dir": self.cache_dir, "time_limit_s": self.task_timeout_s, "record_cache": self.record_cache,
         }  # fmt: skip
 
 

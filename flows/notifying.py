@@ -19,10 +19,12 @@ from vlgate.decisions import DecisionKind, DecisionRecord, Outcome
 from vlgate.registry_hooks.claims import Also, ClaimStore
 from vlgate.registry_hooks.notifications import ChannelConfig, Notification, NotifyEvent, notification_key
 from vlgate.registry_hooks.outbox import COMMAND_DELIVERY_BUDGET_S, DeliveryReport, Outbox
+from vlgate.registry_hooks.seams import NotificationOutbox
 from vlgate.registry_hooks.senders import one_line
 from vlgate.registry_hooks.state_db import StateDatabase
 from vlgate.text import shell_command
 from vlgate.tracking.naming import run_page_path
+from vlgate.versions import VersionRef
 
 log = logging.getLogger("vlgate.notify")
 
@@ -47,9 +49,7 @@ def run_url(tracking_uri: str, experiment_id: str | None, run_id: str | None) ->
     return f"{tracking_uri.rstrip('/')}/{run_page_path(experiment_id, run_id)}"
 
 
-def decision_notification(
-    model: str, version: str, run_id: str, record: DecisionRecord, items_saved: float | None, run_page: str | None, report: str | None,
-) -> Notification:  # fmt: skip
+def decision_notification(subject: VersionRef, run_id: str, record: DecisionRecord, items_saved: float | None, run_page: str | None, report: str | None) -> Notification:
     """A recorded decision: its outcome, first reasons, the champion before and after, and where to read more."""
     event = DECISION_EVENTS[record.outcome]
     if record.kind is DecisionKind.APPROVAL and record.outcome is Outcome.PROMOTED:
@@ -57,6 +57,7 @@ def decision_notification(
     elif record.kind is DecisionKind.REJECTION:
         event = NotifyEvent.REJECTED_BY_PERSON
     waiting = record.outcome is Outcome.AWAITING_APPROVAL
+    model, version = subject.model, subject.version
     return Notification(
         idempotency_key=notification_key(event, model, version, run_id, str(record.sequence)),
         event=event, model=model, version=version, outcome=record.outcome.value, reasons=record.reasons,
@@ -67,8 +68,9 @@ def decision_notification(
     )  # fmt: skip
 
 
-def failure_notification(model: str, version: str, reason: str, attempt: int, event: NotifyEvent = NotifyEvent.VALIDATION_FAILED) -> Notification:
+def failure_notification(subject: VersionRef, reason: str, attempt: int, event: NotifyEvent = NotifyEvent.VALIDATION_FAILED) -> Notification:
     """A validation that failed after its retries, or a recovery that gave up on it."""
+    model, version = subject.model, subject.version
     return Notification(
         idempotency_key=notification_key(event, model, version, str(attempt)), event=event, model=model, version=version,
         outcome=Outcome.COULD_NOT_JUDGE.value, reasons=[reason], command=shell_command("vlgate", "release", model, version), occurred_at=datetime.now(UTC),
@@ -85,7 +87,7 @@ def drift_notification(model: str, version: str | None, run_id: str | None, drif
     )  # fmt: skip
 
 
-def in_transaction(outbox: Outbox, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
+def in_transaction(outbox: NotificationOutbox, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
     """The outbox write a claim's final state makes in its own transaction (``ClaimStore.finish``'s
     ``also``). The one exception to "a notification exists exactly when the decision does":
     an outbox write that fails rolls back alone (a savepoint), so that telling about a

@@ -18,6 +18,8 @@ from vlgate.evaluators.running.items import ItemIds, ItemSelection
 from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.settings import ModelConfig, read_model_config
 from vlgate.gate.policy import GatePolicy
+from vlgate.values import replaced
+from vlgate.versions import VersionRef
 
 
 class ValidationPlan(BaseModel):
@@ -39,13 +41,18 @@ class ValidationPlan(BaseModel):
     only_items: ItemIds | None = None
 
     @classmethod
-    def read(cls, config: ModelConfig, model: str, version: str) -> ValidationPlan:
-        """The plan of ``model`` v``version`` under its configuration (:func:`read_model_config`)."""
+    def read(cls, config: ModelConfig, subject: VersionRef) -> ValidationPlan:
+        """The plan of ``subject`` under its configuration (:func:`read_model_config`)."""
         suite, policy = read_model_config(config)
-        return cls(model=model, version=str(version), suite=suite, policy=policy, suite_path=config.suite, policy_path=config.policy)
+        return cls(model=subject.model, version=subject.version, suite=suite, policy=policy, suite_path=config.suite, policy_path=config.policy)
+
+    @property
+    def subject(self) -> VersionRef:
+        """The version validated."""
+        return VersionRef(model=self.model, version=self.version)
 
     def at_look(self, look: int | None) -> ValidationPlan:
-        return self.model_copy(update={"look": look})
+        return replaced(self, look=look)
 
     @property
     def looks(self) -> list[float]:
@@ -65,7 +72,7 @@ class ValidationPlan(BaseModel):
         """The champion ``version`` on exactly the ``missing`` items of this plan's suite
         (the evaluators that lack none left out), under the same suite and protocols."""
         evaluators = {name: spec for name, spec in self.suite.evaluators.items() if missing.ids.get(name)}
-        return self.model_copy(update={"version": str(version), "suite": self.suite.model_copy(update={"evaluators": evaluators}), "look": None, "only_items": missing})
+        return replaced(self, version=version, suite=self.suite.model_copy(update={"evaluators": evaluators}), look=None, only_items=missing)
 
     @property
     def items(self) -> ItemSelection | ItemIds | None:

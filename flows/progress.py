@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
+from vlgate.versions import VersionRef
+
 log = logging.getLogger("vlgate.progress")
 
 class Stage(StrEnum):
@@ -62,9 +64,9 @@ _listeners: list[Listener] = []
 _listeners_lock = threading.Lock()
 
 
-def subject(model_name: str, version: str, drift_batch: str | None = None) -> str:
+def subject(validated: VersionRef, drift_batch: str | None = None) -> str:
     """How a validation (or a drift check on ``drift_batch``) of a version is named."""
-    return f"{model_name} v{version}" + (f" drift ({drift_batch})" if drift_batch else "")
+    return str(validated) + (f" drift ({drift_batch})" if drift_batch else "")
 
 
 def publish(event: Event) -> None:

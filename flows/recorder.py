@@ -48,10 +48,10 @@ class ValidationRecorder:
         logged model as inputs. Params cannot be overwritten: a resumed run keeps its own."""
         from mlflow.entities import Param, RunTag
 
-        model_name, version, suite = plan.model, plan.version, plan.suite
-        run_id = ensure_validation_run(client, claims, model_name, version)
+        suite = plan.suite
+        run_id = ensure_validation_run(client, claims, plan.subject)
         run = client.get_run(run_id)
-        link_validation_run(client, model_name, version, run.info.experiment_id, run_id)  # also when a resumed flow made the run
+        link_validation_run(client, plan.subject, run.info.experiment_id, run_id)  # also when a resumed flow made the run
         tags = where_it_runs()  # a resumed validation overwrites them: the last attempt's
         params: dict[str, str] = {}
         if not run.data.params:
@@ -110,7 +110,7 @@ class ValidationRecorder:
         ``power.json`` on the run, shown in the report), its spreads measured on the champion
         the version was judged against, paired with this version; assumed without one. A plan
         that cannot be made is a warning: the decision stands without it."""
-        from vlgate.gate.power import plan_power
+        from vlgate.gate.power import MeasuredOn, plan_power
 
         plan = self.plan
         try:
@@ -118,7 +118,8 @@ class ValidationRecorder:
             if champion_version is not None and champion_version != plan.version:
                 champion_run = self.client.get_model_version(plan.model, champion_version).tags.get(tag_keys.VALIDATION_RUN)
                 champion = run_outputs(self.client, champion_run) if champion_run else None
-            power = plan_power(plan.model, plan.policy, totals, champion, champion_version if champion else None, outputs, plan.version, resamples=min(plan.policy.resamples, 500))
+            measured = MeasuredOn(champion_version if champion else None, champion) if champion is not None else None
+            power = plan_power(plan.model, plan.policy, totals, measured, MeasuredOn(plan.version, outputs), resamples=min(plan.policy.resamples, 500))
             self.client.log_dict(self.run_id, power.model_dump(mode="json"), "power.json")
         except Exception as error:
             if tracking.transient(error):

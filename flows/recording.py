@@ -25,6 +25,7 @@ from vlgate.evaluators import registry
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.flows.context import ServiceContext
 from vlgate.registry_hooks.claims import ClaimStore
+from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -123,69 +124,69 @@ def log_artifacts(client: MlflowClient, run_id: str, output: EvaluatorOutput) ->
         client.log_dict(run_id, output.expectations, f"expectations/{evaluator}.json")
 
 
-def claim_token(model_name: str, version: str, claimed_at: str) -> str:
+def claim_token(subject: VersionRef, claimed_at: str) -> str:
     """The run token of one claim's validation run (hashed: model names may hold quotes)."""
-    return hashlib.sha256(f"{model_name}\0{version}\0{claimed_at}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{subject.model}\0{subject.version}\0{claimed_at}".encode()).hexdigest()[:32]
 
 
-def ensure_validation_run(client: MlflowClient, claims: ClaimStore, model_name: str, version: str) -> str:
+def ensure_validation_run(client: MlflowClient, claims: ClaimStore, subject: VersionRef) -> str:
     """The version's one validation run: the one the claim already names (a resumed flow),
     else one made for this claim, recorded in the claim before anything is logged to it.
     The run's token names the claim, so a flow that died between creating the run and
     recording it finds that run again instead of making a second."""
-    claim = claims.get(model_name, version)
+    claim = claims.get(subject.model, subject.version)
     if claim is not None and claim.run_id:
         return claim.run_id
-    experiment = tracking.experiment_id(client, tracking.validation_experiment(model_name))
-    token = claim_token(model_name, version, claim.claimed_at.isoformat()) if claim is not None else None
+    experiment = tracking.experiment_id(client, tracking.validation_experiment(subject.model))
+    token = claim_token(subject, claim.claimed_at.isoformat()) if claim is not None else None
     run_id = tracking.first_run_with_token(client, experiment, token) if token else None
     if run_id is None:
-        tags = {tag_keys.KIND: tag_keys.RunKind.VALIDATION, tag_keys.MODEL: model_name, tag_keys.VERSION: str(version)}
-        run_id = tracking.create_run_once(client, experiment, f"{model_name} v{version}", tags, token)
-    claims.record_run(model_name, version, run_id)
-    client.set_model_version_tag(model_name, version, tag_keys.VALIDATION_RUN, run_id)
+        tags = {tag_keys.KIND: tag_keys.RunKind.VALIDATION, tag_keys.MODEL: subject.model, tag_keys.VERSION: subject.version}
+        run_id = tracking.create_run_once(client, experiment, str(subject), tags, token)
+    claims.record_run(subject.model, subject.version, run_id)
+    client.set_model_version_tag(subject.model, subject.version, tag_keys.VALIDATION_RUN, run_id)
     return run_id
 
 
-def link_validation_run(client: MlflowClient, model_name: str, version: str, experiment: str, run_id: str) -> None:
+def link_validation_run(client: MlflowClient, subject: VersionRef, experiment: str, run_id: str) -> None:
     """The version's page in MLflow's UI names its registration run as its source; its
     description gets a link to the validation run (a line of its own, once, after what
     the training job wrote)."""
     line = f"{tracking.VALIDATION_LINK}[{run_id}](#/experiments/{experiment}/runs/{run_id})"
-    description = client.get_model_version(model_name, version).description or ""
+    description = client.get_model_version(subject.model, subject.version).description or ""
     if line not in description:
-        client.update_model_version(model_name, version, description=f"{description.rstrip()}\n\n{line}".strip())
+        client.update_model_version(subject.model, subject.version, description=f"{description.rstrip()}\n\n{line}".strip())
 
 
-def write_decision_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, decision: DecisionRecord) -> None:
+def write_decision_tags(client: MlflowClient, subject: VersionRef, run_id: str | None, decision: DecisionRecord) -> None:
     """The decision's tags on the version (and its run): ``vlgate.decision`` (promoted or
     rejected: fail closed), ``vlgate.outcome``, ``vlgate.reasons`` and the number of the
     record they show (``vlgate.decision_record``), always the latest judgement's; and its
     judged metrics as the version's headline tags (:func:`headline_metrics`, at the look
     they were measured at), replacing the last decision's."""
-    _write_outcome_tags(client, model_name, version, run_id, decision.outcome, decision.reasons, decision.sequence)
+    _write_outcome_tags(client, subject, run_id, decision.outcome, decision.reasons, decision.sequence)
     if decision.checks:
         headline = headline_metrics(decision.checks, decision.look)
-        stale = [key for key in client.get_model_version(model_name, version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
+        stale = [key for key in client.get_model_version(subject.model, subject.version).tags if key.startswith(tag_keys.HEADLINE_METRIC_PREFIX) and key not in headline]
         for key in stale:
-            client.delete_model_version_tag(model_name, version, key)
+            client.delete_model_version_tag(subject.model, subject.version, key)
         for key, value in headline.items():
-            client.set_model_version_tag(model_name, version, key, value)
+            client.set_model_version_tag(subject.model, subject.version, key, value)
 
 
-def write_failure_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, reason: str) -> None:
+def write_failure_tags(client: MlflowClient, subject: VersionRef, run_id: str | None, reason: str) -> None:
     """A validation that failed, on the version (and its run): could not judge, ``reason``
     its one reason; no decision record is made."""
-    _write_outcome_tags(client, model_name, version, run_id, Outcome.COULD_NOT_JUDGE, [reason], None)
+    _write_outcome_tags(client, subject, run_id, Outcome.COULD_NOT_JUDGE, [reason], None)
 
 
-def _write_outcome_tags(client: MlflowClient, model_name: str, version: str, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None) -> None:
+def _write_outcome_tags(client: MlflowClient, subject: VersionRef, run_id: str | None, outcome: Outcome, reasons: list[str], record: int | None) -> None:
     label = outcome_label(outcome)
     tags = {tag_keys.DECISION: label, tag_keys.OUTCOME: outcome.value, tag_keys.REASONS: tracking.reasons_tag(reasons)}
     if record is not None:
         tags[tag_keys.DECISION_RECORD] = decision_file(record)
     for key, value in tags.items():
-        client.set_model_version_tag(model_name, version, key, value)
+        client.set_model_version_tag(subject.model, subject.version, key, value)
         if run_id:
             client.set_tag(run_id, key, value)
 
@@ -234,24 +235,27 @@ def log_item_diffs(client: MlflowClient, model_name: str, run_id: str, candidate
     return logged
 
 
-def version_outputs(client: MlflowClient, model_name: str, version: str) -> dict[str, EvaluatorOutput]:
+def version_outputs(client: MlflowClient, subject: VersionRef) -> dict[str, EvaluatorOutput]:
     """A version's outputs (metrics and records, each evaluator's parsed once), read back
     from its validation run; empty when it has none (every comparison then fails closed)."""
-    run_id = client.get_model_version(model_name, version).tags.get(tag_keys.VALIDATION_RUN)
+    run_id = client.get_model_version(subject.model, subject.version).tags.get(tag_keys.VALIDATION_RUN)
     return run_outputs(client, run_id) if run_id else {}
 
 
-def judge_identity(request_id: str | None = None) -> Judge:
-    """Who is judging: this process, its Prefect flow run (when one runs it) and its user."""
+def judge_identity(request_id: str | None = None, person: str | None = None, verified: bool = False) -> Judge:
+    """Who is judging: this process, its Prefect flow run (when one runs it) and its user, or
+    the ``person`` who signs off (``verified``: an identity the deployment vouches for)."""
     import getpass
 
     from prefect.runtime import flow_run
 
-    try:
-        user: str | None = getpass.getuser()
-    except (KeyError, OSError):  # a container user without a passwd entry
-        user = None
-    return Judge(process=f"{socket.gethostname()} pid {os.getpid()}", flow_run_id=str(flow_run.id) if flow_run.id else None, user=user, request_id=request_id)
+    user = person
+    if user is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # a container user without a passwd entry
+            user = None
+    return Judge(process=f"{socket.gethostname()} pid {os.getpid()}", flow_run_id=str(flow_run.id) if flow_run.id else None, user=user, request_id=request_id, verified=verified)
 
 
 def run_outputs(client: MlflowClient, run_id: str) -> dict[str, EvaluatorOutput]:

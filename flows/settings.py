@@ -56,6 +56,7 @@ from vlgate.registry_hooks.claims import DEFAULT_LEASE_S
 from vlgate.registry_hooks.dispatch import DEFAULT_MAX_CRASHES
 from vlgate.registry_hooks.notifications import ENV_NAME, ChannelConfig, NotifyConfig
 from vlgate.text import visible
+from vlgate.values import replaced
 from vlgate.versions import model_name_problem
 
 if TYPE_CHECKING:
@@ -270,10 +271,10 @@ class ServiceConfig(BaseModel):
                 return None
             update: dict[str, Any] = {"suite": base / config.suite, "policy": base / config.policy}
             if config.drift is not None:
-                update["drift"] = config.drift.model_copy(update={"reference": base / config.drift.reference, "batch": base / config.drift.batch})
-            return config.model_copy(update=update)
+                update["drift"] = replaced(config.drift, reference=base / config.drift.reference, batch=base / config.drift.batch)
+            return replaced(config, **update)
 
-        return self.model_copy(update={"models": {name: fix(c) for name, c in self.models.items()}, "default": fix(self.default)})
+        return replaced(self, models={name: fix(c) for name, c in self.models.items()}, default=fix(self.default))
 
     def for_model(self, model_name: str) -> ModelConfig | None:
         return self.models.get(model_name, self.default)

@@ -46,7 +46,8 @@ from vlgate.flows.recorder import ValidationRecorder
 from vlgate.flows.recording import log_look, log_outputs, write_failure_tags
 from vlgate.flows.settings import not_configured, suite_image_roots
 from vlgate.registry_hooks.claims import Also, Claim, ClaimState
-from vlgate.versions import VersionError, canonical_version
+from vlgate.values import replaced
+from vlgate.versions import VersionError, VersionRef
 
 if TYPE_CHECKING:
     from prefect import Task
@@ -91,10 +92,15 @@ class ValidationResult(BaseModel):
         return self.record.label if self.record is not None else "rejected"
 
     @classmethod
-    def failed(cls, model: str, version: str, error: BaseException | str) -> ValidationResult:
+    def failed(cls, subject: VersionRef, error: BaseException | str) -> ValidationResult:
         """A flow that stopped: could not judge (the flow recorded it: claim failed, version tagged)."""
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        return cls(model=model, version=str(version), error=message)
+        return cls(model=subject.model, version=subject.version, error=message)
+
+    @property
+    def subject(self) -> VersionRef:
+        """The version validated."""
+        return VersionRef(model=self.model, version=self.version)
 
     def as_json(self) -> dict[str, JsonValue]:
         """Which version and run, the outcome, then the record's fields (as ``vlgate gate
@@ -127,7 +133,7 @@ def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, Eval
 
     context = ServiceContext.current()
     request = JudgementRequest(
-        plan.model, plan.version, run_id, plan.policy, plan.policy_path, look=plan.look, kind=kind, against_current=against_current,
+        plan.subject, run_id, plan.policy, plan.policy_path, look=plan.look, kind=kind, against_current=against_current,
         request_id=str(task_run.id) if task_run.id else None,
     )  # fmt: skip
     return judge(context, request, outputs, record=True, holds=lambda: context.claims.holds(plan.model, plan.version, attempt))
@@ -165,9 +171,10 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
     ``against_current``; its decision is the run's next record. Without ``rerun`` the
     recorded decision is reported as it stands."""
     try:
-        version = canonical_version(version)
+        subject = VersionRef.of(model_name, version)
     except VersionError as error:  # before any claim: a text that names no version is never claimed
         raise ValidationError(str(error)) from None
+    model_name, version = subject.model, subject.version  # the claim's row
     context = ServiceContext.open()
     unjudgeable = not_configured(context.home, model_name, context.config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
@@ -182,16 +189,16 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
             break
         settled = claims.wait(model_name, version)  # another flow run validates it, or it stands decided
         if settled is not None and settled.state in (ClaimState.DONE, ClaimState.FAILED):
-            reported = reported_decision(context, model_name, version, settled)
+            reported = reported_decision(context, subject, settled)
             # this very flow run decided it and was suspended for a sign-off: resumed, it applies the answer
             return signed_off(context, reported) if flow_run_id is not None and settled.flow_run_id == flow_run_id else reported
     attempt = begun.attempt
-    shown_as = progress.subject(model_name, version)
+    shown_as = progress.subject(subject)
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
         with context.active(), claims.heartbeat(model_name, version), remembering_items():  # the data sets read once for every look
             kind = DecisionKind.REVALIDATION if begun.rerun else DecisionKind.VALIDATION
-            summary = _validate(context, model_name, version, attempt, complete, kind, against_current)
+            summary = _validate(context, subject, attempt, complete, kind, against_current)
     except Superseded:
         progress.stage(shown_as, progress.Stage.FAILED, detail="taken over by a later attempt")
         raise
@@ -200,11 +207,11 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
             delay = claims.defer(model_name, version, message, context.config.retry_after_s, attempt=attempt)  # the configuration the flow started with
-            get_run_logger().warning("%s v%s: stopped by a transient fault, retried in %g s: %s", model_name, version, delay, message)
+            get_run_logger().warning("%s: stopped by a transient fault, retried in %g s: %s", subject, delay, message)
             raise
-        told = notifying.in_transaction(context.outbox, notifying.failure_notification(model_name, version, message, attempt), context.config.notify_channels(model_name))
+        told = notifying.in_transaction(context.outbox, notifying.failure_notification(subject, message, attempt), context.config.notify_channels(model_name))
         if claims.fail(model_name, version, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
-            record_failure(context, model_name, version, message)
+            record_failure(context, subject, message)
         raise
     claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(context, summary))
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
@@ -217,7 +224,7 @@ def signed_off(context: ServiceContext, result: ValidationResult) -> ValidationR
     deployment (``vlgate validate``) it ends awaiting; ``vlgate approve`` signs off then."""
     if result.record is None or result.run_id is None or result.record.outcome is not Outcome.AWAITING_APPROVAL or deployment.id is None:
         return result
-    return result.model_copy(update={"record": await_sign_off(context, result.model, result.version, result.run_id)})
+    return replaced(result, record=await_sign_off(context, result.subject, result.run_id))
 
 
 def decision_told(context: ServiceContext, result: ValidationResult) -> Also | None:
@@ -229,36 +236,36 @@ def decision_told(context: ServiceContext, result: ValidationResult) -> Also | N
         client = context.tracking
         page = notifying.run_url(client.tracking_uri, client.get_run(result.run_id).info.experiment_id, result.run_id)
     except Exception as error:  # the link is a convenience: the notification goes without it
-        log.warning("no MLflow link for the notification of %s v%s: %s", result.model, result.version, error)
+        log.warning("no MLflow link for the notification of %s: %s", result.subject, error)
         page = None
     saved = result.sequential.saved_fraction if result.sequential is not None else None
-    told = notifying.decision_notification(result.model, result.version, result.run_id, result.record, saved, page, result.report)
+    told = notifying.decision_notification(result.subject, result.run_id, result.record, saved, page, result.report)
     return notifying.in_transaction(context.outbox, told, channels)
 
 
-def reported_decision(context: ServiceContext, model_name: str, version: str, claim: Claim) -> ValidationResult:
+def reported_decision(context: ServiceContext, subject: VersionRef, claim: Claim) -> ValidationResult:
     """The decision another flow run made (this one waited for it), as that one returned
     it: its latest record; a validation that failed, as failed."""
     if claim.state == ClaimState.FAILED or not claim.run_id:
-        return ValidationResult.failed(model_name, version, claim.detail or "validation failed").model_copy(update={"waited_for_another": True})
+        return ValidationResult(model=subject.model, version=subject.version, error=claim.detail or "validation failed", waited_for_another=True)
     record = tracking.latest_decision(context.tracking, claim.run_id)
     if record is None:
-        return ValidationResult.failed(model_name, version, f"the validation finished without a decision record ({claim.detail})")
-    return ValidationResult(model=model_name, version=version, run_id=claim.run_id, record=record, waited_for_another=True)
+        return ValidationResult.failed(subject, f"the validation finished without a decision record ({claim.detail})")
+    return ValidationResult(model=subject.model, version=subject.version, run_id=claim.run_id, record=record, waited_for_another=True)
 
 
-def record_failure(context: ServiceContext, model_name: str, version: str, message: str) -> None:
+def record_failure(context: ServiceContext, subject: VersionRef, message: str) -> None:
     """Fail closed, visibly: the version is tagged rejected with the error as its reason
     (best effort: the registry itself may be what failed)."""
     try:
         client = context.tracking
-        claim = context.claims.get(model_name, version)
+        claim = context.claims.get(subject.model, subject.version)
         run_id = claim.run_id if claim else None
-        write_failure_tags(client, model_name, version, run_id, f"validation failed: {message} (fail closed)")
+        write_failure_tags(client, subject, run_id, f"validation failed: {message} (fail closed)")
         if run_id:
             client.set_terminated(run_id, "FAILED")
     except Exception as error:  # the flow's own exception is the one to surface
-        log.warning("could not record the failure of %s v%s in MLflow: %s", model_name, version, error)
+        log.warning("could not record the failure of %s in MLflow: %s", subject, error)
 
 
 def decided_checks(decision: DecisionRecord) -> list[str]:
@@ -267,28 +274,29 @@ def decided_checks(decision: DecisionRecord) -> list[str]:
 
 
 def _validate(
-    context: ServiceContext, model_name: str, version: str, attempt: int, complete: bool = False, kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
+    context: ServiceContext, subject: VersionRef, attempt: int, complete: bool = False, kind: DecisionKind = DecisionKind.VALIDATION, against_current: bool = False,
 ) -> ValidationResult:  # fmt: skip
     logger = get_run_logger()
+    model_name, version = subject.model, subject.version
     home, service_config = context.home, context.config
     config = service_config.for_model(model_name)
     if config is None:  # checked by the caller on this same configuration
         raise ValidationError(not_configured(home, model_name, service_config))
     try:  # read once, checked now (a policy mistake is found before any evaluator ran), handed to every step
-        plan = ValidationPlan.read(config, model_name, version)
+        plan = ValidationPlan.read(config, subject)
     except ValueError as error:
         raise ValidationError(str(error)) from None
     client = context.tracking
-    registered = tracking.wait_for_version(client, model_name, version, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
+    registered = tracking.wait_for_version(client, subject, timeout_s=service_config.registry_wait_s)  # a webhook may announce it before the registry serves it
     recorder = ValidationRecorder.begin(client, context.claims, plan, registered)
     run_id, suite = recorder.run_id, plan.suite
     if backends.get(suite.backend).other_engine:  # another engine is checked first: if it is not exact, nothing it scored would count
         engine_check = check_candidate(plan.model_uri, suite, str(home / "model-cache"), str(home / "model-checks"))
         problem = engine_problem(engine_check) if engine_check is not None else None
         if problem:
-            raise ValidationError(f"{model_name} v{version}: {problem}")
+            raise ValidationError(f"{subject}: {problem}")
     out = home / "validations" / model_name / version
-    shown_as = progress.subject(model_name, version)  # each step announced to a progress display
+    shown_as = progress.subject(subject)  # each step announced to a progress display
     looks: list[LookSummary] = []
     entries: dict[str, EvaluatorSummary] = {}
     looks_to_run = plan.looks_to_run(complete)
@@ -309,7 +317,7 @@ def _validate(
             progress.stage(shown_as, progress.Stage.CORRELATIONS)
             across = log_correlations_across_versions(client, run_id, version_table(client, model_name, include_run=run_id))
             if suite.champion_items == "evaluate":  # the champion on the items it has no records of, before the gate's lock
-                champion = baseline_champion(client, model_name, version, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
+                champion = baseline_champion(client, subject, run_id, tracking.champion_version(client, model_name), against_current, fix=False)
                 if champion is not None:
                     evaluate_champion_items(client, look_plan, run_id, outputs, champion, out, evaluate)
             if look == looks_to_run[-1] or may_promote_early:
@@ -320,7 +328,7 @@ def _validate(
             decision = judge_and_promote(look_plan, run_id, quote(outputs), attempt, kind, against_current)  # type: ignore[call-overload]  # as log_look's
             if decision.look is not None:
                 looks.append(LookSummary(look=decision.look, outcome=decision.outcome, items={name: len(o.records) for name, o in outputs.items()}, decided=decided_checks(decision)))
-                logger.info("%s v%s: look %d of %d: %s", model_name, version, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
+                logger.info("%s: look %d of %d: %s", subject, decision.look.index + 1, decision.look.of, decision.outcome if decision.look.settled else "goes on")
             if decision.look is None or decision.look.settled:
                 break
         if logged is not outputs:  # a look that settled before the last, on a rejection: its records and tables, once
@@ -328,26 +336,24 @@ def _validate(
     try:  # every item of the suite, read once for both records
         totals = count_items(suite, set(suite.evaluators))
     except (OSError, ValueError) as error:  # data that does not load failed its evaluator already, on record
-        logger.warning("%s v%s: the suite's items could not be counted: %s", model_name, version, error)
+        logger.warning("%s: the suite's items could not be counted: %s", subject, error)
         totals = {}
     sequential = recorder.looks(looks, totals) if looks else None
     recorder.power_plan(outputs, decision.champion_before, totals)
     recorder.finished()
-    logger.info("%s v%s: %s", model_name, version, decision.label)
+    logger.info("%s: %s", subject, decision.label)
     progress.stage(shown_as, progress.Stage.DECIDED, detail=decision.label)
     progress.stage(shown_as, progress.Stage.REPORT)
     try:  # the decision stands without its report: a failure is recorded, not raised
         report = publish_report(plan)
     except Exception as error:
-        logger.warning("report of %s v%s failed: %s", model_name, version, error)
+        logger.warning("report of %s failed: %s", subject, error)
         recorder.report_failed(error)
         report = None
     saved = sequential.saved_fraction if sequential is not None else None
     recorder.described(decision, saved, report_logged=report is not None)
     from_cache = {name: entry.from_cache for name, entry in entries.items() if entry.error is None}
     records = {name: entry.reused + entry.from_cache + entry.computed for name, entry in entries.items() if entry.error is None}
-    result = ValidationResult(
-        model=model_name, version=version, run_id=run_id, record=decision, correlations=across, report=report, records_from_cache=from_cache, records_total=records,
-    )  # fmt: skip
-    # set only for a sequential policy: a fixed-sample result prints as before
-    return result if sequential is None else result.model_copy(update={"sequential": sequential})
+    result = {"model": model_name, "version": version, "run_id": run_id, "record": decision, "correlations": across, "report": report, "records_from_cache": from_cache, "records_total": records}
+    # sequential is set only for a sequential policy: a fixed-sample result prints as before
+    return ValidationResult.model_validate(result | ({"sequential": sequential} if sequential is not None else {}))

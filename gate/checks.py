@@ -13,13 +13,14 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from vlgate.decisions import Check, CheckKey, DecisionRecord, LookRecord, Outcome, Rule, Verdict
+from vlgate.decisions import Check, CheckKey, GateVerdict, LookRecord, Outcome, Rule, Verdict
 from vlgate.evaluators.definition import EvaluatorDefinition
 from vlgate.evaluators.metrics.common import LeaveOneOut, MetricValues, Weights
 from vlgate.evaluators.metrics.score_test import PairedScore, Reweighting, paired_change, shared_samples
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.gate import rendering
 from vlgate.gate.policy import EVERY_CATEGORY, CategoryRules, GatePolicy, ResolvedMetric
+from vlgate.values import replaced
 
 #: the outputs of one version, by evaluator
 Outputs = dict[str, EvaluatorOutput]
@@ -303,9 +304,9 @@ def apply_waivers(checks: Sequence[Check], policy: GatePolicy, today: date) -> l
         waiver = policy.waiver(check.key)
         if waiver is not None and not check.passed:
             if waiver.until < today:
-                check = check.model_copy(update={"detail": rendering.waiver_expired(check.detail, waiver)})
+                check = replaced(check, detail=rendering.waiver_expired(check.detail, waiver))
             else:
-                check = check.model_copy(update={"waiver": waiver, "verdict": Verdict.WAIVED, "detail": rendering.waived(check.detail, waiver)})
+                check = replaced(check, waiver=waiver, verdict=Verdict.WAIVED, detail=rendering.waived(check.detail, waiver))
         judged.append(check)
     return judged
 
@@ -323,20 +324,17 @@ def outcome_of(checks: Sequence[Check], settled: bool) -> Outcome:
     return Outcome.COULD_NOT_JUDGE if Verdict.COULD_NOT_JUDGE in verdicts else Outcome.INCONCLUSIVE
 
 
-def concluded(checks: Sequence[Check], policy: dict[str, object], look: LookRecord | None = None) -> DecisionRecord:
-    """The decision ``checks`` add up to, with the policy judged with (as loaded) and the
-    look of a sequential validation it was taken at."""
+def concluded(checks: Sequence[Check], policy: GatePolicy, look: LookRecord | None = None) -> GateVerdict:
+    """What ``checks`` add up to under ``policy`` (kept as loaded), at the look of a
+    sequential validation it was said at. A promotion under a policy that wants a person's
+    sign-off waits for it (awaiting approval); its reasons are a promotion's."""
     outcome = outcome_of(checks, look is None or look.settled)
-    return DecisionRecord(outcome=outcome, reasons=rendering.reasons(checks, look, outcome is Outcome.PROMOTED), checks=list(checks), policy=policy, look=look)
+    reasons = rendering.reasons(checks, look, outcome is Outcome.PROMOTED)
+    if outcome is Outcome.PROMOTED and policy.needs_approval:
+        outcome = Outcome.AWAITING_APPROVAL
+    return GateVerdict(outcome=outcome, reasons=reasons, checks=list(checks), policy=policy.model_dump(mode="json"), look=look)
 
 
-def signed_off_when_required(decision: DecisionRecord, policy: GatePolicy) -> DecisionRecord:
-    """A promotion under a policy that wants a person's sign-off waits for it (awaiting approval)."""
-    if decision.outcome is Outcome.PROMOTED and policy.needs_approval:
-        return decision.model_copy(update={"outcome": Outcome.AWAITING_APPROVAL})
-    return decision
-
-
-def with_check(decision: DecisionRecord, check: Check) -> DecisionRecord:
-    """``decision`` with one more check (one the judgement adds, such as the alias's), concluded again."""
-    return concluded([*decision.checks, check], decision.policy, decision.look).model_copy(update={"policy_path": decision.policy_path})
+def with_check(verdict: GateVerdict, check: Check, policy: GatePolicy) -> GateVerdict:
+    """``verdict`` with one more check (one the judgement adds, such as the alias's), concluded again."""
+    return concluded([*verdict.checks, check], policy, verdict.look)

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from vlgate.decisions import Check, DecisionRecord, Verdict
+from vlgate.decisions import Check, GateVerdict, Verdict
 from vlgate.evaluators.metrics.bootstrap import samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
-from vlgate.gate.checks import Comparison, Outputs, apply_waivers, bound_checks, comparisons, concluded, paired_comparison, ran_checks, signed_off_when_required
+from vlgate.gate.checks import Comparison, Outputs, apply_waivers, bound_checks, comparisons, concluded, paired_comparison, ran_checks
 from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy
 
 
-def decide_once(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> DecisionRecord:
+def decide_once(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> GateVerdict:
     """Judge a candidate on every item, once; ``champion`` is None when the model has none
     yet; ``today`` (UTC by default) is the day waivers are checked against."""
     checks = [*ran_checks(policy, candidate), *bound_checks(policy, candidate)]
     checks += judge_comparisons(policy, comparisons(policy, candidate, champion), candidate, champion)
-    return signed_off_when_required(concluded(apply_waivers(checks, policy, today or datetime.now(UTC).date()), policy.model_dump(mode="json")), policy)
+    return concluded(apply_waivers(checks, policy, today or datetime.now(UTC).date()), policy)
 
 
 def judge_comparisons(policy: GatePolicy, made: list[Comparison], candidate: Outputs, champion: Outputs | None) -> list[Check]:

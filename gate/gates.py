@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Protocol
 
-from vlgate.decisions import DecisionRecord
+from vlgate.decisions import GateVerdict
 from vlgate.gate import fixed, sequential
 from vlgate.gate.checks import Outputs
 from vlgate.gate.policy import GatePolicy
 
 
 class Gate(Protocol):
-    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> DecisionRecord:
+    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> GateVerdict:
         """Judge a candidate's outputs against the champion's (None: the model has none yet);
         ``today`` (UTC by default) is the day waivers are checked against."""
         ...
@@ -28,7 +28,7 @@ class FixedSampleGate:
 
     policy: GatePolicy
 
-    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> DecisionRecord:
+    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> GateVerdict:
         return fixed.decide_once(self.policy, candidate, champion, today)
 
 
@@ -39,7 +39,7 @@ class SequentialGate:
     policy: GatePolicy
     look: int
 
-    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> DecisionRecord:
+    def decide(self, candidate: Outputs, champion: Outputs | None, today: date | None = None) -> GateVerdict:
         return sequential.decide_at_look(self.policy, candidate, champion, self.look, today)
 
 
@@ -51,7 +51,7 @@ def gate_for(policy: GatePolicy, look: int | None = None) -> Gate:
     return FixedSampleGate(policy)
 
 
-def decide(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None, look: int | None = None) -> DecisionRecord:
+def decide(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, today: date | None = None, look: int | None = None) -> GateVerdict:
     """Judge a candidate under ``policy`` (at ``look`` of its sequential design, where it has
     one): :func:`gate_for`'s gate."""
     return gate_for(policy, look).decide(candidate, champion, today)

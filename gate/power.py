@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -142,9 +143,17 @@ def _bound_row(key: CheckKey, metric: ResolvedMetric, limit: float, items: int |
     return RulePower(check=key.name, rule=key.rule, items=n, spread=spread, spread_from=source, level=ESTIMATE_ITSELF, margin=margin, detectable=detectable, items_needed=needed, warning=warning)
 
 
-def _comparison_row(
-    key: CheckKey, metric: ResolvedMetric, limit: float, items: int | None, spreads: _Spreads, ids: frozenset[object] | None, alpha: float, fail_level: float, power: float,
-) -> RulePower:  # fmt: skip
+@dataclass(frozen=True)
+class _Levels:
+    """The levels a plan tests at: α, a comparison's failing level after the correction, and the power sought."""
+
+    alpha: float
+    fail_level: float
+    power: float
+
+
+def _comparison_row(key: CheckKey, metric: ResolvedMetric, limit: float, items: int | None, spreads: _Spreads, ids: frozenset[object] | None, levels: _Levels) -> RulePower:
+    alpha, fail_level, power = levels.alpha, levels.fail_level, levels.power
     spread, source = spreads.paired(metric, ids)
     n = _count(items, ids)
     superiority = key.rule is Rule.SUPERIORITY
@@ -172,34 +181,37 @@ def _category_ids(champion: dict[str, EvaluatorOutput] | None, metric: ResolvedM
     return {category: found.get(category, frozenset()) for category in (only or sorted(found))}
 
 
+@dataclass(frozen=True)
+class MeasuredOn:
+    """A version's outputs a plan's spreads are measured on, and which version it is."""
+
+    version: str | None
+    outputs: dict[str, EvaluatorOutput]
+
+
 def plan_power(
-    model: str,
-    policy: GatePolicy,
-    items: dict[str, int],
-    champion: dict[str, EvaluatorOutput] | None = None,
-    champion_version: str | None = None,
-    baseline: dict[str, EvaluatorOutput] | None = None,
-    baseline_version: str | None = None,
-    power: float = DEFAULT_POWER,
+    model: str, policy: GatePolicy, items: dict[str, int], champion: MeasuredOn | None = None, baseline: MeasuredOn | None = None, power: float = DEFAULT_POWER,
     resamples: int | None = None,
-) -> PowerPlan:
+) -> PowerPlan:  # fmt: skip
     """Every rule's row (module docstring). ``items``: the items the suite runs, by
     evaluator; ``champion``/``baseline``: the outputs the spreads are measured on (the
     baseline: the version paired with the champion); ``resamples``: the bootstraps'
     (the policy's by default)."""
     alpha = 1 - policy.confidence
-    spreads = _Spreads(policy, champion, baseline, champion_version, baseline_version, resamples or policy.resamples)
+    champion_outputs, champion_version = (champion.outputs, champion.version) if champion is not None else (None, None)
+    baseline_outputs, baseline_version = (baseline.outputs, baseline.version) if baseline is not None else (None, None)
+    spreads = _Spreads(policy, champion_outputs, baseline_outputs, champion_version, baseline_version, resamples or policy.resamples)
     rules = policy.rules
-    categories = [(category_rules, _category_ids(champion, category_rules.metric, category_rules.only)) for category_rules in rules.categories]
+    categories = [(category_rules, _category_ids(champion_outputs, category_rules.metric, category_rules.only)) for category_rules in rules.categories]
     comparisons = len(rules.comparisons) + sum(len(ids) for category_rules, ids in categories if category_rules.limit is not None)
-    fail_level = correction(policy.correction).fail_level(alpha, comparisons)
+    levels = _Levels(alpha, correction(policy.correction).fail_level(alpha, comparisons), power)
     rows = [_bound_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, power) for rule in rules.bounds]
-    rows += [_comparison_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, alpha, fail_level, power) for rule in rules.comparisons]
+    rows += [_comparison_row(rule.key, rule.metric, rule.limit, items.get(rule.metric.evaluator), spreads, None, levels) for rule in rules.comparisons]
     for category_rules, by_category in categories:
         metric = category_rules.metric
         for category, ids in by_category.items():
             for kind, bound in category_rules.bounds:
                 rows.append(_bound_row(CheckKey(kind, metric.qualified, category), metric, bound, None, spreads, ids, power))
             if category_rules.limit is not None:
-                rows.append(_comparison_row(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, category_rules.limit, None, spreads, ids, alpha, fail_level, power))
-    return PowerPlan(model=model, champion=champion_version if champion is not None else None, baseline=baseline_version if baseline is not None else None, alpha=alpha, power=power, rules=rows)
+                rows.append(_comparison_row(CheckKey(Rule.REGRESSION, metric.qualified, category), metric, category_rules.limit, None, spreads, ids, levels))
+    return PowerPlan(model=model, champion=champion_version, baseline=baseline_version, alpha=alpha, power=power, rules=rows)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from vlgate.decisions import Check, LookRecord, Rule, Verdict, Waiver
 from vlgate.text import shell_command
+from vlgate.versions import VersionRef
 
 NO_RESULT = "no result (fail closed)"
 EXPECTATIONS_PASSED = "passed"
@@ -128,9 +129,10 @@ def waiver_expired(detail: str, waiver: Waiver) -> str:
     return f"{detail} (waiver by {waiver.by} expired on {waiver.until.isoformat()})"
 
 
-def alias_moved(model: str, version: str, baseline: str | None, current: str) -> str:
+def alias_moved(subject: VersionRef, baseline: str | None, current: str) -> str:
     against = f"v{baseline}" if baseline else "no champion"
-    return f"v{current} holds the alias since this validation was judged against {against}: {shell_command('vlgate', 'gate', model, version, '--against-current', '--apply')} judges it against v{current}"
+    command = shell_command("vlgate", "gate", subject.model, subject.version, "--against-current", "--apply")
+    return f"v{current} holds the alias since this validation was judged against {against}: {command} judges it against v{current}"
 
 
 def reasons(checks: Sequence[Check], look: LookRecord | None, promoted: bool) -> list[str]:

@@ -11,14 +11,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from vlgate.decisions import Check, CheckKey, DecisionRecord, LookRecord, Rule, Verdict
+from vlgate.decisions import Check, CheckKey, GateVerdict, LookRecord, Rule, Verdict
 from vlgate.evaluators.metrics import sequential
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error, samples_to_decide
 from vlgate.evaluators.metrics.score_test import PairedScore
 from vlgate.gate import rendering
-from vlgate.gate.checks import Outputs, apply_waivers, bound_checks, category_ids, comparisons, concluded, paired_comparison, ran_checks, resampled_statistic, set_statistic, signed_off_when_required
+from vlgate.gate.checks import Outputs, apply_waivers, bound_checks, category_ids, comparisons, concluded, paired_comparison, ran_checks, resampled_statistic, set_statistic
 from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
+from vlgate.values import replaced
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _look_bound_tests(policy: GatePolicy, candidate: Outputs) -> list[LookTest |
     return tests
 
 
-def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, look: int, today: date | None = None) -> DecisionRecord:
+def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | None, look: int, today: date | None = None) -> GateVerdict:
     """The gate at look ``look`` (0-based) of the policy's ``sequential`` design, on the
     candidate's records of that look (``evaluators/metrics/sequential.py``).
 
@@ -136,7 +137,7 @@ def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | N
         compared = paired_comparison(comparison, candidate, champion)
         if isinstance(compared, Check):
             if not last and compared.verdict is Verdict.COULD_NOT_JUDGE and compared.n_shared is not None:  # an undefined metric on few items: wait
-                compared = compared.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "detail": rendering.not_decided_yet(compared.detail)})
+                compared = replaced(compared, verdict=Verdict.INCONCLUSIVE, detail=rendering.not_decided_yet(compared.detail))
             tests.append(compared)
             continue
         assert compared.difference is not None
@@ -154,7 +155,7 @@ def decide_at_look(policy: GatePolicy, candidate: Outputs, champion: Outputs | N
     passed = all(check.passed for check in checks)
     stops = any(check.verdict is Verdict.FAIL for check in checks) or any(c.verdict is Verdict.COULD_NOT_JUDGE and c.rule in (Rule.RAN, Rule.EXPECTATIONS) for c in checks)
     settled = last or stops or (passed and design.promote_early)
-    return signed_off_when_required(concluded(checks, policy.model_dump(mode="json"), where.model_copy(update={"settled": settled})), policy)
+    return concluded(checks, policy, LookRecord(index=look, of=len(fractions), fraction=fractions[look], settled=settled))
 
 
 def look_check(test: LookTest, failed: bool, pass_level: float, last: bool, where: str) -> Check:

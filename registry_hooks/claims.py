@@ -104,7 +104,7 @@ class Begun:
 
 def _row(model_name: str, version: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
     """The where clause of one version's claim row."""
-    return claims_table.c.model_name == model_name, claims_table.c.version == str(version)
+    return claims_table.c.model_name == model_name, claims_table.c.version == version
 
 
 class ClaimStore:
@@ -258,27 +258,27 @@ class ClaimStore:
 
     def renew(self, model_name: str, version: str) -> None:
         """The lease starts again from now."""
-        self._set(model_name, version, renew=True)
+        self._set(model_name, version, {"lease_expires": utc_now() + self.lease})
 
     def record_flow_run(self, model_name: str, version: str, flow_run_id: str) -> None:
         """The Prefect flow run sent to validate the version (by the dispatcher, before a worker takes it)."""
-        self._set(model_name, version, flow_run_id=flow_run_id)
+        self._set(model_name, version, {"flow_run_id": flow_run_id})
 
     def record_run(self, model_name: str, version: str, run_id: str) -> None:
         """The validation run the flow logs to, so that a flow run again finds it."""
-        self._set(model_name, version, run_id=run_id)
+        self._set(model_name, version, {"run_id": run_id})
 
     def finish(self, model_name: str, version: str, decision: str | None = None, attempt: int | None = None, also: Also | None = None) -> bool:
         """Decided: ``done``, with the decision as the claim's detail. ``attempt``: only while
         the claim is at that attempt; False when it was taken over meanwhile. ``also``: more
         writes in the same transaction, made only when the claim was finished here (the
         decision's notifications: ``outbox.py``)."""
-        return self._set(model_name, version, state=ClaimState.DONE, detail=decision, attempt=attempt, also=also)
+        return self._set(model_name, version, {"state": ClaimState.DONE} | ({"detail": decision[:4000]} if decision is not None else {}), attempt, also)
 
     def fail(self, model_name: str, version: str, reason: str, attempt: int | None = None, also: Also | None = None) -> bool:
         """The validation errored: ``failed`` (final until an operator releases it), with why.
         ``attempt`` and ``also`` as for :meth:`finish`."""
-        return self._set(model_name, version, state=ClaimState.FAILED, detail=reason, attempt=attempt, also=also)
+        return self._set(model_name, version, {"state": ClaimState.FAILED, "detail": reason[:4000]}, attempt, also)
 
     @staticmethod
     def mark_untold(connection: sa.Connection, model_name: str, version: str, reason: str | None) -> None:
@@ -295,21 +295,10 @@ class ClaimStore:
         statement = claims_table.update().where(*_row(model_name, version))
         return statement if attempt is None else statement.where(claims_table.c.attempts == attempt)
 
-    def _set(
-        self, model_name: str, version: str, state: ClaimState | None = None, run_id: str | None = None, detail: str | None = None,
-        renew: bool = False, flow_run_id: str | None = None, attempt: int | None = None, also: Also | None = None,
-    ) -> bool:  # fmt: skip
-        values: dict[str, object] = {"updated_at": utc_now()}
-        if state is not None:
-            values["state"] = state
-        if run_id is not None:
-            values["run_id"] = run_id
-        if flow_run_id is not None:
-            values["flow_run_id"] = flow_run_id
-        if detail is not None:
-            values["detail"] = detail[:4000]
-        if renew:
-            values["lease_expires"] = utc_now() + self.lease
+    def _set(self, model_name: str, version: str, values: dict[str, object], attempt: int | None = None, also: Also | None = None) -> bool:
+        """``values`` (the row's columns) written with the time of the change, on the claim at
+        ``attempt`` (None: at any); ``also`` runs in the same transaction where it changed."""
+        values = {"updated_at": utc_now()} | values
         with self.engine.begin() as connection:
             changed = connection.execute(self._where(model_name, version, attempt).values(**values)).rowcount == 1
             if changed and also is not None:

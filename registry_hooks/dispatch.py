@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from vlgate import tracking
 from vlgate.registry_hooks.claims import Claim, ClaimState, ClaimStore
 from vlgate.text import shell_command, visible
-from vlgate.versions import VersionError, canonical_version, model_name_problem
+from vlgate.versions import VersionError, VersionRef, model_name_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -115,7 +115,7 @@ class Dispatcher:
         configured; True if this call claimed it. ``registered_at`` (the version's
         creation_timestamp) tells a re-created model's version from the old one's."""
         try:
-            version = canonical_version(version)
+            version = VersionRef.of(model_name, version).version
         except VersionError as error:  # names no version of the registry: nothing to claim
             log.warning("%s: not offered: %s", visible(model_name), error)
             return False

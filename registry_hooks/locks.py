@@ -1,13 +1,14 @@
 """Short-lived named locks in vlgate's state database: one gate decision per registered
 model at a time, so two candidates judged concurrently cannot both compare against a stale
-champion, whichever process or machine judges them."""
+champion, whichever process or machine judges them. :class:`NamedLocks` is the production
+:class:`~vlgate.registry_hooks.seams.NamedLockManager`; ``seams.py`` has the in-memory one."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
 
@@ -15,8 +16,12 @@ from vlgate.registry_hooks.state_db import StateDatabase, default_owner, locks_t
 
 
 class NamedLocks:
-    def __init__(self, db: StateDatabase):
+    """The named locks of vlgate's state database; ``clock`` is where a lease's expiry is read
+    (the database's rows hold UTC times; fixed in tests)."""
+
+    def __init__(self, db: StateDatabase, clock: Callable[[], datetime] = utc_now):
         self.engine = db.engine
+        self.clock = clock
 
     @contextlib.contextmanager
     def hold(self, name: str, ttl_seconds: float = 600, wait_seconds: float = 900, poll_seconds: float = 0.2) -> Iterator[None]:
@@ -24,7 +29,7 @@ class NamedLocks:
         owner = f"{default_owner()}:{time.monotonic_ns()}"
         deadline = time.monotonic() + wait_seconds
         while True:
-            now = utc_now()
+            now = self.clock()
             try:
                 with self.engine.begin() as connection:
                     connection.execute(locks_table.delete().where(locks_table.c.name == name, locks_table.c.expires < now))

@@ -6,7 +6,7 @@ inside the decision's code either loses the message (the process dies after the 
 announces what was never committed (it dies before). :meth:`Outbox.enqueue` writes one row
 per channel inside the caller's transaction, so the notification exists exactly when what it
 reports does; a deliverer (:meth:`Outbox.deliver_due`, run by the service in a loop:
-:func:`deliver_forever`) sends the rows after.
+:func:`seams.deliver_forever`) sends the rows after.
 
 Guarantees:
 
@@ -30,8 +30,8 @@ Guarantees:
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -124,18 +124,120 @@ class DeliveryReport:
     out_of_time: bool = False
 
 
-class Outbox:
-    """The outbox of vlgate's state database."""
+class OutboxDelivery(ABC):
+    """How every outbox delivers (the SQL :class:`Outbox`; the in-memory one of ``seams.py``):
+    the pass, its claims and leases, backoff and attempts, written once over three storage
+    steps a subclass supplies (:meth:`_claim_next`, :meth:`_mark_delivered`,
+    :meth:`_settle_failure`), so that every outbox follows the one policy."""
 
-    def __init__(self, db: StateDatabase, max_attempts: int = DEFAULT_MAX_ATTEMPTS, lease_s: float = DEFAULT_LEASE_S, first_backoff_s: float = FIRST_BACKOFF_S, backoff_cap_s: float = BACKOFF_CAP_S):
+    def __init__(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS, lease_s: float = DEFAULT_LEASE_S, first_backoff_s: float = FIRST_BACKOFF_S, backoff_cap_s: float = BACKOFF_CAP_S):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if lease_s <= MAX_DELIVERY_S:
             raise ValueError(f"lease_s must be longer than the longest delivery ({MAX_DELIVERY_S:g} s), or a second deliverer sends a row the first is still sending")
-        self.db, self.engine = db, db.engine
         self.max_attempts = max_attempts
         self.lease = timedelta(seconds=lease_s)
         self.first_backoff_s, self.backoff_cap_s = first_backoff_s, backoff_cap_s
+
+    # --- delivering ----------------------------------------------------------------------
+
+    def deliver_due(
+        self, channels: Sequence[ChannelConfig], now: datetime | None = None, send: Sender | None = None, limit: int = 100,
+        budget_s: float | None = None, keys: Collection[str] | None = None,
+    ) -> DeliveryReport:  # fmt: skip
+        """Send the pending rows that are due (``next_attempt_at`` <= now), one at a time, each
+        claimed first so no other deliverer sends it meanwhile; at most ``limit`` sends, none
+        started after ``budget_s`` (a command's end: :data:`COMMAND_DELIVERY_BUDGET_S`), only
+        the rows of ``keys`` when given. A channel whose send fails is held back for the rest
+        of the pass, so a receiver that hangs costs one deadline a pass, not one a row. A row
+        whose channel is no longer configured fails with that reason. Never raises for a
+        delivery problem (only when the state database itself fails)."""
+        send = send or send_notification
+        clock = (lambda: aware(now)) if now is not None else utc_now
+        by_name = {channel.name: channel for channel in channels}
+        report = DeliveryReport()
+        started = time.monotonic()
+        for _ in range(limit):
+            if budget_s is not None and time.monotonic() - started >= budget_s:
+                report.out_of_time = True
+                break
+            claimed = self._claim_next(clock(), report, keys)
+            if claimed is None:
+                break
+            failures = len(report.errors)
+            self._deliver(claimed, by_name.get(claimed[0].channel), send, clock, report)
+            if len(report.errors) > failures and claimed[0].channel not in report.held_back:
+                report.held_back.append(claimed[0].channel)
+        return report
+
+    def _deliver(self, claimed: tuple[OutboxRow, datetime], channel: ChannelConfig | None, send: Sender, clock: _Clock, report: DeliveryReport) -> None:
+        row, lease = claimed
+        if channel is None:
+            self._failed(row, lease, clock(), f"channel {row.channel!r} is no longer configured (vlgate.yaml notify: channels:)", final=True, report=report)
+            return
+        try:
+            notification = Notification.from_json(row.payload)
+        except ValidationError as error:
+            self._failed(row, lease, clock(), f"the stored payload is not a readable vlgate.notification/1: {config_problem(error)}", final=True, report=report)
+            return
+        try:
+            send(channel, notification)
+        except DeliveryError as error:
+            self._failed(row, lease, clock(), str(error), final=False, report=report, retry_after_s=error.retry_after_s)
+            return
+        except Exception as error:  # a sender's own bug: recorded like a failed send, never raised into the loop
+            log.exception("sending outbox row %s to %r raised", row.id, row.channel)
+            self._failed(row, lease, clock(), f"{type(error).__name__}: {error}", final=False, report=report)
+            return
+        # delivered, even when this deliverer's lease ran out meanwhile: no third send
+        self._mark_delivered(row.id, clock())
+        report.delivered += 1
+        log.info("notification %s (%s) delivered to %r", notification.idempotency_key, notification.event, row.channel)
+
+    def _failed(self, row: OutboxRow, lease: datetime, now: datetime, error: str, final: bool, report: DeliveryReport, retry_after_s: float | None = None) -> None:
+        attempts = row.attempts + 1
+        error = one_line(error)
+        final = final or attempts >= self.max_attempts
+        delay = max(backoff_s(attempts, self.first_backoff_s, self.backoff_cap_s), min(retry_after_s or 0.0, self.backoff_cap_s))
+        # only while this deliverer still holds the row (its lease is the value it set)
+        next_attempt_at = now if final else now + timedelta(seconds=delay)
+        if not self._settle_failure(row.id, lease, attempts, f"attempt {attempts}/{self.max_attempts}: {error}", failed=final, next_attempt_at=next_attempt_at):
+            log.warning("outbox row %s (%r): lost its lease while sending; its failure is not recorded: %s", row.id, row.channel, error)
+            return
+        report.errors.append(f"{row.channel}: {error}")
+        if final:
+            report.failed += 1
+            log.error("notification %s to %r failed for good after %d attempt(s): %s", row.idempotency_key, row.channel, attempts, error)
+        else:
+            report.retried += 1
+            log.warning("notification %s to %r not delivered (attempt %d/%d, next in %g s): %s", row.idempotency_key, row.channel, attempts, self.max_attempts, delay, error)
+
+    # --- storage: what each outbox does its own way ------------------------------------
+
+    @abstractmethod
+    def _claim_next(self, now: datetime, report: DeliveryReport, keys: Collection[str] | None = None) -> tuple[OutboxRow, datetime] | None:
+        """The next due row (pending, ``next_attempt_at`` <= now; of ``keys``, if given; not of
+        a channel held back this pass), the earliest ``next_attempt_at`` first, then the
+        oldest, claimed: its ``next_attempt_at`` moved to now + lease (the returned time) by a
+        compare-and-set, so that of several deliverers exactly one gets it (each that lost a
+        race counted in ``report.skipped``). None when none is due."""
+
+    @abstractmethod
+    def _mark_delivered(self, row_id: int, at: datetime) -> None:
+        """The row delivered at ``at`` (attempts + 1, no error) if it is still pending."""
+
+    @abstractmethod
+    def _settle_failure(self, row_id: int, lease: datetime, attempts: int, last_error: str, failed: bool, next_attempt_at: datetime) -> bool:
+        """A failed send recorded (``failed``: for good) only while the deliverer still holds
+        the row (pending, its ``next_attempt_at`` still ``lease``); whether it was."""
+
+
+class Outbox(OutboxDelivery):
+    """The outbox of vlgate's state database."""
+
+    def __init__(self, db: StateDatabase, max_attempts: int = DEFAULT_MAX_ATTEMPTS, lease_s: float = DEFAULT_LEASE_S, first_backoff_s: float = FIRST_BACKOFF_S, backoff_cap_s: float = BACKOFF_CAP_S):
+        super().__init__(max_attempts, lease_s, first_backoff_s, backoff_cap_s)
+        self.db, self.engine = db, db.engine
 
     # --- writing -------------------------------------------------------------------------
 
@@ -180,36 +282,7 @@ class Outbox:
         with self.engine.begin() as connection:
             return self.enqueue(connection, notification, channels)
 
-    # --- delivering ----------------------------------------------------------------------
-
-    def deliver_due(
-        self, channels: Sequence[ChannelConfig], now: datetime | None = None, send: Sender | None = None, limit: int = 100,
-        budget_s: float | None = None, keys: Collection[str] | None = None,
-    ) -> DeliveryReport:  # fmt: skip
-        """Send the pending rows that are due (``next_attempt_at`` <= now), one at a time, each
-        claimed first so no other deliverer sends it meanwhile; at most ``limit`` sends, none
-        started after ``budget_s`` (a command's end: :data:`COMMAND_DELIVERY_BUDGET_S`), only
-        the rows of ``keys`` when given. A channel whose send fails is held back for the rest
-        of the pass, so a receiver that hangs costs one deadline a pass, not one a row. A row
-        whose channel is no longer configured fails with that reason. Never raises for a
-        delivery problem (only when the state database itself fails)."""
-        send = send or send_notification
-        clock = (lambda: aware(now)) if now is not None else utc_now
-        by_name = {channel.name: channel for channel in channels}
-        report = DeliveryReport()
-        started = time.monotonic()
-        for _ in range(limit):
-            if budget_s is not None and time.monotonic() - started >= budget_s:
-                report.out_of_time = True
-                break
-            claimed = self._claim_next(clock(), report, keys)
-            if claimed is None:
-                break
-            failures = len(report.errors)
-            self._deliver(claimed, by_name.get(claimed[0].channel), send, clock, report)
-            if len(report.errors) > failures and claimed[0].channel not in report.held_back:
-                report.held_back.append(claimed[0].channel)
-        return report
+    # --- delivering: the storage steps -----------------------------------------------
 
     def _claim_next(self, now: datetime, report: DeliveryReport, keys: Collection[str] | None = None) -> tuple[OutboxRow, datetime] | None:
         """The next due row (of ``keys``, if given; not of a channel held back this pass),
@@ -237,57 +310,23 @@ class Outbox:
                 return row, lease
             report.skipped += 1  # another deliverer claimed it between the read and the update
 
-    def _deliver(self, claimed: tuple[OutboxRow, datetime], channel: ChannelConfig | None, send: Sender, clock: _Clock, report: DeliveryReport) -> None:
-        row, lease = claimed
-        if channel is None:
-            self._failed(row, lease, clock(), f"channel {row.channel!r} is no longer configured (vlgate.yaml notify: channels:)", final=True, report=report)
-            return
-        try:
-            notification = Notification.from_json(row.payload)
-        except ValidationError as error:
-            self._failed(row, lease, clock(), f"the stored payload is not a readable vlgate.notification/1: {config_problem(error)}", final=True, report=report)
-            return
-        try:
-            send(channel, notification)
-        except DeliveryError as error:
-            self._failed(row, lease, clock(), str(error), final=False, report=report, retry_after_s=error.retry_after_s)
-            return
-        except Exception as error:  # a sender's own bug: recorded like a failed send, never raised into the loop
-            log.exception("sending outbox row %s to %r raised", row.id, row.channel)
-            self._failed(row, lease, clock(), f"{type(error).__name__}: {error}", final=False, report=report)
-            return
+    def _mark_delivered(self, row_id: int, at: datetime) -> None:
         with self.engine.begin() as connection:
-            # delivered, even when this deliverer's lease ran out meanwhile: no third send
             connection.execute(
                 outbox_table.update()
-                .where(outbox_table.c.id == row.id, outbox_table.c.state == OutboxState.PENDING.value)
-                .values(state=OutboxState.DELIVERED.value, attempts=outbox_table.c.attempts + 1, delivered_at=clock(), last_error=None)
+                .where(outbox_table.c.id == row_id, outbox_table.c.state == OutboxState.PENDING.value)
+                .values(state=OutboxState.DELIVERED.value, attempts=outbox_table.c.attempts + 1, delivered_at=at, last_error=None)
             )
-        report.delivered += 1
-        log.info("notification %s (%s) delivered to %r", notification.idempotency_key, notification.event, row.channel)
 
-    def _failed(self, row: OutboxRow, lease: datetime, now: datetime, error: str, final: bool, report: DeliveryReport, retry_after_s: float | None = None) -> None:
-        attempts = row.attempts + 1
-        error = one_line(error)
-        final = final or attempts >= self.max_attempts
-        delay = max(backoff_s(attempts, self.first_backoff_s, self.backoff_cap_s), min(retry_after_s or 0.0, self.backoff_cap_s))
-        values: dict[str, object] = {"attempts": attempts, "last_error": f"attempt {attempts}/{self.max_attempts}: {error}"}
-        values |= {"state": OutboxState.FAILED.value, "next_attempt_at": now} if final else {"next_attempt_at": now + timedelta(seconds=delay)}
+    def _settle_failure(self, row_id: int, lease: datetime, attempts: int, last_error: str, failed: bool, next_attempt_at: datetime) -> bool:
+        values: dict[str, object] = {"attempts": attempts, "last_error": last_error, "next_attempt_at": next_attempt_at}
+        if failed:
+            values["state"] = OutboxState.FAILED.value
         with self.engine.begin() as connection:
-            # only while this deliverer still holds the row (its lease is the value it set)
             updated = connection.execute(
-                outbox_table.update().where(outbox_table.c.id == row.id, outbox_table.c.state == OutboxState.PENDING.value, outbox_table.c.next_attempt_at == lease).values(**values)
+                outbox_table.update().where(outbox_table.c.id == row_id, outbox_table.c.state == OutboxState.PENDING.value, outbox_table.c.next_attempt_at == lease).values(**values)
             ).rowcount
-        if updated != 1:
-            log.warning("outbox row %s (%r): lost its lease while sending; its failure is not recorded: %s", row.id, row.channel, error)
-            return
-        report.errors.append(f"{row.channel}: {error}")
-        if final:
-            report.failed += 1
-            log.error("notification %s to %r failed for good after %d attempt(s): %s", row.idempotency_key, row.channel, attempts, error)
-        else:
-            report.retried += 1
-            log.warning("notification %s to %r not delivered (attempt %d/%d, next in %g s): %s", row.idempotency_key, row.channel, attempts, self.max_attempts, delay, error)
+        return updated == 1
 
     # --- reading and housekeeping --------------------------------------------------------
 
@@ -345,17 +384,3 @@ def _row(found: sa.Row[tuple[object, ...]]) -> OutboxRow:
         delivered_at=aware(delivered_at) if delivered_at is not None else None,
         payload=str(values["payload"]),
     )
-
-
-def deliver_forever(outbox: Outbox, channels: Sequence[ChannelConfig], stop: threading.Event, interval_s: float = 5.0, send: Sender | None = None) -> None:
-    """The service's deliverer: :meth:`Outbox.deliver_due` every ``interval_s`` until ``stop``
-    is set (run it in a thread; several processes may each run one). Nothing it meets
-    stops it: a state database that is down is logged and tried again on the next pass."""
-    while not stop.is_set():
-        try:
-            report = outbox.deliver_due(channels, send=send)
-            if report.delivered or report.failed:
-                log.info("outbox: %d delivered, %d to retry, %d failed", report.delivered, report.retried, report.failed)
-        except Exception:
-            log.exception("outbox: a delivery pass failed; trying again in %g s", interval_s)
-        stop.wait(interval_s)

@@ -42,10 +42,10 @@ def write_records(tmp_path):
 def tiny_world(tmp_path_factory):
     """The small synthetic world with barely trained checkpoints (3 VLM steps, 2 LLM steps):
     real model code paths at test speed. Returns (folder, manifest)."""
-    from vlgate.evaluators.world.build import build_world
+    from vlgate.evaluators.world.build import TrainingRecipe, build_world
 
     out = tmp_path_factory.mktemp("tiny-world")
-    return out, build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, fault_steps=2)
+    return out, build_world(out, "small", seed=0, training=TrainingRecipe(vlm_steps=(0, 3), llm_steps=2, fault_steps=2))
 
 
 @pytest.fixture(scope="session")

@@ -113,16 +113,18 @@ def test_an_approval_after_the_policy_s_time_is_recorded_as_expired_and_moves_no
     from test_service_e2e import validate_pending
 
     from vlgate import tag_keys, tracking
-    from vlgate.flows.approval import sign_off
+    from vlgate.flows.approval import SignOffInput, sign_off
+    from vlgate.versions import VersionRef
 
     world, _ = tiny_world
     approval_home(tmp_path, monkeypatch, world, "e", {"expires_after": "1h"})
     client = tracking.connect(tmp_path)
     tracking.register_checkpoint(client, "e", world / "checkpoints" / "vlm-steps3", home=tmp_path)
     assert validate_pending(tmp_path, "e") == [("e", "1")]
-    late = sign_off(ServiceContext.open(), "e", "1", approve=True, reason="back from leave", by="carol", now=datetime.now(UTC) + timedelta(hours=2), request_id="flow-run/sign-off-1")
+    answer, subject = SignOffInput(approve=True, reason="back from leave", by="carol"), VersionRef(model="e", version="1")
+    late = sign_off(ServiceContext.open(), subject, answer, now=datetime.now(UTC) + timedelta(hours=2), request_id="flow-run/sign-off-1")
     assert (late.record.kind, late.record.outcome, late.record.alias_moved) == (DecisionKind.APPROVAL, Outcome.APPROVAL_EXPIRED, False)
     # the same answer again (a resumed flow run replaying its suspension's input): applied once
-    again = sign_off(ServiceContext.open(), "e", "1", approve=True, reason="back from leave", by="carol", request_id="flow-run/sign-off-1")
+    again = sign_off(ServiceContext.open(), subject, answer, request_id="flow-run/sign-off-1")
     assert again.record == late.record and len(tracking.decision_history(client, late.run_id)) == 2
     assert tracking.champion_version(client, "e") is None and client.get_model_version("e", "1").tags[tag_keys.OUTCOME] == "approval expired"

@@ -25,7 +25,7 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import BackendError, ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
-from vlgate.evaluators.backends.openai_http import OpenAIHttpBackend, api_root, image_data_url
+from vlgate.evaluators.backends.openai_http import HttpRetries, OpenAIHttpBackend, api_root, image_data_url
 from vlgate.evaluators.backends.options import (
     first_token_texts,
     option_masses_from_token_ids,
@@ -230,7 +230,7 @@ def stub():
 
 
 def connect(stub, **settings) -> OpenAIHttpBackend:
-    settings = {"api_key": "sk-test", "max_concurrency": 4, "top_logprobs": 5, "retry_backoff_s": 0.01, "timeout": 5.0} | settings
+    settings = {"api_key": "sk-test", "max_concurrency": 4, "top_logprobs": 5, "retries": HttpRetries(backoff_s=0.01), "timeout": 5.0} | settings
     return OpenAIHttpBackend(stub.url, "tiny-vlm", **settings)
 
 
@@ -303,7 +303,7 @@ def test_http_retries_a_503_and_succeeds(stub):
 def test_http_gives_up_after_max_attempts(stub):
     stub.failures = [503] * 10
     with pytest.raises(BackendError, match=r"request 0 .*after 3 attempts.*HTTP 503.*server overloaded"):
-        connect(stub, max_attempts=3).generate([GenerateRequest((), "Describe it.")])
+        connect(stub, retries=HttpRetries(max_attempts=3, backoff_s=0.01)).generate([GenerateRequest((), "Describe it.")])
     assert len(stub.chat_bodies()) == 3
 
 
@@ -336,7 +336,7 @@ def test_http_digest_names_the_served_model_and_its_root(stub):
 
 def test_http_refuses_a_model_the_server_does_not_serve(stub):
     with pytest.raises(BackendError, match=r"does not serve model 'other'; it serves \['tiny-vlm'\]"):
-        OpenAIHttpBackend(stub.url, "other", retry_backoff_s=0.01)
+        OpenAIHttpBackend(stub.url, "other", retries=HttpRetries(backoff_s=0.01))
 
 
 def test_http_unreachable_server_is_a_backend_error():
@@ -344,7 +344,7 @@ def test_http_unreachable_server_is_a_backend_error():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(BackendError, match=r"failed after 2 attempts; last: ConnectError"):
-        OpenAIHttpBackend(f"http://127.0.0.1:{port}", "tiny-vlm", max_attempts=2, retry_backoff_s=0.01, timeout=2.0)
+        OpenAIHttpBackend(f"http://127.0.0.1:{port}", "tiny-vlm", retries=HttpRetries(max_attempts=2, backoff_s=0.01), timeout=2.0)
 
 
 def test_http_no_option_in_the_top_tokens_warns_and_scores_uniform(stub, caplog):

@@ -18,6 +18,7 @@ from vlgate.evaluators.running.suite import Suite
 from vlgate.flows.champion_items import missing_items, with_champion_items
 from vlgate.flows.plan import ValidationPlan
 from vlgate.gate.gates import decide
+from vlgate.versions import VersionRef
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "evaluators" / "examples" / "data"
 
@@ -55,7 +56,7 @@ def test_a_plan_for_the_champion_runs_exactly_the_missing_items_of_the_evaluator
     shutil.copytree(EXAMPLES / "mc", data)
     (first,) = [json.loads(line) for line in (data / "items.jsonl").read_text().splitlines()][:1]
     (data / "items.jsonl").write_text("".join(json.dumps(first | {"id": f"q{n}"}) + "\n" for n in range(5)))
-    plan = ValidationPlan.read(_config(tmp_path, _suite_text(**{"lcm-mc": {"data": str(data)}})), "m", "7")
+    plan = ValidationPlan.read(_config(tmp_path, _suite_text(**{"lcm-mc": {"data": str(data)}})), VersionRef(model="m", version="7"))
     champion = plan.at_look(0).for_champion("3", ItemIds(ids={"lcm-mc": ("q3", "q1")}))
     assert (champion.version, champion.model_uri, list(champion.suite.evaluators), champion.look) == ("3", "models:/m/3", ["lcm-mc"], None)
     assert champion.evaluator_digest("lcm-mc") == plan.evaluator_digest("lcm-mc")  # the same suite and protocol as the candidate's
@@ -64,9 +65,9 @@ def test_a_plan_for_the_champion_runs_exactly_the_missing_items_of_the_evaluator
 
 
 def test_the_setting_defaults_to_evaluate_is_refused_when_read_and_changes_no_evaluator_s_cache_key(tmp_path):
-    evaluate = ValidationPlan.read(_config(tmp_path, _suite_text()), "m", "1")
+    evaluate = ValidationPlan.read(_config(tmp_path, _suite_text()), VersionRef(model="m", version="1"))
     assert evaluate.suite.champion_items == "evaluate"
-    shared = ValidationPlan.read(_config(tmp_path, _suite_text(champion_items="shared")), "m", "1")
+    shared = ValidationPlan.read(_config(tmp_path, _suite_text(champion_items="shared")), VersionRef(model="m", version="1"))
     assert shared.suite.champion_items == "shared" and shared.evaluator_digest("lcm-mc") == evaluate.evaluator_digest("lcm-mc")
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(yaml.safe_load(_suite_text()) | {"champion_items": "sometimes"}))
     with pytest.raises(ValueError, match="champion_items"):

@@ -31,6 +31,7 @@ from vlgate.evaluators.vl_lcm.definition import EXAMPLES as VL_LCM_EXAMPLES
 from vlgate.evaluators.vl_lcm.figures import response_distribution_figure
 from vlgate.evaluators.vlind.figures import vlind_funnel_figure
 from vlgate.flows.context import ServiceContext
+from vlgate.versions import VersionRef
 
 pytestmark = pytest.mark.service
 
@@ -187,7 +188,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     registered = client.create_model_version(model, f"models:/{logged_model.model_id}", run_id=run.info.run_id, model_id=logged_model.model_id)
     version = registered.version
     claims.claim(model, str(version), via="manual")
-    run_id = recording.ensure_validation_run(client, claims, model, str(version))
+    run_id = recording.ensure_validation_run(client, claims, VersionRef(model=model, version=version))
     outcomes = {}
     for name, rows in records.items():
         folder = home / "validations" / model / str(version) / name
@@ -206,7 +207,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
         recording.log_look.fn(run_id, {name: outcomes[name]})
         recording.log_outputs.fn(run_id, {name: outcomes[name]})
     correlations.log_correlations_across_versions(client, run_id, correlations.version_table(client, model, include_run=run_id))
-    request = judgement.JudgementRequest(model, str(version), run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.VALIDATION)
+    request = judgement.JudgementRequest(VersionRef(model=model, version=version), run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.VALIDATION)
     decision = judgement.judge(ServiceContext.open(), request, outcomes, record=True)
     # the run page's data sets and description, as the validation flow writes them
     from vlgate.evaluators.running.suite import Suite
@@ -244,7 +245,7 @@ def validated_store(tmp_path_factory):
         reference = np.linspace(0.4, 0.8, 40)
         for shift in (0.0, 0.3):
             result = detect_drift("lcm-nb/lcm", reference, reference - shift, alpha=0.05, max_mean_drop=0.05)
-            drift.log_drift_run(client, "shapes", "2", "batch.yaml", {}, [result], home)
+            drift.log_drift_run(client, VersionRef(model="shapes", version="2"), drift.BatchChecked("batch.yaml", {}, [result]), home)
         yield client, home
     finally:
         for key, value in saved.items():

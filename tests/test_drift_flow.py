@@ -13,6 +13,7 @@ from vlgate import tag_keys, tracking
 from vlgate.evaluators.metrics.drift import detect_drift
 from vlgate.evaluators.running.suite import Suite
 from vlgate.flows import drift
+from vlgate.versions import VersionRef
 
 pytestmark = pytest.mark.service
 
@@ -22,7 +23,7 @@ REFERENCE = np.linspace(0.4, 0.8, 40)
 def test_a_drift_is_a_prefect_event_naming_model_version_run_and_metric(asserting_events_worker, mock_should_emit_events, reset_worker_events):  # noqa: F811
     drifted = detect_drift("lcm-nb/lcm", REFERENCE, REFERENCE - 0.3, alpha=0.05, max_mean_drop=0.05)
     assert drifted.drifted
-    drift.emit_drift_event("world-vlm", "3", "run-abc", [drifted])
+    drift.emit_drift_event(VersionRef(model="world-vlm", version="3"), "run-abc", [drifted])
     asserting_events_worker.drain()
     [event] = asserting_events_worker._client.events
     assert event.event == "vlgate.drift.detected"
@@ -42,7 +43,7 @@ def test_every_drift_check_is_a_tagged_run_with_its_statistics(tmp_path, monkeyp
         folder.mkdir()
         (folder / "items.jsonl").write_text("{}\n")
     suites = [(context, Suite.model_validate({"name": context, "evaluators": {"lcm-nb": {"data": str(folder)}}})) for context, folder in (("drift reference", reference), ("drift batch", batch))]
-    run_id = drift.log_drift_run(client, "m", "2", "/data/batch/suite.yaml", evaluators, [same, shifted], tmp_path, suites=suites)
+    run_id = drift.log_drift_run(client, VersionRef(model="m", version="2"), drift.BatchChecked("/data/batch/suite.yaml", evaluators, [same, shifted], suites), tmp_path)
     run = client.get_run(run_id)
     # named by its batch and time, described, its data sets as inputs: two checks never look alike in MLflow's UI
     assert re.fullmatch(r"m v2 drift check: batch/suite\.yaml \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", run.info.run_name)
@@ -75,7 +76,7 @@ def test_the_drift_history_is_read_from_the_run_search_and_drift_json_only_where
     client = tracking.connect(tmp_path)
     # an @ in the metric name is what the MLflow metric names cannot carry and the brief keeps
     checks = [[detect_drift("genception/gc@3", REFERENCE, REFERENCE - shift, alpha=0.05, max_mean_drop=0.05)] for shift in (0.0, 0.3, 0.1)]
-    runs = [drift.log_drift_run(client, "m", "2", f"batch-{n}", {}, results, tmp_path) for n, results in enumerate(checks)]
+    runs = [drift.log_drift_run(client, VersionRef(model="m", version="2"), drift.BatchChecked(f"batch-{n}", {}, results), tmp_path) for n, results in enumerate(checks)]
     client.delete_tag(runs[1], tag_keys.DRIFT_CHECKS)  # as a run logged before the tag
     downloads = []
     read_artifact = collect._download

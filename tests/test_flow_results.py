@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from vlgate.decisions import Baseline, Check, CheckKey, DecisionKind, DecisionRecord, Judge, Outcome, Rule, Verdict, decision_file
 from vlgate.flows.drift import DriftOutcome, DriftResult
 from vlgate.flows.validation import ValidationResult
+from vlgate.versions import VersionRef
 
 
 def test_a_validation_that_stopped_could_not_judge_with_its_error_and_nothing_else():
-    result = ValidationResult.failed("shapes", 3, RuntimeError("registry away"))
+    result = ValidationResult.failed(VersionRef(model="shapes", version=3), RuntimeError("registry away"))
     assert result.outcome is Outcome.COULD_NOT_JUDGE and result.label == "rejected" and result.record is None
     assert result.as_json() == {"model": "shapes", "version": "3", "outcome": "could not judge", "error": "RuntimeError: registry away"}
     assert json.loads(json.dumps(result.as_json())) == result.as_json()

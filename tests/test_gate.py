@@ -16,6 +16,7 @@ from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
 from vlgate.gate.gates import decide
 from vlgate.gate.policy import GatePolicy
+from vlgate.versions import VersionRef
 
 
 def _mc_records(p_right: list[float], ids=None) -> list[dict]:
@@ -532,11 +533,11 @@ def test_validate_prints_the_decision_from_the_typed_result(capsys):
     """``vlgate validate``'s text: the verdict, each rule's (the failed first), the looks of a
     sequential validation, the records from the cache and the report, read off the result."""
     from vlgate.cli.commands.registered import print_decision
-    from vlgate.decisions import LookRecord, LookSummary, Outcome, SequentialRecord
+    from vlgate.decisions import DecisionRecord, LookRecord, LookSummary, Outcome, SequentialRecord
     from vlgate.flows.validation import ValidationResult
 
     champion = {"lcm-mc": _result(_mc_records([0.9] * 40))}
-    record = decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 40))}, champion)
+    record = DecisionRecord.model_validate(decide(POLICY, {"lcm-mc": _result(_mc_records([0.8] * 40))}, champion).as_json())
     looks = [
         LookSummary(look=LookRecord(index=0, of=2, fraction=0.5, settled=False), outcome=Outcome.PROMOTED, items={"lcm-mc": 20}),
         LookSummary(look=LookRecord(index=1, of=2, fraction=1.0, settled=True), outcome=Outcome.REJECTED, items={"lcm-mc": 40}),
@@ -555,5 +556,5 @@ def test_validate_prints_the_decision_from_the_typed_result(capsys):
         "  records from the cache: lcm-mc 30 of 40",
         "report: r.html",
     ]
-    print_decision(ValidationResult.failed("m", "3", "RuntimeError: the registry was away"))
+    print_decision(ValidationResult.failed(VersionRef(model="m", version="3"), "RuntimeError: the registry was away"))
     assert capsys.readouterr().out.splitlines() == ["m v3: could not judge", "  validation failed: RuntimeError: the registry was away"]

@@ -28,7 +28,7 @@ from PIL import Image
 
 from vlgate.evaluators.backends.base import ChoiceRequest, GenerateRequest
 from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
-from vlgate.evaluators.backends.image_generators import DiffusersGenerator
+from vlgate.evaluators.backends.image_generators import DiffusersGenerator, DiffusionSettings
 from vlgate.evaluators.backends.options import option_token_ids
 from vlgate.evaluators.backends.transformers_backend import TransformersBackend
 
@@ -319,7 +319,7 @@ def test_diffusers_pipeline_folder_generates_what_the_pipeline_itself_does(name,
     from diffusers import DiffusionPipeline
 
     folder = pipeline_folder(name, built, tmp_path_factory)
-    generator = DiffusersGenerator.load(folder, device="cpu", num_inference_steps=STEPS, guidance_scale=1.0, height=IMAGE_SIZE, width=IMAGE_SIZE, batch_size=2)
+    generator = DiffusersGenerator.load(folder, device="cpu", settings=DiffusionSettings(num_inference_steps=STEPS, guidance_scale=1.0, height=IMAGE_SIZE, width=IMAGE_SIZE, batch_size=2))
     assert generator.info.extra["pipeline"] == PIPELINES[name][1]
     assert generator.info.extra["dtype"] == "float32"
 
@@ -351,7 +351,7 @@ def test_a_long_description_reaches_the_t5_encoder_whole(name, built, tmp_path_f
     from vlgate.evaluators.backends.image_generators import truncate_prompt
 
     folder = pipeline_folder(name, built, tmp_path_factory)
-    generator = DiffusersGenerator.load(folder, device="cpu", num_inference_steps=STEPS, guidance_scale=1.0, height=IMAGE_SIZE, width=IMAGE_SIZE, batch_size=2)
+    generator = DiffusersGenerator.load(folder, device="cpu", settings=DiffusionSettings(num_inference_steps=STEPS, guidance_scale=1.0, height=IMAGE_SIZE, width=IMAGE_SIZE, batch_size=2))
     clip_cut = [truncate_prompt(generator.pipeline.tokenizer, prompt) for prompt in LONG_PROMPTS]
     assert clip_cut[0] == clip_cut[1] and len(clip_cut[0]) < len(DESCRIPTION), "the two prompts must differ only after CLIP's cut"
     images = pixels(generator.generate_images(LONG_PROMPTS, seed=7))

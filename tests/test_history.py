@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from vlgate.decisions import DecisionKind, DecisionRecord, Judge, Outcome
 from vlgate.history import VersionHistory, champion_timeline, model_history
+from vlgate.values import replaced
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+def logged(client, run_id: str, record: DecisionRecord, policy: Path) -> DecisionRecord:
+    """``record`` as the run's next decision record, numbered and with its policy's digest, as the judgement logs one."""
+    from vlgate import tracking
+
+    numbered = replaced(record, sequence=tracking.next_decision_number(client, run_id), policy_digest=tracking.file_digest(policy))
+    tracking.log_decision(client, run_id, numbered, policy)
+    return numbered
 
 
 def record(sequence: int, outcome: Outcome, at: datetime, moved: bool, before: str | None, after: str | None, kind: DecisionKind = DecisionKind.VALIDATION) -> DecisionRecord:
@@ -66,7 +77,7 @@ def test_vlgate_history_lists_what_mlflow_holds(tmp_path, monkeypatch, capsys):
     for version, records in (("1", [record(1, Outcome.PROMOTED, T0, True, None, "1")]), ("2", [record(1, Outcome.REJECTED, T0 + timedelta(hours=1), False, "1", "1")])):
         run = client.create_run(experiment)
         client.create_model_version("m", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id, tags={tag_keys.VALIDATION_RUN: run.info.run_id})
-        written[version] = [tracking.append_decision(client, run.info.run_id, r.model_copy(update={"sequence": None}), policy) for r in records]
+        written[version] = [logged(client, run.info.run_id, r, policy) for r in records]
     client.set_registered_model_alias("m", tracking.CHAMPION, "1")
 
     assert main(["history", "m", "--json"]) == 0
@@ -168,7 +179,7 @@ def test_vlgate_history_of_one_version_after_a_later_promotion_and_an_approval(t
         run = client.create_run(experiment)
         client.create_model_version("m", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id, tags={tag_keys.VALIDATION_RUN: run.info.run_id})
         for r in records:
-            tracking.append_decision(client, run.info.run_id, r.model_copy(update={"sequence": None}), policy)
+            logged(client, run.info.run_id, r, policy)
         if records[0].alias_moved:
             client.set_registered_model_alias("m", tracking.CHAMPION, version)
     assert main(["approve", "m", "3", "--reason", "looks right", "--by", "alice", "--json"]) == 0

@@ -25,7 +25,7 @@ import pytest
 
 from vlgate.evaluators import registry
 from vlgate.evaluators.lmms.tasks import LmmsEvalSettings, load_task
-from vlgate.evaluators.running.suite import Suite, run_suite
+from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
 from vlgate.evaluators.world.lmms_task import TASK as WORLD_TASK
 from vlgate.evaluators.world.lmms_task import export_world_task
 
@@ -168,7 +168,7 @@ DRAWS_AT_RANDOM = {"mmmu_val_mc_world"}
 def vlgate_run(task_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     suite = Suite.model_validate({"name": "lmms", "batch_size": 4, "evaluators": {task: {"kind": "lmms-eval", "task": task, "include_path": str(task_folder), "limit": LIMIT} for task in TASKS}})
     out = tmp_path_factory.mktemp("vlgate-run")
-    summary = run_suite(str(CHECKPOINT), suite, out, progress=False)
+    summary = run_suite(str(CHECKPOINT), suite, out, RunOptions(progress=False))
     assert all("error" not in entry for entry in summary["evaluators"].values()), summary
     return {"records": {task: [json.loads(line) for line in (out / task / "records.jsonl").read_text().splitlines()] for task in TASKS}, "summary": summary, "out": out}
 
@@ -321,7 +321,7 @@ def test_an_aggregation_that_is_not_a_number_fails_its_evaluator_as_bad_input_an
     folder = tmp_path / "odd"
     _interleaved_task(folder, task_folder / WORLD_TASK / "test.parquet", name="odd_aggregation", aggregation="!function utils.not_a_number")
     suite = Suite.model_validate({"name": "s", "evaluators": {"odd": {"kind": "lmms-eval", "task": "odd_aggregation", "include_path": str(folder), "limit": 2}}})
-    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", progress=False)
+    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", RunOptions(progress=False))
     entry = summary["evaluators"]["odd"]
     assert entry["bad_input"] is True and entry["error"].startswith("lmms-eval task 'odd_aggregation' (odd): the aggregation of 'exact_match' gives dict")
     assert len((tmp_path / "out" / "odd" / "records.jsonl").read_text().splitlines()) == 2
@@ -429,7 +429,7 @@ def test_answers_the_tasks_extraction_filter_cannot_read_are_counted_and_fail_th
     config = folder / "strict_world.yaml"  # a regex the world's answers never match: every doc gets the filter's fallback
     config.write_text(config.read_text() + 'filter_list:\n  - name: strict\n    filter:\n      - function: regex\n        regex_pattern: "(certainly)"\n      - function: take_first\n')
     suite = Suite.model_validate({"name": "s", "evaluators": {"strict": {"kind": "lmms-eval", "task": "strict_world", "include_path": str(folder), "limit": 4}}})
-    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", progress=False)
+    summary = run_suite(str(CHECKPOINT), suite, tmp_path / "out", RunOptions(progress=False))
     records = [json.loads(line) for line in (tmp_path / "out" / "strict" / "records.jsonl").read_text().splitlines()]
     assert [(record["filtered"]["strict"], record["unparsed"]) for record in records] == [("[invalid]", True)] * 4
     assert summary["evaluators"]["strict"]["metrics"]["n_unparsed"] == 4

@@ -655,18 +655,19 @@ def test_every_command_shown_to_paste_quotes_the_model_name():
     from vlgate.decisions import DecisionKind, DecisionRecord, Judge, Outcome
     from vlgate.flows.notifying import decision_notification, failure_notification
     from vlgate.gate.rendering import alias_moved
+    from vlgate.versions import VersionRef
 
     awaiting = DecisionRecord(
         outcome=Outcome.AWAITING_APPROVAL, sequence=1, kind=DecisionKind.VALIDATION, judged_at=T0, alias_moved=False,
         champion_before="2", champion_after="2", judged_by=Judge(process="host pid 1", user="ci"), policy_path="gate.yaml",
     )  # fmt: skip
-    told = decision_notification(HOSTILE_NAME, "3", "run-1", awaiting, None, None, None)
+    told = decision_notification(VersionRef(model=HOSTILE_NAME, version="3"), "run-1", awaiting, None, None, None)
     assert told.command is not None and told.command.endswith('--reason "..."  (or vlgate reject)')
     assert pasted(told.command.split("  (or")[0]) == ["approve", HOSTILE_NAME, "3", "--reason", "..."]
     assert f"Next: {told.command}" in told.body()
-    failed = failure_notification(HOSTILE_NAME, "3", "boom", 1)
+    failed = failure_notification(VersionRef(model=HOSTILE_NAME, version="3"), "boom", 1)
     assert failed.command is not None and pasted(failed.command) == ["release", HOSTILE_NAME, "3"]
-    hint = alias_moved(HOSTILE_NAME, "3", "1", "2")
+    hint = alias_moved(VersionRef(model=HOSTILE_NAME, version="3"), "1", "2")
     assert pasted(hint.split(": ", 1)[1].removesuffix(" judges it against v2")) == ["gate", HOSTILE_NAME, "3", "--against-current", "--apply"]
 
 

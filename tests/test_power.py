@@ -12,7 +12,7 @@ from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.scoring import score, validate
 from vlgate.gate.policy import GatePolicy
-from vlgate.gate.power import plan_power
+from vlgate.gate.power import MeasuredOn, plan_power
 
 Z_80, Z_95 = 0.841621, 1.644854
 
@@ -36,7 +36,7 @@ def row(plan, check):
 
 def test_a_plan_from_the_champion_alone_gives_the_power_equation_s_numbers_and_warns_naming_the_rule():
     policy = GatePolicy(required=["lcm-mc"], floors={"lcm-mc/acc": 0.5, "lcm-mc/lcm": 0.99}, regressions={"lcm-mc/acc": {"max_drop": 0.05}}, resamples=4000)
-    plan = plan_power("m", policy, {"lcm-mc": 200}, {"lcm-mc": output(CHAMPION)}, "3")
+    plan = plan_power("m", policy, {"lcm-mc": 200}, MeasuredOn("3", {"lcm-mc": output(CHAMPION)}))
     spread = math.sqrt(0.24)
     floor = row(plan, "lcm-mc/acc floor")
     assert (floor.items, floor.margin) == (200, pytest.approx(0.1)) and floor.spread == pytest.approx(spread, rel=0.04)
@@ -54,7 +54,7 @@ def test_a_plan_from_the_champion_alone_gives_the_power_equation_s_numbers_and_w
 
 def test_the_paired_spread_comes_from_the_champion_and_the_version_before_it():
     policy = GatePolicy(required=["lcm-mc"], regressions={"lcm-mc/acc": {"max_drop": 0.05}}, resamples=4000)
-    plan = plan_power("m", policy, {"lcm-mc": 200}, {"lcm-mc": output(CHAMPION)}, "3", {"lcm-mc": output(BASELINE)}, "2")
+    plan = plan_power("m", policy, {"lcm-mc": 200}, MeasuredOn("3", {"lcm-mc": output(CHAMPION)}), MeasuredOn("2", {"lcm-mc": output(BASELINE)}))
     regression = row(plan, "lcm-mc/acc vs champion")
     assert regression.spread == pytest.approx(math.sqrt(10 / 200), rel=0.05) and regression.spread_from == "champion v3 paired with v2"
     assert regression.items_needed == pytest.approx(((Z_95 + Z_80) * math.sqrt(0.05) / 0.05) ** 2, rel=0.1)  # about 124: the suite suffices
@@ -80,7 +80,7 @@ def test_per_category_rules_are_sized_on_each_category_s_items():
     categories = ["animals"] * 150 + ["vehicles"] * 50
     right = [True] * 90 + [False] * 60 + [True] * 25 + [False] * 25
     policy = GatePolicy(required=["lcm-mc"], categories={"lcm-mc/acc": {"floor": 0.4, "max_drop": 0.1}}, resamples=4000)
-    plan = plan_power("m", policy, {"lcm-mc": 200}, {"lcm-mc": output(right, categories)}, "3")
+    plan = plan_power("m", policy, {"lcm-mc": 200}, MeasuredOn("3", {"lcm-mc": output(right, categories)}))
     animals, vehicles = row(plan, "lcm-mc/acc[animals] floor"), row(plan, "lcm-mc/acc[vehicles] floor")
     assert (animals.items, vehicles.items) == (150, 50) and animals.margin == pytest.approx(0.2) and vehicles.margin == pytest.approx(0.1)
     assert animals.spread == pytest.approx(math.sqrt(0.24), rel=0.05) and vehicles.spread == pytest.approx(0.5, rel=0.05)

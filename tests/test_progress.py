@@ -20,6 +20,7 @@ from vlgate.evaluators.runners.base import Runner
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.flows import progress
 from vlgate.flows.progress import Event, Stage
+from vlgate.versions import VersionRef
 
 
 class Clock:
@@ -153,7 +154,7 @@ def test_shards_of_an_evaluator_are_summed_and_a_drift_check_names_the_batch_it_
         clock.now += 4.0
         first(5, 5)
         second(5, 5)
-        drift = progress.subject("m", "1", drift_batch="incoming")
+        drift = progress.subject(VersionRef(model="m", version="1"), drift_batch="incoming")
         progress.stage(drift, Stage.STARTED)
         progress.stage(drift, progress.Stage.SCORING, part="reference")
         progress.suite_counter(drift, "reference")("decc", 4, 4)

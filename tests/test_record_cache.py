@@ -360,7 +360,7 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
     same weights compute nothing and load no model; the counts say so in the summary, and the
     version's folder holds every record without the cache."""
     from vlgate.evaluators.backends.transformers_backend import TransformersBackend
-    from vlgate.evaluators.running.suite import Suite, merge_shards, run_evaluator_shard, run_suite
+    from vlgate.evaluators.running.suite import EvaluatorShard, RunOptions, Suite, merge_shards, run_evaluator_shard, run_suite
 
     loads: list[str] = []
     load = TransformersBackend.load.__func__  # type: ignore[attr-defined]
@@ -372,16 +372,16 @@ def test_a_version_with_identical_weights_takes_every_record_from_the_cache_whol
     suite = Suite.from_file(suite_path)
     model = str(world / manifest["checkpoints"]["vlm"]["3"])
     cache = FolderRecordCache(tmp_path / "record-cache")
-    first = run_suite(model, suite, tmp_path / "v1", progress=False, record_cache=cache)
+    first = run_suite(model, suite, tmp_path / "v1", RunOptions(record_cache=cache, progress=False))
     assert {name: (e["reused"], e["from_cache"], e["computed"]) for name, e in first["evaluators"].items()} == {"lcm-mc": (0, 0, 8), "vlind": (0, 0, 3)}
     assert loads == [model] and first["backend"]["device"] == "cpu"
-    second = run_suite(model, suite, tmp_path / "v2", progress=False, record_cache=cache)
+    second = run_suite(model, suite, tmp_path / "v2", RunOptions(record_cache=cache, progress=False))
     assert {name: (e["reused"], e["from_cache"], e["computed"]) for name, e in second["evaluators"].items()} == {"lcm-mc": (0, 8, 0), "vlind": (0, 3, 0)}
     assert loads == [model] and second["backend"] == first["backend"] | {"device": "not loaded", "extra": {}}  # described by its digest only
     assert second["evaluators"]["lcm-mc"]["metrics"] == first["evaluators"]["lcm-mc"]["metrics"]
     assert (tmp_path / "v2" / "lcm-mc" / "records.jsonl").read_text() == (tmp_path / "v1" / "lcm-mc" / "records.jsonl").read_text()
     assert json.loads((tmp_path / "v2" / "summary.json").read_text())["evaluators"]["vlind"]["from_cache"] == 3
-    shards = [run_evaluator_shard(model, suite, tmp_path / "v3", "lcm-mc", shard, 2, record_cache=cache) for shard in range(2)]
+    shards = [run_evaluator_shard(model, suite, tmp_path / "v3", EvaluatorShard(evaluator="lcm-mc", index=shard, n_shards=2), RunOptions(record_cache=cache)) for shard in range(2)]
     assert [(s.from_cache, s.computed) for s in shards] == [(4, 0), (4, 0)]
     merged = merge_shards(suite, tmp_path / "v3", "lcm-mc", shards)
     assert (merged.from_cache, merged.computed, merged.metrics) == (8, 0, first["evaluators"]["lcm-mc"]["metrics"])

@@ -20,6 +20,7 @@ from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.base import Runner, RunnerContext
 from vlgate.evaluators.runners.store import RecordStore
 from vlgate.evaluators.scoring import score, validate
+from vlgate.versions import VersionRef
 
 
 class ConstantBackend(VisionLanguageBackend):
@@ -256,7 +257,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
         run = client.create_run(tracking.experiment_id(client, "g5 (registrations)", home))
         client.create_model_version("g5", f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id)
         claims.claim("g5", str(version), via="manual")
-        run_id = recording.ensure_validation_run(client, claims, "g5", str(version))
+        run_id = recording.ensure_validation_run(client, claims, VersionRef(model="g5", version=version))
         records = _genception_records(offset)
         metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))
         assert "gc@5" in metrics and "gc@3" not in metrics

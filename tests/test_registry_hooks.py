@@ -15,7 +15,6 @@ from vlgate.flows.context import ServiceContext
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.deliveries import DeliveryLog
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
-from vlgate.registry_hooks.locks import NamedLocks
 from vlgate.registry_hooks.webhook import DELIVERY_HEADER, PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signature
 
 pytestmark = pytest.mark.service
@@ -119,27 +118,12 @@ def test_a_claim_is_taken_over_once_per_attempt_and_the_older_attempt_can_no_lon
     assert claims.get("m", "1").state == "done" and claims.take_over("m", "1", attempts=2) is False  # a finished claim stays
 
 
-def test_delivery_ids_are_seen_once_and_locks_exclude(claims):
+def test_delivery_ids_are_seen_once(claims):
+    """(The named locks' contract is tests/test_seams.py's, on the SQL and the in-memory locks.)"""
     deliveries = DeliveryLog(claims.db)
     assert deliveries.first("d-1") is True
     assert deliveries.first("d-1") is False
     assert deliveries.seen("d-1") and not deliveries.seen("d-2")
-    inside, overlaps = [], []
-
-    def hold():
-        with NamedLocks(claims.db).hold("gate:m", poll_seconds=0.01):
-            inside.append(1)
-            if len(inside) > 1:
-                overlaps.append(1)
-            time.sleep(0.05)
-            inside.pop()
-
-    threads = [threading.Thread(target=hold) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert overlaps == []
 
 
 def test_our_signature_is_mlflows_own():

@@ -23,7 +23,7 @@ from vlgate.evaluators.decc import prompts as decc_prompts
 from vlgate.evaluators.decc.metrics import normalise_answer
 from vlgate.evaluators.decc.runner import answer_format, canonical_answer, decc_runner, direct_prompt, parse_sub_questions, reasoning_prompt, short_answer
 from vlgate.evaluators.genception.metrics import cosine_similarity
-from vlgate.evaluators.genception.runner import genception_runner, item_folder_name, write_features
+from vlgate.evaluators.genception.runner import GenceptionLoop, genception_runner, item_folder_name, write_features
 from vlgate.evaluators.loaders.items import DeccItem, GenceptionItem
 from vlgate.evaluators.records import parse_jsonl
 from vlgate.evaluators.runners.store import RecordStore
@@ -110,7 +110,7 @@ def _validated(evaluator, records):
 @pytest.mark.filterwarnings("ignore::scipy.linalg.LinAlgWarning")  # FID of 3 images in 32 dimensions: singular covariances
 def test_genception_records_keep_descriptions_images_and_features(world, encoder, generator, seed_items, tmp_path):
     _, _, backends = world
-    runner = genception_runner(backends["vlm0"], generator, encoder, 3, artifacts_dir=tmp_path / "art", feature_cache_dir=tmp_path / "cache", max_new_tokens=12)
+    runner = genception_runner(backends["vlm0"], generator, encoder, GenceptionLoop(3, max_new_tokens=12), artifacts_dir=tmp_path / "art", feature_cache_dir=tmp_path / "cache")
     assert runner.models == {"vlm": backends["vlm0"].info.digest, "generator": generator.info.digest, "encoder": encoder.info.digest}
     assert runner.settings["iterations"] == 3 and runner.settings["seed"] == 0
     result = runner.run(seed_items, RecordStore(tmp_path / "records.jsonl"), batch_size=2, progress=False)
@@ -175,7 +175,7 @@ def test_the_suites_iterations_and_description_length_reach_the_vlm(world, seed_
 
 def test_a_generator_returning_the_seed_gives_similarity_one_at_every_step(world, encoder, seed_items, tmp_path):
     _, _, backends = world
-    runner = genception_runner(backends["vlm0"], EchoGenerator([item.image for item in seed_items]), encoder, 3, artifacts_dir=tmp_path / "art", max_new_tokens=4)
+    runner = genception_runner(backends["vlm0"], EchoGenerator([item.image for item in seed_items]), encoder, GenceptionLoop(3, max_new_tokens=4), artifacts_dir=tmp_path / "art")
     result = runner.run(seed_items, RecordStore(tmp_path / "records.jsonl"), batch_size=len(seed_items), progress=False)
     for record in result.records:
         assert record["s"] == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
@@ -186,7 +186,7 @@ def test_genception_rerun_reuses_records_and_seed_features_are_embedded_once_acr
     counting, cache, store_path = CountingEncoder(encoder), tmp_path / "feature-cache", tmp_path / "records.jsonl"
 
     def run(vlm, iterations, artifacts):
-        runner = genception_runner(vlm, generator, counting, iterations, artifacts_dir=tmp_path / artifacts, feature_cache_dir=cache, max_new_tokens=8)
+        runner = genception_runner(vlm, generator, counting, GenceptionLoop(iterations, max_new_tokens=8), artifacts_dir=tmp_path / artifacts, feature_cache_dir=cache)
         counting.calls.clear()
         return runner.run(seed_items, RecordStore(store_path), batch_size=len(seed_items), progress=False)
 

@@ -25,6 +25,7 @@ from vlgate.flows.plan import ValidationPlan
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, poll_once
+from vlgate.versions import VersionRef
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
 
@@ -142,7 +143,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
     assert stamped["trusted"] is True and stamped["digest"] == third.tags[tag_keys.CHECKPOINT_DIGEST]
     assert {path["path"] for path in stamped["paths"] if path["used"]} == {"batched scoring", "shared prefix", "batched generation"}
     assert len(list((home / "model-checks").glob("*.json"))) == 3
-    data = load_validation(client, "tiny", "3", home / "dl-report")
+    data = load_validation(client, VersionRef(model="tiny", version="3"), home / "dl-report")
     # images from the model's configured data only (the report is given those folders)
     chains = genception_chains(section_inputs(data.evaluators["genception"], report_image_roots(ServiceConfig.load(home), "tiny")))
     assert chains and all(chain.seed.is_file() and all(path.is_file() for path in chain.images) for chain in chains)
@@ -207,9 +208,9 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     assert [r.info.run_id for r in runs] == [run_id]
 
     # the same metrics as an uninterrupted evaluation of the same checkpoint
-    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
 
-    fresh = run_suite(str(world / "checkpoints" / "vlm-steps10000"), Suite.from_file(suite), home / "fresh", progress=False)
+    fresh = run_suite(str(world / "checkpoints" / "vlm-steps10000"), Suite.from_file(suite), home / "fresh", RunOptions(progress=False))
     logged = client.get_run(run_id).data.metrics
     for evaluator in ("lcm-mc", "lcm-nb"):
         for metric, value in fresh["evaluators"][evaluator]["metrics"].items():
@@ -287,9 +288,9 @@ def test_a_separate_dask_cluster_runs_evaluator_shards_and_gets_the_in_process_m
     workers = json.loads(Path(client.download_artifacts(run.info.run_id, "evaluators/lcm-mc/run.json", str(home / "dl"))).read_text())["entry"]["shard_workers"]
     assert len(workers) == 2 and {int(worker.rsplit(":", 1)[1]) for worker in workers} <= worker_pids  # computed in the cluster's worker processes
 
-    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
 
-    fresh = run_suite(str(world / "checkpoints" / "vlm-steps3"), Suite.from_file(suite), home / "in-process", progress=False)
+    fresh = run_suite(str(world / "checkpoints" / "vlm-steps3"), Suite.from_file(suite), home / "in-process", RunOptions(progress=False))
     for evaluator in ("lcm-mc", "lcm-nb"):
         ids = [json.loads(line)["id"] for line in (out / evaluator / "records.jsonl").read_text().splitlines()]
         assert ids == [json.loads(line)["id"] for line in (home / "in-process" / evaluator / "records.jsonl").read_text().splitlines()]  # item order restored
@@ -443,7 +444,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     from vlgate.gate.policy import GatePolicy
 
     policy = home / "gate-r.yaml"
-    request = JudgementRequest("r", "2", run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.REVALIDATION, request_id="task-run-1")
+    request = JudgementRequest(VersionRef(model="r", version="2"), run_id, GatePolicy.from_file(policy), policy, kind=DecisionKind.REVALIDATION, request_id="task-run-1")
     retried = [judge(ServiceContext.open(), request, run_outputs(client, run_id), record=True) for _ in range(2)]
     assert [r.sequence for r in retried] == [3, 3] and retried[0] == retried[1] and len(tracking.decision_history(client, run_id)) == 3
 
@@ -516,7 +517,7 @@ def test_a_champion_validated_before_the_suite_grew_is_evaluated_on_the_new_item
     assert client.get_run(run_2).data.metrics["champion_items/lcm-mc"] == 2
     assert len(run_outputs(client, run_1)["lcm-mc"].records) == 4  # the champion's own run as it was
     policy = home / "gate-g.yaml"
-    again = judge(ServiceContext.open(), JudgementRequest("g", "2", run_2, GatePolicy.from_file(policy), policy), run_outputs(client, run_2), record=False)  # what `vlgate gate g 2` judges
+    again = judge(ServiceContext.open(), JudgementRequest(VersionRef(model="g", version="2"), run_2, GatePolicy.from_file(policy), policy), run_outputs(client, run_2), record=False)  # what `vlgate gate g 2` judges
     assert [c.n_shared for c in again.checks if c.rule == "regression"] == [6]
 
     grown_to(8, "shared")

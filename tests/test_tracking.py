@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vlgate import tag_keys, tracking
+from vlgate.versions import VersionRef
 
 pytestmark = pytest.mark.service
 
@@ -90,7 +91,7 @@ def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
     from vlgate.flows import recording
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
-    run_id = recording.ensure_validation_run(RetriedCreate(client), claims, "m", version)
+    run_id = recording.ensure_validation_run(RetriedCreate(client), claims, VersionRef(model="m", version=version))
     experiment = client.get_experiment_by_name(tracking.validation_experiment("m")).experiment_id
     active = client.search_runs([experiment])
     assert [r.info.run_id for r in active] == [run_id]
@@ -106,11 +107,11 @@ def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
     from vlgate.flows import recording
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
-    first = recording.ensure_validation_run(client, claims, "m", version)
+    first = recording.ensure_validation_run(client, claims, VersionRef(model="m", version=version))
     claims.record_run("m", version, "")  # the flow died before recording the run in the claim
     assert claims.get("m", version).run_id == ""
     counting = RetriedCreate(client)
-    assert recording.ensure_validation_run(counting, claims, "m", version) == first
+    assert recording.ensure_validation_run(counting, claims, VersionRef(model="m", version=version)) == first
     assert counting.creates == 0
 
 
@@ -174,11 +175,11 @@ def test_a_version_announced_before_the_registry_serves_it_is_waited_for():
             return (name, version)
 
     late = LateRegistry(misses=3)
-    assert tracking.wait_for_version(late, "m", "1", timeout_s=5, first_wait_s=0.01) == ("m", "1")
+    assert tracking.wait_for_version(late, VersionRef(model="m", version="1"), timeout_s=5, first_wait_s=0.01) == ("m", "1")
     assert late.calls == 4
     never = LateRegistry(misses=10**6)
     with pytest.raises(MlflowException):
-        tracking.wait_for_version(never, "m", "1", timeout_s=0.2, first_wait_s=0.01)
+        tracking.wait_for_version(never, VersionRef(model="m", version="1"), timeout_s=0.2, first_wait_s=0.01)
     assert 4 <= never.calls <= 6  # waits 0.01, 0.02, 0.04, 0.08 within 0.2 s: doubling, then it gives up
 
 

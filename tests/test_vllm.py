@@ -272,7 +272,7 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
     from vlgate.cli.demo import DEMO_POLICY
     from vlgate.evaluators import registry
     from vlgate.evaluators.output import EvaluatorOutput
-    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
     from vlgate.gate.gates import decide
     from vlgate.gate.policy import GatePolicy
 
@@ -288,7 +288,7 @@ def test_the_demo_suite_on_vllm_gives_the_records_and_the_decision_of_transforme
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         results["transformers"][role] = tmp_path / f"transformers-{role}"
-        run_suite(str(checkpoint), Suite.from_file(out / "suite.yaml"), results["transformers"][role], progress=False)
+        run_suite(str(checkpoint), Suite.from_file(out / "suite.yaml"), results["transformers"][role], RunOptions(progress=False))
     for role in versions:
         summary = json.loads((results["vllm"][role] / "summary.json").read_text())
         assert summary["backend"]["name"] == "vllm"
@@ -315,7 +315,7 @@ def test_decc_runs_its_llm_agent_on_vllm_with_the_records_of_transformers(defaul
     shipped agent on transformers, and the agent ran on vLLM's engine."""
     import shutil
 
-    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
     from vlgate.evaluators.world.vllm_padding import pad_attention_heads
 
     out, manifest = default_world
@@ -332,7 +332,7 @@ def test_decc_runs_its_llm_agent_on_vllm_with_the_records_of_transformers(defaul
         decc = {"data": str(out / "data" / "decc"), "llm": str(llm), "llm_backend": engine, "protocol": "vlgate"}
         suite.write_text(yaml.safe_dump({"name": f"decc-agent-on-{engine}", "batch_size": 8, "evaluators": {"decc": decc}, "vllm": engine_settings(default_world), "backend": "transformers"}))
         results[engine] = tmp_path / engine
-        summary = run_suite(str(candidate), Suite.from_file(suite), results[engine], progress=False)
+        summary = run_suite(str(candidate), Suite.from_file(suite), results[engine], RunOptions(progress=False))
         assert "error" not in summary["evaluators"]["decc"], summary["evaluators"]["decc"]
     assert started == [agent]  # the agent, once; the candidate and the shipped agent on transformers
     assert_same_records(results["vllm"], results["transformers"], "decc")
@@ -367,7 +367,7 @@ def test_lmms_eval_tasks_on_vllm_give_the_filtered_responses_scores_and_aggregat
     transformers backend — each doc's prompt, response, filtered response and
     ``process_results`` — and the same aggregates."""
     from vlgate.evaluators.running.model_check import OTHER_ENGINE, check_model
-    from vlgate.evaluators.running.suite import Suite, run_suite
+    from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
     from vlgate.evaluators.world.lmms_task import POPE_TASK, TASK, export_world_task
 
     out, _ = default_world
@@ -378,7 +378,7 @@ def test_lmms_eval_tasks_on_vllm_give_the_filtered_responses_scores_and_aggregat
     for backend in ("vllm", "transformers"):
         suite = Suite.model_validate({"name": f"lmms-on-{backend}", "batch_size": 8, "backend": backend, "vllm": engine_settings(default_world), "evaluators": entries})
         results[backend] = tmp_path / backend
-        summaries[backend] = run_suite(str(trained_checkpoint), suite, results[backend], progress=False)
+        summaries[backend] = run_suite(str(trained_checkpoint), suite, results[backend], RunOptions(progress=False))
     assert summaries["vllm"]["backend"]["name"] == "vllm"
     for task in (TASK, POPE_TASK):
         for summary in summaries.values():

@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor
 from vlgate.cli.main import main
 from vlgate.evaluators import prompts
 from vlgate.evaluators.world.architectures import IDEFICS3_SPECIAL_TOKENS, build_idefics3_vlm, build_vlm
-from vlgate.evaluators.world.build import build_world
+from vlgate.evaluators.world.build import TrainingRecipe, build_world
 from vlgate.evaluators.world.curriculum import reasoning_prompt_text
 from vlgate.evaluators.world.tokenizer import build_tokenizer, chat_prompt, text_chat_prompt, world_tokenizer, world_vocabulary
 from vlgate.evaluators.world.training import build_llm, build_vlm_versions, save_checkpoint
@@ -134,7 +134,7 @@ def test_vit_encoder_round_trips_offline(world, monkeypatch):
 def test_make_world_reuses_a_matching_world(world, capsys):
     out, manifest = world
     assert manifest["cached"] is False and set(manifest["data"]) == {"mc", "yesno", "nb", "vlind", "decc", "genception"}
-    again = build_world(out, "small", seed=0, vlm_steps=(0, 3), llm_steps=2, fault_steps=2)
+    again = build_world(out, "small", seed=0, training=TrainingRecipe(vlm_steps=(0, 3), llm_steps=2, fault_steps=2))
     assert again["cached"] is True and again["seconds"] == manifest["seconds"]
 
 
@@ -254,7 +254,7 @@ def test_the_same_seed_builds_the_same_weights_whatever_torch_threads_the_caller
     try:
         for threads in (1, 3):
             torch.set_num_threads(threads)
-            build_world(tmp_path / f"t{threads}", "small", seed=0, vlm_steps=(0, 5), llm_steps=5, fault_steps=5)
+            build_world(tmp_path / f"t{threads}", "small", seed=0, training=TrainingRecipe(vlm_steps=(0, 5), llm_steps=5, fault_steps=5))
             assert torch.get_num_threads() == threads  # the caller's setting is given back
             built[threads] = weights(tmp_path / f"t{threads}")
     finally:

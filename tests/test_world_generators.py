@@ -12,7 +12,7 @@ from transformers import AutoProcessor, CLIPModel, CLIPTokenizer
 
 from vlgate.evaluators.backends.base import BackendError
 from vlgate.evaluators.backends.encoders import ClipImageEncoder, VitClsEncoder
-from vlgate.evaluators.backends.image_generators import DiffusersGenerator, truncate_prompt
+from vlgate.evaluators.backends.image_generators import DiffusersGenerator, DiffusionSettings, truncate_prompt
 from vlgate.evaluators.backends.loading import LoadPolicy, model_digest
 from vlgate.evaluators.genception.prompts import genception_generate
 from vlgate.evaluators.scenes import renderer
@@ -138,7 +138,7 @@ def test_diffusion_pipeline_round_trips_offline(diffusion_path, monkeypatch):
 
 def test_diffusers_generator_is_seeded_and_reads_the_prompt(diffusion_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    generator = DiffusersGenerator.load(diffusion_path, num_inference_steps=2)
+    generator = DiffusersGenerator.load(diffusion_path, settings=DiffusionSettings(num_inference_steps=2))
     assert generator.info.digest == model_digest(diffusion_path) and generator.info.extra["dtype"] == "float32"
     prompts = [genception_generate("There is a red circle."), genception_generate("There is a blue square, a green triangle.")]
     first, again = generator.generate_images(prompts, seed=0), generator.generate_images(prompts, seed=0)
@@ -151,7 +151,7 @@ def test_diffusers_generator_is_seeded_and_reads_the_prompt(diffusion_path, monk
 
 
 def test_guidance_off_halves_the_unet_batch_and_long_prompts_are_cut(diffusion_path):
-    generator = DiffusersGenerator.load(diffusion_path, num_inference_steps=2)
+    generator = DiffusersGenerator.load(diffusion_path, settings=DiffusionSettings(num_inference_steps=2))
     batches: list[int] = []
     hook = generator.pipeline.unet.register_forward_pre_hook(
         lambda module, args, kwargs: batches.append((args[0] if args else kwargs["sample"]).shape[0]), with_kwargs=True
@@ -339,7 +339,7 @@ def test_a_stock_stable_diffusion_layout_with_its_safety_checker_loads_under_the
     stock.save_pretrained(tmp_path / "sd-stock", safe_serialization=True)
     index = json.loads((tmp_path / "sd-stock" / "model_index.json").read_text())
     assert index["safety_checker"] == ["stable_diffusion", "StableDiffusionSafetyChecker"]
-    loaded = DiffusersGenerator.load(tmp_path / "sd-stock", device="cpu", num_inference_steps=2)
+    loaded = DiffusersGenerator.load(tmp_path / "sd-stock", device="cpu", settings=DiffusionSettings(num_inference_steps=2))
     assert type(loaded.pipeline.safety_checker).__name__ == "StableDiffusionSafetyChecker"
     assert loaded.generate_images(["a red circle"], seed=0)[0].size == (32, 32)  # the pipeline's own size, through its safety checker
 

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, computed_field, model_validator
 
 from vlgate.config import CONFIG_MODEL
+from vlgate.values import replaced
 
 #: The folder of a validation run's decision records, one file each, numbered from 1.
 DECISIONS_FOLDER = "decisions"
@@ -231,7 +232,7 @@ class Check(BaseModel):
     def described(self, detail: str) -> Check:
         """This check with the words that explain it, which ``gate/rendering.py`` writes from
         the check's own fields."""
-        return self.model_copy(update={"detail": detail})
+        return replaced(self, detail=detail)
 
     @property
     def key(self) -> CheckKey:
@@ -298,6 +299,37 @@ class LookRecord(BaseModel):
     of: int
     fraction: float
     settled: bool
+
+
+class GateVerdict(BaseModel):
+    """What the gate says of one candidate's outputs under a policy (``gate/``): the outcome
+    its checks add up to, the reasons, the checks, the policy as loaded and the look it was
+    said at. The judgement (``flows/judgement.py``) builds the :class:`DecisionRecord` from
+    it once, with what it knows besides (the champion, who judged, its number)."""
+
+    model_config = RECORD_MODEL
+
+    outcome: Outcome
+    reasons: list[str]
+    checks: list[Check]
+    policy: dict[str, Any]
+    look: LookRecord | None = None
+
+    @property
+    def promote(self) -> bool:
+        return self.outcome is Outcome.PROMOTED
+
+    @property
+    def settled(self) -> bool:
+        """Whether it stands: always without looks; at a look, when it stopped the validation."""
+        return self.look is None or self.look.settled
+
+    @property
+    def label(self) -> str:
+        return outcome_label(self.outcome)
+
+    def as_json(self) -> dict[str, JsonValue]:
+        return self.model_dump(mode="json")
 
 
 class DecisionRecord(BaseModel):
@@ -376,9 +408,11 @@ class DecisionRecord(BaseModel):
         return summarize_checks(self.checks) if self.checks else list(self.reasons)
 
     @classmethod
-    def read(cls, path: Path) -> DecisionRecord:
-        """A logged record; a file that does not match is refused naming the field."""
-        return cls.model_validate(json.loads(path.read_text()))
+    def read(cls, path: Path, sequence: int | None = None) -> DecisionRecord:
+        """A logged record; a file that does not match is refused naming the field.
+        ``sequence``: its number, for a file logged before records carried one."""
+        data = json.loads(path.read_text())
+        return cls.model_validate(data if sequence is None or not isinstance(data, dict) else data | {"sequence": sequence})
 
     def as_json(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
 from vlgate.text import UNSAFE, visible
 
 #: what the registry's version numbers look like (at most 18 digits: a 64-bit integer)
@@ -63,3 +65,39 @@ def model_name_problem(name: object) -> str | None:
     if found is not None:
         return f"a registered model's name cannot hold {visible(found.group())} (a control character, line break or bidi override: it could not be shown or pasted as written)"
     return None
+
+
+class VersionRef(BaseModel):
+    """One registered model version as vlgate hands it down: the model's name and the
+    version's number in its canonical form (:func:`canonical_version`, its one check),
+    made where a version enters (a command, the webhook, the poller, the flow's
+    parameters), so that nothing deeper parses or spells it again. The model's name is
+    checked where it enters vlgate (:func:`model_name_problem`). ``str()``: ``NAME vN``,
+    as messages name a version."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    version: str
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _canonical(cls, value: object) -> str:
+        return canonical_version(value)
+
+    @classmethod
+    def of(cls, model: str, version: object) -> VersionRef:
+        """``model``'s version ``version``, or :class:`VersionError` saying what a version looks like."""
+        try:
+            return cls(model=model, version=version)  # type: ignore[arg-type]  # checked and made a str by _canonical
+        except ValidationError as error:
+            cause = error.errors()[0].get("ctx", {}).get("error")
+            raise VersionError(str(cause) if cause is not None else str(error)) from None
+
+    @property
+    def uri(self) -> str:
+        """The version as MLflow loads it (``models:/NAME/N``)."""
+        return f"models:/{self.model}/{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.model} v{self.version}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from vlgate.cli.commands.base import EXIT_CODES, Answer, Command, UserError, exit_status, service_context, version_number
+from vlgate.cli.commands.base import EXIT_CODES, Answer, Command, UserError, exit_status, service_context, version_ref
 
 
 class _SignOff(Command):
@@ -21,33 +21,34 @@ class _SignOff(Command):
     def run(self, args: argparse.Namespace) -> Answer:
         from mlflow.exceptions import MlflowException
 
-        from vlgate.flows.approval import sign_off, sign_off_suspended, suspended_flow_run
+        from vlgate.flows.approval import SignOffInput, sign_off, sign_off_suspended, suspended_flow_run
         from vlgate.flows.judgement import ValidationError
         from vlgate.tracking.permissions import AuthError
 
-        version = version_number(args.version)
+        subject = version_ref(args.name, args.version)
         if not args.reason.strip():
             raise UserError("--reason: say why (it is kept in the record)")
+        answer = SignOffInput(approve=self.approve, reason=args.reason.strip(), by=args.by or "")
         context = service_context()
         try:
             # in the deployment the version's flow run is suspended for this answer: resumed once it is on record
-            waiting = suspended_flow_run(context, args.name, version)
+            waiting = suspended_flow_run(context, subject)
             if waiting is not None:
-                signed = sign_off_suspended(context, waiting, args.name, version, self.approve, args.reason.strip(), args.by)
+                signed = sign_off_suspended(context, waiting, subject, answer)
             else:
-                signed = sign_off(context, args.name, version, self.approve, args.reason.strip(), args.by)
+                signed = sign_off(context, subject, answer)
         except (ValidationError, AuthError) as error:
             raise UserError(str(error)) from None
         except MlflowException as error:
-            raise UserError(f"{args.name} v{version}: not in the registry ({error.error_code})") from None
+            raise UserError(f"{subject}: not in the registry ({error.error_code})") from None
         record = signed.record
 
         def text() -> None:
             from vlgate.text import visible
 
             if signed.rejudged is not None and signed.rejudged is not record:
-                print(visible(f"{args.name} v{version}: judged again against today's champion first: {signed.rejudged.outcome.value}"))
-            print(visible(f"{args.name} v{version}: {record.outcome.value} ({record.kind.value if record.kind else '-'}, record {record.sequence}); champion: {record.champion_after or 'none'}"))
+                print(visible(f"{subject}: judged again against today's champion first: {signed.rejudged.outcome.value}"))
+            print(visible(f"{subject}: {record.outcome.value} ({record.kind.value if record.kind else '-'}, record {record.sequence}); champion: {record.champion_after or 'none'}"))
 
         return Answer(signed.as_json(), status=exit_status(record.outcome), text=text)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from vlgate.flows.context import ServiceContext
+    from vlgate.versions import VersionRef
 
 EXIT_BAD_INPUT = 2
 #: `vlgate validate` and `vlgate gate`: 0 promoted; the version was judged and rejected;
@@ -123,14 +124,22 @@ def version_number(text: str, what: str = "version") -> str:
         raise UserError(f"{what} {text!r}: {str(error).split(': ', 1)[1]}") from None
 
 
-def registered_version(client: MlflowClient, model_name: str, version: str) -> ModelVersion:
+def version_ref(model_name: str, text: str, what: str = "version") -> VersionRef:
+    """``model_name``'s version given on the command line (:func:`version_number`), as
+    vlgate hands a version down (``vlgate/versions.py``)."""
+    from vlgate.versions import VersionRef
+
+    return VersionRef(model=model_name, version=version_number(text, what))
+
+
+def registered_version(client: MlflowClient, subject: VersionRef) -> ModelVersion:
     """The registry's ``ModelVersion``; a version that does not exist is the user's mistake.
     Anything else (the registry away) is raised as it is."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version(model_name, str(version))
+        return client.get_model_version(subject.model, subject.version)
     except MlflowException as error:
         if error.error_code == "RESOURCE_DOES_NOT_EXIST":
-            raise UserError(f"{model_name} v{version}: no such registered version") from None
+            raise UserError(f"{subject}: no such registered version") from None
         raise

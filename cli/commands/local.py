@@ -133,14 +133,14 @@ class MakeWorld(Command):
 
         from vlgate.cli.displays import duration
         from vlgate.cli.world_progress import WorldBuildProgress
-        from vlgate.evaluators.world.build import build_world
+        from vlgate.evaluators.world.build import TrainingRecipe, build_world
         from vlgate.home import vlgate_home
 
         out = Path(args.out) if args.out else vlgate_home() / "world"
         started = time.monotonic()
         phases = None if args.quiet else WorldBuildProgress(out)  # a line on stderr per phase and per checkpoint saved; stdout stays JSON
         with phases or contextlib.nullcontext():
-            manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, from_code=args.from_code, architecture=args.architecture, on_phase=phases)
+            manifest = build_world(out, size=args.size, seed=args.seed, force=args.force, training=TrainingRecipe(architecture=args.architecture), from_code=args.from_code, on_phase=phases)
         if not args.quiet:
             how = "reused" if manifest.get("cached") else "copied from the world shipped with vlgate" if manifest.get("shipped") else "trained"
             print(f"make-world: {out} {how} in {duration(time.monotonic() - started)}", file=sys.stderr)
@@ -180,7 +180,7 @@ class Evaluate(Command):
 
     def run(self, args: argparse.Namespace) -> Answer:
         from vlgate.evaluators.backends.base import BackendError
-        from vlgate.evaluators.running.suite import Suite, run_suite
+        from vlgate.evaluators.running.suite import RunOptions, Suite, run_suite
         from vlgate.flows.settings import ServiceConfig
         from vlgate.home import vlgate_home
         from vlgate.registry_hooks.record_cache import open_record_cache
@@ -191,7 +191,7 @@ class Evaluate(Command):
             raise UserError(str(exc)) from None
         record_cache = open_record_cache(ServiceConfig.load().record_cache.settings())  # vlgate.yaml's record_cache (docs/record-cache.md)
         try:
-            summary = run_suite(args.model, suite, Path(args.out), progress=not args.quiet, cache_dir=vlgate_home() / "model-cache", record_cache=record_cache)
+            summary = run_suite(args.model, suite, Path(args.out), RunOptions(cache_dir=vlgate_home() / "model-cache", record_cache=record_cache, progress=not args.quiet))
         except BackendError as exc:
             raise UserError(str(exc)) from None
         failed = {name: entry["error"] for name, entry in summary["evaluators"].items() if "error" in entry}

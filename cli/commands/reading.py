@@ -15,6 +15,7 @@ from vlgate.cli.commands.base import (
     registered_version,
     service_context,
     version_number,
+    version_ref,
 )
 from vlgate.text import shell_command
 
@@ -51,7 +52,8 @@ class Diff(Command):
         from vlgate.evaluators.item_diff import NothingToCompareError, diff_outputs
         from vlgate.flows.recording import run_outputs
 
-        args.version, args.other = version_number(args.version), version_number(args.other, "other version")
+        subjects = version_ref(args.name, args.version), version_ref(args.name, args.other, "other version")
+        args.version, args.other = (subject.version for subject in subjects)
         if args.limit < 0:
             raise UserError(f"--limit {args.limit}: expected 0 or more items")
         if args.evaluator is not None and args.evaluator not in registry.names():
@@ -61,12 +63,12 @@ class Diff(Command):
         client = service_context().tracking
         outputs: dict[str, dict[str, EvaluatorOutput]] = {}
         suites: dict[str, str | None] = {}
-        for version in (args.version, args.other):
-            run_id = registered_version(client, args.name, version).tags.get(tag_keys.VALIDATION_RUN)
+        for subject in subjects:
+            run_id = registered_version(client, subject).tags.get(tag_keys.VALIDATION_RUN)
             if not run_id:
-                raise UserError(f"{args.name} v{version} has no validation run yet ({shell_command('vlgate', 'validate', args.name, version)})")
-            outputs[version] = run_outputs(client, run_id)
-            suites[version] = client.get_run(run_id).data.params.get("suite")
+                raise UserError(f"{subject} has no validation run yet ({shell_command('vlgate', 'validate', subject.model, subject.version)})")
+            outputs[subject.version] = run_outputs(client, run_id)
+            suites[subject.version] = client.get_run(run_id).data.params.get("suite")
         if None not in suites.values() and suites[args.version] != suites[args.other]:
             raise UserError(f"{args.name} v{args.version} was evaluated on the suite {suites[args.version]}, v{args.other} on {suites[args.other]}: their items are not comparable")
         evaluators = [args.evaluator] if args.evaluator else [name for name in registry.names() if name in outputs[args.version] or name in outputs[args.other]]

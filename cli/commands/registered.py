@@ -23,6 +23,7 @@ from vlgate.cli.commands.base import (
     registered_version,
     service_context,
     version_number,
+    version_ref,
 )
 from vlgate.text import visible
 
@@ -199,7 +200,7 @@ class Validate(Command):
         from vlgate.flows.notifying import deliver_now
         from vlgate.flows.settings import model_problem
 
-        args.version = version_number(args.version)
+        subject = version_ref(args.name, args.version)
         context = ServiceContext.open()
         home = context.home
 
@@ -217,15 +218,15 @@ class Validate(Command):
 
             client = context.tracking
             try:
-                registered_version(client, args.name, args.version)
-                if args.against_current and tracking.champion_version(client, args.name) == args.version:
-                    raise UserError(f"{args.name} v{args.version} is today's champion: --against-current would compare it with itself")
+                registered_version(client, subject)
+                if args.against_current and tracking.champion_version(client, subject.model) == subject.version:
+                    raise UserError(f"{subject} is today's champion: --against-current would compare it with itself")
             except MlflowException:  # anything but a missing version (the registry away...) is the flow's to retry and record
                 pass
             try:
-                result = validate_model_version(args.name, args.version, complete=args.complete, rerun=True, against_current=args.against_current)
+                result = validate_model_version(subject.model, subject.version, complete=args.complete, rerun=True, against_current=args.against_current)
             except Exception as error:  # the flow recorded it (claim failed, version tagged); CI needs the verdict
-                result = ValidationResult.failed(args.name, args.version, error)
+                result = ValidationResult.failed(subject, error)
         deliver_now(home, context.config.all_channels())  # no service may run: its notifications go now
         return decision_answer(result, result.as_json())
 
@@ -255,7 +256,7 @@ class Gate(Command):
         from vlgate.flows.settings import not_configured
         from vlgate.gate.policy import GatePolicy
 
-        args.version = version_number(args.version)
+        subject = version_ref(args.name, args.version)
         context = service_context()
         config = context.config.for_model(args.name)
         if config is None and args.policy is None:
@@ -263,16 +264,16 @@ class Gate(Command):
         policy_path = Path(args.policy) if args.policy else config.policy  # type: ignore[union-attr]  # one of the two is set
         if names_undefined_evaluators(policy_path):  # an lmms-eval task's metrics: the tasks the version's run logged
             client = context.tracking
-            run_id = registered_version(client, args.name, args.version).tags.get(tag_keys.VALIDATION_RUN)
+            run_id = registered_version(client, subject).tags.get(tag_keys.VALIDATION_RUN)
             if run_id:
                 tracking.define_run_tasks(client, run_id)
         try:
             GatePolicy.from_file(policy_path)  # a policy mistake is bad input, before anything is read back
         except ValueError as error:
             raise UserError(str(error)) from None
-        registered_version(context.tracking, args.name, args.version)
+        registered_version(context.tracking, subject)
         try:
-            rejudged = judge_again(context, args.name, args.version, str(policy_path), record=args.apply, against_current=args.against_current)
+            rejudged = judge_again(context, subject, str(policy_path), record=args.apply, against_current=args.against_current)
         except ValidationError as error:
             raise UserError(str(error)) from None
         if rejudged.recorded:

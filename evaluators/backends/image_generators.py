@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,20 @@ def prompts_per_encoder(pipeline: Any, prompts: Sequence[str]) -> dict[str, list
     return arguments
 
 
+@dataclass(frozen=True)
+class DiffusionSettings:
+    """How the pipeline draws: sampler steps, classifier-free guidance (≤ 1 turns it off,
+    which halves the UNet calls), the image size (None: the pipeline's own) and the prompts
+    drawn a call. The knobs a caller tunes for speed or quality, apart from which pipeline
+    is loaded and where."""
+
+    num_inference_steps: int = 25
+    guidance_scale: float = 1.0
+    height: int | None = None
+    width: int | None = None
+    batch_size: int = 8
+
+
 class DiffusersGenerator(ImageGenerator):
     """A loaded diffusers pipeline. Use :meth:`load`."""
 
@@ -113,15 +128,11 @@ class DiffusersGenerator(ImageGenerator):
         reference: str | Path,
         policy: LoadPolicy = LoadPolicy(),
         device: str | None = None,
-        num_inference_steps: int = 25,
-        guidance_scale: float = 1.0,
-        height: int | None = None,
-        width: int | None = None,
-        batch_size: int = 8,
+        settings: DiffusionSettings = DiffusionSettings(),
         cache_dir: Path | None = None,
     ) -> DiffusersGenerator:
-        """``guidance_scale`` ≤ 1 turns classifier-free guidance off, which halves the UNet
-        calls; ``height``/``width`` default to the pipeline's own size."""
+        """The pipeline at ``reference`` (a folder, an MLflow URI or a Hub id), drawing as
+        ``settings`` say (:class:`DiffusionSettings`)."""
         import torch
         from diffusers import DiffusionPipeline
 
@@ -147,12 +158,12 @@ class DiffusersGenerator(ImageGenerator):
             extra={
                 "pipeline": type(pipeline).__name__,
                 "dtype": str(dtype).removeprefix("torch."),
-                "num_inference_steps": str(num_inference_steps),
-                "guidance_scale": str(guidance_scale),
+                "num_inference_steps": str(settings.num_inference_steps),
+                "guidance_scale": str(settings.guidance_scale),
                 "path": str(path),
             },
         )
-        return cls(pipeline, info, num_inference_steps, guidance_scale, height, width, batch_size)
+        return cls(pipeline, info, settings.num_inference_steps, settings.guidance_scale, settings.height, settings.width, settings.batch_size)
 
     def generate_images(self, prompts: Sequence[str], seed: int = 0) -> list[Image.Image]:
         """One image per prompt. Each prompt gets its own generator seeded with ``seed`` (on

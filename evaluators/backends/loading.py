@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from vlgate.evaluators.backends.base import BackendError
+from vlgate.versions import VersionRef
 
 MLFLOW_SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -94,9 +95,9 @@ def mlflow_identity(uri: str) -> tuple[str, str]:
     from mlflow.store.artifact.utils.models import get_model_name_and_version
 
     client = MlflowClient()
-    name, version = get_model_name_and_version(client, uri)
-    found = client.get_model_version(name, str(version))
-    return f"models:/{name}/{version}", json.dumps([name, str(version), found.source, found.run_id, found.creation_timestamp])
+    subject = VersionRef.of(*get_model_name_and_version(client, uri))
+    found = client.get_model_version(subject.model, subject.version)
+    return subject.uri, json.dumps([subject.model, subject.version, found.source, found.run_id, found.creation_timestamp])
 
 
 def _checkpoint_root(path: Path) -> Path:

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 from urllib.parse import urlsplit
 
@@ -107,6 +108,16 @@ def _snippet(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@dataclass(frozen=True)
+class HttpRetries:
+    """How a request that got a retriable answer (:data:`RETRIABLE_STATUSES`) or no answer
+    is tried again: at most ``max_attempts`` tries in all, the waits doubling from
+    ``backoff_s`` (or the server's ``Retry-After``; at most :data:`MAX_RETRY_SLEEP_S`)."""
+
+    max_attempts: int = 4
+    backoff_s: float = 0.5
+
+
 class OpenAIHttpBackend(VisionLanguageBackend):
     """One model on an OpenAI-compatible server. Connecting checks that the server serves ``model``."""
 
@@ -118,14 +129,13 @@ class OpenAIHttpBackend(VisionLanguageBackend):
         timeout: float = 120.0,
         max_concurrency: int = 8,
         top_logprobs: int = 20,
-        max_attempts: int = 4,
-        retry_backoff_s: float = 0.5,
+        retries: HttpRetries = HttpRetries(),
     ):
-        if max_concurrency < 1 or top_logprobs < 1 or max_attempts < 1:
+        if max_concurrency < 1 or top_logprobs < 1 or retries.max_attempts < 1:
             raise ValueError("max_concurrency, top_logprobs and max_attempts must be at least 1")
         self.base_url, self.model = api_root(base_url), model
         self.max_concurrency, self.top_logprobs = max_concurrency, top_logprobs
-        self.max_attempts, self.retry_backoff_s = max_attempts, retry_backoff_s
+        self.max_attempts, self.retry_backoff_s = retries.max_attempts, retries.backoff_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
             headers=headers,

@@ -90,27 +90,30 @@ class PrefixSharing:
     tolerance: float = 0.0
 
 
+@dataclass(frozen=True)
+class LoadedModel:
+    """What transformers loads from one checkpoint, as the backend is built from it: the
+    model, its processor (for a text-only LLM, its tokenizer), the tokenizer, and whether
+    the model reads images. They travel together from :meth:`TransformersBackend.load`
+    (or a benchmark's own build) into the backend."""
+
+    model: GenerativeModel
+    processor: ProcessorMixin | PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase
+    has_vision: bool
+
+
 class TransformersBackend(VisionLanguageBackend):
     """One loaded transformers model. Use :meth:`load`."""
 
-    def __init__(
-        self,
-        model: GenerativeModel,
-        processor: ProcessorMixin | PreTrainedTokenizerBase,
-        tokenizer: PreTrainedTokenizerBase,
-        info: BackendInfo,
-        has_vision: bool,
-        batch_size: int = 16,
-        policy: LoadPolicy = LoadPolicy(),
-        share_prefixes: bool = True,
-    ):
-        self.model: GenerativeModel | None = model  # None once closed
-        self.processor, self.tokenizer = processor, tokenizer
-        self.info, self.has_vision, self.batch_size = info, has_vision, batch_size
-        self.device = next(model.parameters()).device
+    def __init__(self, loaded: LoadedModel, info: BackendInfo, batch_size: int = 16, policy: LoadPolicy = LoadPolicy(), share_prefixes: bool = True):
+        self.model: GenerativeModel | None = loaded.model  # None once closed
+        self.processor, self.tokenizer = loaded.processor, loaded.tokenizer
+        self.info, self.has_vision, self.batch_size = info, loaded.has_vision, batch_size
+        self.device = next(loaded.model.parameters()).device
         self._option_ids: dict[tuple[str, ...], list[list[int]]] = {}
-        self.template = renderer_for(info.model, [processor], tokenizer, policy)
-        self.bare_prompts = self.template is None and has_vision and processor_places_images(processor)
+        self.template = renderer_for(info.model, [loaded.processor], loaded.tokenizer, policy)
+        self.bare_prompts = self.template is None and loaded.has_vision and processor_places_images(loaded.processor)
         self.prefix_sharing = PrefixSharing() if share_prefixes else PrefixSharing(False, "turned off by the caller")
 
     @classmethod
@@ -157,7 +160,7 @@ class TransformersBackend(VisionLanguageBackend):
             device=device,
             extra={"architecture": type(model).__name__, "dtype": str(dtype).removeprefix("torch."), "path": str(path)},
         )
-        return cls(model, processor, tokenizer, info, has_vision, batch_size, policy, share_prefixes)
+        return cls(LoadedModel(model, processor, tokenizer, has_vision), info, batch_size, policy, share_prefixes)
 
     def plain_copy(self, batch_size: int = 1) -> TransformersBackend:
         """The same loaded model scored the plain way: whole prompts, no shared prefixes,

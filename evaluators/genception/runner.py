@@ -41,6 +41,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -162,21 +163,31 @@ class GenerationCache:
         return drawn, features
 
 
+@dataclass(frozen=True)
+class GenceptionLoop:
+    """How the describe-and-draw loop runs: T ``iterations``, the ``seed`` every drawing
+    is made with, and the descriptions' token budget (``max_new_tokens``; None: the
+    protocol's). What a record's numbers depend on besides the models and the protocol."""
+
+    iterations: int = 3
+    seed: int = 0
+    max_new_tokens: int | None = None
+
+
 def genception_runner(
     vlm: VisionLanguageBackend,
     generator: ImageGenerator,
     encoder: ImageEncoder,
-    iterations: int = 3,
+    loop: GenceptionLoop = GenceptionLoop(),
     *,
     artifacts_dir: Path,
-    seed: int = 0,
     feature_cache_dir: Path | None = None,
     protocol: Protocol[prompts.GenceptionPrompts] = protocols.GENCEPTION[0],
-    max_new_tokens: int | None = None,
 ) -> Runner[GenceptionItem, Image.Image]:
     """The GenCeption runner. ``feature_cache_dir`` (default ``artifacts_dir/../feature-cache``)
-    should be shared by every candidate evaluated with this encoder; ``max_new_tokens``
+    should be shared by every candidate evaluated with this encoder; ``loop.max_new_tokens``
     overrides the protocol's description length."""
+    iterations, seed, max_new_tokens = loop.iterations, loop.seed, loop.max_new_tokens
     if iterations < 1:
         raise ValueError(f"GenCeption needs T >= 1 iterations, got {iterations}")
     artifacts_dir = Path(artifacts_dir)
@@ -280,12 +291,10 @@ def build_genception_runner(settings: GenceptionSettings, context: RunnerContext
         context.vlm,
         generator,
         encoder,
-        settings.iterations,
+        GenceptionLoop(iterations=settings.iterations, seed=settings.seed, max_new_tokens=settings.description_max_new_tokens),
         artifacts_dir=context.out / "genception" / "artifacts",
-        seed=settings.seed,
         feature_cache_dir=context.shared_cache / "genception",
         protocol=context.chosen(protocols.GENCEPTION),
-        max_new_tokens=settings.description_max_new_tokens,
     )
     runner.owned += [encoder, generator]
     return runner

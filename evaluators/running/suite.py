@@ -15,8 +15,9 @@ Output under ``out``: ``EVALUATOR/records.jsonl`` (per-sample records, each with
 fingerprint; written as batches complete, so a rerun resumes), ``EVALUATOR/metrics.json``,
 ``EVALUATOR/errors.jsonl`` (items that could not be loaded), and ``summary.json``.
 
-A distributed run splits one evaluator's items into shards (``run_evaluator_shard``: items
-k, k+N, k+2N, ... into ``EVALUATOR/shards/K-of-N.jsonl``, resumable the same way) and
+A distributed run splits one evaluator's items into shards (``run_evaluator_shard`` of an
+:class:`EvaluatorShard`: items k, k+N, k+2N, ... into ``EVALUATOR/shards/K-of-N.jsonl``,
+resumable the same way) and
 ``merge_shards`` puts the records back in item order and scores them as one run: the
 same files and metrics as ``run_suite``.
 """
@@ -29,7 +30,8 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar
 
@@ -319,22 +321,49 @@ def finished_entry(result: RunResult, out: Path, n_items: int, n_load_errors: in
     )
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run goes, beside what it runs (nothing here changes a record): the folder
+    model downloads are cached in, the shared record cache records are looked up in before
+    they are computed (and put in after, beside ``out``'s own records files), and whether
+    a progress bar is drawn. One object, so that ``run_suite`` and ``run_evaluator_shard``
+    take the same knobs the same way."""
+
+    cache_dir: Path | None = None
+    record_cache: RecordCache | None = None
+    progress: bool = False
+
+
+class EvaluatorShard(BaseModel):
+    """One shard of one evaluator's items: items ``index``, ``index + n_shards``, ... of
+    its data set (of a look's selection). A model because it crosses Prefect's task
+    boundary (``flows/evaluation.py``), whose cache key reads it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    evaluator: str
+    index: int = 0
+    n_shards: int = 1
+
+    def take(self, items: Sequence[Item]) -> Sequence[Item]:
+        """This shard's items of all of the evaluator's ``items``, in their order."""
+        return items[self.index :: self.n_shards]
+
+
 def run_suite(
     model: str,
     suite: Suite,
     out: Path,
-    progress: bool = True,
-    cache_dir: Path | None = None,
+    options: RunOptions = RunOptions(progress=True),
     only: list[str] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
-    record_cache: RecordCache | None = None,
 ) -> SuiteSummary:
     """Run every evaluator of the suite (or the ``only`` ones) on ``model``; write records,
     metrics and ``summary.json`` (``summary-EVALUATOR.json`` for a single evaluator, so
     evaluators run as separate tasks do not overwrite each other's summary).
     ``on_progress(evaluator, done, total)``: each runner's items as they complete.
-    ``record_cache``: the shared cache records are looked up in before they are computed
-    (and put in after), beside ``out``'s own records files.
+    ``options``: the model cache, the shared record cache and the progress bar
+    (:class:`RunOptions`; by default a bar is drawn).
 
     An evaluator that fails is reported in the summary (``error``) and the others still
     run; records already written stay in its records file for the next attempt."""
@@ -343,16 +372,16 @@ def run_suite(
     selected = {name: spec for name, spec in suite.evaluators.items() if only is None or name in only}
     if only is not None and set(only) - set(selected):
         raise ValueError(f"suite {suite.name!r} has no evaluator {sorted(set(only) - set(selected))}")
-    vlm = load_vlm(model, suite, cache_dir)
+    vlm = load_vlm(model, suite, options.cache_dir)
     summary: SuiteSummary = {"model": model, "suite": suite.name, "backend": {}, "evaluators": {}}
     try:
         for name, spec in selected.items():
             try:
                 items, load_errors = load_items(name, spec, out, max_image_pixels=suite.max_image_pixels)
-                runner = make_runner(name, spec, vlm, out, suite, cache_dir)
+                runner = make_runner(name, spec, vlm, out, suite, options.cache_dir)
                 try:
                     counter = functools.partial(on_progress, name) if on_progress is not None else None
-                    result = runner.run(items, RecordStore(out / name / "records.jsonl", record_cache), suite.batch_size, progress, on_progress=counter)
+                    result = runner.run(items, RecordStore(out / name / "records.jsonl", options.record_cache), suite.batch_size, options.progress, on_progress=counter)
                 finally:
                     runner.close()
                 result.errors = load_errors + result.errors
@@ -385,39 +414,37 @@ def run_evaluator_shard(
     model: str,
     suite: Suite,
     out: Path,
-    evaluator: str,
-    shard: int = 0,
-    n_shards: int = 1,
-    cache_dir: Path | None = None,
-    progress: bool = False,
+    shard: EvaluatorShard,
+    options: RunOptions = RunOptions(),
     on_progress: ItemProgress | None = None,
     selection: ItemSelection | ItemIds | None = None,
-    record_cache: RecordCache | None = None,
 ) -> ShardResult:
-    """Items ``shard``, ``shard + n_shards``, ... of one evaluator on ``model`` (of a look's
-    ``selection``). Raises when the evaluator fails (the caller retries; records already
-    written are kept). Returns what ``merge_shards`` needs: the records' fingerprints in
-    item order, the item errors and the counts. ``on_progress(done, total)``: the shard's
-    items as they complete. ``record_cache``: as ``run_suite``'s (a worker process builds
-    its own from the run's settings)."""
-    if not 0 <= shard < n_shards:
-        raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
+    """The ``shard``'s items of its evaluator on ``model`` (of a look's ``selection``).
+    Raises when the evaluator fails (the caller retries; records already written are
+    kept). Returns what ``merge_shards`` needs: the records' fingerprints in item order,
+    the item errors and the counts. ``on_progress(done, total)``: the shard's items as
+    they complete. ``options``: as ``run_suite``'s (a worker process builds its record
+    cache from the run's settings; by default no progress bar)."""
+    if not 0 <= shard.index < shard.n_shards:
+        raise ValueError(f"shard {shard.index} is not in 0..{shard.n_shards - 1}")
+    evaluator = shard.evaluator
     spec = _spec(suite, evaluator)
     out = Path(out)
     items, _ = load_items(evaluator, spec, out, selection, suite.max_image_pixels)
-    vlm, held = _shard_vlm(model, suite, cache_dir)
+    vlm, held = _shard_vlm(model, suite, options.cache_dir)
     try:
-        runner = make_runner(evaluator, spec, vlm, out, suite, cache_dir)
+        runner = make_runner(evaluator, spec, vlm, out, suite, options.cache_dir)
         try:
-            result = runner.run(items[shard::n_shards], RecordStore(shard_store_path(out, evaluator, shard, n_shards), record_cache), suite.batch_size, progress, on_progress=on_progress)
+            store = RecordStore(shard_store_path(out, evaluator, shard.index, shard.n_shards), options.record_cache)
+            result = runner.run(shard.take(items), store, suite.batch_size, options.progress, on_progress=on_progress)
         finally:
             runner.close()
     finally:
         if not held:
             vlm.close()
     return ShardResult(
-        shard=shard,
-        n_shards=n_shards,
+        shard=shard.index,
+        n_shards=shard.n_shards,
         fingerprints=[record_fingerprint(record) for record in result.records],
         item_errors=[{"source": error.source, "item_id": error.item_id, "field": error.field, "message": error.message} for error in result.errors],
         reused=result.reused,

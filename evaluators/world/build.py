@@ -35,6 +35,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar, cast
 
@@ -117,30 +118,41 @@ def world_suite(backend: str = "transformers") -> str:
     return WORLD_SUITE + WORLD_VLLM_SETTINGS + (f"backend: {backend}\n" if backend != "transformers" else "")
 
 
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """How the world's models are made: the VLM family's architecture
+    (``architectures.ARCHITECTURES``; vLLM's CPU build serves both) and each training's
+    length in steps (the VLM versions', the LLM agent's, each faulty version's; None:
+    :data:`VLM_STEPS`, :data:`LLM_STEPS`, :data:`FAULT_STEPS` as they are when the world is
+    built). Together, because the manifest records them together and a cached or shipped
+    world is reused only when all of them match; tests use tiny lengths."""
+
+    architecture: str = "llava"
+    vlm_steps: tuple[int, ...] | None = None
+    llm_steps: int | None = None
+    fault_steps: int | None = None
+
+
 def build_world(
     out: str | Path,
     size: str = "small",
     seed: int = 0,
     force: bool = False,
-    vlm_steps: tuple[int, ...] | None = None,
-    llm_steps: int | None = None,
-    fault_steps: int | None = None,
+    training: TrainingRecipe = TrainingRecipe(),
     from_code: bool = False,
-    architecture: str = "llava",
     on_phase: Callable[[str, float | None], None] | None = None,
 ) -> dict[str, object]:
     """The world under ``out``: kept when a manifest there already matches (unless
     ``force``), else copied from the shipped world when that is the one asked for (unless
-    ``from_code``), else trained. ``vlm_steps``, ``llm_steps`` and ``fault_steps`` override
-    the training lengths (tests use tiny ones); ``architecture`` picks the VLM family's
-    architecture (``architectures.ARCHITECTURES``; vLLM's CPU build serves both).
+    ``from_code``), else trained. ``training``: the architecture and training lengths
+    (:class:`TrainingRecipe`; by default the shipped world's).
     ``on_phase(phase, seconds)`` is told as each phase of a training starts (seconds None)
     and ends (the manifest's ``seconds`` keys)."""
     out = Path(out)
     manifest_path = out / "manifest.json"
-    steps = tuple(vlm_steps if vlm_steps is not None else VLM_STEPS)
-    llm_steps = LLM_STEPS if llm_steps is None else llm_steps
-    fault_steps = FAULT_STEPS if fault_steps is None else fault_steps
+    steps = tuple(training.vlm_steps if training.vlm_steps is not None else VLM_STEPS)
+    llm_steps = LLM_STEPS if training.llm_steps is None else training.llm_steps
+    fault_steps = FAULT_STEPS if training.fault_steps is None else training.fault_steps
     wanted = {
         "format": WORLD_FORMAT,
         "size": size,
@@ -149,10 +161,10 @@ def build_world(
         "llm_steps": llm_steps,
         "fault_steps": fault_steps,
         "threads": BUILD_THREADS,
-        "architecture": architecture,
+        "architecture": training.architecture,
     }
-    if architecture not in LLM_HEADS:
-        raise ValueError(f"unknown world VLM architecture {architecture!r}; known: {', '.join(LLM_HEADS)}")
+    if training.architecture not in LLM_HEADS:
+        raise ValueError(f"unknown world VLM architecture {training.architecture!r}; known: {', '.join(LLM_HEADS)}")
     if manifest_path.is_file() and not force:
         manifest = json.loads(manifest_path.read_text())
         if {k: manifest.get(k) for k in wanted} == wanted:
@@ -169,12 +181,13 @@ def build_world(
     threads = torch.get_num_threads()
     torch.set_num_threads(BUILD_THREADS)
     try:
-        return _build(out, size, seed, steps, llm_steps, fault_steps, wanted, on_phase)
+        return _build(out, size, seed, wanted, on_phase)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: int, fault_steps: int, wanted: dict[str, object], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, object]:
+def _build(out: Path, size: str, seed: int, wanted: dict[str, object], on_phase: Callable[[str, float | None], None] | None = None) -> dict[str, object]:
+    """Train the world that ``wanted`` (the manifest's recipe: training lengths, architecture) describes."""
     from vlgate.evaluators.world.faults import FAULTS
     from vlgate.evaluators.world.generators import build_clip, build_diffusion_pipeline
     from vlgate.evaluators.world.tokenizer import world_tokenizer
@@ -199,13 +212,13 @@ def _build(out: Path, size: str, seed: int, steps: tuple[int, ...], llm_steps: i
 
     data = timed("data", build_datasets, out / "data", size, seed)
     tokenizer = world_tokenizer(out / "data", seed)
-    architecture = cast(str, wanted["architecture"])
+    architecture, steps = cast(str, wanted["architecture"]), tuple(cast(list[int], wanted["vlm_steps"]))
     vlms = timed("vlm", build_vlm_versions, tokenizer, out / "checkpoints", steps, seed, architecture)
-    faults = {fault: timed(f"vlm_{fault}", build_faulty_version, vlms[max(steps)], out / "checkpoints" / f"vlm-{fault}", fault, fault_steps, seed) for fault in FAULTS}
+    faults = {fault: timed(f"vlm_{fault}", build_faulty_version, vlms[max(steps)], out / "checkpoints" / f"vlm-{fault}", fault, cast(int, wanted["fault_steps"]), seed) for fault in FAULTS}
     if architecture == "llava":  # after training, which the 16-wide heads were tuned for
         for folder in [*vlms.values(), *faults.values()]:
             pad_attention_heads(folder)
-    llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", llm_steps, seed, LLM_HEADS[architecture])
+    llm = timed("llm", build_llm, tokenizer, out / "checkpoints" / "llm-agent", cast(int, wanted["llm_steps"]), seed, LLM_HEADS[architecture])
     vit = timed("vit", build_vit_encoder, out / "checkpoints" / "vit-encoder", seed=seed)
     clip = timed("clip", build_clip, out / "checkpoints" / "clip", seed=seed)
     diffusion = timed("diffusion", build_diffusion_pipeline, out / "checkpoints" / "diffusion", seed=seed)

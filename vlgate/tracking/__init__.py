@@ -14,7 +14,7 @@ checkpoint, the champion), ``decisions`` (a run's decision records, appended onl
 ``tracking.connect()``.
 """
 
-from vlgate.tracking.decisions import append_decision, baseline_of, decision_history, latest_decision, version_histories
+from vlgate.tracking.decisions import baseline_of, decision_history, file_digest, latest_decision, log_decision, next_decision_number, version_histories
 from vlgate.tracking.naming import (
     EXPERIMENT_PREFIX,
     VALIDATION_LINK,
@@ -53,7 +53,6 @@ __all__ = [
     "CheckpointError",
     "define_run_tasks",
     "TrackingUnreachable",
-    "append_decision",
     "baseline_of",
     "breakdown_frame",
     "champion_version",
@@ -61,10 +60,13 @@ __all__ = [
     "connect",
     "create_run_once",
     "decision_history",
+    "file_digest",
     "embedded",
     "experiment_id",
     "first_run_with_token",
     "latest_decision",
+    "log_decision",
+    "next_decision_number",
     "log_tables",
     "flatten_metrics",
     "links_leaving",

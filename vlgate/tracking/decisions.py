@@ -39,19 +39,24 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def append_decision(client: MlflowClient, run_id: str, record: DecisionRecord, policy_path: Path) -> DecisionRecord:
-    """``record`` as the run's next decision record (its ``sequence`` and ``policy_digest``
-    set), with the policy file beside it. Call under the model's gate lock, which makes
-    the next number this call's alone."""
+def next_decision_number(client: MlflowClient, run_id: str) -> int:
+    """The number the run's next decision record takes. Ask under the model's gate lock,
+    which makes it this judgement's alone."""
     numbers = numbered_records(client, run_id) or ([1] if single_record(client, run_id) else [])
-    sequence = (numbers[-1] if numbers else 0) + 1
-    numbered = record.model_copy(update={"sequence": sequence, "policy_digest": file_digest(policy_path)})
+    return (numbers[-1] if numbers else 0) + 1
+
+
+def log_decision(client: MlflowClient, run_id: str, record: DecisionRecord, policy_path: Path) -> None:
+    """``record``, built with its number (:func:`next_decision_number`) and the digest of
+    ``policy_path``, logged as the run's ``decisions/NNNN.json`` with that policy file
+    beside it; nothing already logged is written again."""
+    if record.sequence is None:
+        raise ValueError("a decision record is logged with its number (next_decision_number)")
     with tempfile.TemporaryDirectory() as scratch:
-        policy_copy = Path(scratch) / Path(decision_policy_file(sequence)).name
+        policy_copy = Path(scratch) / Path(decision_policy_file(record.sequence)).name
         policy_copy.write_bytes(policy_path.read_bytes())
         client.log_artifact(run_id, str(policy_copy), artifact_path=DECISIONS_FOLDER)
-    client.log_dict(run_id, numbered.as_json(), decision_file(sequence))
-    return numbered
+    client.log_dict(run_id, record.as_json(), decision_file(record.sequence))
 
 
 def _read_records(client: MlflowClient, run_id: str, last_only: bool) -> list[DecisionRecord]:
@@ -63,7 +68,7 @@ def _read_records(client: MlflowClient, run_id: str, last_only: bool) -> list[De
             if not single_record(client, run_id):
                 return []
             path = Path(client.download_artifacts(run_id, SINGLE_DECISION_FILE, scratch))
-            return [DecisionRecord.read(path).model_copy(update={"sequence": 1})]
+            return [DecisionRecord.read(path, sequence=1)]
         wanted = numbers[-1:] if last_only else numbers
         return [DecisionRecord.read(Path(client.download_artifacts(run_id, decision_file(n), scratch))) for n in wanted]
 

@@ -13,7 +13,7 @@ from vlgate import tag_keys
 from vlgate.tracking.naming import validation_experiment
 from vlgate.tracking.paging import model_versions
 from vlgate.tracking.runs import create_run_once, experiment_id
-from vlgate.versions import model_name_problem
+from vlgate.versions import VersionRef, model_name_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -140,7 +140,7 @@ def version_logged_model(version: ModelVersion) -> str | None:
     return None
 
 
-def wait_for_version(client: MlflowClient, model_name: str, version: str, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> ModelVersion:
+def wait_for_version(client: MlflowClient, subject: VersionRef, timeout_s: float = 120.0, first_wait_s: float = 1.0) -> ModelVersion:
     """The registered version, waited for: a webhook can arrive before the registry
     answers for the version it announces, and a tracking server can be away for a
     moment. Retries with doubling waits until ``timeout_s``, then raises the last error
@@ -152,7 +152,7 @@ def wait_for_version(client: MlflowClient, model_name: str, version: str, timeou
     deadline, wait = time.monotonic() + timeout_s, first_wait_s
     while True:
         try:
-            return client.get_model_version(model_name, str(version))
+            return client.get_model_version(subject.model, subject.version)
         except MlflowException:
             if time.monotonic() + wait > deadline:
                 raise
