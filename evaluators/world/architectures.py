@@ -101,7 +101,7 @@ def build_vlm(tokenizer: PreTrainedTokenizerFast, config: TinyVlmConfig = TinyVl
     return model, processor
 
 
-#: The world's VLM architectures (``build_world(architecture=...)``).
+#: The world's VLM architectures (``TrainingRecipe(architecture=...)``, ``build.py``).
 ARCHITECTURES = ("llava", "idefics3")
 #: Every token Idefics3's processor looks up. A missing one silently becomes ``<unk>``,
 #: and an unregistered one is split at its punctuation by the word-level pre-tokenizer.
