@@ -303,7 +303,7 @@ def _serve(context: ServiceContext, drift_configs: dict[str, DriftConfig], *, we
         start=None if deployment else validate_model_version,
         configured=lambda name: config.for_model(name) is not None,
         max_crashes=config.max_crashes,
-        give_up=lambda name, version, reason: gave_up(context, VersionRef(model=name, version=version), reason),
+        give_up=lambda subject, reason: gave_up(context, subject, reason),
     )
     client = context.tracking
     channels = config.all_channels()
@@ -349,7 +349,7 @@ def gave_up(context: ServiceContext, subject: VersionRef, reason: str) -> None:
     from vlgate.registry_hooks.notifications import NotifyEvent
 
     record_failure(context, subject, reason)
-    claim = context.claims.get(subject.model, subject.version)
+    claim = context.claims.get(subject)
     attempts = claim.attempts if claim is not None else 0
     tell(context.home, failure_notification(subject, reason, attempts, NotifyEvent.RECOVERY_GAVE_UP), context.config.notify_channels(subject.model))
 

@@ -244,7 +244,7 @@ def suspended_flow_run(context: ServiceContext, subject: VersionRef) -> Suspende
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL
 
-    claim = context.claims.get(subject.model, subject.version)
+    claim = context.claims.get(subject)
     if claim is None or not claim.flow_run_id or not PREFECT_API_URL.value():
         return None  # no Prefect server: the flow ran in this machine's own process, not suspended
     try:

@@ -87,27 +87,26 @@ def drift_notification(model: str, version: str | None, run_id: str | None, drif
     )  # fmt: skip
 
 
-def in_transaction(outbox: NotificationOutbox, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
+def in_transaction(outbox: NotificationOutbox, subject: VersionRef, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
     """The outbox write a claim's final state makes in its own transaction (``ClaimStore.finish``'s
     ``also``). The one exception to "a notification exists exactly when the decision does":
     an outbox write that fails rolls back alone (a savepoint), so that telling about a
     decision never undoes or repeats it; the claim then says why it was not told
     (``untold``, shown by ``vlgate status``), in the same transaction."""
-    model, version = notification.model, notification.version or ""
 
     def enqueue(connection: sa.Connection) -> int:
         if not channels:
-            ClaimStore.mark_untold(connection, model, version, None)
+            ClaimStore.mark_untold(connection, subject, None)
             return 0
         try:
             with connection.begin_nested():  # a failed write rolls back alone: the claim's state is kept
                 added = outbox.enqueue(connection, notification, channels)
         except Exception as error:  # never let telling about a decision change it
             reason = f"the {notification.event} notification could not be queued: {type(error).__name__}: {one_line(str(error), 300)}"
-            log.error("%s v%s: %s", model, version, reason)
-            ClaimStore.mark_untold(connection, model, version, reason)
+            log.error("%s: %s", subject, reason)
+            ClaimStore.mark_untold(connection, subject, reason)
             return 0
-        ClaimStore.mark_untold(connection, model, version, None)
+        ClaimStore.mark_untold(connection, subject, None)
         return added
 
     return enqueue

@@ -134,7 +134,7 @@ def ensure_validation_run(client: MlflowClient, claims: ClaimStore, subject: Ver
     else one made for this claim, recorded in the claim before anything is logged to it.
     The run's token names the claim, so a flow that died between creating the run and
     recording it finds that run again instead of making a second."""
-    claim = claims.get(subject.model, subject.version)
+    claim = claims.get(subject)
     if claim is not None and claim.run_id:
         return claim.run_id
     experiment = tracking.experiment_id(client, tracking.validation_experiment(subject.model))
@@ -143,7 +143,7 @@ def ensure_validation_run(client: MlflowClient, claims: ClaimStore, subject: Ver
     if run_id is None:
         tags = {tag_keys.KIND: tag_keys.RunKind.VALIDATION, tag_keys.MODEL: subject.model, tag_keys.VERSION: subject.version}
         run_id = tracking.create_run_once(client, experiment, str(subject), tags, token)
-    claims.record_run(subject.model, subject.version, run_id)
+    claims.record_run(subject, run_id)
     client.set_model_version_tag(subject.model, subject.version, tag_keys.VALIDATION_RUN, run_id)
     return run_id
 

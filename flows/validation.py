@@ -136,7 +136,7 @@ def judge_and_promote(plan: ValidationPlan, run_id: str, outputs: dict[str, Eval
         plan.subject, run_id, plan.policy, plan.policy_path, look=plan.look, kind=kind, against_current=against_current,
         request_id=str(task_run.id) if task_run.id else None,
     )  # fmt: skip
-    return judge(context, request, outputs, record=True, holds=lambda: context.claims.holds(plan.model, plan.version, attempt))
+    return judge(context, request, outputs, record=True, holds=lambda: context.claims.holds(plan.subject, attempt))
 
 
 # --- report ---------------------------------------------------------------------------
@@ -174,20 +174,19 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         subject = VersionRef.of(model_name, version)
     except VersionError as error:  # before any claim: a text that names no version is never claimed
         raise ValidationError(str(error)) from None
-    model_name, version = subject.model, subject.version  # the claim's row
     context = ServiceContext.open()
-    unjudgeable = not_configured(context.home, model_name, context.config)
+    unjudgeable = not_configured(context.home, subject.model, context.config)
     if unjudgeable:  # before any claim: nothing is recorded or tagged for a model vlgate does not validate
         raise ValidationError(unjudgeable)
     claims = context.claims
     flow_run_id = str(flow_run.id) if flow_run.id else None
     while True:
-        if claims.get(model_name, version) is None:
-            claims.claim(model_name, version, via="manual")
-        begun = claims.begin(model_name, version, flow_run_id, rerun=rerun)
+        if claims.get(subject) is None:
+            claims.claim(subject, via="manual")
+        begun = claims.begin(subject, flow_run_id, rerun=rerun)
         if begun is not None:
             break
-        settled = claims.wait(model_name, version)  # another flow run validates it, or it stands decided
+        settled = claims.wait(subject)  # another flow run validates it, or it stands decided
         if settled is not None and settled.state in (ClaimState.DONE, ClaimState.FAILED):
             reported = reported_decision(context, subject, settled)
             # this very flow run decided it and was suspended for a sign-off: resumed, it applies the answer
@@ -196,7 +195,7 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
     shown_as = progress.subject(subject)
     progress.stage(shown_as, progress.Stage.STARTED)
     try:
-        with context.active(), claims.heartbeat(model_name, version), remembering_items():  # the data sets read once for every look
+        with context.active(), claims.heartbeat(subject), remembering_items():  # the data sets read once for every look
             kind = DecisionKind.REVALIDATION if begun.rerun else DecisionKind.VALIDATION
             summary = _validate(context, subject, attempt, complete, kind, against_current)
     except Superseded:
@@ -206,14 +205,14 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
         message = f"{type(error).__name__}: {error}"
         progress.stage(shown_as, progress.Stage.FAILED, detail=message)
         if tracking.transient(error):  # a server away for a while: run it again later, no verdict
-            delay = claims.defer(model_name, version, message, context.config.retry_after_s, attempt=attempt)  # the configuration the flow started with
+            delay = claims.defer(subject, message, context.config.retry_after_s, attempt=attempt)  # the configuration the flow started with
             get_run_logger().warning("%s: stopped by a transient fault, retried in %g s: %s", subject, delay, message)
             raise
-        told = notifying.in_transaction(context.outbox, notifying.failure_notification(subject, message, attempt), context.config.notify_channels(model_name))
-        if claims.fail(model_name, version, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
+        told = notifying.in_transaction(context.outbox, subject, notifying.failure_notification(subject, message, attempt), context.config.notify_channels(subject.model))
+        if claims.fail(subject, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
             record_failure(context, subject, message)
         raise
-    claims.finish(model_name, version, summary.label, attempt=attempt, also=decision_told(context, summary))
+    claims.finish(subject, summary.label, attempt=attempt, also=decision_told(context, summary))
     progress.stage(shown_as, progress.Stage.DONE, detail=summary.label)
     return signed_off(context, summary)
 
@@ -240,7 +239,7 @@ def decision_told(context: ServiceContext, result: ValidationResult) -> Also | N
         page = None
     saved = result.sequential.saved_fraction if result.sequential is not None else None
     told = notifying.decision_notification(result.subject, result.run_id, result.record, saved, page, result.report)
-    return notifying.in_transaction(context.outbox, told, channels)
+    return notifying.in_transaction(context.outbox, result.subject, told, channels)
 
 
 def reported_decision(context: ServiceContext, subject: VersionRef, claim: Claim) -> ValidationResult:
@@ -259,7 +258,7 @@ def record_failure(context: ServiceContext, subject: VersionRef, message: str) -
     (best effort: the registry itself may be what failed)."""
     try:
         client = context.tracking
-        claim = context.claims.get(subject.model, subject.version)
+        claim = context.claims.get(subject)
         run_id = claim.run_id if claim else None
         write_failure_tags(client, subject, run_id, f"validation failed: {message} (fail closed)")
         if run_id:

@@ -41,7 +41,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
 from vlgate.registry_hooks.state_db import StateDatabase, aware, claims_table, default_owner, owner_is_gone, utc_now
-from vlgate.versions import canonical_version
+from vlgate.versions import VersionRef
 
 #: more writes made in the transaction that sets a claim's final state
 Also = Callable[[sa.Connection], object]
@@ -88,6 +88,11 @@ class Claim:
     #: why the notification of the final state could not be queued (``vlgate status`` shows it)
     untold: str | None = None
 
+    @property
+    def subject(self) -> VersionRef:
+        """The version claimed."""
+        return VersionRef(model=self.model_name, version=self.version)
+
     def as_dict(self) -> dict[str, object]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
 
@@ -102,9 +107,9 @@ class Begun:
     rerun: bool
 
 
-def _row(model_name: str, version: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
+def _row(subject: VersionRef) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
     """The where clause of one version's claim row."""
-    return claims_table.c.model_name == model_name, claims_table.c.version == version
+    return claims_table.c.model_name == subject.model, claims_table.c.version == subject.version
 
 
 class ClaimStore:
@@ -119,15 +124,14 @@ class ClaimStore:
     def for_home(cls, home: Path, lease_seconds: float = DEFAULT_LEASE_S) -> ClaimStore:
         return cls(StateDatabase.url_for_home(home), lease_seconds)
 
-    def claim(self, model_name: str, version: str, via: str, owner: str | None = None, registered_at: str | None = None) -> bool:
-        """True for exactly one caller per (model, version, registration), ever. A version
-        not in its canonical form is refused (:class:`VersionError`): "01" would claim
+    def claim(self, subject: VersionRef, via: str, owner: str | None = None, registered_at: str | None = None) -> bool:
+        """True for exactly one caller per (model, version, registration), ever. The version
+        is in its canonical form (a :class:`VersionRef` is nothing else): "01" would claim
         version 1 a second time."""
-        version = canonical_version(version)
         now = utc_now()
         row = {
-            "model_name": model_name,
-            "version": version,
+            "model_name": subject.model,
+            "version": subject.version,
             "state": ClaimState.CLAIMED,
             "claimed_via": via,
             "owner": owner or default_owner(),
@@ -163,7 +167,7 @@ class ClaimStore:
             log.info("%s v%s was registered again (%s): claimed anew", row["model_name"], row["version"], row["registered_at"])
         return replaced == 1
 
-    def take_over(self, model_name: str, version: str, attempts: int, owner: str | None = None, detail: str | None = None, crashed: bool = False) -> bool:
+    def take_over(self, subject: VersionRef, attempts: int, owner: str | None = None, detail: str | None = None, crashed: bool = False) -> bool:
         """Make the claim's next attempt (its validation was lost: a crashed flow run, a
         lease run out): back to ``claimed``, the lease started again, the flow run
         forgotten. True for exactly one caller: the claim must still be live and at
@@ -176,22 +180,22 @@ class ClaimStore:
         if detail is not None:
             values["detail"] = detail[:4000]
         statement = (
-            claims_table.update().where(*_row(model_name, version)).where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts).values(**values)
+            claims_table.update().where(*_row(subject)).where(claims_table.c.state.in_(LIVE_STATES), claims_table.c.attempts == attempts).values(**values)
         )
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
 
-    def defer(self, model_name: str, version: str, detail: str, first_delay_s: float, cap_s: float = RETRY_CAP_S, attempt: int | None = None) -> float:
+    def defer(self, subject: VersionRef, detail: str, first_delay_s: float, cap_s: float = RETRY_CAP_S, attempt: int | None = None) -> float:
         """A validation stopped by a transient fault (a server that did not answer) goes back
         to ``claimed`` with its lease ending after a back-off that doubles per attempt
         (``first_delay_s``, up to ``cap_s``), so the poller takes it over and runs it again
         (:meth:`take_over`, one winner) instead of recording a verdict. Returns the delay.
         ``attempt``: only while the claim is still at that attempt (see :meth:`begin`)."""
-        claim = self.get(model_name, version)
+        claim = self.get(subject)
         attempts = claim.attempts if claim is not None else 1
         delay = min(cap_s, first_delay_s * 2 ** (attempts - 1))
         now = utc_now()
-        statement = self._where(model_name, version, attempt).values(
+        statement = self._where(subject, attempt).values(
             state=ClaimState.CLAIMED, lease_expires=now + timedelta(seconds=delay), detail=f"retrying after {delay:g} s (attempt {attempts}): {detail}"[:4000], updated_at=now
         )
         with self.engine.begin() as connection:
@@ -203,7 +207,7 @@ class ClaimStore:
         with self.engine.connect() as connection:
             return [self._claim(row) for row in connection.execute(claims_table.select().where(claims_table.c.state.in_(LIVE_STATES)))]
 
-    def begin(self, model_name: str, version: str, flow_run_id: str | None = None, rerun: bool = False) -> Begun | None:
+    def begin(self, subject: VersionRef, flow_run_id: str | None = None, rerun: bool = False) -> Begun | None:
         """This flow run takes up the claim, or None when another is validating it (then
         :meth:`wait` for that one's decision). One winner, by conditional ``UPDATE``s:
 
@@ -217,8 +221,8 @@ class ClaimStore:
         - ``running`` under another flow run → None, even with its lease out: the poller's
           recovery (or :meth:`wait`) takes a lost one over first, so one flow decides."""
         now = utc_now()
-        key = _row(model_name, version)
-        claim = self.get(model_name, version)
+        key = _row(subject)
+        claim = self.get(subject)
         if claim is None:
             return None
         mine: dict[str, object] = {"flow_run_id": flow_run_id, "lease_expires": now + self.lease, "updated_at": now, "owner": default_owner()}
@@ -237,7 +241,7 @@ class ClaimStore:
             return None
         return Begun(attempt=claim.attempts + (1 if rerun else 0), rerun=rerun)
 
-    def wait(self, model_name: str, version: str, poll_s: float = 1.0) -> Claim | None:
+    def wait(self, subject: VersionRef, poll_s: float = 1.0) -> Claim | None:
         """Until the claim's validation is decided (``done`` or ``failed``), which another
         flow run is running; returned then. A holder lost with its process (its lease run
         out while ``running``, or its process on this host ended) is taken over here: the
@@ -245,81 +249,81 @@ class ClaimStore:
         import time
 
         while True:
-            claim = self.get(model_name, version)
+            claim = self.get(subject)
             if claim is None or claim.state in (ClaimState.DONE, ClaimState.FAILED, ClaimState.CLAIMED):
                 return claim  # None: released meanwhile, the caller claims it again
             if claim.lease_expires < utc_now():
-                self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow stopped renewing its lease", crashed=True)
+                self.take_over(subject, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow stopped renewing its lease", crashed=True)
                 continue
             if owner_is_gone(claim.owner):  # it ran here and ended: its lease need not run out first
-                self.take_over(model_name, version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow's process ({claim.owner}) ended", crashed=True)
+                self.take_over(subject, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last flow's process ({claim.owner}) ended", crashed=True)
                 continue
             time.sleep(poll_s)
 
-    def renew(self, model_name: str, version: str) -> None:
+    def renew(self, subject: VersionRef) -> None:
         """The lease starts again from now."""
-        self._set(model_name, version, {"lease_expires": utc_now() + self.lease})
+        self._set(subject, {"lease_expires": utc_now() + self.lease})
 
-    def record_flow_run(self, model_name: str, version: str, flow_run_id: str) -> None:
+    def record_flow_run(self, subject: VersionRef, flow_run_id: str) -> None:
         """The Prefect flow run sent to validate the version (by the dispatcher, before a worker takes it)."""
-        self._set(model_name, version, {"flow_run_id": flow_run_id})
+        self._set(subject, {"flow_run_id": flow_run_id})
 
-    def record_run(self, model_name: str, version: str, run_id: str) -> None:
+    def record_run(self, subject: VersionRef, run_id: str) -> None:
         """The validation run the flow logs to, so that a flow run again finds it."""
-        self._set(model_name, version, {"run_id": run_id})
+        self._set(subject, {"run_id": run_id})
 
-    def finish(self, model_name: str, version: str, decision: str | None = None, attempt: int | None = None, also: Also | None = None) -> bool:
+    def finish(self, subject: VersionRef, decision: str | None = None, attempt: int | None = None, also: Also | None = None) -> bool:
         """Decided: ``done``, with the decision as the claim's detail. ``attempt``: only while
         the claim is at that attempt; False when it was taken over meanwhile. ``also``: more
         writes in the same transaction, made only when the claim was finished here (the
         decision's notifications: ``outbox.py``)."""
-        return self._set(model_name, version, {"state": ClaimState.DONE} | ({"detail": decision[:4000]} if decision is not None else {}), attempt, also)
+        return self._set(subject, {"state": ClaimState.DONE} | ({"detail": decision[:4000]} if decision is not None else {}), attempt, also)
 
-    def fail(self, model_name: str, version: str, reason: str, attempt: int | None = None, also: Also | None = None) -> bool:
+    def fail(self, subject: VersionRef, reason: str, attempt: int | None = None, also: Also | None = None) -> bool:
         """The validation errored: ``failed`` (final until an operator releases it), with why.
         ``attempt`` and ``also`` as for :meth:`finish`."""
-        return self._set(model_name, version, {"state": ClaimState.FAILED, "detail": reason[:4000]}, attempt, also)
+        return self._set(subject, {"state": ClaimState.FAILED, "detail": reason[:4000]}, attempt, also)
 
     @staticmethod
-    def mark_untold(connection: sa.Connection, model_name: str, version: str, reason: str | None) -> None:
+    def mark_untold(connection: sa.Connection, subject: VersionRef, reason: str | None) -> None:
         """In the transaction of a claim's final state: why its notification could not be
         queued (None: it was)."""
-        connection.execute(claims_table.update().where(*_row(model_name, version)).values(untold=None if reason is None else reason[:4000]))
+        connection.execute(claims_table.update().where(*_row(subject)).values(untold=None if reason is None else reason[:4000]))
 
-    def holds(self, model_name: str, version: str, attempt: int) -> bool:
+    def holds(self, subject: VersionRef, attempt: int) -> bool:
         """Whether the claim is still live at ``attempt`` (nobody took it over)."""
-        claim = self.get(model_name, version)
+        claim = self.get(subject)
         return claim is not None and claim.state in LIVE_STATES and claim.attempts == attempt
 
-    def _where(self, model_name: str, version: str, attempt: int | None) -> sa.Update:
-        statement = claims_table.update().where(*_row(model_name, version))
+    def _where(self, subject: VersionRef, attempt: int | None) -> sa.Update:
+        statement = claims_table.update().where(*_row(subject))
         return statement if attempt is None else statement.where(claims_table.c.attempts == attempt)
 
-    def _set(self, model_name: str, version: str, values: dict[str, object], attempt: int | None = None, also: Also | None = None) -> bool:
+    def _set(self, subject: VersionRef, values: dict[str, object], attempt: int | None = None, also: Also | None = None) -> bool:
         """``values`` (the row's columns) written with the time of the change, on the claim at
         ``attempt`` (None: at any); ``also`` runs in the same transaction where it changed."""
         values = {"updated_at": utc_now()} | values
         with self.engine.begin() as connection:
-            changed = connection.execute(self._where(model_name, version, attempt).values(**values)).rowcount == 1
+            changed = connection.execute(self._where(subject, attempt).values(**values)).rowcount == 1
             if changed and also is not None:
                 also(connection)
             return changed
 
     @contextlib.contextmanager
-    def heartbeat(self, model_name: str, version: str, interval_s: float | None = None) -> Iterator[None]:
+    def heartbeat(self, subject: VersionRef, interval_s: float | None = None) -> Iterator[None]:
         """Keep the claim's lease alive while the block runs (every third of the lease by
         default), so a flow that outlives one lease is not taken over while its worker
         lives; once the worker dies the beats stop and the lease runs out. A
         claim taken over meanwhile (its attempt count moved on) or finished is left alone,
         and a beat that cannot reach the database is tried again at the next one."""
-        claim = self.get(model_name, version)
+        claim = self.get(subject)
         if claim is None:
             yield
             return
         interval = interval_s if interval_s is not None else self.lease.total_seconds() / 3
         stop = threading.Event()
         mine = (
-            *_row(model_name, version),
+            *_row(subject),
             claims_table.c.attempts == claim.attempts,
             claims_table.c.state.in_(LIVE_STATES),
         )
@@ -331,12 +335,12 @@ class ClaimStore:
                     with self.engine.begin() as connection:
                         renewed = connection.execute(claims_table.update().where(*mine).values(lease_expires=now + self.lease, updated_at=now)).rowcount
                 except Exception as error:  # transient: the next beat tries again, well within the lease
-                    log.warning("lease of %s v%s not renewed: %s", model_name, version, error)
+                    log.warning("lease of %s not renewed: %s", subject, error)
                     continue
                 if not renewed:
                     return
 
-        thread = threading.Thread(target=beat, name=f"vlgate-lease-{model_name}-{version}", daemon=True)
+        thread = threading.Thread(target=beat, name=f"vlgate-lease-{subject.model}-{subject.version}", daemon=True)
         thread.start()
         try:
             yield
@@ -344,13 +348,13 @@ class ClaimStore:
             stop.set()
             thread.join(timeout=max(interval, 1.0))
 
-    def release(self, model_name: str, version: str) -> None:
+    def release(self, subject: VersionRef) -> None:
         """Forget a claim so the version is validated again (an operator's decision)."""
         with self.engine.begin() as connection:
-            connection.execute(claims_table.delete().where(*_row(model_name, version)))
+            connection.execute(claims_table.delete().where(*_row(subject)))
 
-    def get(self, model_name: str, version: str) -> Claim | None:
-        query = claims_table.select().where(*_row(model_name, version))
+    def get(self, subject: VersionRef) -> Claim | None:
+        query = claims_table.select().where(*_row(subject))
         with self.engine.connect() as connection:
             row = connection.execute(query).first()
         return None if row is None else self._claim(row)

@@ -96,7 +96,7 @@ class Dispatcher:
         start: Callable[[str, str], object] | None = None,
         configured: Callable[[str], bool] = _every_model,
         max_crashes: int = DEFAULT_MAX_CRASHES,
-        give_up: Callable[[str, str, str], None] | None = None,
+        give_up: Callable[[VersionRef, str], None] | None = None,
     ):
         if start is None and deployment is None:
             raise ValueError("a Dispatcher needs the flow to start (start=) or a Prefect deployment to run (deployment=)")
@@ -108,25 +108,25 @@ class Dispatcher:
         self._start: Callable[[str, str], object] = start or self._run_deployment
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="vlgate-validate")
         self._lock = threading.Lock()
-        self.futures: dict[tuple[str, str], Future[object]] = {}
+        self.futures: dict[VersionRef, Future[object]] = {}
 
     def offer(self, model_name: str, version: str, via: str, registered_at: str | None = None) -> bool:
         """Start validating the version unless it is already claimed or its model is not
         configured; True if this call claimed it. ``registered_at`` (the version's
         creation_timestamp) tells a re-created model's version from the old one's."""
         try:
-            version = VersionRef.of(model_name, version).version
+            subject = VersionRef.of(model_name, version)
         except VersionError as error:  # names no version of the registry: nothing to claim
             log.warning("%s: not offered: %s", visible(model_name), error)
             return False
         problem = model_name_problem(model_name)
         if problem is not None:  # registered by another tool: vlgate could neither show nor quote it as written
-            log.warning("model %r v%s: not offered: %s", visible(model_name), version, problem)
+            log.warning("model %r v%s: not offered: %s", visible(model_name), subject.version, problem)
             return False
-        if not self.configured(model_name) or not self.claims.claim(model_name, version, via, registered_at=registered_at):
+        if not self.configured(model_name) or not self.claims.claim(subject, via, registered_at=registered_at):
             return False
-        log.info("claimed %s v%s via %s", model_name, version, via)
-        self._submit(model_name, version)
+        log.info("claimed %s via %s", subject, via)
+        self._submit(subject)
         return True
 
     def recover(self) -> list[tuple[str, str]]:
@@ -155,17 +155,17 @@ class Dispatcher:
             elif crashed and claim.crashes + 1 >= self.max_crashes:
                 final = f"validation crashed {claim.crashes + 1} times, the limit (last: {why}); {shell_command('vlgate', 'release', claim.model_name, claim.version)} runs it again"
             if final is not None:  # failed closed, on record
-                if self.claims.fail(claim.model_name, claim.version, final, attempt=claim.attempts):
-                    log.error("%s v%s: %s", claim.model_name, claim.version, final)
+                if self.claims.fail(claim.subject, final, attempt=claim.attempts):
+                    log.error("%s: %s", claim.subject, final)
                     if self.give_up is not None:
-                        self.give_up(claim.model_name, claim.version, final)
+                        self.give_up(claim.subject, final)
                 continue
-            if self.claims.take_over(claim.model_name, claim.version, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last {why}", crashed=crashed):
-                log.warning("%s v%s: the last %s; validating it again", claim.model_name, claim.version, why)
+            if self.claims.take_over(claim.subject, claim.attempts, detail=f"attempt {claim.attempts + 1}: the last {why}", crashed=crashed):
+                log.warning("%s: the last %s; validating it again", claim.subject, why)
                 if claim.flow_run_id and state is not None and state.type == "RUNNING":
                     cancel_flow_run(claim.flow_run_id, f"taken over by attempt {claim.attempts + 1}: {why}")
                 resumed.append((claim.model_name, claim.version))
-                self._submit(claim.model_name, claim.version)
+                self._submit(claim.subject)
         return resumed
 
     def _loss(self, claim: Claim, state: FlowRunState | None, now: datetime) -> tuple[str, bool] | None:
@@ -177,7 +177,7 @@ class Dispatcher:
         if claim.lease_expires >= now:
             return None
         if (state is not None and state.type in QUEUED) or (claim.state == ClaimState.CLAIMED and self._queued_here(claim)):
-            self.claims.renew(claim.model_name, claim.version)  # waiting for a worker, or for one of this process's threads
+            self.claims.renew(claim.subject)  # waiting for a worker, or for one of this process's threads
             return None
         if claim.state == ClaimState.RUNNING:
             seen = f"; Prefect has it {state.type.lower()}" if state is not None else ""
@@ -189,19 +189,19 @@ class Dispatcher:
     def _queued_here(self, claim: Claim) -> bool:
         """Whether this process holds the version's flow, not yet finished (waiting for a thread)."""
         with self._lock:
-            future = self.futures.get((claim.model_name, claim.version))
+            future = self.futures.get(claim.subject)
         return future is not None and not future.done()
 
-    def _submit(self, model_name: str, version: str) -> None:
-        future = self._pool.submit(self._guarded, model_name, version)
+    def _submit(self, subject: VersionRef) -> None:
+        future = self._pool.submit(self._guarded, subject)
         with self._lock:
-            self.futures[(model_name, version)] = future
+            self.futures[subject] = future
 
-    def _guarded(self, model_name: str, version: str) -> object:
+    def _guarded(self, subject: VersionRef) -> object:
         try:
-            return self._start(model_name, version)
+            return self._start(subject.model, subject.version)  # the flow's parameters
         except Exception:  # the flow records the failure in the claim and the version's tags
-            log.exception("validation of %s v%s failed", model_name, version)
+            log.exception("validation of %s failed", subject)
             raise
 
     def _run_deployment(self, model_name: str, version: str) -> FlowRun:
@@ -210,7 +210,7 @@ class Dispatcher:
         assert self.deployment is not None, "only used when a deployment was given"
         flow_run = run_deployment(self.deployment, parameters={"model_name": model_name, "version": version}, timeout=0)
         assert not inspect.isawaitable(flow_run), "called from a thread without an event loop: Prefect runs it synchronously"
-        self.claims.record_flow_run(model_name, version, str(flow_run.id))  # queued on the pool: Prefect now says how it goes
+        self.claims.record_flow_run(VersionRef.of(model_name, version), str(flow_run.id))  # queued on the pool: Prefect now says how it goes
         return flow_run
 
     def wait(self, timeout: float | None = None) -> None:

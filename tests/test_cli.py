@@ -11,6 +11,7 @@ import pytest
 from vlgate import tag_keys
 from vlgate.cli.main import main
 from vlgate.evaluators import registry
+from vlgate.versions import VersionRef
 
 
 @pytest.mark.parametrize("command", [[], ["score"], ["correlate"], ["check"], ["demo"], ["examples"], ["status"], ["serve"], ["register"], ["validate"], ["release"], ["gate"], ["diff"], ["drift"], ["init"], ["stack"]])
@@ -76,7 +77,7 @@ def test_validating_a_model_that_is_not_configured_is_one_line_and_leaves_nothin
     assert main(["validate", "unlisted", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'unlisted' has no suite and policy" in err[0]
-    assert ClaimStore.for_home(home).get("unlisted", "1") is None
+    assert ClaimStore.for_home(home).get(VersionRef(model="unlisted", version="1")) is None
     assert tag_keys.DECISION not in client.get_model_version("unlisted", "1").tags
 
 
@@ -87,16 +88,16 @@ def test_release_frees_a_failed_claim_and_refuses_a_live_one_without_force(tmp_p
     monkeypatch.setenv("VLGATE_HOME", str(home))
     claims = ClaimStore.for_home(home)
     assert main(["release", "m", "1"]) == 2 and "no claim" in capsys.readouterr().err
-    claims.claim("m", "1", via="poller")
-    claims.fail("m", "1", "MlflowException: registry away")
+    claims.claim(VersionRef(model="m", version="1"), via="poller")
+    claims.fail(VersionRef(model="m", version="1"), "MlflowException: registry away")
     assert main(["release", "m", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["released"]["state"] == "failed"
-    assert claims.get("m", "1") is None and claims.claim("m", "1", via="poller")  # claimable again
-    claims.begin("m", "1")
+    assert claims.get(VersionRef(model="m", version="1")) is None and claims.claim(VersionRef(model="m", version="1"), via="poller")  # claimable again
+    claims.begin(VersionRef(model="m", version="1"))
     assert main(["release", "m", "1"]) == 2 and "--force" in capsys.readouterr().err
-    assert claims.get("m", "1") is not None
+    assert claims.get(VersionRef(model="m", version="1")) is not None
     assert main(["release", "m", "1", "--force"]) == 0
-    assert claims.get("m", "1") is None
+    assert claims.get(VersionRef(model="m", version="1")) is None
 
 
 def test_status_shows_a_version_run_again_with_its_attempt_and_why():
@@ -128,7 +129,7 @@ def test_validating_a_version_that_does_not_exist_is_one_line_exit_2(tmp_path, m
     assert main(["validate", "m", "7"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["vlgate validate: m v7: no such registered version"]
-    assert ClaimStore.for_home(home).get("m", "7") is None
+    assert ClaimStore.for_home(home).get(VersionRef(model="m", version="7")) is None
 
 
 def closed_port() -> int:
@@ -192,7 +193,7 @@ def test_a_policy_mistake_is_bad_input_before_anything_is_evaluated(policy, says
     assert main(["validate", "m", "1"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"vlgate validate: gate policy {home / 'gate.yaml'}: ") and says.format(home=home) in line
-    assert ClaimStore.for_home(home).get("m", "1") is None  # nothing claimed, nothing ran
+    assert ClaimStore.for_home(home).get(VersionRef(model="m", version="1")) is None  # nothing claimed, nothing ran
     # the service refuses to start on it too, naming the model
     assert main(["serve", "--once", "--no-webhook", "--no-drift"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()

@@ -187,7 +187,7 @@ def log_validation(client, home: Path, claims, model: str, records: dict[str, li
     logged_model = client.create_logged_model(validations, name="checkpoint", source_run_id=run.info.run_id)  # as register_checkpoint registers
     registered = client.create_model_version(model, f"models:/{logged_model.model_id}", run_id=run.info.run_id, model_id=logged_model.model_id)
     version = registered.version
-    claims.claim(model, str(version), via="manual")
+    claims.claim(VersionRef(model=model, version=str(version)), via="manual")
     run_id = recording.ensure_validation_run(client, claims, VersionRef(model=model, version=version))
     outcomes = {}
     for name, rows in records.items():

@@ -24,6 +24,7 @@ from vlgate.registry_hooks.notifications import DELIVERY_HEADER, SIGNATURE_HEADE
 from vlgate.registry_hooks.outbox import Outbox, OutboxState, backoff_s
 from vlgate.registry_hooks.senders import DeliveryError, NotificationRejected, apprise_url, send_notification, signature, signed_headers, verify_notification
 from vlgate.registry_hooks.state_db import StateDatabase, metadata
+from vlgate.versions import VersionRef
 
 SECRET = "hmac-shared-s3cret-value"
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
@@ -616,13 +617,13 @@ def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_n
 
     claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
     outbox, channel = Outbox(claims.db), webhook(receiver)
-    assert claims.claim("vlm", "3", via="poller") and claims.claim("vlm", "4", via="poller")
-    assert claims.finish("vlm", "4", "promoted", also=in_transaction(outbox, note(key="told", version="4"), [channel]))
-    assert claims.get("vlm", "4").untold is None and [row.idempotency_key for row in outbox.rows()] == ["told"]
+    assert claims.claim(VersionRef(model="vlm", version="3"), via="poller") and claims.claim(VersionRef(model="vlm", version="4"), via="poller")
+    assert claims.finish(VersionRef(model="vlm", version="4"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="4"), note(key="told", version="4"), [channel]))
+    assert claims.get(VersionRef(model="vlm", version="4")).untold is None and [row.idempotency_key for row in outbox.rows()] == ["told"]
     with claims.db.engine.begin() as connection:
         connection.exec_driver_sql("ALTER TABLE vlgate_outbox RENAME TO vlgate_outbox_away")
-    assert claims.finish("vlm", "3", "promoted", also=in_transaction(outbox, note(key="lost"), [channel]))
-    claim = claims.get("vlm", "3")
+    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note(key="lost"), [channel]))
+    claim = claims.get(VersionRef(model="vlm", version="3"))
     assert (claim.state, claim.detail) == ("done", "promoted")
     assert claim.untold is not None and claim.untold.startswith("the decision-promoted notification could not be queued: OperationalError")
     version = {"version": "3", "state": str(claim.state), "attempts": 1, "crashes": 0, "decision": "promoted", "reasons": [], "detail": claim.detail, "untold": claim.untold}
@@ -632,9 +633,9 @@ def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_n
     assert "done (not told)" in shown and "not told: the decision-promoted notification could not be queued" in shown
     with claims.db.engine.begin() as connection:
         connection.exec_driver_sql("ALTER TABLE vlgate_outbox_away RENAME TO vlgate_outbox")
-    assert claims.begin("vlm", "3", "f-2", rerun=True) is not None  # judged again, and told this time
-    assert claims.finish("vlm", "3", "rejected", also=in_transaction(outbox, note(key="again"), [channel]))
-    assert claims.get("vlm", "3").untold is None
+    assert claims.begin(VersionRef(model="vlm", version="3"), "f-2", rerun=True) is not None  # judged again, and told this time
+    assert claims.finish(VersionRef(model="vlm", version="3"), "rejected", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note(key="again"), [channel]))
+    assert claims.get(VersionRef(model="vlm", version="3")).untold is None
 
 
 HOSTILE_NAME = "vlm $(echo INJECTED) `echo TICKS`; echo SEMI 'q\""

@@ -256,7 +256,7 @@ def test_genception_at_five_iterations_is_logged_gated_and_correlated_as_gc_at_5
     for version, (offset, acc) in enumerate([(-0.3, 0.4), (-0.1, 0.6), (0.0, 0.7), (0.1, 0.9)], start=1):
         run = client.create_run(tracking.experiment_id(client, "g5 (registrations)", home))
         client.create_model_version("g5", f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id)
-        claims.claim("g5", str(version), via="manual")
+        claims.claim(VersionRef(model="g5", version=str(version)), via="manual")
         run_id = recording.ensure_validation_run(client, claims, VersionRef(model="g5", version=version))
         records = _genception_records(offset)
         metrics = score(validate("genception", parse_jsonl(json.dumps(r) for r in records)))

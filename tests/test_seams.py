@@ -18,6 +18,7 @@ from vlgate.registry_hooks.outbox import DEFAULT_LEASE_S, ChannelCounts, Outbox,
 from vlgate.registry_hooks.seams import MemoryNamedLocks, MemoryOutbox
 from vlgate.registry_hooks.senders import DeliveryError
 from vlgate.registry_hooks.state_db import StateDatabase
+from vlgate.versions import VersionRef
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 LEASE = timedelta(seconds=DEFAULT_LEASE_S)
@@ -219,10 +220,10 @@ def test_a_claims_final_state_and_its_notification_commit_together(kind, tmp_pat
 
     claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
     outbox = make_outbox(kind, claims.db)
-    assert claims.claim("vlm", "3", via="poller")
-    assert not claims.finish("vlm", "3", "promoted", attempt=7, also=in_transaction(outbox, note("stale"), [hook()]))  # not its attempt: nothing written
-    assert claims.finish("vlm", "3", "promoted", also=in_transaction(outbox, note("told"), [hook()]))
-    assert [row.idempotency_key for row in outbox.rows()] == ["told"] and claims.get("vlm", "3").untold is None
+    assert claims.claim(VersionRef(model="vlm", version="3"), via="poller")
+    assert not claims.finish(VersionRef(model="vlm", version="3"), "promoted", attempt=7, also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note("stale"), [hook()]))  # not its attempt: nothing written
+    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note("told"), [hook()]))
+    assert [row.idempotency_key for row in outbox.rows()] == ["told"] and claims.get(VersionRef(model="vlm", version="3")).untold is None
 
 
 # --- the outbox: delivering ------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_registered_versions_are_validated_logged_and_gated(home, default_world)
 
     claims = ClaimStore.for_home(home)
     for version in ("1", "2"):
-        claim = claims.get("tiny", version)
+        claim = claims.get(VersionRef(model="tiny", version=version))
         assert (claim.state, claim.claimed_via, claim.attempts) == ("done", "poller", 1)
         mv = client.get_model_version("tiny", version)
         assert mv.tags[tag_keys.DECISION] == "promoted", mv.tags.get(tag_keys.REASONS)
@@ -194,15 +194,15 @@ def test_a_killed_flow_resumes_in_the_same_run_with_the_same_metrics(home, defau
     os.killpg(process.pid, signal.SIGKILL)  # mid-evaluation: lcm-mc done, lcm-nb in flight
     process.wait()
     claims = ClaimStore.for_home(home)
-    assert claims.get("tiny", "1").state == "running"
-    run_id = claims.get("tiny", "1").run_id
+    assert claims.get(VersionRef(model="tiny", version="1")).state == "running"
+    run_id = claims.get(VersionRef(model="tiny", version="1")).run_id
     assert run_id is not None
 
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == run_id and summary["outcome"] == "promoted"
-    claim = claims.get("tiny", "1")  # taken over at once: the killed process was gone, its lease still ran
+    claim = claims.get(VersionRef(model="tiny", version="1"))  # taken over at once: the killed process was gone, its lease still ran
     assert (claim.state, claim.attempts, claim.crashes) == ("done", 2, 1)
     runs = client.search_runs([client.get_experiment_by_name("vlgate/tiny").experiment_id], "tags.`vlgate.kind` = 'validation'")
     assert [r.info.run_id for r in runs] == [run_id]
@@ -316,7 +316,7 @@ def test_an_evaluator_past_its_time_limit_fails_closed_and_is_not_retried_foreve
     client = tracking.connect(home)
     tracking.register_checkpoint(client, "slow", world / "checkpoints" / "vlm-steps3", home=home)
     assert validate_pending(home, "slow") == [("slow", "1")]
-    claim = ClaimStore.for_home(home).get("slow", "1")
+    claim = ClaimStore.for_home(home).get(VersionRef(model="slow", version="1"))
     assert claim.state == "done" and claim.attempts == 1
     tags = client.get_model_version("slow", "1").tags
     assert tags[tag_keys.DECISION] == "rejected" and tags[tag_keys.OUTCOME] == "could not judge"
@@ -435,7 +435,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     (regression,) = [c for c in second.checks if c.rule == "regression"]
     assert regression.champion is not None and regression.n_shared == 4  # compared with v1's records, not with nothing
     assert client.get_model_version("r", "2").tags[tag_keys.DECISION_RECORD] == "decisions/0002.json"
-    assert ClaimStore.for_home(home).get("r", "2").attempts == 2
+    assert ClaimStore.for_home(home).get(VersionRef(model="r", version="2")).attempts == 2
     assert validate_model_version("r", "2").record.sequence == 2  # a flow run the service sends reports the decision as it stands
 
     # a gate task retried after it recorded: the same request appends nothing twice
@@ -458,7 +458,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     first_request = threading.Thread(target=request)
     first_request.start()
     deadline = time.monotonic() + 60
-    while (claims.get("r", "3") is None or claims.get("r", "3").state != "running") and time.monotonic() < deadline:
+    while (claims.get(VersionRef(model="r", version="3")) is None or claims.get(VersionRef(model="r", version="3")).state != "running") and time.monotonic() < deadline:
         time.sleep(0.05)
     second_request = threading.Thread(target=request)
     second_request.start()
@@ -466,7 +466,7 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     second_request.join(timeout=300)
     assert sorted(result.waited_for_another for result in results) == [False, True]
     assert {(r.record.sequence, r.outcome, r.record.champion_before, r.run_id) for r in results} == {(1, results[0].outcome, "2", results[0].run_id)}
-    assert len(tracking.decision_history(client, results[0].run_id)) == 1 and claims.get("r", "3").attempts == 1
+    assert len(tracking.decision_history(client, results[0].run_id)) == 1 and claims.get(VersionRef(model="r", version="3")).attempts == 1
 
     capsys.readouterr()
     assert main(["status", "r", "2", "--json"]) == 0

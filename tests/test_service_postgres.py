@@ -25,6 +25,7 @@ from vlgate import tag_keys, tracking
 from vlgate.flows.validation import validate_model_version
 from vlgate.registry_hooks.claims import ClaimStore
 from vlgate.registry_hooks.dispatch import Dispatcher, Poller
+from vlgate.versions import VersionRef
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow]
 
@@ -138,7 +139,7 @@ def test_processes_opening_a_fresh_state_database_at_once_all_succeed(open_store
         assert open_stores_at_once(f"{PG}/{database}") == ["ok"] * 6
         claims = ClaimStore(f"{PG}/{database}")
         migrated_schema_is_the_stores(claims)  # the migrations build the same schema on PostgreSQL
-        assert claims.claim("m", "1", via="poller") is True and claims.claim("m", "1", via="webhook") is False
+        assert claims.claim(VersionRef(model="m", version="1"), via="poller") is True and claims.claim(VersionRef(model="m", version="1"), via="webhook") is False
         claims.engine.dispose()
     finally:
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
@@ -185,9 +186,9 @@ def test_webhook_from_a_real_server_validates_and_moves_the_champion(service, de
     assert ensure_webhook(client, url, secret) == hook  # registering again reuses it
     try:
         version = tracking.register_checkpoint(client, "pg-model", world / "checkpoints" / "vlm-steps10000", home=service)
-        wait_until(lambda: claims.get("pg-model", str(version.version)) is not None, 60, "no webhook delivery")
-        assert claims.get("pg-model", str(version.version)).claimed_via == "webhook"
-        wait_until(lambda: claims.get("pg-model", str(version.version)).state in ("done", "failed"), 600, "validation did not finish")
+        wait_until(lambda: claims.get(VersionRef(model="pg-model", version=str(version.version))) is not None, 60, "no webhook delivery")
+        assert claims.get(VersionRef(model="pg-model", version=str(version.version))).claimed_via == "webhook"
+        wait_until(lambda: claims.get(VersionRef(model="pg-model", version=str(version.version))).state in ("done", "failed"), 600, "validation did not finish")
         dispatcher.wait()
     finally:
         receiver.should_exit = True
@@ -302,19 +303,19 @@ def test_an_outage_longer_than_the_clients_retries_is_retried_until_the_version_
     try:
         assert dispatcher.offer("outage", "1", via="webhook")
         dispatcher.wait()
-        deferred = claims.get("outage", "1")
+        deferred = claims.get(VersionRef(model="outage", version="1"))
         assert deferred.state == "claimed" and deferred.detail.startswith("retrying after 1 s (attempt 1): MlflowException")
         time.sleep(1.5)
         assert dispatcher.recover() == [("outage", "1")]  # still down: deferred again, for twice as long
         dispatcher.wait()
-        again = claims.get("outage", "1")
+        again = claims.get(VersionRef(model="outage", version="1"))
         assert again.state == "claimed" and again.attempts == 2 and again.detail.startswith("retrying after 2 s (attempt 2)")
     finally:
         mlflow_server.start()
-    wait_until(lambda: bool(dispatcher.recover()) or claims.get("outage", "1").state == "done", 60, "the deferred claim was not taken over")
+    wait_until(lambda: bool(dispatcher.recover()) or claims.get(VersionRef(model="outage", version="1")).state == "done", 60, "the deferred claim was not taken over")
     dispatcher.wait()
     dispatcher.close()
-    done = claims.get("outage", "1")
+    done = claims.get(VersionRef(model="outage", version="1"))
     assert done.state == "done" and done.attempts == 3, done.detail
     fresh = tracking.connect(service)
     runs = fresh.search_runs([fresh.get_experiment_by_name("vlgate/outage").experiment_id], "tags.`vlgate.kind` = 'validation'")

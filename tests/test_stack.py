@@ -27,6 +27,7 @@ from vlgate import tag_keys
 from vlgate.cli.processes import free_port, group_alive
 from vlgate.cli.stack import LocalStack
 from vlgate.cli.stack_state import StackState, database_names, stack_deployments
+from vlgate.versions import VersionRef
 
 pytestmark = [pytest.mark.world, pytest.mark.service, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -294,7 +295,7 @@ class Stacked:
         return next(r for r in self.flow_runs(version) if r["state_type"] == "RUNNING")
 
     def decided(self, version: str) -> None:
-        self.wait(lambda: (c := self.claims.get("stacked", version)) is not None and c.state in ("done", "failed"), 600, f"v{version} was not decided")
+        self.wait(lambda: (c := self.claims.get(VersionRef(model="stacked", version=version))) is not None and c.state in ("done", "failed"), 600, f"v{version} was not decided")
 
     def finished_flow_runs(self, version: str) -> list[dict]:
         """The version's flow runs once the last has reported its end to Prefect (a flow
@@ -338,13 +339,13 @@ def killed_flow_and_worker(stacked: Stacked) -> None:
     # 1. the flow's process dies
     version = stacked.register("vlm-steps3")
     flow_run = stacked.running_flow(version)
-    run_id = stacked.claims.get("stacked", version).run_id
+    run_id = stacked.claims.get(VersionRef(model="stacked", version=version)).run_id
     os.kill(int(str(flow_run["infrastructure_pid"]).rsplit(":", 1)[-1]), signal.SIGKILL)
     killed = time.monotonic()
     stacked.wait(lambda: len(stacked.flow_runs(version)) == 2, 120, "no second flow run")
     sent_again = time.monotonic() - killed
     stacked.decided(version)
-    claim = stacked.claims.get("stacked", version)
+    claim = stacked.claims.get(VersionRef(model="stacked", version=version))
     assert (claim.state, claim.attempts, claim.crashes, claim.run_id) == ("done", 2, 1, run_id)
     first, second = stacked.finished_flow_runs(version)
     assert (first["state_type"], second["state_type"]) == ("CRASHED", "COMPLETED")
@@ -368,7 +369,7 @@ def killed_flow_and_worker(stacked: Stacked) -> None:
     stacked.wait(lambda: len(stacked.flow_runs(version)) == 2, 120, "no second flow run after the worker died")
     sent_again = time.monotonic() - killed
     stacked.decided(version)
-    claim = stacked.claims.get("stacked", version)
+    claim = stacked.claims.get(VersionRef(model="stacked", version=version))
     assert (claim.state, claim.attempts, claim.crashes) == ("done", 2, 1)
     first, second = stacked.finished_flow_runs(version)
     # Prefect's server may find the lost run itself (its worker went quiet: Crashed); else the
@@ -393,7 +394,7 @@ def restarted_mid_flow(stacked: Stacked, servers: tuple[str, ...]) -> None:
     for server in servers:
         stacked.stack.restart(server)
     stacked.decided(version)
-    claim = stacked.claims.get("stacked", version)
+    claim = stacked.claims.get(VersionRef(model="stacked", version=version))
     assert claim.state == "done", claim.detail
     (run,) = stacked.validation_runs(version)
     assert run.info.run_id == claim.run_id and stacked.client.get_model_version("stacked", version).tags[tag_keys.DECISION] == claim.detail

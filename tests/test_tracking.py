@@ -52,7 +52,7 @@ def _registered_version(tmp_path, monkeypatch):
     run = client.create_run(tracking.experiment_id(client, "m (registrations)", tmp_path))
     version = client.create_model_version("m", f"{run.info.artifact_uri}/checkpoint", run_id=run.info.run_id).version
     claims = ClaimStore.for_home(tmp_path)
-    assert claims.claim("m", version, via="manual")
+    assert claims.claim(VersionRef(model="m", version=version), via="manual")
     return client, claims, version
 
 
@@ -95,7 +95,7 @@ def test_a_retried_create_leaves_one_validation_run(tmp_path, monkeypatch):
     experiment = client.get_experiment_by_name(tracking.validation_experiment("m")).experiment_id
     active = client.search_runs([experiment])
     assert [r.info.run_id for r in active] == [run_id]
-    assert claims.get("m", version).run_id == run_id
+    assert claims.get(VersionRef(model="m", version=version)).run_id == run_id
     assert client.get_model_version("m", version).tags[tag_keys.VALIDATION_RUN] == run_id
     from mlflow.entities import ViewType
 
@@ -108,8 +108,8 @@ def test_a_run_made_before_a_crash_is_reused_not_doubled(tmp_path, monkeypatch):
 
     client, claims, version = _registered_version(tmp_path, monkeypatch)
     first = recording.ensure_validation_run(client, claims, VersionRef(model="m", version=version))
-    claims.record_run("m", version, "")  # the flow died before recording the run in the claim
-    assert claims.get("m", version).run_id == ""
+    claims.record_run(VersionRef(model="m", version=version), "")  # the flow died before recording the run in the claim
+    assert claims.get(VersionRef(model="m", version=version)).run_id == ""
     counting = RetriedCreate(client)
     assert recording.ensure_validation_run(counting, claims, VersionRef(model="m", version=version)) == first
     assert counting.creates == 0

@@ -128,16 +128,16 @@ class Release(Command):
         from vlgate.flows.context import ServiceContext
         from vlgate.registry_hooks.claims import LIVE_STATES, ClaimStore
 
-        args.version = version_number(args.version)
+        subject = version_ref(args.name, args.version)
         claims = ClaimStore.for_home(ServiceContext.open().home)  # read and released: no lease of its own
-        claim = claims.get(args.name, args.version)
+        claim = claims.get(subject)
         if claim is None:
-            raise UserError(f"{args.name} v{args.version}: no claim (nothing to release)")
+            raise UserError(f"{subject}: no claim (nothing to release)")
         alive = claim.state in LIVE_STATES and claim.lease_expires > datetime.now(timezone.utc)
         if alive and not args.force:
-            raise UserError(f"{args.name} v{args.version} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
-        claims.release(args.name, args.version)
-        return Answer({"model": args.name, "version": args.version, "released": claim.as_dict()})
+            raise UserError(f"{subject} is {claim.state} by {claim.owner} (lease until {claim.lease_expires:%Y-%m-%d %H:%M:%S} UTC): --force releases it anyway")
+        claims.release(subject)
+        return Answer({"model": subject.model, "version": subject.version, "released": claim.as_dict()})
 
 
 class Register(Command):
