@@ -721,7 +721,10 @@ def test_a_claim_whose_process_on_this_host_ended_is_taken_over_at_once_not_when
     url = f"sqlite:///{tmp_path}/state.db"
     claims = ClaimStore(url, lease_seconds=600)
     assert claims.claim(VersionRef(model="m", version="1"), via="manual")
-    begun = "from vlgate.registry_hooks.claims import ClaimStore; from vlgate.versions import VersionRef; import sys; sys.exit(ClaimStore(sys.argv[1], lease_seconds=600).begin(VersionRef(model='m', version='1'), 'fr-killed') is None)"
+    begun = (
+        "from vlgate.registry_hooks.claims import ClaimStore; from vlgate.versions import VersionRef; import sys; "
+        "sys.exit(ClaimStore(sys.argv[1], lease_seconds=600).begin(VersionRef(model='m', version='1'), 'fr-killed') is None)"
+    )
     subprocess.run([sys.executable, "-c", begun, url], check=True)
     held = claims.get(VersionRef(model="m", version="1"))
     assert held.state == "running" and held.lease_expires > datetime.now(timezone.utc) + timedelta(seconds=500)
