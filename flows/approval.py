@@ -141,7 +141,7 @@ def sign_off(context: ServiceContext, subject: VersionRef, answer: SignOffInput,
     awaiting = _awaiting(client, subject, run_id)
     approval = GatePolicy.model_validate(awaiting.policy).approval
     if who.refusal is None and approval is not None and approval.approvers and who.person not in approval.approvers:
-        who = Signer(person=who.person, verified=who.verified, refusal=f"{who.person} is not among the policy's approvers ({', '.join(approval.approvers)})")
+        who = replaced(who, refusal=f"{who.person} is not among the policy's approvers ({', '.join(approval.approvers)})")
     if who.refusal is not None:
         try:
             # a refused form answer used up its suspension (the flow waits on the next); a

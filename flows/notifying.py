@@ -87,12 +87,14 @@ def drift_notification(model: str, version: str | None, run_id: str | None, drif
     )  # fmt: skip
 
 
-def in_transaction(outbox: NotificationOutbox, subject: VersionRef, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
+def in_transaction(outbox: NotificationOutbox, notification: Notification, channels: Sequence[ChannelConfig]) -> Also:
     """The outbox write a claim's final state makes in its own transaction (``ClaimStore.finish``'s
     ``also``). The one exception to "a notification exists exactly when the decision does":
     an outbox write that fails rolls back alone (a savepoint), so that telling about a
     decision never undoes or repeats it; the claim then says why it was not told
-    (``untold``, shown by ``vlgate status``), in the same transaction."""
+    (``untold``, shown by ``vlgate status``), in the same transaction. The claim is the
+    notification's own version's."""
+    subject = VersionRef(model=notification.model, version=notification.version)  # type: ignore[arg-type]  # a claim's notification names its version
 
     def enqueue(connection: sa.Connection) -> int:
         if not channels:

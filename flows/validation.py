@@ -208,7 +208,7 @@ def validate_model_version(model_name: str, version: str, complete: bool = False
             delay = claims.defer(subject, message, context.config.retry_after_s, attempt=attempt)  # the configuration the flow started with
             get_run_logger().warning("%s: stopped by a transient fault, retried in %g s: %s", subject, delay, message)
             raise
-        told = notifying.in_transaction(context.outbox, subject, notifying.failure_notification(subject, message, attempt), context.config.notify_channels(subject.model))
+        told = notifying.in_transaction(context.outbox, notifying.failure_notification(subject, message, attempt), context.config.notify_channels(subject.model))
         if claims.fail(subject, message, attempt=attempt, also=told):  # not when a later attempt holds the claim
             record_failure(context, subject, message)
         raise
@@ -239,7 +239,7 @@ def decision_told(context: ServiceContext, result: ValidationResult) -> Also | N
         page = None
     saved = result.sequential.saved_fraction if result.sequential is not None else None
     told = notifying.decision_notification(result.subject, result.run_id, result.record, saved, page, result.report)
-    return notifying.in_transaction(context.outbox, result.subject, told, channels)
+    return notifying.in_transaction(context.outbox, told, channels)
 
 
 def reported_decision(context: ServiceContext, subject: VersionRef, claim: Claim) -> ValidationResult:

@@ -97,7 +97,7 @@ class NotificationOutbox(Protocol):
           deliverer that dies mid-send leaves the row to be sent again when the lease expires.
         - Sent: ``delivered`` (attempts + 1), even if its lease expired meanwhile.
         - A failed send, while the deliverer still holds the lease: attempts + 1,
-          ``last_error`` ("attempt n/max: ..."), next try after a backoff doubling from 5 s
+          ``last_error`` ("attempt n/max: ..."), next try after a backoff doubling from ``first_backoff_s``
           (longer where the receiver asked), ``failed`` after ``max_attempts``; its channel is
           held back for the rest of the pass. A lease lost meanwhile records nothing.
         - A row whose channel is not in ``channels`` fails for good, saying so.

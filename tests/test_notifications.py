@@ -618,11 +618,11 @@ def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_n
     claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
     outbox, channel = Outbox(claims.db), webhook(receiver)
     assert claims.claim(VersionRef(model="vlm", version="3"), via="poller") and claims.claim(VersionRef(model="vlm", version="4"), via="poller")
-    assert claims.finish(VersionRef(model="vlm", version="4"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="4"), note(key="told", version="4"), [channel]))
+    assert claims.finish(VersionRef(model="vlm", version="4"), "promoted", also=in_transaction(outbox, note(key="told", version="4"), [channel]))
     assert claims.get(VersionRef(model="vlm", version="4")).untold is None and [row.idempotency_key for row in outbox.rows()] == ["told"]
     with claims.db.engine.begin() as connection:
         connection.exec_driver_sql("ALTER TABLE vlgate_outbox RENAME TO vlgate_outbox_away")
-    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note(key="lost"), [channel]))
+    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, note(key="lost"), [channel]))
     claim = claims.get(VersionRef(model="vlm", version="3"))
     assert (claim.state, claim.detail) == ("done", "promoted")
     assert claim.untold is not None and claim.untold.startswith("the decision-promoted notification could not be queued: OperationalError")
@@ -634,7 +634,7 @@ def test_a_decision_whose_notification_cannot_be_queued_stands_and_status_says_n
     with claims.db.engine.begin() as connection:
         connection.exec_driver_sql("ALTER TABLE vlgate_outbox_away RENAME TO vlgate_outbox")
     assert claims.begin(VersionRef(model="vlm", version="3"), "f-2", rerun=True) is not None  # judged again, and told this time
-    assert claims.finish(VersionRef(model="vlm", version="3"), "rejected", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note(key="again"), [channel]))
+    assert claims.finish(VersionRef(model="vlm", version="3"), "rejected", also=in_transaction(outbox, note(key="again"), [channel]))
     assert claims.get(VersionRef(model="vlm", version="3")).untold is None
 
 

@@ -221,8 +221,8 @@ def test_a_claims_final_state_and_its_notification_commit_together(kind, tmp_pat
     claims = ClaimStore(f"sqlite:///{tmp_path}/state.db")
     outbox = make_outbox(kind, claims.db)
     assert claims.claim(VersionRef(model="vlm", version="3"), via="poller")
-    assert not claims.finish(VersionRef(model="vlm", version="3"), "promoted", attempt=7, also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note("stale"), [hook()]))  # not its attempt: nothing written
-    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, VersionRef(model="vlm", version="3"), note("told"), [hook()]))
+    assert not claims.finish(VersionRef(model="vlm", version="3"), "promoted", attempt=7, also=in_transaction(outbox, note("stale"), [hook()]))  # not its attempt: nothing written
+    assert claims.finish(VersionRef(model="vlm", version="3"), "promoted", also=in_transaction(outbox, note("told"), [hook()]))
     assert [row.idempotency_key for row in outbox.rows()] == ["told"] and claims.get(VersionRef(model="vlm", version="3")).untold is None
 
 

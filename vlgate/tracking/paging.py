@@ -43,11 +43,9 @@ def registered_models(client: MlflowClient) -> list[RegisteredModel]:
 
 def version_number(version: object) -> float:
     """A registry version as a number for ordering (``"10"`` after ``"3"``); anything else last."""
-    if not isinstance(version, int | str) or isinstance(version, bool):
-        return float("inf")
     try:
-        return float(version)
-    except ValueError:
+        return float(str(version)) if version is not None else float("inf")
+    except (TypeError, ValueError):
         return float("inf")
 
 
