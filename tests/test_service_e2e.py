@@ -408,7 +408,7 @@ def test_gate_judges_an_existing_run_again_without_evaluating_and_records_only_w
     assert main(["gate", "g", "9"]) == 2 and "no such registered version" in capsys.readouterr().err
 
 
-def test_a_decided_version_validated_again_adds_a_record_against_the_same_champion_and_a_concurrent_request_waits(home, tiny_world, capsys):
+def test_a_decided_version_validated_again_adds_a_record_against_the_same_champion_and_a_concurrent_request_waits(home, tiny_world, capsys, monkeypatch):
     """Re-validating the champion judges it against the champion it replaced, never
     itself, as the run's next record (the first stays as it was); two requests for one
     validation at once evaluate once: the second waits and reports the first's decision;
@@ -455,13 +455,24 @@ def test_a_decided_version_validated_again_adds_a_record_against_the_same_champi
     def request() -> None:
         results.append(validate_model_version("r", "3", rerun=True))
 
+    waiting = threading.Event()
+    plain_wait = ClaimStore.wait
+
+    def seen_waiting(store: ClaimStore, subject: VersionRef, poll_s: float = 1.0):
+        waiting.set()
+        return plain_wait(store, subject, poll_s)
+
+    monkeypatch.setattr(ClaimStore, "wait", seen_waiting)
     first_request = threading.Thread(target=request)
-    first_request.start()
-    deadline = time.monotonic() + 60
-    while (claims.get(VersionRef(model="r", version="3")) is None or claims.get(VersionRef(model="r", version="3")).state != "running") and time.monotonic() < deadline:
-        time.sleep(0.05)
     second_request = threading.Thread(target=request)
-    second_request.start()
+    # the gate's lock held here keeps the first request running until the second waits for it, however slow the machine
+    with ServiceContext.open().locks.hold("gate:r"):
+        first_request.start()
+        deadline = time.monotonic() + 120
+        while (claims.get(VersionRef(model="r", version="3")) is None or claims.get(VersionRef(model="r", version="3")).state != "running") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second_request.start()
+        assert waiting.wait(timeout=120)
     first_request.join(timeout=300)
     second_request.join(timeout=300)
     assert sorted(result.waited_for_another for result in results) == [False, True]
