@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vlgate.decisions import PowerPlan
 from vlgate.gate.power import ESTIMATE_ITSELF, MeasuredOn, plan_power
+from vlgate.power_plan import PowerPlan
 from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:

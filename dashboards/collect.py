@@ -19,10 +19,11 @@ import pandas as pd
 from pydantic import JsonValue
 
 from vlgate import tag_keys, tracking
-from vlgate.decisions import DecisionRecord, PowerPlan, SequentialRecord
+from vlgate.decisions import DecisionRecord, SequentialRecord
 from vlgate.evaluators import registry
 from vlgate.evaluators.item_diff import EvaluatorDiff, compare_outputs
 from vlgate.evaluators.output import EvaluatorOutput
+from vlgate.power_plan import PowerPlan
 from vlgate.versions import VersionRef
 
 if TYPE_CHECKING:

@@ -26,13 +26,14 @@ from vlgate import tag_keys, tracking
 from vlgate.dashboards.collect import DRIFT_COLUMNS, ValidationReportData, artifact_path, drift_history, leaderboard, load_validation
 from vlgate.dashboards.leaderboard_rows import EarlyMeasure, early_measures, leaderboard_groups, leaderboard_metrics, leaderboard_why
 from vlgate.dashboards.pictures import Figure, ModelFigures, evaluator_figures, image_thumbnail, model_figures, thumbnail, version_correlation_figures
-from vlgate.decisions import Check, Rule, RulePower, Verdict
+from vlgate.decisions import Check, Rule, Verdict
 from vlgate.evaluators import registry
 from vlgate.evaluators.definition import ItemLines
 from vlgate.evaluators.item_diff import EvaluatorDiff, field_text
 from vlgate.evaluators.output import RECORDS_FROM_CACHE, EvaluatorOutput
 from vlgate.evaluators.records import Record
 from vlgate.history import ModelHistory, model_history
+from vlgate.power_plan import RulePower
 from vlgate.text import shell_command
 from vlgate.versions import VersionRef
 

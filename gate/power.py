@@ -42,13 +42,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from vlgate.decisions import CheckKey, PowerPlan, Rule, RulePower
+from vlgate.decisions import CheckKey, Rule
 from vlgate.evaluators.metrics.bootstrap import bootstrap_standard_error
 from vlgate.evaluators.metrics.sequential import DEFAULT_POWER, items_needed, minimum_detectable_effect
 from vlgate.evaluators.output import EvaluatorOutput
 from vlgate.gate.checks import PairedScores, category_ids, resampled_statistic, set_statistic
 from vlgate.gate.corrections import correction
 from vlgate.gate.policy import GatePolicy, ResolvedMetric
+from vlgate.power_plan import PowerPlan, RulePower
 
 #: a per-item score in [0, 1] spreads at most this much (a coin toss's 0/1): the spread
 #: assumed for a version when there is no champion to measure one on

@@ -802,7 +802,7 @@ def test_a_power_warning_of_a_comparison_that_had_no_champion_is_not_shown_as_a_
     from vlgate.dashboards.collect import ValidationReportData
     from vlgate.dashboards.pictures import ModelFigures
     from vlgate.dashboards.report import render_version_report
-    from vlgate.decisions import PowerPlan, RulePower
+    from vlgate.power_plan import PowerPlan, RulePower
 
     rules = [
         RulePower(check="lcm-mc/lcm floor", rule=Rule.FLOOR, items=48, spread=0.3, spread_from="assumed", level=0.05, warning="lcm-mc/lcm floor 0.9: too close"),
