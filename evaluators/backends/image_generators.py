@@ -105,11 +105,11 @@ class DiffusionSettings:
     drawn a call. The knobs a caller tunes for speed or quality, apart from which pipeline
     is loaded and where."""
 
-    num_inference_steps: int = 25
-    guidance_scale: float = 1.0
+    num_inference_steps: int = 25  # half the pipelines' own default (50): GenCeption needs a recognisable drawing, not a polished one
+    guidance_scale: float = 1.0  # off (≤ 1): one UNet call a step instead of two
     height: int | None = None
     width: int | None = None
-    batch_size: int = 8
+    batch_size: int = 8  # bounds the activations one call holds, whatever the items
 
 
 class DiffusersGenerator(ImageGenerator):

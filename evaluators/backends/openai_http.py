@@ -114,7 +114,7 @@ class HttpRetries:
     is tried again: at most ``max_attempts`` tries in all, the waits doubling from
     ``backoff_s`` (or the server's ``Retry-After``; at most :data:`MAX_RETRY_SLEEP_S`)."""
 
-    max_attempts: int = 4
+    max_attempts: int = 4  # three waits, 0.5 + 1 + 2 s: a server restarting gets a few seconds, a dead one fails fast
     backoff_s: float = 0.5
 
 

@@ -169,7 +169,7 @@ class GenceptionLoop:
     is made with, and the descriptions' token budget (``max_new_tokens``; None: the
     protocol's). What a record's numbers depend on besides the models and the protocol."""
 
-    iterations: int = 3
+    iterations: int = 3  # the T of GC@T that docs/metrics.md defaults to
     seed: int = 0
     max_new_tokens: int | None = None
 
